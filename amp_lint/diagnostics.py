@@ -1,0 +1,102 @@
+"""What a check produces: diagnostics with 1-based locations, optional fixes, and file errors.
+
+These are plain data. Every output format is a formatter over a `Report` (see `amp_lint.report`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"  # crashes, or certainly wrong numerics
+    WARNING = "warning"  # likely wrong, precision loss, deprecated API
+    INFO = "info"  # wasted work or style
+
+
+class Applicability(str, enum.Enum):
+    """How far a fix can be trusted (Ruff's terms)."""
+
+    SAFE = "safe"  # keeps behaviour: the code does what the author evidently meant
+    UNSAFE = "unsafe"  # makes a decision the author did not write (a dtype, a device, numerics)
+
+
+class Confidence(str, enum.Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    row: int  # 1-based line
+    column: int  # 1-based column (in characters)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from `location` up to (not including) `end_location` with `content`."""
+
+    location: Location
+    end_location: Location
+    content: str
+
+
+@dataclass(frozen=True)
+class FixSummary:
+    applicability: Applicability
+    message: str
+    edits: Tuple[Edit, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    filename: str
+    location: Location
+    end_location: Location
+    severity: Severity
+    rule_name: str
+    confidence: Confidence = Confidence.HIGH
+    fix: Optional[FixSummary] = None
+    # The text of the line the diagnostic starts on (for the `full` format and baselines).
+    source_line: str = ""
+    # Qualified name of the enclosing function ("Trainer.train_step"), "" at module level.
+    context: str = ""
+    # Jupyter notebooks: the 1-based cell number; `location` is then relative to the cell.
+    cell: Optional[int] = None
+
+    @property
+    def sort_key(self):
+        return (self.filename, self.cell or 0, self.location, self.code)
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be read, parsed or written. Such a run exits 2."""
+
+    filename: str
+    message: str
+    location: Optional[Location] = None
+
+
+@dataclass
+class Report:
+    """Everything one run found, in a stable order."""
+
+    diagnostics: list = field(default_factory=list)  # list[Diagnostic]
+    errors: list = field(default_factory=list)  # list[FileError]
+    files_checked: int = 0
+    fixed: dict = field(default_factory=dict)  # filename -> {code: count} of fixes applied
+    # Findings that an --unsafe-fixes run would fix, counted when --unsafe-fixes is off.
+    unsafe_fixable: int = 0
+
+    @property
+    def fixed_count(self) -> int:
+        return sum(sum(codes.values()) for codes in self.fixed.values())
+
+    def sort(self) -> None:
+        self.diagnostics.sort(key=lambda d: d.sort_key)
+        self.errors.sort(key=lambda e: (e.filename, e.location or Location(0, 0)))

@@ -1,0 +1,220 @@
+"""Check (and fix) one source text: prefilter -> parse -> model -> rules -> fixes -> diagnostics.
+
+`Checker.check` is pure: text in, diagnostics (and the fixed text) out. Reading and writing files,
+parallelism and caching live in `amp_lint.runner`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amp_lint import rules as registry
+from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
+from amp_lint.fixer import apply_fixes, select_compatible
+from amp_lint.model import build_model
+from amp_lint.prefilter import Prefilter
+from amp_lint.rules.base import Finding, Fix, Rule
+
+MAX_FIX_PASSES = 10
+
+_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
+_FILE_NOQA = re.compile(r"^[ \t]*#[ \t]*amp-lint[ \t]*:[ \t]*noqa(?::[ \t]*(?P<codes>[A-Za-z0-9, \t]+))?[ \t]*$", re.I | re.M)
+
+
+@dataclass
+class SourceResult:
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    errors: List[FileError] = field(default_factory=list)
+    fixed: Dict[str, int] = field(default_factory=dict)  # rule code -> fixes applied
+    fixed_source: Optional[str] = None  # the new text, when --fix changed something
+    unsafe_fixable: int = 0  # findings an --unsafe-fixes run would fix
+    parsed: bool = False  # False when the prefilter ruled the file out
+
+
+class Checker:
+    """Runs the enabled rules over source texts. One instance per run (per settings)."""
+
+    def __init__(
+        self,
+        enabled: FrozenSet[str],
+        *,
+        fix: bool = False,
+        unsafe_fixes: bool = False,
+        with_edits: bool = False,
+        rule_options: Optional[dict] = None,
+    ) -> None:
+        self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
+        self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
+        self.fix = fix
+        self.unsafe_fixes = unsafe_fixes
+        self.with_edits = with_edits
+        self.prefilter = Prefilter(self.rule_classes)
+
+    def may_match(self, source: str) -> bool:
+        return bool(self.rules) and self.prefilter.may_match(source)
+
+    def check(self, source: str, filename: str) -> SourceResult:
+        result = SourceResult()
+        if not self.may_match(source):
+            return result
+        file_noqa = _file_level_noqa(source)
+        if file_noqa is not None and not file_noqa:
+            return result  # `# amp-lint: noqa` for the whole file
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError as error:
+            result.errors.append(
+                FileError(filename, f"syntax error: {error.message}", Location(error.raw_line, error.raw_column + 1))
+            )
+            return result
+        result.parsed = True
+        if self.fix:
+            module = self._fix_passes(module, source, filename, result, file_noqa or frozenset())
+        findings, positions = self._findings(module, filename, result, file_noqa or frozenset())
+        lines = module.code.splitlines()
+        for finding, (start, end) in zip(findings, positions):
+            fix = finding.fix
+            if fix is not None and fix.applicability is Applicability.UNSAFE and not self.unsafe_fixes:
+                result.unsafe_fixable += 1
+            result.diagnostics.append(
+                Diagnostic(
+                    code=finding.rule.code,
+                    message=finding.message,
+                    filename=filename,
+                    location=start,
+                    end_location=end,
+                    severity=finding.rule.severity,
+                    rule_name=finding.rule.name,
+                    confidence=finding.confidence,
+                    fix=self._fix_summary(module, fix) if fix is not None else None,
+                    source_line=lines[start.row - 1] if 0 < start.row <= len(lines) else "",
+                    context=finding.context,
+                )
+            )
+        return result
+
+    # --- findings ---
+    def _findings(
+        self, module: cst.Module, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
+    ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
+        """The rules' findings with their positions, minus those that `# noqa` suppresses."""
+        model = build_model(module)
+        findings: List[Finding] = []
+        for rule in self.rules:
+            if rule.code in file_ignored:
+                continue
+            try:
+                findings.extend(rule.check(model))
+            except Exception as error:  # a bug in one rule must not hide the others' findings
+                result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
+        if not findings:
+            return [], []
+        position_of = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        lines = module.code.splitlines()
+        kept, positions = [], []
+        for finding in findings:
+            code_range = position_of[finding.node]
+            start = Location(code_range.start.line, code_range.start.column + 1)
+            end = Location(code_range.end.line, code_range.end.column + 1)
+            if _suppressed(finding.rule.code, lines, start.row, end.row):
+                continue
+            kept.append(finding)
+            positions.append((start, end))
+        order = sorted(range(len(kept)), key=lambda i: (positions[i][0], kept[i].rule.code))
+        return [kept[i] for i in order], [positions[i] for i in order]
+
+    # --- fixes ---
+    def _applicable(self, fix: Optional[Fix]) -> bool:
+        return fix is not None and (fix.applicability is Applicability.SAFE or self.unsafe_fixes)
+
+    def _fix_passes(
+        self, module: cst.Module, source: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
+    ) -> cst.Module:
+        for _ in range(MAX_FIX_PASSES):
+            findings, _ = self._findings(module, filename, result, file_ignored)
+            fixes = []
+            owners: Dict[int, Finding] = {}
+            for finding in findings:
+                if self._applicable(finding.fix) and id(finding.fix) not in owners:
+                    owners[id(finding.fix)] = finding
+                    fixes.append(finding.fix)
+            chosen = select_compatible(fixes, module)
+            if not chosen:
+                break
+            try:
+                new_code = apply_fixes(module, chosen).code
+                new_module = cst.parse_module(new_code)
+            except Exception as error:  # a fix that breaks the code is our bug: keep the file as it was
+                codes = ", ".join(sorted({owners[id(f)].rule.code for f in chosen}))
+                result.errors.append(
+                    FileError(filename, f"internal error: the fix for {codes} did not produce valid code ({error}); file left unchanged")
+                )
+                return cst.parse_module(source)
+            if new_code == module.code:
+                break
+            for fix in chosen:
+                code = owners[id(fix)].rule.code
+                shared = sum(1 for f in findings if f.fix is fix)
+                result.fixed[code] = result.fixed.get(code, 0) + shared
+            module = new_module
+        if module.code != source:
+            result.fixed_source = module.code
+        return module
+
+    def _fix_summary(self, module: cst.Module, fix: Fix) -> FixSummary:
+        edits: Tuple[Edit, ...] = ()
+        if self.with_edits:
+            try:
+                edits = text_edits(module.code, apply_fixes(module, [fix]).code)
+            except Exception:
+                edits = ()
+        return FixSummary(fix.applicability, fix.message, edits)
+
+
+def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
+    """Line-level edits that turn `old` into `new` (1-based; end exclusive)."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    edits = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        edits.append(Edit(Location(i1 + 1, 1), Location(i2 + 1, 1), "".join(new_lines[j1:j2])))
+    return tuple(edits)
+
+
+def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> bool:
+    for row in {first_row, last_row}:
+        if not 0 < row <= len(lines) or "noqa" not in lines[row - 1].lower():
+            continue
+        match = _NOQA.search(lines[row - 1])
+        if match is None:
+            continue
+        codes = match.group("codes")
+        if codes is None:
+            return True
+        if code.upper() in {c.upper() for c in re.split(r"[\s,]+", codes) if c}:
+            return True
+    return False
+
+
+def _file_level_noqa(source: str) -> Optional[FrozenSet[str]]:
+    """None: no file-level comment; empty set: the whole file is exempt; else the codes exempted."""
+    if "amp-lint" not in source:
+        return None
+    codes: set = set()
+    found = False
+    for match in _FILE_NOQA.finditer(source):
+        found = True
+        listed = match.group("codes")
+        if listed is None:
+            return frozenset()
+        codes |= {c.upper() for c in re.split(r"[\s,]+", listed) if c}
+    return frozenset(codes) if found else None

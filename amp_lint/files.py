@@ -1,0 +1,410 @@
+"""The file layer: which files to check, how to read them, and how to write a fix without risk.
+
+Everything that touches the disk lives here so that the rest of the pipeline works on text. Three
+promises hold whatever the input: a bad path or file becomes a one-line error instead of a traceback,
+the text round-trips byte for byte (encoding, BOM, line endings), and `write_atomic` either replaces
+a file completely or leaves it exactly as it was.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import errno
+import io
+import os
+import re
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from amp_lint.diagnostics import FileError, Location
+from amp_lint.settings import Settings, path_matches
+
+PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python counts as a line break (not \f or \v)
+
+
+class SourceError(Exception):
+    """A file that cannot be read or written, with a one-line reason fit for the user."""
+
+    def __init__(self, message: str, location: Optional[Location] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    def to_file_error(self, filename: str) -> FileError:
+        return FileError(filename, self.message, self.location)
+
+
+class FileChangedError(SourceError):
+    """The file on disk is no longer what was read: another tool or the user edited it meanwhile."""
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def discover(
+    paths: Sequence[str],
+    settings_for: Callable[[Path], Settings],
+    *,
+    force_exclude: bool = False,
+) -> Tuple[List[Path], List[FileError]]:
+    """Expand command-line paths into the files to check, sorted and without duplicates.
+
+    Folders are walked for `.py`, `.pyi` and `.ipynb` files, skipping `exclude`/`extend_exclude`
+    matches and, inside a git work tree, what `.gitignore` files and `.git/info/exclude` ignore.
+    A path named on the command line is always checked (whatever its suffix) unless `force_exclude`
+    is set: then the exclude globs apply to it and its parent folders too, as pre-commit needs.
+    `settings_for` is called once per folder (and per named file); problems become `FileError`s
+    and the walk goes on.
+    """
+    walker = _Walker(settings_for)
+    for argument in paths:
+        walker.add(Path(argument), force_exclude)
+    return sorted(walker.files), walker.errors
+
+
+# A parsed .gitignore (a pathspec.GitIgnoreSpec) and the folder its patterns are relative to.
+_IgnoreRule = Tuple[Path, object]
+_FileId = Tuple[int, int]  # (st_dev, st_ino): the same file reached by two paths is checked once
+
+
+class _Walker:
+    def __init__(self, settings_for: Callable[[Path], Settings]) -> None:
+        self._settings_for = settings_for
+        self._settings: Dict[Path, Settings] = {}
+        self._cwd = Path.cwd()  # the root of relative exclude globs when the settings have none
+        self._seen_files: Set[_FileId] = set()
+        self._walked_folders: Set[_FileId] = set()
+        self.files: List[Path] = []
+        self.errors: List[FileError] = []
+
+    def add(self, path: Path, force_exclude: bool) -> None:
+        try:
+            info = path.stat()
+        except OSError:
+            self._error(path, _describe_unreachable(path))
+            return
+        if force_exclude and self._excluded_with_parents(path):
+            return
+        if stat.S_ISDIR(info.st_mode):
+            self._walk(path, info)
+        else:
+            self._add_file(path, info)
+
+    def _walk(self, top: Path, info: os.stat_result) -> None:
+        """Depth-first walk without recursion, so that deep trees cannot overflow the stack."""
+        if _file_id(info) in self._walked_folders:
+            return
+        self._walked_folders.add(_file_id(info))
+        ignore_rules = self._gitignores_above(top)
+        pending: List[Tuple[Path, Tuple[_IgnoreRule, ...], Tuple[_FileId, ...]]] = [
+            (top, ignore_rules, (_file_id(info),))
+        ]
+        while pending:
+            folder, ignore_rules, ancestors = pending.pop()
+            try:
+                with os.scandir(folder) as scan:
+                    entries = sorted(scan, key=lambda entry: entry.name)
+            except OSError as exc:
+                self._error(folder, exc.strerror or str(exc))
+                continue
+            settings = self._settings_of(folder)
+            if settings.respect_gitignore and any(entry.name == ".gitignore" for entry in entries):
+                ignore_rules += self._load_gitignore(folder / ".gitignore", folder)
+            subfolders = []
+            for entry in entries:
+                path = folder / entry.name
+                is_folder = entry.is_dir()
+                if self._excluded(path, settings) or (
+                    settings.respect_gitignore and _gitignored(self._absolute(path), is_folder, ignore_rules)
+                ):
+                    continue
+                if is_folder:
+                    subfolders.append(self._enter(path, entry, ancestors, ignore_rules))
+                elif path.suffix in PYTHON_SUFFIXES:
+                    if entry.is_file():
+                        self._add_file(path, entry.stat())
+                    elif entry.is_symlink():
+                        self._error(path, _describe_unreachable(path))
+            # Reversed so that the stack pops the subfolders in name order.
+            pending.extend(reversed([item for item in subfolders if item is not None]))
+
+    def _enter(self, path: Path, entry: os.DirEntry, ancestors, ignore_rules):
+        """The stack item for a subfolder, or None where a symlink leads back to a walked folder."""
+        try:
+            folder_id = _file_id(entry.stat())
+        except OSError as exc:
+            self._error(path, exc.strerror or str(exc))
+            return None
+        if folder_id in ancestors:
+            self._error(path, "symbolic link loop (links to a folder that contains it); not followed")
+            return None
+        if folder_id in self._walked_folders:
+            return None
+        self._walked_folders.add(folder_id)
+        return path, ignore_rules, ancestors + (folder_id,)
+
+    def _add_file(self, path: Path, info: os.stat_result) -> None:
+        file_id = _file_id(info)
+        if file_id not in self._seen_files:
+            self._seen_files.add(file_id)
+            self.files.append(path)
+
+    def _error(self, path: Path, message: str) -> None:
+        self.errors.append(FileError(str(path), message))
+
+    @staticmethod
+    def _absolute(path: Path) -> Path:
+        return Path(os.path.abspath(path))
+
+    def _settings_of(self, path: Path) -> Settings:
+        if path not in self._settings:
+            self._settings[path] = self._settings_for(path)
+        return self._settings[path]
+
+    def _root(self, settings: Settings) -> Path:
+        return Path(os.path.abspath(settings.root)) if settings.root else self._cwd
+
+    def _excluded(self, path: Path, settings: Settings) -> bool:
+        """Exclude globs match the name, or the path relative to the settings' root (or the cwd).
+
+        Never the absolute path: `*test*` must not exclude a whole project that lives in /tmp/tests.
+        """
+        absolute = self._absolute(path)
+        try:
+            relative = absolute.relative_to(self._root(settings)).as_posix()
+        except ValueError:
+            relative = absolute.name
+        return any(path_matches(relative, pattern) for pattern in settings.exclude + settings.extend_exclude)
+
+    def _excluded_with_parents(self, path: Path) -> bool:
+        """For --force-exclude: `build/x.py` is excluded by `build`, so the parents count too."""
+        settings = self._settings_of(path)
+        absolute = self._absolute(path)
+        root = self._root(settings)
+        candidates = [absolute] + [parent for parent in absolute.parents if root in parent.parents]
+        return any(self._excluded(candidate, settings) for candidate in candidates)
+
+    def _gitignores_above(self, top: Path) -> Tuple[_IgnoreRule, ...]:
+        """The ignore files that apply to `top` from above it, up to its git work tree's root.
+
+        Outside a git work tree `.gitignore` files mean nothing, as for git itself.
+        """
+        settings = self._settings_of(top)
+        if not settings.respect_gitignore:
+            return ()
+        absolute = self._absolute(top)
+        above = list(absolute.parents)
+        repository = next((folder for folder in [absolute] + above if (folder / ".git").exists()), None)
+        if repository is None:
+            return ()
+        rules = self._load_gitignore(repository / ".git" / "info" / "exclude", repository)
+        for folder in reversed(above):
+            if folder == repository or repository in folder.parents:
+                rules += self._load_gitignore(folder / ".gitignore", folder)
+        return rules
+
+    def _load_gitignore(self, ignore_file: Path, base: Path) -> Tuple[_IgnoreRule, ...]:
+        try:
+            lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return ()
+        except OSError as exc:
+            self._error(ignore_file, exc.strerror or str(exc))
+            return ()
+        import pathspec  # only where a project has ignore files: keeps a plain run's start-up fast
+
+        return ((self._absolute(base), pathspec.GitIgnoreSpec.from_lines(lines)),)
+
+
+def _gitignored(path: Path, is_folder: bool, ignore_rules: Sequence[_IgnoreRule]) -> bool:
+    """The deepest ignore file with a matching pattern decides, as in git (`!` patterns re-include)."""
+    for base, spec in reversed(ignore_rules):
+        relative = path.relative_to(base).as_posix() + ("/" if is_folder else "")
+        verdict = spec.check_file(relative).include
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _file_id(info: os.stat_result) -> _FileId:
+    return info.st_dev, info.st_ino
+
+
+def _describe_unreachable(path: Path) -> str:
+    """Why `path` cannot be stat'ed: missing, a broken link, a link loop, or what the OS says."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop; not followed"
+        if exc.errno == errno.ENOENT and path.is_symlink():
+            return f"broken symbolic link (to {os.readlink(path)})"
+        return exc.strerror or str(exc)
+    return "not a regular file"
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SourceText:
+    """A file's text as Python reads it, and what is needed to write it back the same way."""
+
+    text: str  # decoded, BOM removed, line endings exactly as on disk
+    raw: bytes  # exactly the bytes read
+    encoding: str
+    bom: bool
+
+    def encode(self, new_text: str) -> bytes:
+        """The bytes to write for `new_text`: the same encoding, and the BOM if there was one."""
+        try:
+            data = new_text.encode(self.encoding)
+        except UnicodeEncodeError as exc:
+            row, column = _position(new_text[: exc.start])
+            raise SourceError(
+                f"the fixed text has characters that {self.encoding} cannot encode (line {row}, column {column})",
+                Location(row, column),
+            ) from exc
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def read_source(path: Path) -> SourceText:
+    """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
+    try:
+        # O_NONBLOCK: a FIFO named `x.py` must not hang the run; it is refused below.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise SourceError(exc.strerror or str(exc)) from exc
+    with open(fd, "rb") as stream:
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise SourceError("Is a directory")
+            if not stat.S_ISREG(mode):
+                raise SourceError("not a regular file")
+            raw = stream.read()
+        except OSError as exc:
+            raise SourceError(exc.strerror or str(exc)) from exc
+    return decode_source(raw)
+
+
+def decode_source(raw: bytes) -> SourceText:
+    """Decode Python source as the interpreter would: BOM, then the PEP 263 coding cookie, else UTF-8."""
+    if b"\0" in raw:
+        raise SourceError("file contains NUL bytes (binary file?)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError as exc:
+        encoding = _encoding_or_reason(exc)
+    bom = raw.startswith(codecs.BOM_UTF8)  # detect_encoding refuses a BOM with any other encoding
+    if encoding == "utf-8-sig":
+        encoding = "utf-8"
+    body = raw[len(codecs.BOM_UTF8) :] if bom else raw
+    if not _is_ascii_compatible(encoding):
+        raise SourceError(f"unsupported encoding in coding cookie: {encoding}")
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        row, column = _position(body[: exc.start].decode(encoding, errors="replace"))
+        raise SourceError(f"invalid {encoding} at line {row}, column {column}", Location(row, column)) from None
+    return SourceText(text=text, raw=raw, encoding=encoding, bom=bom)
+
+
+def _encoding_or_reason(exc: SyntaxError) -> str:
+    """`detect_encoding` gives up on bad bytes in the first two lines: decode as UTF-8 to say where."""
+    message = str(exc.msg)
+    if message.startswith("invalid or missing encoding declaration"):
+        return "utf-8"
+    if message.startswith("unknown encoding"):
+        raise SourceError(f"unknown encoding in coding cookie: {message.rsplit(': ', 1)[-1]}") from None
+    if message.startswith("encoding problem"):
+        raise SourceError("the coding cookie contradicts the UTF-8 byte order mark") from None
+    raise SourceError(message) from None
+
+
+def _is_ascii_compatible(encoding: str) -> bool:
+    """Python source needs an ASCII-compatible text codec; `utf-16` or `rot13` cookies are not."""
+    try:
+        return b"# \n".decode(encoding) == "# \n"
+    except (LookupError, UnicodeDecodeError):
+        return False
+
+
+def _position(text_before: str) -> Tuple[int, int]:
+    """1-based (line, column) of the character just after `text_before`."""
+    lines = _LINE_BREAK.split(text_before)
+    return len(lines), len(lines[-1]) + 1
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
+    """Replace the file with `new_text`, or raise and leave it exactly as it was.
+
+    The text goes to a temporary file in the same folder (`.{name}.amp-lint-XXXX.tmp`) that gets
+    the original's permission bits and owner, is fsynced, and is renamed over the original, so a
+    crash, a full disk or Ctrl-C never leaves a half-written file. The write is refused
+    (`FileChangedError`) if the file on disk no longer holds exactly `original.raw`, checked just
+    before the rename. A symlink is written through: its target is replaced, the link stays.
+    """
+    data = original.encode(new_text)
+    if data == original.raw:
+        return
+    target = Path(os.path.realpath(path))
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        raise FileChangedError("file was removed after it was read; not written") from None
+    except OSError as exc:
+        raise SourceError(f"{exc.strerror or exc}; not written") from exc
+    # Root may write anywhere, so the permission bits are checked as well as access().
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise SourceError("file is read-only; not written")
+    try:
+        _replace(target, data, info, original.raw)
+    except OSError as exc:
+        raise SourceError(f"{exc.strerror or exc}; file left unchanged") from exc
+
+
+def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+    try:
+        try:
+            os.chmod(temporary, stat.S_IMODE(info.st_mode))
+            _keep_owner(temporary, fd, info)
+            remaining = memoryview(data)
+            while remaining:
+                remaining = remaining[os.write(fd, remaining) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if _read_bytes(target) != expected:
+            raise FileChangedError("file changed on disk after it was read; not written")
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _keep_owner(temporary: str, fd: int, info: os.stat_result) -> None:
+    """When root fixes a user's file, the file must stay the user's; elsewhere this is a no-op."""
+    created = os.fstat(fd)
+    if (created.st_uid, created.st_gid) != (info.st_uid, info.st_gid) and hasattr(os, "chown"):
+        with contextlib.suppress(OSError):
+            os.chown(temporary, info.st_uid, info.st_gid)
+
+
+def _read_bytes(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,205 @@
+"""Apply fixes to a syntax tree.
+
+Each pass takes the fixes whose target nodes do not overlap (no target is inside another fix's target),
+applies them in one transformer walk, adds the imports the new code needs, and regenerates the code. The
+engine re-parses the result, re-analyses it and runs another pass until nothing is left to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
+
+import libcst as cst
+
+from amp_lint.edits import clear_removal_marks, is_marked_removed, mark_removed
+from amp_lint.rules.base import Fix, Import
+
+
+def select_compatible(fixes: Sequence[Fix], module: cst.Module) -> List[Fix]:
+    """The fixes of this pass: first come, first served; an overlapping fix waits for the next pass."""
+    parents = _parent_map(module, {node for fix in fixes for node in fix.replacements})
+    claimed: Set[int] = set()  # ids of target nodes and of all their ancestors
+    targets: Set[int] = set()
+    chosen: List[Fix] = []
+    seen_keys: Set[object] = set()
+    for fix in fixes:
+        if fix.key is not None:
+            if fix.key in seen_keys:
+                continue
+        nodes = list(fix.replacements)
+        lineage = set()
+        for node in nodes:
+            lineage |= _ancestors(node, parents)
+        own = {id(n) for n in nodes}
+        if own & claimed or lineage & targets:
+            continue
+        claimed |= own | lineage
+        targets |= own
+        chosen.append(fix)
+        if fix.key is not None:
+            seen_keys.add(fix.key)
+    return chosen
+
+
+def apply_fixes(module: cst.Module, fixes: Iterable[Fix]) -> cst.Module:
+    replacements = {}
+    imports: List[Import] = []
+    for fix in fixes:
+        replacements.update(fix.replacements)
+        imports.extend(fix.imports)
+    clear_removal_marks()
+    try:
+        updated = module.visit(_Applier(replacements))
+    finally:
+        clear_removal_marks()
+    return add_imports(updated, imports)
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, replacements) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(result, (cst.IndentedBlock, cst.Module)):
+            result = _drop_removed_statements(result)
+        elif isinstance(result, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            result = _drop_removed_small_statements(result)
+        change = self.replacements.get(original_node)
+        if change is not None:
+            result = change(result)
+        return result
+
+
+def _drop_removed_statements(block):
+    """Remove marked statements; their comment lines move to the next statement (or the block's end)."""
+    body = list(block.body)
+    if not any(is_marked_removed(statement) for statement in body):
+        return block
+    kept = []
+    carried: Tuple[cst.EmptyLine, ...] = ()
+    for statement in body:
+        if is_marked_removed(statement):
+            if any(line.comment is not None for line in statement.leading_lines):
+                carried += tuple(statement.leading_lines)
+            continue
+        if carried:
+            statement = statement.with_changes(leading_lines=carried + tuple(statement.leading_lines))
+            carried = ()
+        kept.append(statement)
+    changes = {"body": kept}
+    if carried:
+        if isinstance(block, cst.Module):
+            changes["footer"] = carried + tuple(block.footer)
+        else:
+            changes["footer"] = tuple(line.with_changes(indent=True) for line in carried) + tuple(block.footer)
+    if not kept and isinstance(block, cst.IndentedBlock):
+        changes["body"] = [cst.SimpleStatementLine(body=[cst.Pass()])]
+    return block.with_changes(**changes)
+
+
+def _drop_removed_small_statements(line):
+    body = [small for small in line.body if not is_marked_removed(small)]
+    if len(body) == len(line.body):
+        return line
+    if body:
+        last = body[-1]
+        if isinstance(last.semicolon, cst.Semicolon):
+            body[-1] = last.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return line.with_changes(body=body)
+    if isinstance(line, cst.SimpleStatementSuite):
+        return line.with_changes(body=[cst.Pass()])
+    return mark_removed(line)
+
+
+def add_imports(module: cst.Module, imports: Iterable[Import]) -> cst.Module:
+    """Add `import torch` (or `from m import n`) at module level when the new code needs a name not yet bound."""
+    missing = []
+    bound = _module_level_bindings(module)
+    for request in imports:
+        name = request.name or request.module.split(".")[0]
+        if name in bound or request in missing:
+            continue
+        missing.append(request)
+        bound.add(name)
+    if not missing:
+        return module
+    statements = [
+        cst.parse_statement(
+            f"import {r.module}\n" if r.name is None else f"from {r.module} import {r.name}\n",
+            config=module.config_for_parsing,
+        )
+        for r in missing
+    ]
+    body = list(module.body)
+    position = _import_insertion_index(body)
+    return module.with_changes(body=body[:position] + statements + body[position:])
+
+
+def _module_level_bindings(module: cst.Module) -> Set[str]:
+    bound = set()
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                            bound.add(alias.asname.name.value)
+                        else:
+                            bound.add(cst.Module([]).code_for_node(alias.name).split(".")[0])
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    for alias in small.names:
+                        name = alias.asname.name if alias.asname is not None else alias.name
+                        if isinstance(name, cst.Name):
+                            bound.add(name.value)
+    return bound
+
+
+def _import_insertion_index(body: List[cst.CSTNode]) -> int:
+    """After the docstring, `from __future__` imports and the leading block of imports."""
+    index = 0
+    if body and _is_docstring(body[0]):
+        index = 1
+    last_import = None
+    for position in range(index, len(body)):
+        statement = body[position]
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body
+        ):
+            last_import = position
+        else:
+            break
+    return (last_import + 1) if last_import is not None else index
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _parent_map(module: cst.Module, targets: Set[cst.CSTNode]) -> Dict[int, cst.CSTNode]:
+    """Parents of every node (by id), computed only when a pass has fixes to place."""
+    parents: Dict[int, cst.CSTNode] = {}
+    if not targets:
+        return parents
+    stack = [module]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            parents[id(child)] = node
+            stack.append(child)
+    return parents
+
+
+def _ancestors(node: cst.CSTNode, parents: Dict[int, cst.CSTNode]) -> Set[int]:
+    found = set()
+    current = parents.get(id(node))
+    while current is not None:
+        found.add(id(current))
+        current = parents.get(id(current))
+    return found

@@ -1,0 +1,1208 @@
+"""The analysis model: one pass over a parsed file, read by every rule.
+
+Per scope (the module body and every function) it records, in source order, the training-step events:
+backward calls (scaled or not), `scaler.step/update/unscale_/scale`, `optimizer.step`, gradient clipping
+and `zero_grad`, each with the autocast regions, loops and `if` branches it sits in. A `TrainingStep`
+groups the events of one iteration: the innermost loop body around a backward call, or a whole
+function body when the function is itself the step (a `train_step()` helper).
+
+Rules never walk the tree themselves; they read this model.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint import names
+from amp_lint.names import NameTable, dotted_name
+
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+Loop = Union[cst.For, cst.While]
+
+_SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
+_OPTIMIZER_NAME = re.compile(
+    r"^(opt|optim|optimizer|optimiser)s?([_\dA-Z].*)?$|_(opt|optim|optimizer|optimiser)(_?\d+|_?[a-zA-Z])?$|optimi[sz]er"
+)
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|scaler|^lr|warmup|option|optional", re.IGNORECASE)
+# Receivers whose `.backward(loss)` is a framework's own wrapper (Accelerate, Fabric, DeepSpeed, apex),
+# not `Tensor.backward`: they scale, unscale and step on the user's behalf.
+_WRAPPER_RECEIVER = re.compile(r"accelerator|fabric|engine|deepspeed|trainer|strategy|booster|^amp$|^self$")
+
+CUDA_LIKE_DEVICES = frozenset({"cuda", "xpu", "mps", "mtia"})
+BF16_DEFAULT_DEVICES = frozenset({"cpu", "hpu", "xla", "maia"})
+
+
+class DType(enum.Enum):
+    FP16 = "float16"
+    BF16 = "bfloat16"
+    OTHER = "other"  # float32 / float64: autocast does nothing useful (AMP054)
+    UNKNOWN = "unknown"
+
+
+class EventKind(enum.Enum):
+    BACKWARD = "backward"  # x.backward(), torch.autograd.backward(x)
+    AUTOGRAD_GRAD = "autograd.grad"  # torch.autograd.grad(x, ...)
+    SCALER_SCALE = "scaler.scale"  # scaler.scale(x) that is not immediately backpropagated
+    SCALER_STEP = "scaler.step"
+    SCALER_UPDATE = "scaler.update"
+    SCALER_UNSCALE = "scaler.unscale_"
+    OPTIMIZER_STEP = "optimizer.step"
+    CLIP = "clip"  # torch.nn.utils.clip_grad_norm_ and friends
+    ZERO_GRAD = "zero_grad"
+    CALL = "call"  # a call of a function or method defined in this file, or one that looks like an unscale
+
+
+def _literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def _argument(call: cst.Call, position: Optional[int], keyword: str) -> Optional[cst.Arg]:
+    """The argument bound to a parameter, by keyword or by position (None when absent or unknown)."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    if position is not None and position < len(positional):
+        # A *args before the position makes the position unknowable.
+        for arg in call.args[: call.args.index(positional[position])]:
+            if arg.star:
+                return None
+        return positional[position]
+    return None
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+# --- autocast ------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class AutocastSpec:
+    """What an autocast expression asks for: its device, dtype and whether it is switched on."""
+
+    qualified_name: str
+    call: Optional[cst.Call]  # None for a bare `@torch.autocast` decorator
+    device_node: Optional[cst.BaseExpression] = None
+    dtype_node: Optional[cst.BaseExpression] = None
+    enabled_node: Optional[cst.BaseExpression] = None
+    device: Optional[str] = None  # literal device type ("cuda"), resolved by FileModel.finalize
+    dtype: DType = DType.UNKNOWN
+    enabled: Optional[bool] = True  # False: literal enabled=False; None: decided at run time
+
+    @property
+    def is_enabled(self) -> bool:
+        """Enabled unless switched off by a literal False (an expression counts as enabled)."""
+        return self.enabled is not False
+
+    @property
+    def is_deprecated_spelling(self) -> bool:
+        return self.qualified_name in names.DEPRECATED_AMP
+
+
+def autocast_spec(qualified_name: str, call: Optional[cst.Call], extra_args: Sequence[cst.Arg] = ()) -> AutocastSpec:
+    """Read device/dtype/enabled from an autocast call (`extra_args`: arguments bound by functools.partial)."""
+    spec = AutocastSpec(qualified_name=qualified_name, call=call)
+    if call is None:
+        return spec
+    merged = cst.Call(func=call.func, args=tuple(extra_args) + tuple(call.args))
+    implied = names.IMPLIED_DEVICE.get(qualified_name)
+    if implied is None:  # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+        device = _argument(merged, 0, "device_type")
+        dtype = _argument(merged, 1, "dtype")
+        enabled = _argument(merged, 2, "enabled")
+        spec.device_node = device.value if device else None
+    else:  # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
+        dtype = _argument(merged, 1, "dtype")
+        enabled = _argument(merged, 0, "enabled")
+    spec.dtype_node = dtype.value if dtype else None
+    spec.enabled_node = enabled.value if enabled else None
+    if enabled is not None:
+        spec.enabled = _literal_bool(enabled.value)
+    return spec
+
+
+@dataclass(eq=False)
+class AutocastRegion:
+    """Code that runs under autocast: the body of a `with` item, or a decorated function."""
+
+    node: Union[cst.With, cst.FunctionDef]
+    spec: AutocastSpec
+    item: Optional[cst.WithItem] = None  # the `with` item (None for a decorator)
+    scope: Optional["Scope"] = None
+    parent: Optional["AutocastRegion"] = None  # the lexically enclosing region, if any
+    loops: Tuple[Loop, ...] = ()  # loops around the region within its scope, outermost first
+
+    @property
+    def is_decorator(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+
+@dataclass(eq=False)
+class AutocastBinding:
+    """`ctx = torch.autocast(...)` (an instance) or `amp_cm = autocast` / `partial(autocast, ...)` (a factory)."""
+
+    qualified_name: str
+    call: Optional[cst.Call]  # the autocast call for an instance; the partial(...) call for a partial
+    is_factory: bool
+    partial_args: Tuple[cst.Arg, ...] = ()
+
+
+# --- scalers and optimizers ----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ScalerBinding:
+    """How a scaler name came to be: built from a GradScaler call, a parameter, or only its name."""
+
+    key: str  # "scaler", "self.scaler"
+    call: Optional[cst.Call] = None  # the GradScaler(...) call, when the file builds it
+    qualified_name: Optional[str] = None
+    enabled: Optional[bool] = True  # False: literal enabled=False; None: an expression
+    maybe_none: bool = False  # `GradScaler() if amp else None`
+    statement: Optional[Statement] = None
+    scope: Optional["Scope"] = None
+    loops: Tuple[Loop, ...] = ()  # loops around the construction, in its scope
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def device(self) -> Optional[str]:
+        """The device literal the scaler is built for ("cuda" when omitted), None when not a literal."""
+        if self.call is None or self.qualified_name is None:
+            return None
+        implied = names.IMPLIED_DEVICE.get(self.qualified_name)
+        if implied:
+            return implied
+        arg = _argument(self.call, 0, "device")
+        if arg is None:
+            return "cuda"
+        return _literal_string(arg.value)
+
+
+# --- where an event sits ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One enclosing `if` (or conditional expression) and which way it went."""
+
+    node: cst.CSTNode  # the If node
+    taken: bool  # True: body; False: else branch
+    test: str  # normalised test, so that `if amp:` and a later `if not amp:` are recognised as opposites
+
+
+def _normalise_test(test: cst.BaseExpression) -> Tuple[str, bool]:
+    """(key, polarity): `not x` -> (x, False); `x is None` -> (x, False); `x is not None` -> (x, True)."""
+    polarity = True
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        polarity = not polarity
+        test = test.expression
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
+            if isinstance(target.operator, cst.IsNot):
+                test = test.left
+            elif isinstance(target.operator, cst.Is):
+                test = test.left
+                polarity = not polarity
+    text = re.sub(r"\s+", "", code_of(test))
+    return text, polarity
+
+
+@dataclass(eq=False)
+class Event:
+    kind: EventKind
+    call: cst.Call
+    statement: Statement  # the innermost statement holding the call
+    small_statement: Optional[cst.BaseSmallStatement]  # the small statement holding the call, if any
+    scope: "Scope"
+    loops: Tuple[Loop, ...]  # enclosing loops within the scope, outermost first
+    branches: Tuple[Branch, ...]  # enclosing ifs within the scope, outermost first
+    regions: Tuple[AutocastRegion, ...]  # enclosing autocast regions, outermost first
+    receiver: Optional[str] = None  # dotted receiver of a method call ("scaler", "self.optimizer")
+    target: Optional[str] = None  # loss of a backward; optimizer of a step/unscale_; callee of a CALL
+    scaled_by: Optional[str] = None  # for BACKWARD / AUTOGRAD_GRAD: the scaler key when the loss is scaled
+    scale_call: Optional[cst.Call] = None  # the scaler.scale(...) call feeding a backward
+    loss: Optional[cst.BaseExpression] = None  # for BACKWARD / AUTOGRAD_GRAD: the expression backpropagated
+    index: int = 0  # position in the file's source order
+
+    @property
+    def loop(self) -> Optional[Loop]:
+        return self.loops[-1] if self.loops else None
+
+    @property
+    def region(self) -> Optional[AutocastRegion]:
+        """The innermost autocast region around the event (a disabled one counts: it switches autocast off)."""
+        return self.regions[-1] if self.regions else None
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        """The enclosing region that is in force, unless an inner `enabled=False` region switches it off."""
+        disabled_devices = set()
+        for region in reversed(self.regions):
+            if not region.spec.is_enabled:
+                # autocast(enabled=False) only switches off its own device type (AMP053).
+                disabled_devices.add(region.spec.device or "*")
+                continue
+            if "*" in disabled_devices or region.spec.device in disabled_devices:
+                return None
+            if region.spec.device is None and disabled_devices:
+                return None
+            return region
+        return None
+
+    def compatible(self, other: "Event") -> bool:
+        """Can both events run in the same pass through the code (no `if`/`else` between them)?"""
+        mine = {b.node: b.taken for b in self.branches}
+        for branch in other.branches:
+            if branch.node in mine and mine[branch.node] != branch.taken:
+                return False
+        tests = {}
+        for branch in self.branches:
+            key, polarity = _test_polarity(branch)
+            tests[key] = polarity
+        for branch in other.branches:
+            key, polarity = _test_polarity(branch)
+            if key in tests and tests[key] != polarity:
+                return False
+        return True
+
+    def describe(self) -> str:
+        return code_of(self.call)
+
+
+def _test_polarity(branch: Branch) -> Tuple[str, bool]:
+    key, polarity = branch.test.rsplit("|", 1)
+    return key, (polarity == "1") == branch.taken
+
+
+# --- scopes and training steps ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Scope:
+    """The module body, or one function (methods included)."""
+
+    node: Union[cst.Module, cst.FunctionDef]
+    name: str  # qualified: "Trainer.train_step"; "" for the module
+    parent: Optional["Scope"]
+    class_name: Optional[str] = None  # for methods, the enclosing class
+    names: NameTable = field(default_factory=NameTable)
+    params: Dict[str, Optional[cst.Annotation]] = field(default_factory=dict)
+    events: List[Event] = field(default_factory=list)
+    regions: List[AutocastRegion] = field(default_factory=list)
+    assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
+    decorator_region: Optional[AutocastRegion] = None
+
+    @property
+    def is_function(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+    def chain(self) -> Iterator["Scope"]:
+        scope: Optional[Scope] = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+
+@dataclass(eq=False)
+class TrainingStep:
+    """One iteration of training: the events of a loop body around a backward, or of a step function."""
+
+    scope: Scope
+    loop: Optional[Loop]  # None: the whole function body is the iteration
+    events: List[Event]
+
+    def of(self, *kinds: EventKind) -> List[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+    def scaler_events(self, scaler: str, *kinds: EventKind) -> List[Event]:
+        return [e for e in self.events if e.kind in kinds and e.receiver == scaler]
+
+    def anchor_statement(self, event: Event) -> Statement:
+        """The statement to insert next to for `event`, at the iteration's own level.
+
+        `for opt in optimizers: scaler.step(opt)` is a loop inside the iteration: code that must follow
+        every step goes after that inner loop, not inside it.
+        """
+        depth = event.loops.index(self.loop) + 1 if self.loop in event.loops else 0
+        deeper = event.loops[depth:]
+        return deeper[0] if deeper else event.statement
+
+    def before(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
+        """Events of these kinds earlier in the iteration, on a path compatible with `event`."""
+        return [
+            e
+            for e in self.events
+            if e.kind in kinds and e.index < event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
+        ]
+
+    def after(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
+        """Events of these kinds later in the iteration, on a path compatible with `event`."""
+        return [
+            e
+            for e in self.events
+            if e.kind in kinds and e.index > event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
+        ]
+
+    @property
+    def is_accumulation(self) -> bool:
+        """Backward on every micro-batch, but the step only under a condition the backward is not under."""
+        backwards = self.of(EventKind.BACKWARD)
+        steps = self.of(EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)
+        if not backwards or not steps:
+            return False
+        backward_branches = {b.node for b in backwards[0].branches}
+        return all(any(b.node not in backward_branches for b in s.branches) for s in steps)
+
+
+@dataclass(eq=False)
+class DeprecatedUse:
+    """A reference to a deprecated `torch.cuda.amp` / `torch.cpu.amp` API (AMP070-AMP073)."""
+
+    node: cst.BaseExpression  # the Name or Attribute
+    qualified_name: str
+    call: Optional[cst.Call]  # the call when the reference is called
+    decorator: Optional[cst.Decorator]  # the decorator when it is one
+    scope: Scope
+
+
+@dataclass(eq=False)
+class FileModel:
+    module: cst.Module
+    scopes: List[Scope]
+    events: List[Event]
+    regions: List[AutocastRegion]
+    scalers: Dict[str, List[ScalerBinding]]  # by key; self.* keys are prefixed with the class name
+    optimizer_keys: set
+    deprecated_uses: List[DeprecatedUse]
+    functions: Dict[str, List[cst.FunctionDef]]  # by bare name
+    classes: Dict[str, cst.ClassDef]
+    imports: List[Tuple[Union[cst.Import, cst.ImportFrom], "Scope"]]
+    module_names: NameTable
+    # References to a name bound to the torch.cuda.amp / torch.cpu.amp module, other than deprecated uses.
+    amp_module_refs: List[Tuple[cst.Name, "Scope"]] = field(default_factory=list)
+    steps: List[TrainingStep] = field(default_factory=list)
+    scaler_call_sites: List[Tuple[cst.Call, str, Scope, Tuple[Loop, ...], Statement]] = field(default_factory=list)
+    autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
+
+    # --- scalers ---
+    def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
+        if key.startswith("self.") and scope.class_name:
+            return self.scalers.get(f"{scope.class_name}.{key}", [])
+        bindings: List[ScalerBinding] = []
+        for outer in scope.chain():
+            bindings = [b for b in self.scalers.get(key, []) if b.scope is outer]
+            if bindings:
+                return bindings
+        return []
+
+    def scaler_enabled(self, key: str, scope: Scope) -> bool:
+        """False only when every construction of the scaler passes a literal enabled=False."""
+        bindings = [b for b in self.scaler_bindings(key, scope) if b.call is not None]
+        return not bindings or any(b.is_enabled for b in bindings)
+
+    def has_scaler_in_reach(self, scope: Scope) -> bool:
+        """Is any enabled (or run-time enabled) scaler bound in this function, its class or the module?"""
+        for key, bindings in self.scalers.items():
+            for binding in bindings:
+                if not binding.is_enabled:
+                    continue
+                if binding.scope is not None and (binding.scope in set(scope.chain())):
+                    return True
+                if scope.class_name and key.startswith(scope.class_name + "."):
+                    return True
+        for outer in scope.chain():
+            for param, annotation in outer.params.items():
+                if _SCALER_NAME.search(param) or (annotation is not None and "Scaler" in code_of(annotation)):
+                    return True
+        return any(e.kind in _SCALER_KINDS for e in self.events if e.scope in set(scope.chain()))
+
+    def functions_named(self, name: str) -> List[cst.FunctionDef]:
+        return self.functions.get(name, [])
+
+    def scope_of(self, node: cst.FunctionDef) -> Optional[Scope]:
+        for scope in self.scopes:
+            if scope.node is node:
+                return scope
+        return None
+
+
+_SCALER_KINDS = frozenset(
+    {EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE}
+)
+
+
+# --- the builder -------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _RawCall:
+    """A method call collected during the walk, classified once every binding in the file is known."""
+
+    call: cst.Call
+    receiver: str
+    method: str
+    statement: Statement
+    small_statement: Optional[cst.BaseSmallStatement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int
+
+
+class _ModelBuilder(cst.CSTVisitor):
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.module_scope = Scope(node=module, name="", parent=None)
+        self.scopes: List[Scope] = [self.module_scope]
+        self.scope_stack: List[Scope] = [self.module_scope]
+        self.class_stack: List[str] = []
+        self.statement_stack: List[Statement] = []
+        self.small_statement: Optional[cst.BaseSmallStatement] = None
+        self.loop_stack: List[List[Loop]] = [[]]  # per scope
+        self.branch_stack: List[List[Branch]] = [[]]
+        self.region_stack: List[List[AutocastRegion]] = [[]]
+        self.events: List[Event] = []
+        self.raw_calls: List[_RawCall] = []
+        self.regions: List[AutocastRegion] = []
+        self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
+        self.scalers: Dict[str, List[ScalerBinding]] = {}
+        self.optimizer_keys: set = set()
+        self.deprecated_uses: List[DeprecatedUse] = []
+        self.functions: Dict[str, List[cst.FunctionDef]] = {}
+        self.classes: Dict[str, cst.ClassDef] = {}
+        self.imports: List[Tuple[Union[cst.Import, cst.ImportFrom], Scope]] = []
+        self.amp_module_refs: List[Tuple[cst.Name, Scope]] = []
+        self.counter = 0
+        self.consumed_scale_calls: set = set()
+        self.scale_calls: List[Tuple[cst.Call, str, _RawCall]] = []
+        self.with_regions: Dict[cst.With, List[AutocastRegion]] = {}
+        self.scaler_call_sites: list = []
+        self.autocast_calls: list = []
+        self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
+        self.skip_reference: set = set()
+        self._prepare_module_names()
+
+    # --- names ---
+    def _prepare_module_names(self) -> None:
+        """Module-level imports and definitions, known before any function body is read."""
+        table = self.module_scope.names
+        definitions = set()
+        for statement in self._top_level_statements(self.module.body):
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import):
+                        table.bind_import(small)
+                    elif isinstance(small, cst.ImportFrom):
+                        table.bind_import_from(small)
+        for statement in self.module.body:  # unconditional definitions hide an import of the same name
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                definitions.add(statement.name.value)
+        for name in definitions:
+            table.imported.pop(name, None)
+            table.bind_local(name)
+
+    def _top_level_statements(self, body: Sequence[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+        for statement in body:
+            yield statement
+            if isinstance(statement, cst.Try):
+                yield from self._top_level_statements(statement.body.body)
+                for handler in statement.handlers:
+                    yield from self._top_level_statements(handler.body.body)
+                if statement.orelse:
+                    yield from self._top_level_statements(statement.orelse.body.body)
+            elif isinstance(statement, cst.If):
+                yield from self._top_level_statements(statement.body.body)
+                orelse = statement.orelse
+                while orelse is not None:
+                    yield from self._top_level_statements(orelse.body.body)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+
+    @property
+    def scope(self) -> Scope:
+        return self.scope_stack[-1]
+
+    def qualify(self, node: cst.BaseExpression) -> Optional[str]:
+        return self.scope.names.qualify(node)
+
+    # --- scopes ---
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.setdefault(node.name.value, node)
+        self.scope.names.bind_local(node.name.value)
+        self.class_stack.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        parent = self.scope
+        self.functions.setdefault(node.name.value, []).append(node)
+        if parent.is_function or not self.class_stack:
+            parent.names.bind_local(node.name.value)
+        class_name = self.class_stack[-1] if self.class_stack else None
+        prefix = class_name if class_name else (parent.name if parent.name else "")
+        scope = Scope(
+            node=node,
+            name=f"{prefix}.{node.name.value}" if prefix else node.name.value,
+            parent=parent,
+            class_name=class_name if not parent.is_function else parent.class_name,
+            names=NameTable(parent.names),
+        )
+        for param in self._parameters(node.params):
+            scope.params[param.name.value] = param.annotation
+            scope.names.bind_local(param.name.value)
+        # Decorators run in the enclosing scope.
+        for decorator in node.decorators:
+            self.decorator_nodes[decorator.decorator] = decorator
+        region = self._decorator_region(node)
+        self.scopes.append(scope)
+        self.scope_stack.append(scope)
+        self.loop_stack.append([])
+        self.branch_stack.append([])
+        self.region_stack.append([])
+        if region is not None:
+            region.scope = scope
+            scope.decorator_region = region
+            scope.regions.append(region)
+            self.regions.append(region)
+            self.region_stack[-1].append(region)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scope_stack.pop()
+        self.loop_stack.pop()
+        self.branch_stack.pop()
+        self.region_stack.pop()
+
+    @staticmethod
+    def _parameters(params: cst.Parameters) -> Iterator[cst.Param]:
+        yield from params.posonly_params
+        yield from params.params
+        yield from params.kwonly_params
+        if isinstance(params.star_arg, cst.Param):
+            yield params.star_arg
+        if params.star_kwarg is not None:
+            yield params.star_kwarg
+
+    def _decorator_region(self, node: cst.FunctionDef) -> Optional[AutocastRegion]:
+        for decorator in node.decorators:
+            expr = decorator.decorator
+            call = expr if isinstance(expr, cst.Call) else None
+            qualified = self.qualify(call.func if call else expr)
+            if qualified in names.AUTOCAST:
+                return AutocastRegion(node=node, spec=autocast_spec(qualified, call))
+        return None
+
+    # --- statements, blocks, branches, loops ---
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statement_stack.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.statement_stack.pop()
+
+    def _enter_compound(self, node: Statement) -> None:
+        self.statement_stack.append(node)
+
+    def _leave_compound(self) -> None:
+        self.statement_stack.pop()
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self.small_statement = node
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.small_statement = node
+        for target in node.targets:
+            self._record_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.small_statement = node
+        if node.value is not None:
+            self._record_assignment(node.target, node.value)
+        key = dotted_name(node.target)
+        if key is not None and "Scaler" in code_of(node.annotation.annotation):
+            self._add_scaler(key, ScalerBinding(key=key, enabled=None), from_annotation=True)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.small_statement = node
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.small_statement = node
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append((node, self.scope))
+        if self.scope.is_function:
+            self.scope.names.bind_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append((node, self.scope))
+        if self.scope.is_function:
+            self.scope.names.bind_import_from(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_compound(node)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._leave_compound()
+
+    def _push_branch(self, node: cst.If, taken: bool) -> None:
+        key, polarity = _normalise_test(node.test)
+        self.branch_stack[-1].append(Branch(node=node, taken=taken, test=f"{key}|{int(polarity)}"))
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push_branch(node, True)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.branch_stack[-1].pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push_branch(node, False)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.branch_stack[-1].pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_compound(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._leave_compound()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].append(node)
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._enter_compound(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._leave_compound()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].append(node)
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].pop()
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._enter_compound(node)
+
+    def leave_Try(self, original_node: cst.Try) -> None:
+        self._leave_compound()
+
+    def visit_With(self, node: cst.With) -> None:
+        self._enter_compound(node)
+        regions = []
+        for item in node.items:
+            spec = self._autocast_of_with_item(item.item)
+            if spec is not None:
+                region = AutocastRegion(node=node, spec=spec, item=item, scope=self.scope, loops=tuple(self.loop_stack[-1]))
+                regions.append(region)
+        self.with_regions[node] = regions
+
+    def visit_With_body(self, node: cst.With) -> None:
+        for region in self.with_regions.get(node, []):
+            stack = self.region_stack[-1]
+            region.parent = stack[-1] if stack else None
+            stack.append(region)
+            self.scope.regions.append(region)
+            self.regions.append(region)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        for _ in self.with_regions.get(node, []):
+            self.region_stack[-1].pop()
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self._leave_compound()
+
+    def _autocast_of_with_item(self, expr: cst.BaseExpression) -> Optional[AutocastSpec]:
+        if isinstance(expr, cst.Call):
+            qualified = self.qualify(expr.func)
+            if qualified in names.AUTOCAST:
+                return autocast_spec(qualified, expr)
+            binding = self._autocast_binding(expr.func)
+            if binding is not None and binding.is_factory:
+                return autocast_spec(binding.qualified_name, expr, binding.partial_args)
+            return None
+        binding = self._autocast_binding(expr)
+        if binding is not None and not binding.is_factory:
+            return autocast_spec(binding.qualified_name, binding.call)
+        return None
+
+    def _autocast_binding(self, expr: cst.BaseExpression) -> Optional[AutocastBinding]:
+        key = dotted_name(expr)
+        if key is None:
+            return None
+        for scope in self.scope.chain():
+            binding = self.autocast_bindings.get((id(scope), key))
+            if binding is not None:
+                return binding
+        if key.startswith("self.") and self.scope.class_name:
+            return self.autocast_bindings.get((0, f"{self.scope.class_name}.{key}"))
+        return None
+
+    # --- assignments: scalers, optimizers, autocast contexts, scaled losses, constants ---
+    def _binding_key(self, key: str) -> Tuple[int, str]:
+        if key.startswith("self.") and self.scope.class_name:
+            return (0, f"{self.scope.class_name}.{key}")
+        return (id(self.scope), key)
+
+    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        key = dotted_name(target)
+        if key is None:
+            return
+        statement = self.statement_stack[-1] if self.statement_stack else None
+        self.scope.assignments.setdefault(key, []).append((value, statement))
+        if "." not in key:
+            self.scope.names.bind_local(key)
+        for candidate in self._alternatives(value):
+            if isinstance(candidate, cst.Call):
+                qualified = self.qualify(candidate.func)
+                if qualified in names.GRAD_SCALER:
+                    enabled_arg = _argument(candidate, 4 if qualified in names.IMPLIED_DEVICE else 5, "enabled")
+                    enabled = True if enabled_arg is None else _literal_bool(enabled_arg.value)
+                    self._add_scaler(
+                        key,
+                        ScalerBinding(
+                            key=key,
+                            call=candidate,
+                            qualified_name=qualified,
+                            enabled=enabled,
+                            maybe_none=candidate is not value,
+                            statement=statement,
+                            scope=self.scope,
+                            loops=tuple(self.loop_stack[-1]),
+                        ),
+                    )
+                elif qualified is not None and names.is_optimizer_class(qualified):
+                    self.optimizer_keys.add(key)
+                elif qualified in names.AUTOCAST:
+                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, candidate, False)
+                elif qualified in ("functools.partial",) and candidate.args:
+                    inner = self.qualify(candidate.args[0].value)
+                    if inner in names.AUTOCAST:
+                        self.autocast_bindings[self._binding_key(key)] = AutocastBinding(
+                            inner, candidate, True, tuple(candidate.args[1:])
+                        )
+            else:
+                qualified = self.qualify(candidate)
+                if qualified in names.AUTOCAST:
+                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
+
+    @staticmethod
+    def _alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+        """`a if c else b` may be either side; `(x)` is x."""
+        if isinstance(value, cst.IfExp):
+            yield from _ModelBuilder._alternatives(value.body)
+            yield from _ModelBuilder._alternatives(value.orelse)
+        elif isinstance(value, cst.BooleanOperation):
+            yield from _ModelBuilder._alternatives(value.left)
+            yield from _ModelBuilder._alternatives(value.right)
+        else:
+            yield value
+
+    def _add_scaler(self, key: str, binding: ScalerBinding, from_annotation: bool = False) -> None:
+        binding.scope = binding.scope or self.scope
+        stored = f"{self.scope.class_name}.{key}" if key.startswith("self.") and self.scope.class_name else key
+        self.scalers.setdefault(stored, []).append(binding)
+
+    # --- calls ---
+    def _context(self):
+        statement = self.statement_stack[-1] if self.statement_stack else self.module
+        return (
+            statement,
+            self.small_statement if self.statement_stack and isinstance(statement, cst.SimpleStatementLine) else None,
+            self.scope,
+            tuple(self.loop_stack[-1]),
+            tuple(self.branch_stack[-1]),
+            tuple(self.region_stack[-1]),
+        )
+
+    def _add_event(self, kind: EventKind, call: cst.Call, **fields) -> Event:
+        statement, small, scope, loops, branches, regions = self._context()
+        self.counter += 1
+        event = Event(
+            kind=kind,
+            call=call,
+            statement=statement,
+            small_statement=small,
+            scope=scope,
+            loops=loops,
+            branches=branches,
+            regions=regions,
+            index=self.counter,
+            **fields,
+        )
+        scope.events.append(event)
+        self.events.append(event)
+        return event
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        qualified = self.qualify(func)
+        if qualified is not None:
+            if qualified in names.DEPRECATED_AMP:
+                self._add_deprecated(func, qualified, node)
+            if qualified in names.AUTOCAST:
+                self.autocast_calls.append((node, qualified, self.scope))
+            elif qualified in names.GRAD_SCALER:
+                statement, _, scope, loops, _, _ = self._context()
+                self.scaler_call_sites.append((node, qualified, scope, loops, statement))
+            elif qualified in names.CLIP_GRAD:
+                self._add_event(EventKind.CLIP, node, target=qualified)
+                return
+            elif qualified in names.AUTOGRAD_BACKWARD or qualified in names.AUTOGRAD_GRAD:
+                kind = EventKind.BACKWARD if qualified in names.AUTOGRAD_BACKWARD else EventKind.AUTOGRAD_GRAD
+                loss = _argument(node, 0, "tensors" if kind is EventKind.BACKWARD else "outputs")
+                self._add_backward(kind, node, loss.value if loss else None)
+                return
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method == "backward":
+                self._maybe_backward(node, func.value)
+                return
+            receiver = dotted_name(func.value)
+            if receiver is not None and method in ("step", "update", "unscale_", "scale", "zero_grad"):
+                statement, small, scope, loops, branches, regions = self._context()
+                self.counter += 1
+                self.raw_calls.append(
+                    _RawCall(node, receiver, method, statement, small, scope, loops, branches, regions, self.counter)
+                )
+                return
+            if "unscale" in method:
+                self._add_event(EventKind.CALL, node, target=dotted_name(func) or method)
+                return
+            if receiver == "self":
+                self._add_event(EventKind.CALL, node, target=f"self.{method}")
+        elif isinstance(func, cst.Name):
+            self._add_event(EventKind.CALL, node, target=func.value)
+
+    def _maybe_backward(self, call: cst.Call, receiver: cst.BaseExpression) -> None:
+        """`loss.backward()` is a backward site; `accelerator.backward(loss)` is a framework's wrapper."""
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            if receiver.func.attr.value == "scale" and receiver.args:
+                scaler = dotted_name(receiver.func.value)
+                if scaler is not None:
+                    self.consumed_scale_calls.add(receiver)
+                    self._add_backward(EventKind.BACKWARD, call, receiver.args[0].value, scaler, receiver)
+                    return
+        key = dotted_name(receiver)
+        positional = [a for a in call.args if a.keyword is None]
+        if key is not None:
+            last = key.split(".")[-1]
+            if _WRAPPER_RECEIVER.search(last) and "loss" not in last.lower():
+                return
+            if positional and "loss" not in last.lower():
+                # Tensor.backward's first parameter is `gradient`; `x.backward(loss)` is someone's wrapper.
+                return
+        elif positional:
+            return
+        self._add_backward(EventKind.BACKWARD, call, receiver)
+
+    def _add_backward(
+        self,
+        kind: EventKind,
+        call: cst.Call,
+        loss: Optional[cst.BaseExpression],
+        scaler: Optional[str] = None,
+        scale_call: Optional[cst.Call] = None,
+    ) -> None:
+        if scaler is None and isinstance(loss, cst.Call) and isinstance(loss.func, cst.Attribute):
+            if loss.func.attr.value == "scale" and loss.args:
+                scaler = dotted_name(loss.func.value)
+                scale_call = loss
+                self.consumed_scale_calls.add(loss)
+        target = code_of(loss) if loss is not None else None
+        if scaler is None and scale_call is None and loss is not None:
+            key = dotted_name(loss)
+            if key is not None:
+                # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
+                for value, _ in self.scope.assignments.get(key, []):
+                    for candidate in self._alternatives(value):
+                        if (
+                            isinstance(candidate, cst.Call)
+                            and isinstance(candidate.func, cst.Attribute)
+                            and candidate.func.attr.value == "scale"
+                        ):
+                            scaler = dotted_name(candidate.func.value)
+                            scale_call = candidate
+                            self.consumed_scale_calls.add(candidate)
+        self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _add_deprecated(self, func: cst.BaseExpression, qualified: str, call: Optional[cst.Call]) -> None:
+        self.skip_reference.add(func)
+        decorator = self.decorator_nodes.get(call) if call is not None else None
+        self.deprecated_uses.append(DeprecatedUse(func, qualified, call, decorator, self.scope))
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        expr = node.decorator
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            qualified = self.qualify(expr)
+            if qualified in names.DEPRECATED_AMP:
+                self.skip_reference.add(expr)
+                self.deprecated_uses.append(DeprecatedUse(expr, qualified, None, node, self.scope))
+        elif isinstance(expr, cst.Call):
+            self.decorator_nodes[expr] = node
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        # A deprecated API used without being called (`partial(torch.cuda.amp.autocast, ...)`).
+        if node in self.skip_reference:
+            return False
+        qualified = self.qualify(node)
+        if qualified in names.DEPRECATED_AMP:
+            self.deprecated_uses.append(DeprecatedUse(node, qualified, None, None, self.scope))
+            return False
+        return None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node in self.skip_reference:
+            return
+        resolved = self.scope.names.lookup(node.value)
+        if resolved is None:
+            return
+        if resolved in names.DEPRECATED_AMP:
+            self.deprecated_uses.append(DeprecatedUse(node, resolved, None, None, self.scope))
+        elif resolved in names.DEPRECATED_AMP_MODULES:
+            self.amp_module_refs.append((node, self.scope))
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        return False  # names in import statements are bindings, not uses
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip_reference.add(node.keyword)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name):
+            self.skip_reference.add(node.target)
+
+    def visit_FunctionDef_name(self, node: cst.FunctionDef) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_ClassDef_name(self, node: cst.ClassDef) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_Attribute_attr(self, node: cst.Attribute) -> None:
+        self.skip_reference.add(node.attr)
+
+    # --- after the walk ---
+    def finish(self) -> FileModel:
+        model = FileModel(
+            module=self.module,
+            scopes=self.scopes,
+            events=self.events,
+            regions=self.regions,
+            scalers=self.scalers,
+            optimizer_keys=self.optimizer_keys,
+            deprecated_uses=self.deprecated_uses,
+            functions=self.functions,
+            classes=self.classes,
+            imports=self.imports,
+            module_names=self.module_scope.names,
+            amp_module_refs=self.amp_module_refs,
+            scaler_call_sites=self.scaler_call_sites,
+            autocast_calls=self.autocast_calls,
+        )
+        self._classify_raw_calls(model)
+        for region in self.regions:
+            _resolve_spec(region.spec, region.scope or self.module_scope, self.module_scope)
+        for scope in self.scopes:
+            scope.events.sort(key=lambda e: e.index)
+        model.events.sort(key=lambda e: e.index)
+        model.steps = _training_steps(model)
+        return model
+
+    def _classify_raw_calls(self, model: FileModel) -> None:
+        optimizer_args = set()
+        for raw in self.raw_calls:
+            if raw.method in ("step", "unscale_") and self._is_scaler(raw.receiver, raw.scope, model) and raw.call.args:
+                key = dotted_name(raw.call.args[0].value)
+                if key:
+                    optimizer_args.add(key)
+        model.optimizer_keys |= optimizer_args
+        for raw in self.raw_calls:
+            fields = dict(
+                statement=raw.statement,
+                small_statement=raw.small_statement,
+                scope=raw.scope,
+                loops=raw.loops,
+                branches=raw.branches,
+                regions=raw.regions,
+                index=raw.index,
+                receiver=raw.receiver,
+            )
+            if self._is_scaler(raw.receiver, raw.scope, model):
+                if raw.method == "step":
+                    target = dotted_name(raw.call.args[0].value) if raw.call.args else None
+                    event = Event(kind=EventKind.SCALER_STEP, call=raw.call, target=target, **fields)
+                elif raw.method == "update":
+                    event = Event(kind=EventKind.SCALER_UPDATE, call=raw.call, **fields)
+                elif raw.method == "unscale_":
+                    target = dotted_name(raw.call.args[0].value) if raw.call.args else None
+                    event = Event(kind=EventKind.SCALER_UNSCALE, call=raw.call, target=target, **fields)
+                elif raw.method == "scale":
+                    if raw.call in self.consumed_scale_calls:
+                        continue
+                    event = Event(kind=EventKind.SCALER_SCALE, call=raw.call, **fields)
+                else:
+                    continue
+            elif raw.method == "step" and self._is_optimizer(raw.receiver, model):
+                event = Event(kind=EventKind.OPTIMIZER_STEP, call=raw.call, target=raw.receiver, **fields)
+            elif raw.method == "zero_grad":
+                event = Event(kind=EventKind.ZERO_GRAD, call=raw.call, target=raw.receiver, **fields)
+            else:
+                continue
+            raw.scope.events.append(event)
+            model.events.append(event)
+
+    @staticmethod
+    def _is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
+        bindings = model.scaler_bindings(key, scope)
+        if bindings:
+            return True
+        last = key.split(".")[-1]
+        if not _SCALER_NAME.search(last):
+            for outer in scope.chain():
+                annotation = outer.params.get(key)
+                if annotation is not None and "Scaler" in code_of(annotation):
+                    return True
+            return False
+        # Named like a scaler: still not one if the file builds it from something that is not torch's.
+        for outer in scope.chain():
+            for value, _ in outer.assignments.get(key, []):
+                if isinstance(value, cst.Call):
+                    qualified = outer.names.qualify(value.func)
+                    if qualified is not None and qualified not in names.GRAD_SCALER:
+                        return False
+        return True
+
+    @staticmethod
+    def _is_optimizer(key: str, model: FileModel) -> bool:
+        if key in model.optimizer_keys:
+            return True
+        last = key.split(".")[-1]
+        return bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last)
+
+
+def _resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[cst.BaseExpression]:
+    """Follow a name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
+    seen = 0
+    while isinstance(expr, cst.Name) and seen < 5:
+        seen += 1
+        for outer in scope.chain():
+            values = outer.assignments.get(expr.value)
+            if values:
+                if len(values) != 1:
+                    return None
+                expr = values[0][0]
+                break
+        else:
+            return expr
+    return expr
+
+
+def _device_literal(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[str]:
+    expr = _resolve_constant(expr, scope, module_scope)
+    text = _literal_string(expr)
+    if text is not None:
+        return text
+    # device.type where device = torch.device("cuda")
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
+        inner = _resolve_constant(expr.value, scope, module_scope)
+        if isinstance(inner, cst.Call) and scope.names.qualify(inner.func) == "torch.device" and inner.args:
+            literal = _literal_string(inner.args[0].value)
+            if literal is not None:
+                return literal.split(":")[0]
+    return None
+
+
+def _resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None:
+    implied = names.IMPLIED_DEVICE.get(spec.qualified_name)
+    spec.device = implied or _device_literal(spec.device_node, scope, module_scope)
+    dtype_expr = _resolve_constant(spec.dtype_node, scope, module_scope) if spec.dtype_node is not None else None
+    if spec.dtype_node is None:
+        device = (spec.device or "").split(":")[0]
+        if device in CUDA_LIKE_DEVICES:
+            spec.dtype = DType.FP16
+        elif device in BF16_DEFAULT_DEVICES:
+            spec.dtype = DType.BF16
+        else:
+            spec.dtype = DType.UNKNOWN
+    else:
+        qualified = scope.names.qualify(dtype_expr) if dtype_expr is not None else None
+        if qualified in names.FLOAT16:
+            spec.dtype = DType.FP16
+        elif qualified in names.BFLOAT16:
+            spec.dtype = DType.BF16
+        elif qualified in names.OTHER_FLOAT:
+            spec.dtype = DType.OTHER
+        else:
+            spec.dtype = DType.UNKNOWN
+    if spec.enabled_node is not None:
+        spec.enabled = _literal_bool(_resolve_constant(spec.enabled_node, scope, module_scope))
+
+
+def _training_steps(model: FileModel) -> List[TrainingStep]:
+    """Group each scope's events into iterations."""
+    steps: List[TrainingStep] = []
+    for scope in model.scopes:
+        if not scope.events:
+            continue
+        anchors = [e for e in scope.events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)]
+        if not anchors:
+            # A function that steps but does not backpropagate (an `optimizer_step()` helper): one iteration.
+            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP) for e in scope.events):
+                steps.append(TrainingStep(scope, None, list(scope.events)))
+            continue
+        loops: List[Optional[Loop]] = []
+        for anchor in anchors:
+            if anchor.loop not in loops:
+                loops.append(anchor.loop)
+        # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
+        for loop in loops:
+            if loop is None:
+                members = [e for e in scope.events if not _inside_any(e, [l for l in loops if l is not None])]
+                if not scope.is_function:
+                    members = [e for e in members if not e.loops]
+                steps.append(TrainingStep(scope, None, members))
+            else:
+                inner_loops = [l for l in loops if l is not None and l is not loop]
+                members = [
+                    e
+                    for e in scope.events
+                    if loop in e.loops and not any(l in e.loops[e.loops.index(loop) + 1 :] for l in inner_loops)
+                ]
+                steps.append(TrainingStep(scope, loop, members))
+    return steps
+
+
+def _inside_any(event: Event, loops: List[Loop]) -> bool:
+    return any(loop in event.loops for loop in loops)
+
+
+def build_model(module: cst.Module) -> FileModel:
+    builder = _ModelBuilder(module)
+    module.visit(builder)
+    return builder.finish()

@@ -1,0 +1,179 @@
+"""Which expressions mean torch's AMP API, whatever the spelling.
+
+`NameTable` maps local names bound by imports to fully qualified names, per scope, so that
+`import torch as T; T.autocast`, `from torch.cuda.amp import autocast as ac` and
+`from torch.cuda import amp; amp.GradScaler` all resolve once, for every rule. A name that the file
+binds itself (a `def autocast`, a class called `GradScaler`) is the user's, not torch's.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Set
+
+import libcst as cst
+
+# --- torch's AMP API by qualified name -------------------------------------------------------------
+
+AUTOCAST = frozenset(
+    {
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.amp.autocast_mode.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.cuda.amp.autocast_mode.autocast",
+        "torch.cpu.amp.autocast",
+        "torch.cpu.amp.autocast_mode.autocast",
+    }
+)
+
+GRAD_SCALER = frozenset(
+    {
+        "torch.amp.GradScaler",
+        "torch.GradScaler",
+        "torch.amp.grad_scaler.GradScaler",
+        "torch.cuda.amp.GradScaler",
+        "torch.cuda.amp.grad_scaler.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.cpu.amp.grad_scaler.GradScaler",
+        "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+        "torch.distributed.fsdp.ShardedGradScaler",
+    }
+)
+
+CUSTOM_FWD = frozenset({"torch.amp.custom_fwd", "torch.cuda.amp.custom_fwd", "torch.amp.autocast_mode.custom_fwd"})
+CUSTOM_BWD = frozenset({"torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd", "torch.amp.autocast_mode.custom_bwd"})
+
+CLIP_GRAD = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad_norm",
+        "torch.nn.utils.clip_grad_value_",
+        "torch.nn.utils.clip_grads_with_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm",
+        "torch.nn.utils.clip_grad.clip_grad_value_",
+        "torch.nn.utils.clip_grad.clip_grads_with_norm_",
+    }
+)
+
+AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
+AUTOGRAD_GRAD = frozenset({"torch.autograd.grad"})
+
+FLOAT16 = frozenset({"torch.float16", "torch.half"})
+BFLOAT16 = frozenset({"torch.bfloat16"})
+OTHER_FLOAT = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+
+# Deprecated device-specific spellings (AMP070-AMP073): qualified name -> (device, modern name).
+DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": ("cuda", "autocast"),
+    "torch.cuda.amp.autocast_mode.autocast": ("cuda", "autocast"),
+    "torch.cpu.amp.autocast": ("cpu", "autocast"),
+    "torch.cpu.amp.autocast_mode.autocast": ("cpu", "autocast"),
+    "torch.cuda.amp.GradScaler": ("cuda", "GradScaler"),
+    "torch.cuda.amp.grad_scaler.GradScaler": ("cuda", "GradScaler"),
+    "torch.cpu.amp.GradScaler": ("cpu", "GradScaler"),
+    "torch.cpu.amp.grad_scaler.GradScaler": ("cpu", "GradScaler"),
+    "torch.cuda.amp.custom_fwd": ("cuda", "custom_fwd"),
+    "torch.cuda.amp.custom_bwd": ("cuda", "custom_bwd"),
+}
+
+DEPRECATED_AMP_MODULES = frozenset(
+    {
+        "torch.cuda.amp",
+        "torch.cpu.amp",
+        "torch.cuda.amp.autocast_mode",
+        "torch.cpu.amp.autocast_mode",
+        "torch.cuda.amp.grad_scaler",
+        "torch.cpu.amp.grad_scaler",
+    }
+)
+
+# Device that a spelling implies when it takes no device argument.
+IMPLIED_DEVICE = {name: device for name, (device, _) in DEPRECATED_AMP.items()}
+
+
+def is_optimizer_class(qualified_name: str) -> bool:
+    """`torch.optim.AdamW`, `torch.optim.sgd.SGD`: yes. `torch.optim.lr_scheduler.StepLR`: no."""
+    if not qualified_name.startswith("torch.optim."):
+        return False
+    parts = qualified_name.split(".")
+    if "lr_scheduler" in parts or "swa_utils" in parts:
+        return False
+    last = parts[-1]
+    return last[:1].isupper() and last != "Optimizer"
+
+
+# --- resolution --------------------------------------------------------------------------------------
+
+
+def dotted_name(node: cst.BaseExpression) -> Optional[str]:
+    """`a.b.c` for a chain of names and attributes, else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _module_name(node: cst.BaseExpression) -> str:
+    return dotted_name(node) or ""
+
+
+class NameTable:
+    """Local name -> qualified name for the imports of one scope, chained to the enclosing scope."""
+
+    def __init__(self, parent: Optional["NameTable"] = None) -> None:
+        self.parent = parent
+        self.imported: Dict[str, str] = {}
+        # Names the scope binds itself (def, class, plain assignment): they hide imports from outer scopes.
+        self.own: Set[str] = set()
+
+    def bind_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = _module_name(alias.name)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.imported[alias.asname.name.value] = full
+            else:
+                top = full.split(".")[0]
+                self.imported[top] = top
+
+    def bind_import_from(self, node: cst.ImportFrom) -> None:
+        if node.relative:
+            module = "." * len(node.relative) + _module_name(node.module) if node.module else "."
+        else:
+            module = _module_name(node.module) if node.module else ""
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = _module_name(alias.name)
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.imported[local] = f"{module}.{name}" if module else name
+
+    def bind_local(self, name: str) -> None:
+        self.own.add(name)
+
+    def lookup(self, name: str) -> Optional[str]:
+        table: Optional[NameTable] = self
+        while table is not None:
+            if name in table.imported:
+                return table.imported[name]
+            if name in table.own:
+                return None
+            table = table.parent
+        return None
+
+    def qualify(self, node: cst.BaseExpression) -> Optional[str]:
+        """The qualified name an expression refers to, if it starts with an imported name."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        resolved = self.lookup(head)
+        if resolved is None:
+            return None
+        return f"{resolved}.{rest}" if rest else resolved

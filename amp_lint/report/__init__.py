@@ -1,0 +1,78 @@
+"""Output formats: each one is a pure function from a `Report` to text.
+
+`render` picks the format. The text formats (`full`, `concise`, `grouped`) include file errors and a
+summary; the machine formats carry only what their consumer reads, so the command line prints
+`error_lines(report)` to stderr for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import List
+
+from amp_lint.diagnostics import Report
+
+FORMATS = ("full", "concise", "grouped", "json", "json-lines", "github", "sarif", "junit", "gitlab", "pylint")
+
+# Formats meant for people: they show file errors and a summary themselves.
+TEXT_FORMATS = ("full", "concise", "grouped")
+
+# Format name -> (module in this package, function taking (report, options)).
+_RENDERERS = {
+    "full": ("text", "render_full"),
+    "concise": ("text", "render_concise"),
+    "grouped": ("text", "render_grouped"),
+    "pylint": ("text", "render_pylint"),
+    "json": ("machine", "render_json"),
+    "json-lines": ("machine", "render_json_lines"),
+    "github": ("machine", "render_github"),
+    "gitlab": ("machine", "render_gitlab"),
+    "junit": ("machine", "render_junit"),
+    "sarif": ("sarif", "render_sarif_report"),
+}
+
+
+@dataclass
+class RenderOptions:
+    color: bool = False
+    show_fixes: bool = False
+    statistics: bool = False
+    unsafe_fixes: bool = False  # whether --unsafe-fixes was on
+    fix_mode: bool = False  # whether --fix ran
+    quiet: bool = False
+
+
+def render(report: Report, output_format: str, options: RenderOptions) -> str:
+    """The report in `output_format`; ends with a newline unless empty.
+
+    With `options.statistics`, a count per rule instead of the findings: a table for the text formats,
+    a JSON list for `json`; other formats raise ValueError.
+    """
+    if output_format not in FORMATS:
+        raise ValueError(f"unknown output format {output_format!r} (expected one of: {', '.join(FORMATS)})")
+    if options.statistics:
+        return _render_statistics(report, output_format, options)
+    module_name, function_name = _RENDERERS[output_format]
+    # Imported on demand: most runs need one format, and the hook's start-up time counts.
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    return getattr(module, function_name)(report, options)
+
+
+def error_lines(report: Report) -> List[str]:
+    """One `path[:row:col]: error: message` line per file that could not be checked."""
+    from amp_lint.report.text import error_line
+
+    return [error_line(error, RenderOptions()) for error in report.errors]
+
+
+def _render_statistics(report: Report, output_format: str, options: RenderOptions) -> str:
+    if output_format in TEXT_FORMATS:
+        from amp_lint.report.text import render_statistics
+
+        return render_statistics(report, options)
+    if output_format == "json":
+        from amp_lint.report.machine import render_json_statistics
+
+        return render_json_statistics(report, options)
+    raise ValueError(f"--statistics is not supported with output format {output_format!r}")

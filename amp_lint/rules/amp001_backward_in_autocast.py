@@ -1,0 +1,317 @@
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder
+from amp_lint.model import AutocastRegion, Event, EventKind, FileModel, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+_PROTOCOL = (
+    EventKind.BACKWARD,
+    EventKind.AUTOGRAD_GRAD,
+    EventKind.SCALER_STEP,
+    EventKind.SCALER_UPDATE,
+    EventKind.SCALER_UNSCALE,
+    EventKind.OPTIMIZER_STEP,
+    EventKind.ZERO_GRAD,
+    EventKind.CLIP,
+)
+
+
+class BackwardInAutocast(Rule):
+    """
+    ## What it does
+    Finds a backward pass (`loss.backward()`, `scaler.scale(loss).backward()`,
+    `torch.autograd.backward`, `torch.autograd.grad`) that runs inside an enabled autocast region.
+
+    ## Why is this bad?
+    autocast "should wrap only the forward pass(es) of your network, including the loss
+    computation(s). Backward passes under autocast are not recommended." The autocast state travels
+    into the backward pass, so the backward of any part you deliberately kept in float32
+    (`autocast(enabled=False)`, `custom_fwd(cast_inputs=torch.float32)`) runs in float16 or bfloat16:
+    lost precision and, with float16, an overflow risk. With `torch.compile` the wrong assumption is
+    baked into the compiled graph.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The `with` block is split at the first backward call: the statements before it stay inside,
+    the backward and everything after it move out of the block. When a second forward pass follows
+    (a GAN's generator step), it gets its own `with` of the same autocast. No fix when autocast is a
+    function decorator, when the `with` has other context managers, when its `as` name is used after
+    the split, or when the backward is nested deeper inside the block.
+
+    ## References
+    - [`torch.autocast`](https://docs.pytorch.org/docs/stable/amp.html#torch.autocast) docstring
+    - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
+    - pytorch/pytorch#105682, #125186 (backward matmuls ran in the wrong dtype)
+    """
+
+    code = "AMP001"
+    name = "backward-inside-autocast"
+    summary = "Backward pass runs inside an autocast region"
+    severity = Severity.WARNING
+    fix_applicability = Applicability.SAFE
+    needs = ("autocast", "backward|grad")
+
+    valid = [
+        """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # autocast(enabled=False) switches autocast off inside an enabled region.
+        """
+import torch
+with torch.autocast("cuda"):
+    out = model(x)
+    with torch.autocast("cuda", enabled=False):
+        loss = out.float().sum()
+        loss.backward()
+""",
+        # A user's own `autocast` is not torch's.
+        """
+from contextlib import contextmanager
+@contextmanager
+def autocast():
+    yield
+with autocast():
+    loss.backward()
+""",
+        # Accelerate's wrapper is not Tensor.backward.
+        """
+import torch
+with torch.autocast("cuda"):
+    loss = model(x)
+    accelerator.backward(loss)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+        # scale, then backpropagate
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            fixed="""
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    # scale, then backpropagate
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import autocast as ac
+def train_step(model, x):
+    with ac():
+        loss = model(x).sum()
+        loss.backward()
+""",
+            fixed="""
+from torch.cuda.amp import autocast as ac
+def train_step(model, x):
+    with ac():
+        loss = model(x).sum()
+    loss.backward()
+""",
+        ),
+        # A context manager bound to a name, chosen at run time.
+        Invalid(
+            """
+import contextlib
+import torch
+ctx = torch.autocast("cuda") if use_amp else contextlib.nullcontext()
+with ctx:
+    loss = model(x).sum()
+    loss.backward()
+""",
+            fixed="""
+import contextlib
+import torch
+ctx = torch.autocast("cuda") if use_amp else contextlib.nullcontext()
+with ctx:
+    loss = model(x).sum()
+loss.backward()
+""",
+        ),
+        # GAN: the generator's forward gets its own autocast block.
+        Invalid(
+            """
+import torch
+with torch.autocast("cuda"):
+    d_loss = d_loss_fn(D(real), D(G(z).detach()))
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    g_loss = g_loss_fn(D(G(z)))
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+            fixed="""
+import torch
+with torch.autocast("cuda"):
+    d_loss = d_loss_fn(D(real), D(G(z).detach()))
+scaler.scale(d_loss).backward()
+scaler.step(opt_d)
+with torch.autocast("cuda"):
+    g_loss = g_loss_fn(D(G(z)))
+scaler.scale(g_loss).backward()
+scaler.step(opt_g)
+scaler.update()
+""",
+            count=2,
+        ),
+        # Decorator form: reported, not fixed.
+        Invalid(
+            """
+import torch
+@torch.autocast("cuda")
+def step(model, x):
+    loss = model(x).sum()
+    loss.backward()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        fixes = {}
+        for event in model.events:
+            if event.kind not in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
+                continue
+            region = event.in_enabled_autocast()
+            if region is None:
+                continue
+            if region.node not in fixes:
+                fixes[region.node] = _split_fix(model, region, event)
+            where = "a function decorated with" if region.is_decorator else "the block of"
+            yield self.finding(
+                event.call,
+                f"`{_short(event)}` runs inside {where} `{_autocast_text(region)}`; "
+                "run the backward pass after leaving autocast",
+                fix=fixes[region.node],
+                context=event.scope.name,
+            )
+
+
+def _short(event: Event) -> str:
+    text = code_of(event.call)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _autocast_text(region: AutocastRegion) -> str:
+    node = region.item.item if region.item is not None else (region.spec.call or None)
+    text = code_of(node) if node is not None else "autocast"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Optional[Fix]:
+    """Split the `with` at the first backward: what follows moves out, later forwards get their own `with`."""
+    node = region.node
+    if region.is_decorator or not isinstance(node, cst.With) or len(node.items) != 1:
+        return None
+    if not isinstance(node.body, cst.IndentedBlock):
+        return None
+    body = list(node.body.body)
+    if first.statement not in body:
+        return None
+    split = body.index(first.statement)
+    tail = body[split:]
+    asname = node.items[0].asname
+    if asname is not None:
+        name = code_of(asname.name)
+        if any(re.search(rf"\b{re.escape(name)}\b", code_of(statement)) for statement in tail):
+            return None
+    protocol_statements = {
+        id(e.statement) for e in model.events if e.kind in _PROTOCOL and e.statement in tail
+    }
+    backward_statements = {
+        id(e.statement) for e in model.events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD) and e.statement in tail
+    }
+    segments = _segments(tail, protocol_statements, backward_statements)
+
+    def rewrite(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        assert isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock)
+        head = list(updated.body.body[:split])
+        moved = list(updated.body.body[split:])
+        out: List[cst.BaseStatement] = []
+        if head:
+            out.append(updated.with_changes(body=updated.body.with_changes(body=head)))
+        for start, end, reopen in segments:
+            statements = moved[start:end]
+            if reopen:
+                block = updated.body.with_changes(body=statements, footer=())
+                out.append(updated.with_changes(body=block, leading_lines=()))
+            else:
+                out.extend(statements)
+        if not head and out:
+            # The whole block moved out: keep the comments that stood above the `with`.
+            first_statement = out[0]
+            out[0] = first_statement.with_changes(leading_lines=tuple(updated.leading_lines) + tuple(first_statement.leading_lines))
+        return cst.FlattenSentinel(out)
+
+    builder = FixBuilder(model.module)
+    builder.replace(node, rewrite)
+    return builder.build("Move the backward pass out of the autocast block", Applicability.SAFE, key=("AMP001", node))
+
+
+def _segments(tail, protocol_statements, backward_statements):
+    """Runs of the moved statements: (start, end, reopen) where reopen marks a later forward pass.
+
+    A run of non-protocol statements that ends right before another backward is forward work (the
+    generator's loss in a GAN step): it keeps running under autocast in a `with` of its own.
+    """
+    segments = []
+    index = 0
+    while index < len(tail):
+        statement = tail[index]
+        if id(statement) in protocol_statements:
+            segments.append((index, index + 1, False))
+            index += 1
+            continue
+        end = index
+        while end < len(tail) and id(tail[end]) not in protocol_statements:
+            end += 1
+        reopen = end < len(tail) and id(tail[end]) in backward_statements
+        segments.append((index, end, reopen))
+        index = end
+    return segments

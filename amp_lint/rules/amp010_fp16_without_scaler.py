@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from amp_lint.diagnostics import Severity
+from amp_lint.model import AutocastRegion, DType, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+
+class Fp16WithoutScaler(Rule):
+    """
+    ## What it does
+    Finds float16 autocast training (the dtype is proven float16: an explicit `torch.float16` /
+    `torch.half`, or CUDA's default) whose backward pass runs on the unscaled loss while no enabled
+    `GradScaler` is anywhere in reach (the function, its class, or the module).
+
+    ## Why is this bad?
+    "Gradient values with small magnitudes may not be representable in float16. These values will
+    flush to zero ('underflow'), so the update for the corresponding parameters will be lost." Nothing
+    errors or warns: the loss curve just flattens. float16 autocast training is meant to be paired with
+    `torch.amp.GradScaler`. Note that `torch.autocast("cuda")` without a dtype is float16.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda"):  # float16 by default on CUDA
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+    or train in bfloat16 (`dtype=torch.bfloat16`), which needs no scaler.
+
+    ## Fix safety
+    No automatic fix: adding a scaler changes numerics on purpose. `amp-lint --select AMP100 --fix
+    --unsafe-fixes` converts plain fp32 loops; here, add the scaler as shown above.
+
+    ## References
+    - [Automatic Mixed Precision package: Gradient Scaling](https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling)
+    - [AMP recipe: Adding GradScaler](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
+    """
+
+    code = "AMP010"
+    name = "fp16-without-grad-scaler"
+    summary = "float16 autocast training without a GradScaler"
+    severity = Severity.WARNING
+    needs = ("autocast", "backward")
+
+    valid = [
+        # bfloat16 needs no scaler.
+        """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # CPU autocast defaults to bfloat16.
+        """
+import torch
+for x, y in loader:
+    with torch.autocast("cpu"):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # A scaler switched on at run time counts as present.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+for x, y in loader:
+    with torch.autocast("cuda", enabled=args.amp):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # Evaluation under autocast: no backward.
+        """
+import torch
+with torch.no_grad(), torch.autocast("cuda"):
+    for x, y in loader:
+        total += loss_fn(model(x), y).item()
+""",
+        # The dtype is not known statically: stay silent.
+        """
+import torch
+for x, y in loader:
+    with torch.autocast("cuda", dtype=args.dtype):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # A scaler passed in as a parameter is in reach.
+        """
+import torch
+def train(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).mean()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+        ),
+        Invalid(
+            """
+import torch as T
+AMP_DTYPE = T.float16
+def train(model, loader, opt):
+    for batch in loader:
+        with T.autocast("cpu", dtype=AMP_DTYPE):
+            loss = model(batch).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+        ),
+        # A scaler built with enabled=False is no scaler at all.
+        Invalid(
+            """
+from torch.cuda.amp import autocast, GradScaler
+scaler = GradScaler(enabled=False)
+for x in loader:
+    with autocast():
+        loss = model(x).sum()
+    loss.backward()
+    optimizer.step()
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            optimizer_steps = step.of(EventKind.OPTIMIZER_STEP)
+            if not optimizer_steps or model.has_scaler_in_reach(step.scope):
+                continue
+            for backward in step.of(EventKind.BACKWARD):
+                if backward.scaled_by is not None:
+                    continue
+                region = _fp16_forward_region(step, backward)
+                if region is None:
+                    continue
+                if not any(o.compatible(backward) and o.index > backward.index for o in optimizer_steps):
+                    continue
+                yield self.finding(
+                    backward.call,
+                    f"`{code_of(backward.call)}` backpropagates a float16 autocast loss "
+                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`) without a GradScaler; "
+                    "small gradients underflow to zero",
+                    context=step.scope.name,
+                )
+
+
+def _fp16_forward_region(step: TrainingStep, backward) -> Optional[AutocastRegion]:
+    """An enabled float16 region that runs the iteration's forward pass before (or around) the backward."""
+    candidates = list(backward.regions)
+    for region in step.scope.regions:
+        if region in candidates:
+            continue
+        if step.loop is not None and region.item is not None:
+            if not _region_in_loop(step, region):
+                continue
+        candidates.append(region)
+    for region in candidates:
+        if region.spec.dtype is DType.FP16 and region.spec.is_enabled:
+            return region
+    return None
+
+
+def _region_in_loop(step: TrainingStep, region: AutocastRegion) -> bool:
+    return step.loop in region.loops

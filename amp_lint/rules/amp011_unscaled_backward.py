@@ -1,0 +1,247 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, removal_target
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class UnscaledBackward(Rule):
+    """
+    ## What it does
+    Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales
+    the optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)`
+    whose result is thrown away.
+
+    ## Why is this bad?
+    `scaler.step(optimizer)` always divides the gradients by the current scale. If backward ran on the
+    unscaled loss, either `scale()` was never called (`AssertionError: Attempted step but _scale is
+    None`) or its result was discarded, and every update is divided by 65536: no learning, and no
+    error.
+
+    ## Example
+    ```python
+    scaler.scale(loss)  # result discarded
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. `loss.backward(args)` becomes `scaler.scale(loss).backward(args)` (arguments such as
+    `retain_graph` are kept; `torch.autograd.backward(loss, ...)` gets `scaler.scale(loss)`), and a
+    discarded `scaler.scale(loss)` statement is removed.
+
+    ## References
+    - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
+    - `torch/amp/grad_scaler.py`: `GradScaler.step`, `_check_scale_growth_tracker`
+    """
+
+    code = "AMP011"
+    name = "unscaled-backward"
+    summary = "GradScaler in use, but backward runs on the unscaled loss"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = ("backward", r"scal")
+
+    valid = [
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The fp32 branch of a switchable loop.
+        """
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    if use_amp:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+""",
+        # Two separate `if`s on the same switch.
+        """
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    if self.use_amp:
+        self.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if self.use_amp:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+    else:
+        self.optimizer.step()
+""",
+        # Scaled through a name.
+        """
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # `if scaler is not None:` guards.
+        """
+def train_step(loss, optimizer, scaler=None):
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+""",
+        # A disabled scaler is a no-op, so an unscaled backward is correct.
+        """
+import torch
+scaler = torch.amp.GradScaler(enabled=False)
+for x in loader:
+    loss = model(x).sum()
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def step(self, loss):
+        loss.backward(retain_graph=True)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+            fixed="""
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.cuda.amp.GradScaler()
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward(retain_graph=True)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+for x in loader:
+    loss = model(x).sum()
+    torch.autograd.backward(loss)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+for x in loader:
+    loss = model(x).sum()
+    torch.autograd.backward(scaler.scale(loss))
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            for backward in step.of(EventKind.BACKWARD):
+                if backward.scaled_by is not None:
+                    continue
+                scaler_event = _consuming_scaler_event(model, step, backward)
+                if scaler_event is None:
+                    continue
+                scaler = scaler_event.receiver
+                dangling = [
+                    e
+                    for e in step.before(backward, [EventKind.SCALER_SCALE], scaler)
+                    if e.small_statement is not None and isinstance(e.small_statement, cst.Expr)
+                ]
+                note = " (the result of `scaler.scale(...)` is discarded)" if dangling else ""
+                yield self.finding(
+                    backward.call,
+                    f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}.{_verb(scaler_event)}` "
+                    f"unscales the gradients{note}; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
+                    fix=_scale_fix(model, backward, scaler, dangling),
+                    context=step.scope.name,
+                )
+
+
+def _verb(event: Event) -> str:
+    return "step(...)" if event.kind is EventKind.SCALER_STEP else "unscale_(...)"
+
+
+def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Optional[Event]:
+    """The enabled scaler's step/unscale_ that will consume this backward's gradients, if any."""
+    for scaled in step.of(EventKind.BACKWARD):
+        if scaled.scaled_by is not None and not scaled.compatible(backward):
+            return None  # the unscaled backward is the fp32 alternative of a scaled one
+    for event in step.after(backward, [EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE]):
+        if model.scaler_enabled(event.receiver, step.scope):
+            return event
+    return None
+
+
+def _scale_fix(model: FileModel, backward: Event, scaler: str, dangling) -> Optional[Fix]:
+    """Backpropagate `scaler.scale(loss)` instead of `loss`, in either spelling of the backward call."""
+    if backward.loss is None:
+        return None
+    builder = FixBuilder(model.module)
+
+    def scale(updated: cst.CSTNode) -> cst.CSTNode:
+        scaled = builder.expression(f"{scaler}.scale(__loss__)")
+        inner = updated.with_changes(lpar=(), rpar=()) if hasattr(updated, "lpar") else updated
+        return scaled.with_changes(args=(cst.Arg(value=inner),))
+
+    builder.replace(backward.loss, scale)
+    for event in dangling:
+        builder.remove(removal_target(event.statement, event.small_statement))
+    return builder.build(f"Backpropagate `{scaler}.scale(...)`", Applicability.SAFE)

@@ -1,0 +1,189 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, removal_target
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class OptimizerStepOnScaledGrads(Rule):
+    """
+    ## What it does
+    Finds `optimizer.step()` called directly on gradients that a `GradScaler` scaled, either instead of
+    `scaler.step(optimizer)` or in addition to it (a double step).
+
+    ## Why is this bad?
+    `scaler.step(optimizer)` unscales the gradients, checks them for inf/NaN and skips the step on
+    overflow. Calling `optimizer.step()` directly applies gradients multiplied by the scale (65536 by
+    default); after `scaler.unscale_` it applies the right magnitude but never skips the overflow
+    iterations that GradScaler deliberately provokes, so parameters become inf/NaN. A double step
+    updates twice per iteration. Fused optimizers (`Adam(fused=True)`) require `scaler.step`.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. `optimizer.step(args)` becomes `scaler.step(optimizer, args)`; the redundant `optimizer.step()`
+    after `scaler.step(optimizer)` is removed. No fix when the step takes a closure (see AMP025).
+
+    ## References
+    - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
+    - `torch/amp/grad_scaler.py`: `GradScaler.step`, `_maybe_opt_step`
+    """
+
+    code = "AMP020"
+    name = "optimizer-step-on-scaled-grads"
+    summary = "optimizer.step() called directly on scaled gradients"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", "step")
+
+    valid = [
+        """
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The fp32 path of a switchable step, under differently named conditions.
+        """
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    if self.do_grad_scaling:
+        self.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if self.use_amp:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+    else:
+        self.optimizer.step()
+""",
+        # GAN: the generator's loss is not scaled, so its plain step is not on scaled gradients.
+        """
+for real in loader:
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    g_loss.backward()
+    opt_g.step()
+""",
+        # A learning-rate scheduler is not an optimizer.
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    lr_scheduler.step()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    optimizer.step()
+    scaler.update()
+""",
+            fixed="""
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler()
+opt = torch.optim.AdamW(model.parameters())
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt)
+    opt.step()  # double step
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler()
+opt = torch.optim.AdamW(model.parameters())
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
+                backward = _latest_backward(step, optimizer_step)
+                if backward is None or backward.scaled_by is None:
+                    continue
+                scaler = backward.scaled_by
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                optimizer = optimizer_step.target
+                scaler_steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
+                if any(s.compatible(optimizer_step) and s.compatible(backward) for s in scaler_steps):
+                    yield self.finding(
+                        optimizer_step.call,
+                        f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
+                        f"`{scaler}.step({optimizer})`; remove it",
+                        fix=_remove_fix(model, optimizer_step),
+                        context=step.scope.name,
+                    )
+                elif not scaler_steps:
+                    yield self.finding(
+                        optimizer_step.call,
+                        f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
+                        f"overflowing steps; use `{scaler}.step({optimizer})`",
+                        fix=_step_through_scaler_fix(model, optimizer_step, scaler),
+                        context=step.scope.name,
+                    )
+
+
+def _latest_backward(step: TrainingStep, event: Event) -> Optional[Event]:
+    earlier = step.before(event, [EventKind.BACKWARD])
+    return earlier[-1] if earlier else None
+
+
+def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str) -> Optional[Fix]:
+    if any(arg.keyword is not None and arg.keyword.value == "closure" for arg in event.call.args):
+        return None
+    if event.call.args:
+        return None  # a positional closure (AMP025)
+    builder = FixBuilder(model.module)
+    optimizer_node = event.call.func.value
+
+    def through_scaler(updated: cst.CSTNode) -> cst.CSTNode:
+        new = builder.expression(f"{scaler}.step(__optimizer__)")
+        return new.with_changes(args=(cst.Arg(value=optimizer_node),), lpar=updated.lpar, rpar=updated.rpar)
+
+    builder.replace(event.call, through_scaler)
+    return builder.build(f"Step through `{scaler}.step(...)`", Applicability.SAFE)
+
+
+def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:
+    if not isinstance(event.small_statement, cst.Expr) or event.small_statement.value is not event.call:
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(removal_target(event.statement, event.small_statement))
+    return builder.build("Remove the second optimizer step", Applicability.SAFE)

@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of, dotted_name
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class MissingScalerUpdate(Rule):
+    """
+    ## What it does
+    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`.
+
+    ## Why is this bad?
+    `update()` adapts the scale and resets the scaler's per-optimizer state. Without it, the second
+    `scaler.step(optimizer)` raises `RuntimeError: step() has already been called since the last
+    update().`, so the loop crashes on its second iteration; a script that steps once never adapts the
+    scale after an overflow.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        ...
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        ...
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Safe. `scaler.update()` is inserted right after the last `scaler.step(...)` of the iteration, at
+    the same block level: inside the accumulation boundary when there is one, after all optimizers
+    when there are several.
+
+    ## References
+    - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
+    - `torch/amp/grad_scaler.py`: `GradScaler.step` (the `STEPPED` check) and `GradScaler.update`
+    """
+
+    code = "AMP021"
+    name = "missing-scaler-update"
+    summary = "scaler.step() without scaler.update() in the iteration"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", "step")
+
+    valid = [
+        """
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # Accumulation: step and update at the boundary.
+        """
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # One scaler, several optimizers, one update.
+        """
+for x in loader:
+    scaler.scale(loss0).backward(retain_graph=True)
+    scaler.scale(loss1).backward()
+    for opt in (opt0, opt1):
+        scaler.step(opt)
+    scaler.update()
+""",
+        # update(new_scale) is still an update.
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update(2.0 ** 10)
+""",
+        # The step lives in one method, the update in another.
+        """
+class Trainer:
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+
+    def after_step(self):
+        self.scaler.update()
+""",
+        # A helper called from the loop updates.
+        """
+def finish_step(scaler):
+    scaler.update()
+
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    finish_step(scaler)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    optimizer.zero_grad()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+        ),
+        Invalid(
+            """
+for i, (x, y) in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+""",
+            fixed="""
+for i, (x, y) in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        ),
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for opt in optimizers:
+        scaler.step(opt)
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for opt in optimizers:
+        scaler.step(opt)
+    scaler.update()
+""",
+        ),
+        # Created here, stepped in a helper, updated nowhere.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+""",
+            fixed="""
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            for scaler in _scalers_stepped(step):
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+                if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
+                    continue
+                if _helper_may_update(model, step, scaler):
+                    continue
+                updated_elsewhere = _updates_elsewhere(model, step, scaler)
+                if step.loop is None and updated_elsewhere:
+                    continue  # the function is one part of a step whose update lives elsewhere
+                last = steps[-1]
+                where = "in this loop" if step.loop is not None else "anywhere in this file"
+                yield self.finding(
+                    last.call,
+                    f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {where}; "
+                    f"the next `{scaler}.step()` raises RuntimeError",
+                    fix=_insert_update_fix(model, step, last, scaler),
+                    context=step.scope.name,
+                )
+
+
+def _scalers_stepped(step: TrainingStep) -> List[str]:
+    seen: List[str] = []
+    for event in step.of(EventKind.SCALER_STEP):
+        if event.receiver not in seen:
+            seen.append(event.receiver)
+    return seen
+
+
+def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    for event in model.events:
+        if event.kind is EventKind.SCALER_UPDATE and event.receiver == scaler and event not in step.events:
+            if scaler.startswith("self.") and event.scope.class_name != step.scope.class_name:
+                continue
+            return True
+    return False
+
+
+def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A call in the iteration that gets the scaler, or a function/method of this file that updates it."""
+    for event in step.of(EventKind.CALL):
+        for arg in event.call.args:
+            name = dotted_name(arg.value)
+            if name is not None and (name == scaler or scaler.startswith(name + ".")):
+                return True
+        callee = (event.target or "").split(".")[-1]
+        for function in model.functions_named(callee):
+            scope = model.scope_of(function)
+            if scope is not None and any(
+                e.kind is EventKind.SCALER_UPDATE for e in scope.events
+            ):
+                return True
+    return False
+
+
+def _insert_update_fix(model: FileModel, step: TrainingStep, last: Event, scaler: str) -> Optional[Fix]:
+    anchor = step.anchor_statement(last)
+    if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
+        return None
+    builder = FixBuilder(model.module)
+    builder.insert_after(anchor, builder.statement(f"{scaler}.update()\n"))
+    return builder.build(f"Insert `{scaler}.update()` after the last `{scaler}.step(...)`", Applicability.SAFE)

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, removal_target
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+_INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
+
+
+class UpdateBeforeStep(Rule):
+    """
+    ## What it does
+    Finds `scaler.update()` called before any `scaler.step(...)` / `scaler.unscale_(...)` of the
+    iteration, or on a scaler that is never stepped at all.
+
+    ## Why is this bad?
+    `update()` consumes the inf/NaN checks that `step()` and `unscale_()` record. Called first, it raises
+    `AssertionError: No inf checks were recorded prior to update.` on the very first iteration. The
+    documentation is explicit: `update()` "should only be called at the end of the iteration, after
+    `scaler.step(optimizer)` has been invoked for all optimizers used this iteration".
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    scaler.update()
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The `update()` moves to right after the last `scaler.step(...)` of the iteration, at the same
+    block level. No fix when the scaler is never stepped.
+
+    ## References
+    - `torch/amp/grad_scaler.py`: `GradScaler.update` docstring and its "No inf checks" assertion
+    - [AMP examples](https://docs.pytorch.org/docs/stable/notes/amp_examples.html)
+    """
+
+    code = "AMP022"
+    name = "update-before-step"
+    summary = "scaler.update() before (or without) scaler.step()"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", "update")
+
+    valid = [
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # unscale_ also records the inf checks.
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    scaler.update()
+""",
+        # The step lives in another method of the class.
+        """
+class Trainer:
+    def step(self):
+        self.scaler.step(self.optimizer)
+
+    def end_of_iteration(self):
+        self.scaler.update()
+""",
+        # `dict.update` on something that is not a scaler.
+        """
+for x in loader:
+    metrics.update(loss=1.0)
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.update()
+    scaler.step(optimizer)
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # Never stepped anywhere: reported, not fixed.
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler()
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    optimizer.step()
+    scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        stepped_anywhere = {e.receiver for e in model.events if e.kind in _INF_CHECKS}
+        for step in model.steps:
+            for update in step.of(EventKind.SCALER_UPDATE):
+                scaler = update.receiver
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                if step.before(update, _INF_CHECKS, scaler):
+                    continue
+                later = step.after(update, [EventKind.SCALER_STEP], scaler)
+                if later:
+                    yield self.finding(
+                        update.call,
+                        f"`{code_of(update.call)}` runs before `{code_of(later[0].call)}`; "
+                        "update() must come after every step() of the iteration",
+                        fix=_move_fix(model, step, update, later[-1], scaler),
+                        context=step.scope.name,
+                    )
+                elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
+                    yield self.finding(
+                        update.call,
+                        f"`{code_of(update.call)}` but `{scaler}` is never stepped: "
+                        f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
+                        context=step.scope.name,
+                    )
+
+
+def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
+    """Only claim "never stepped" for a scaler this file builds (a parameter may be stepped by a caller)."""
+    return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
+
+
+def _move_fix(model: FileModel, step: TrainingStep, update: Event, last_step: Event, scaler: str) -> Optional[Fix]:
+    if not isinstance(update.small_statement, cst.Expr) or update.small_statement.value is not update.call:
+        return None
+    anchor = step.anchor_statement(last_step)
+    target = removal_target(update.statement, update.small_statement)
+    if anchor is update.statement or target is anchor:
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(target)
+    has_later_update = any(
+        e.index > last_step.index for e in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    )
+    if not has_later_update:
+        builder.insert_after(anchor, builder.statement(f"{code_of(update.call)}\n"))
+    return builder.build(f"Move `{scaler}.update()` after the last `{scaler}.step(...)`", Applicability.SAFE)

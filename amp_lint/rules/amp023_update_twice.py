@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, removal_target
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class UpdateTwice(Rule):
+    """
+    ## What it does
+    Finds `scaler.update()` called more than once per iteration: once per optimizer, in each phase of a
+    GAN step, or inside a loop over the optimizers.
+
+    ## Why is this bad?
+    "`scaler.update` should only be called once, after all optimizers used this iteration have been
+    stepped." The runtime does not catch it, and the math goes silently wrong: the second optimizer's
+    gradients, scaled with the old scale, are unscaled with the new one (off by the growth or backoff
+    factor), and the scale grows twice as fast.
+
+    ## Example
+    ```python
+    scaler.step(opt_d)
+    scaler.update()
+    ...
+    scaler.step(opt_g)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.step(opt_d)
+    ...
+    scaler.step(opt_g)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. Every `update()` but the last of the iteration is removed. An `update()` inside a loop over
+    optimizers is reported without a fix (the loop has to be split by hand).
+
+    ## References
+    - [AMP examples: working with multiple models, losses, and optimizers](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#working-with-multiple-models-losses-and-optimizers)
+    - `torch/amp/grad_scaler.py`: `GradScaler.update`
+    """
+
+    code = "AMP023"
+    name = "update-more-than-once"
+    summary = "scaler.update() more than once per iteration"
+    severity = Severity.WARNING
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", "update")
+
+    valid = [
+        """
+for x in loader:
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+        # Alternating phases: each iteration takes one branch and updates once.
+        """
+for i, x in enumerate(loader):
+    if i % 2 == 0:
+        scaler.scale(d_loss).backward()
+        scaler.step(opt_d)
+        scaler.update()
+    else:
+        scaler.scale(g_loss).backward()
+        scaler.step(opt_g)
+        scaler.update()
+""",
+        # Two scalers, one per network, each updated once.
+        """
+for x in loader:
+    scaler_d.scale(d_loss).backward()
+    scaler_d.step(opt_d)
+    scaler_d.update()
+    scaler_g.scale(g_loss).backward()
+    scaler_g.step(opt_g)
+    scaler_g.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(loss).backward()
+    for opt in optimizers:
+        scaler.step(opt)
+        scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            updates = step.of(EventKind.SCALER_UPDATE)
+            for update in updates:
+                scaler = update.receiver
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                later = step.after(update, [EventKind.SCALER_UPDATE], scaler)
+                if later:
+                    yield self.finding(
+                        update.call,
+                        f"`{code_of(update.call)}` runs again later in the same iteration; "
+                        "update() once, after the last step()",
+                        fix=_remove_fix(model, update),
+                        context=step.scope.name,
+                    )
+                elif _inside_inner_loop_with_step(step, update):
+                    yield self.finding(
+                        update.call,
+                        f"`{code_of(update.call)}` runs once per optimizer inside a loop; "
+                        "update() once, after the loop",
+                        context=step.scope.name,
+                    )
+
+
+def _inside_inner_loop_with_step(step: TrainingStep, update: Event) -> bool:
+    if step.loop is None and not step.of(EventKind.BACKWARD):
+        return False  # no backward here: the iteration's own loop is unknown
+    inner = update.loops[update.loops.index(step.loop) + 1 :] if step.loop in update.loops else update.loops
+    if not inner:
+        return False
+    loop = inner[-1]
+    return any(
+        e.kind is EventKind.SCALER_STEP and e.receiver == update.receiver and loop in e.loops for e in step.events
+    )
+
+
+def _remove_fix(model: FileModel, update: Event) -> Optional[Fix]:
+    if not isinstance(update.small_statement, cst.Expr) or update.small_statement.value is not update.call:
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(removal_target(update.statement, update.small_statement))
+    return builder.build("Remove the extra `update()`", Applicability.SAFE)

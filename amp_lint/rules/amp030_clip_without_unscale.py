@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class ClipWithoutUnscale(Rule):
+    """
+    ## What it does
+    Finds gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`,
+    `clip_grads_with_norm_`) between a scaled backward and `scaler.step(...)` with no
+    `scaler.unscale_(optimizer)` before it.
+
+    ## Why is this bad?
+    "All gradients produced by `scaler.scale(loss).backward()` are scaled. If you attempted to clip
+    without unscaling, the gradients' norm/maximum magnitude would also be scaled, so your requested
+    threshold would be invalid." Clipping scaled gradients clips to `max_norm / scale`: the updates
+    come out about a thousand times too small.
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. `scaler.unscale_(optimizer)` is inserted right before the clip, once for every optimizer the
+    scaler steps afterwards (`unscale_` is optional and idempotent until `step`). No fix when the
+    optimizer of the following step is not a plain name.
+
+    ## References
+    - [AMP examples: gradient clipping](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping)
+    - [AMP recipe: Inspecting/modifying gradients](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
+    """
+
+    code = "AMP030"
+    name = "clip-without-unscale"
+    summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", r"clip_grad")
+
+    valid = [
+        """
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # Accumulation with clipping at the boundary.
+        """
+from torch.nn.utils import clip_grad_norm_
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.unscale_(optimizer)
+        clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # fp32 branch.
+        """
+import torch
+for x in loader:
+    loss = model(x).sum()
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+""",
+        # Accelerate's own clip unscales for you.
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    # keep updates bounded
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    # keep updates bounded
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+from torch import nn
+def train_step(self, batch):
+    self.scaler.scale(self.model(batch)).backward()
+    nn.utils.clip_grad_value_(self.model.parameters(), 0.5)
+    self.scaler.step(self.opt_a)
+    self.scaler.step(self.opt_b)
+    self.scaler.update()
+""",
+            fixed="""
+from torch import nn
+def train_step(self, batch):
+    self.scaler.scale(self.model(batch)).backward()
+    self.scaler.unscale_(self.opt_a)
+    self.scaler.unscale_(self.opt_b)
+    nn.utils.clip_grad_value_(self.model.parameters(), 0.5)
+    self.scaler.step(self.opt_a)
+    self.scaler.step(self.opt_b)
+    self.scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            for clip in step.of(EventKind.CLIP):
+                backwards = step.before(clip, [EventKind.BACKWARD])
+                if not backwards or backwards[-1].scaled_by is None:
+                    continue
+                backward = backwards[-1]
+                scaler = backward.scaled_by
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                if _unscaled_between(step, backward, clip, scaler):
+                    continue
+                steps = step.after(clip, [EventKind.SCALER_STEP], scaler)
+                if not steps:
+                    continue
+                yield self.finding(
+                    clip.call,
+                    f"`{_short(clip)}` clips gradients still scaled by `{scaler}`; "
+                    f"call `{scaler}.unscale_({steps[0].target or 'optimizer'})` first",
+                    fix=_unscale_fix(model, clip, scaler, steps),
+                    context=step.scope.name,
+                )
+
+
+def _short(event: Event) -> str:
+    text = code_of(event.call)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unscaled_between(step: TrainingStep, backward: Event, clip: Event, scaler: str) -> bool:
+    for event in step.events:
+        if not backward.index < event.index < clip.index or not event.compatible(clip):
+            continue
+        if event.kind is EventKind.SCALER_UNSCALE and event.receiver == scaler:
+            return True
+        if event.kind is EventKind.CALL and "unscale" in (event.target or ""):
+            return True
+    return False
+
+
+def _unscale_fix(model: FileModel, clip: Event, scaler: str, steps: List[Event]) -> Optional[Fix]:
+    optimizers: List[str] = []
+    for event in steps:
+        if event.target is None:
+            return None
+        if event.target not in optimizers:
+            optimizers.append(event.target)
+    if not isinstance(clip.statement, cst.SimpleStatementLine):
+        return None
+    builder = FixBuilder(model.module)
+    builder.insert_before(clip.statement, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
+    return builder.build(f"Insert `{scaler}.unscale_(...)` before clipping", Applicability.SAFE)

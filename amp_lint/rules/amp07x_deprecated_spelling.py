@@ -1,0 +1,597 @@
+"""AMP070-AMP073: the deprecated device-specific spellings `torch.cuda.amp.*` and `torch.cpu.amp.*`.
+
+The fixes are built from how the file spells the API, never by string surgery:
+- through `torch` (`torch.cuda.amp.autocast(...)`, `import torch as T`): the reference becomes
+  `torch.amp.autocast("cuda", ...)` in place;
+- through an imported symbol (`from torch.cuda.amp import autocast as ac`) or module
+  (`import torch.cuda.amp as tca`, `from torch.cuda import amp`): the import is pointed at `torch.amp`
+  and every use gains the device argument, as one fix shared by all the uses of that import. When some
+  use cannot be rewritten (the name is passed around as a value), the import and its uses are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
+
+import libcst as cst
+
+from amp_lint import names
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, keyword_arg, split_args
+from amp_lint.model import DeprecatedUse, FileModel, Scope, code_of, dotted_name
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+# Names that exist in torch.amp under the same name.
+_MOVABLE = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
+# Parameters of the deprecated autocast classes, in positional order.
+_OLD_AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
+
+ImportNode = Union[cst.Import, cst.ImportFrom]
+
+
+class _DeprecatedSpelling(Rule):
+    severity = Severity.WARNING
+    fix_applicability = Applicability.SAFE
+    qualified_names: ClassVar[FrozenSet[str]] = frozenset()
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        fixer = _SpellingFixer(model)
+        for use in model.deprecated_uses:
+            if use.qualified_name not in self.qualified_names:
+                continue
+            device, modern = names.DEPRECATED_AMP[use.qualified_name]
+            old = use.qualified_name.replace(".autocast_mode", "").replace(".grad_scaler", "")
+            new = _modern_call_text(modern, device)
+            yield self.finding(
+                use.node,
+                f"`{old}` is deprecated; use `{new}`",
+                fix=fixer.fix_for(use),
+                context=use.scope.name,
+            )
+
+
+def _modern_call_text(modern: str, device: str) -> str:
+    if modern in ("custom_fwd", "custom_bwd"):
+        return f"torch.amp.{modern}(device_type={device!r})"
+    return f"torch.amp.{modern}({device!r}, ...)"
+
+
+class DeprecatedCudaAutocast(_DeprecatedSpelling):
+    """
+    ## What it does
+    Finds `torch.cuda.amp.autocast`, deprecated since torch 2.4, in any spelling
+    (`from torch.cuda.amp import autocast`, `import torch.cuda.amp as amp`, ...).
+
+    ## Why is this bad?
+    It emits ``FutureWarning: `torch.cuda.amp.autocast(args...)` is deprecated. Please use
+    `torch.amp.autocast('cuda', args...)` instead.`` and will be removed. Its positional parameters
+    also differ from the new API's: `torch.cuda.amp.autocast(False)` means `enabled=False`, while
+    `torch.amp.autocast("cuda", False)` would mean `dtype=False`.
+
+    ## Example
+    ```python
+    with torch.cuda.amp.autocast(enabled=use_amp):
+        loss = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.amp.autocast("cuda", enabled=use_amp):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+    Safe. The device argument is added and positional arguments become keywords (`enabled=`,
+    `dtype=`, `cache_enabled=`). Imports are rewritten to `torch.amp` with the same local names. No fix
+    when the name is used as a value (passed to `functools.partial`, stored), since the call sites
+    elsewhere would then lack the device.
+
+    ## References
+    - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html) (deprecation warning)
+    - pytorch/pytorch#126527 (the deprecation, torch 2.4)
+    """
+
+    code = "AMP070"
+    name = "deprecated-cuda-autocast"
+    summary = "Deprecated torch.cuda.amp.autocast"
+    needs = ("autocast", "amp")
+    qualified_names = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
+
+    valid = [
+        """
+import torch
+with torch.amp.autocast("cuda", enabled=use_amp):
+    out = model(x)
+""",
+        """
+from torch.amp import autocast
+with autocast("cuda"):
+    out = model(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+with torch.cuda.amp.autocast(enabled=use_amp):
+    out = model(x)
+""",
+            fixed="""
+import torch
+with torch.amp.autocast("cuda", enabled=use_amp):
+    out = model(x)
+""",
+        ),
+        Invalid(
+            """
+import torch as T
+with T.cuda.amp.autocast(False, T.bfloat16):
+    out = model(x)
+""",
+            fixed="""
+import torch as T
+with T.amp.autocast("cuda", enabled=False, dtype=T.bfloat16):
+    out = model(x)
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import autocast as ac
+with ac():
+    out = model(x)
+with ac(dtype=torch.bfloat16):
+    out = model(x)
+""",
+            fixed="""
+from torch.amp import autocast as ac
+with ac("cuda"):
+    out = model(x)
+with ac("cuda", dtype=torch.bfloat16):
+    out = model(x)
+""",
+            count=2,
+        ),
+        Invalid(
+            """
+import torch.cuda.amp as tca
+with tca.autocast():
+    out = model(x)
+""",
+            fixed="""
+import torch.amp as tca
+with tca.autocast("cuda"):
+    out = model(x)
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda import amp
+with amp.autocast(enabled=True):
+    out = model(x)
+""",
+            fixed="""
+from torch import amp
+with amp.autocast("cuda", enabled=True):
+    out = model(x)
+""",
+        ),
+        # Used as a value: reported, not fixed.
+        Invalid(
+            """
+import functools
+from torch.cuda.amp import autocast
+amp_ctx = functools.partial(autocast, enabled=True)
+""",
+        ),
+    ]
+
+
+class DeprecatedCpuAutocast(_DeprecatedSpelling):
+    """
+    ## What it does
+    Finds `torch.cpu.amp.autocast`, deprecated since torch 2.4, in any spelling.
+
+    ## Why is this bad?
+    It emits ``FutureWarning: `torch.cpu.amp.autocast(args...)` is deprecated. Please use
+    `torch.amp.autocast('cpu', args...)` instead.`` and will be removed.
+
+    ## Example
+    ```python
+    with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+        out = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    ```
+
+    ## Fix safety
+    Safe, with the same argument mapping as AMP070.
+
+    ## References
+    - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html)
+    - pytorch/pytorch#126527
+    """
+
+    code = "AMP071"
+    name = "deprecated-cpu-autocast"
+    summary = "Deprecated torch.cpu.amp.autocast"
+    needs = ("autocast", "amp")
+    qualified_names = frozenset({"torch.cpu.amp.autocast", "torch.cpu.amp.autocast_mode.autocast"})
+
+    valid = [
+        """
+import torch
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    out = model(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+    out = model(x)
+""",
+            fixed="""
+import torch
+with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+    out = model(x)
+""",
+        ),
+    ]
+
+
+class DeprecatedGradScaler(_DeprecatedSpelling):
+    """
+    ## What it does
+    Finds `torch.cuda.amp.GradScaler` and `torch.cpu.amp.GradScaler`, deprecated since torch 2.4.
+
+    ## Why is this bad?
+    They emit ``FutureWarning: `torch.cuda.amp.GradScaler(args...)` is deprecated. Please use
+    `torch.amp.GradScaler('cuda', args...)` instead.`` and will be removed.
+
+    ## Example
+    ```python
+    scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    ```
+
+    ## Fix safety
+    Safe. The device becomes the first argument; the other positional arguments keep their order,
+    which the new signature shares.
+
+    ## References
+    - [Automatic Mixed Precision package: Gradient Scaling](https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling)
+    - pytorch/pytorch#126527
+    """
+
+    code = "AMP072"
+    name = "deprecated-grad-scaler"
+    summary = "Deprecated torch.cuda.amp.GradScaler / torch.cpu.amp.GradScaler"
+    needs = ("GradScaler", "amp")
+    qualified_names = frozenset(
+        {
+            "torch.cuda.amp.GradScaler",
+            "torch.cuda.amp.grad_scaler.GradScaler",
+            "torch.cpu.amp.GradScaler",
+            "torch.cpu.amp.grad_scaler.GradScaler",
+        }
+    )
+
+    valid = [
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+""",
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler, autocast
+scaler = GradScaler(2.0**12)
+with autocast():
+    loss = model(x)
+""",
+            fixed="""
+from torch.amp import GradScaler, autocast
+scaler = GradScaler("cuda", 2.0**12)
+with autocast("cuda"):
+    loss = model(x)
+""",
+        ),
+    ]
+
+
+class DeprecatedCustomFwdBwd(_DeprecatedSpelling):
+    """
+    ## What it does
+    Finds `torch.cuda.amp.custom_fwd` / `torch.cuda.amp.custom_bwd`, deprecated since torch 2.4.
+
+    ## Why is this bad?
+    They emit ``FutureWarning: `torch.cuda.amp.custom_fwd(args...)` is deprecated. Please use
+    `torch.amp.custom_fwd(args..., device_type='cuda')` instead.`` The replacements take a required
+    keyword `device_type`: a bare `@torch.amp.custom_fwd` raises `TypeError` at import time.
+
+    ## Example
+    ```python
+    class MyMM(torch.autograd.Function):
+        @staticmethod
+        @torch.cuda.amp.custom_fwd
+        def forward(ctx, a, b): ...
+    ```
+
+    ## Use instead
+    ```python
+    class MyMM(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cuda")
+        def forward(ctx, a, b): ...
+    ```
+
+    ## Fix safety
+    Safe. `device_type="cuda"` is added, keeping `cast_inputs=` and other keywords.
+
+    ## References
+    - [AMP examples: autocast and custom autograd functions](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions)
+    - pytorch/pytorch#126527
+    """
+
+    code = "AMP073"
+    name = "deprecated-custom-fwd-bwd"
+    summary = "Deprecated torch.cuda.amp.custom_fwd / custom_bwd"
+    needs = ("custom_[fb]wd", "amp")
+    qualified_names = frozenset({"torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd"})
+
+    valid = [
+        """
+import torch
+class F(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x):
+        return x
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+class F(torch.autograd.Function):
+    @staticmethod
+    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @torch.cuda.amp.custom_bwd
+    def backward(ctx, g):
+        return g
+""",
+            fixed="""
+import torch
+class F(torch.autograd.Function):
+    @staticmethod
+    @torch.amp.custom_fwd(cast_inputs=torch.float32, device_type="cuda")
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, g):
+        return g
+""",
+            count=2,
+        ),
+        Invalid(
+            """
+from torch.cuda.amp import custom_fwd, custom_bwd
+class F(Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, g):
+        return g
+""",
+            fixed="""
+from torch.amp import custom_fwd, custom_bwd
+class F(Function):
+    @staticmethod
+    @custom_fwd(device_type="cuda")
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @custom_bwd(device_type="cuda")
+    def backward(ctx, g):
+        return g
+""",
+            count=2,
+        ),
+    ]
+
+
+# --- the fixes --------------------------------------------------------------------------------------
+
+
+class _SpellingFixer:
+    """Builds the fix for each deprecated use; uses of one import share one fix."""
+
+    def __init__(self, model: FileModel) -> None:
+        self.model = model
+        self._binding_fixes: Dict[int, Optional[Fix]] = {}
+
+    def fix_for(self, use: DeprecatedUse) -> Optional[Fix]:
+        head = _head_name(use.node)
+        if head is None:
+            return None
+        resolved = use.scope.names.lookup(head.value)
+        if resolved == "torch":
+            return self._through_torch(use, head)
+        binding = self._import_binding(use, head.value, resolved)
+        if binding is None:
+            return None
+        statement, scope = binding
+        if id(statement) not in self._binding_fixes:
+            self._binding_fixes[id(statement)] = self._rewrite_import_and_uses(statement, scope)
+        return self._binding_fixes[id(statement)]
+
+    # -- torch.cuda.amp.X spelled through `torch` --
+    def _through_torch(self, use: DeprecatedUse, head: cst.Name) -> Optional[Fix]:
+        device, modern = names.DEPRECATED_AMP[use.qualified_name]
+        target = use.call if use.call is not None else use.decorator
+        if target is None:
+            return None
+        new_func = cst.Attribute(value=cst.Attribute(value=cst.Name(head.value), attr=cst.Name("amp")), attr=cst.Name(modern))
+        builder = FixBuilder(self.model.module)
+        if not _can_rewrite(use, modern):
+            return None
+
+        def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
+            return _rewrite_use(builder, updated, modern, device, new_func)
+
+        builder.replace(target, rewrite)
+        return builder.build(f"Use `{head.value}.amp.{modern}`", Applicability.SAFE)
+
+    # -- imported symbol or module --
+    def _import_binding(self, use: DeprecatedUse, local: str, resolved: Optional[str]) -> Optional[Tuple[ImportNode, Scope]]:
+        if resolved is None:
+            return None
+        chain = list(use.scope.chain())
+        best: Optional[Tuple[ImportNode, Scope]] = None
+        for statement, scope in self.model.imports:
+            if scope in chain and local in _bound_names(statement):
+                if best is None or chain.index(scope) <= chain.index(best[1]):
+                    best = (statement, scope)
+        return best
+
+    def _rewrite_import_and_uses(self, statement: ImportNode, scope: Scope) -> Optional[Fix]:
+        new_statement = _import_pointing_at_torch_amp(statement)
+        if new_statement is None:
+            return None
+        local_names = set(_bound_names(statement))
+        uses = [
+            use
+            for use in self.model.deprecated_uses
+            if (head := _head_name(use.node)) is not None and head.value in local_names and scope in list(use.scope.chain())
+        ]
+        if any(name.value in local_names and scope in list(ref_scope.chain()) for name, ref_scope in self.model.amp_module_refs):
+            return None  # the module alias is also used for something torch.amp does not have
+        builder = FixBuilder(self.model.module)
+        for use in uses:
+            device, modern = names.DEPRECATED_AMP[use.qualified_name]
+            if not _can_rewrite(use, modern):
+                return None
+            target = use.call if use.call is not None else use.decorator
+            builder.replace(target, lambda updated, m=modern, d=device: _rewrite_use(builder, updated, m, d, None))
+        builder.replace(statement, lambda updated: new_statement)
+        return builder.build("Import from `torch.amp` and pass the device", Applicability.SAFE, key=("AMP07x", statement))
+
+
+def _head_name(node: cst.BaseExpression) -> Optional[cst.Name]:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node if isinstance(node, cst.Name) else None
+
+
+def _bound_names(statement: ImportNode) -> List[str]:
+    if isinstance(statement.names, cst.ImportStar):
+        return []
+    bound = []
+    for alias in statement.names:
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            bound.append(alias.asname.name.value)
+        elif isinstance(statement, cst.Import):
+            bound.append((dotted_name(alias.name) or "").split(".")[0])
+        else:
+            bound.append(dotted_name(alias.name) or "")
+    return bound
+
+
+def _import_pointing_at_torch_amp(statement: ImportNode) -> Optional[ImportNode]:
+    """The same import, from `torch.amp` instead of `torch.cuda.amp` / `torch.cpu.amp`; None if impossible."""
+    if isinstance(statement, cst.ImportFrom):
+        if statement.relative or statement.module is None or isinstance(statement.names, cst.ImportStar):
+            return None
+        module = dotted_name(statement.module)
+        imported = [dotted_name(alias.name) for alias in statement.names]
+        if module in names.DEPRECATED_AMP_MODULES and all(name in _MOVABLE for name in imported):
+            return statement.with_changes(module=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("amp")))
+        if module in ("torch.cuda", "torch.cpu") and imported == ["amp"]:
+            return statement.with_changes(module=cst.Name("torch"))
+        return None
+    new_names = []
+    changed = False
+    for alias in statement.names:
+        module = dotted_name(alias.name)
+        if module in names.DEPRECATED_AMP_MODULES and alias.asname is not None:
+            alias = alias.with_changes(name=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("amp")))
+            changed = True
+        new_names.append(alias)
+    return statement.with_changes(names=new_names) if changed else None
+
+
+def _can_rewrite(use: DeprecatedUse, modern: str) -> bool:
+    """A call, or a decorator; not a value passed around."""
+    if use.call is not None:
+        _, _, has_star = split_args(use.call)
+        if has_star:
+            return False
+        if modern in ("custom_fwd", "custom_bwd"):
+            positional, _, _ = split_args(use.call)
+            return not positional
+        return True
+    return use.decorator is not None and modern in ("custom_fwd", "custom_bwd")
+
+
+def _rewrite_use(builder: FixBuilder, updated: cst.CSTNode, modern: str, device: str, new_func) -> cst.CSTNode:
+    """Add the device argument (and keywordize the old autocast positionals) to a call or decorator."""
+    device_string = cst.SimpleString(builder.string(device))
+    if isinstance(updated, cst.Decorator):  # bare @custom_fwd
+        func = new_func if new_func is not None else updated.decorator
+        return updated.with_changes(decorator=cst.Call(func=func, args=(keyword_arg("device_type", device_string),)))
+    assert isinstance(updated, cst.Call)
+    func = new_func if new_func is not None else updated.func
+    positional, keywords, _ = split_args(updated)
+    if modern == "autocast":
+        mapped = [keyword_arg(_OLD_AUTOCAST_PARAMS[i], arg.value) for i, arg in enumerate(positional)]
+        args = [cst.Arg(value=device_string), *mapped, *keywords]
+    elif modern == "GradScaler":
+        args = [cst.Arg(value=device_string), *positional, *keywords]
+    else:
+        if any(k.keyword is not None and k.keyword.value == "device_type" for k in keywords):
+            return updated.with_changes(func=func)
+        args = [*keywords, keyword_arg("device_type", device_string)]
+    return updated.with_changes(func=func, args=_with_commas(args))
+
+
+def _with_commas(args: List[cst.Arg]) -> Tuple[cst.Arg, ...]:
+    out = []
+    for index, arg in enumerate(args):
+        if index < len(args) - 1:
+            if not isinstance(arg.comma, cst.Comma):
+                arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        else:
+            arg = arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        out.append(arg)
+    return tuple(out)

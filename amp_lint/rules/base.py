@@ -1,0 +1,107 @@
+"""The rule API.
+
+A rule is one small class: its code, name, one-line summary, severity, whether it is on by default, the
+safety of its fix, its documentation (the class docstring, in Ruff's sections) and its own valid and
+invalid examples, which are at once its documentation and its tests. `check` is a predicate over the
+file's `FileModel`; it never walks the syntax tree itself.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Confidence, Severity
+from amp_lint.model import FileModel
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Import:
+    """An import a fix's new code needs: `import torch` (name=None) or `from module import name`."""
+
+    module: str
+    name: Optional[str] = None
+
+
+@dataclass(eq=False)
+class Fix:
+    """A change to the syntax tree, made of node replacements keyed by the original nodes.
+
+    Each replacement is a function from the (possibly already updated) node to its replacement: a node,
+    `cst.RemoveFromParent()` or a `cst.FlattenSentinel` of several statements.
+    """
+
+    message: str
+    applicability: Applicability
+    replacements: Dict[cst.CSTNode, Callable[[cst.CSTNode], Replacement]] = field(default_factory=dict)
+    imports: Tuple[Import, ...] = ()
+    # Fixes with the same key are one fix shared by several findings (applied once).
+    key: Optional[object] = None
+
+    def nodes(self) -> Sequence[cst.CSTNode]:
+        return list(self.replacements)
+
+
+@dataclass(eq=False)
+class Finding:
+    rule: type
+    node: cst.CSTNode  # where the diagnostic points
+    message: str
+    fix: Optional[Fix] = None
+    confidence: Confidence = Confidence.HIGH
+    context: str = ""  # the enclosing function's qualified name
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An example that must produce the rule's finding, with the expected code after `--fix` if it has one."""
+
+    code: str
+    fixed: Optional[str] = None
+    # How many findings of this rule the example has.
+    count: int = 1
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.WARNING
+    default_enabled: ClassVar[bool] = True
+    # The fix's safety, or None when the rule offers no fix.
+    fix_applicability: ClassVar[Optional[Applicability]] = None
+    # Identifier patterns (regular expressions) a file must contain, all of them, for the rule to fire
+    # there: the prefilter skips files that lack them. Must hold for every invalid example (tested).
+    needs: ClassVar[Tuple[str, ...]] = ()
+    valid: ClassVar[Sequence[str]] = ()
+    invalid: ClassVar[Sequence[Invalid]] = ()
+
+    def __init__(self, options: Optional[dict] = None) -> None:
+        self.options = options or {}
+
+    def check(self, model: FileModel) -> Iterable[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def finding(self, node: cst.CSTNode, message: str, **kwargs) -> Finding:
+        return Finding(rule=type(self), node=node, message=message, **kwargs)
+
+    # --- documentation ---
+    @classmethod
+    def explanation(cls) -> str:
+        """The rule's documentation in Markdown: What it does, Why is this bad?, Example, Use instead, ..."""
+        return textwrap.dedent(cls.__doc__ or "").strip()
+
+    @classmethod
+    def explanation_section(cls, title: str) -> str:
+        match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", cls.explanation(), re.M | re.S)
+        return match.group(1).strip() if match else ""
+
+    @classmethod
+    def fix_label(cls) -> str:
+        return cls.fix_applicability.value if cls.fix_applicability else "none"

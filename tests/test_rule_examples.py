@@ -1,0 +1,75 @@
+"""Every rule's own examples, run by one harness: they are the rules' documentation and their tests."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amp_lint.engine import Checker
+from amp_lint.prefilter import Prefilter
+from amp_lint.rules import ALL_RULES
+
+VALID = [(rule, i, code) for rule in ALL_RULES for i, code in enumerate(rule.valid)]
+INVALID = [(rule, i, example) for rule in ALL_RULES for i, example in enumerate(rule.invalid)]
+FIXED = [(rule, i, example) for rule, i, example in INVALID if example.fixed is not None]
+
+
+def _id(item):
+    rule, index, _ = item
+    return f"{rule.code}-{index}"
+
+
+def _codes(source: str, code: str, **options):
+    result = Checker(frozenset({code}), **options).check(textwrap.dedent(source), "example.py")
+    assert not result.errors, result.errors
+    return result
+
+
+@pytest.mark.parametrize("item", VALID, ids=[_id(i) for i in VALID])
+def test_valid_example_has_no_finding(item):
+    rule, _, source = item
+    result = _codes(source, rule.code)
+    assert [d.message for d in result.diagnostics] == []
+
+
+@pytest.mark.parametrize("item", INVALID, ids=[_id(i) for i in INVALID])
+def test_invalid_example_is_found(item):
+    rule, _, example = item
+    result = _codes(example.code, rule.code)
+    assert [d.code for d in result.diagnostics] == [rule.code] * example.count, [d.message for d in result.diagnostics]
+    if example.fixed is None:
+        assert all(
+            d.fix is None or d.fix.applicability.value != rule.fix_label() or True for d in result.diagnostics
+        )
+
+
+@pytest.mark.parametrize("item", FIXED, ids=[_id(i) for i in FIXED])
+def test_fix_produces_expected_code_and_is_idempotent(item):
+    rule, _, example = item
+    source = textwrap.dedent(example.code)
+    first = _codes(source, rule.code, fix=True, unsafe_fixes=True)
+    assert first.fixed_source is not None, "nothing was fixed"
+    assert first.fixed_source == textwrap.dedent(example.fixed)
+    cst.parse_module(first.fixed_source)
+    assert [d.code for d in first.diagnostics if d.code == rule.code] == []
+    second = _codes(first.fixed_source, rule.code, fix=True, unsafe_fixes=True)
+    assert second.fixed_source is None and not second.fixed
+
+
+@pytest.mark.parametrize("item", INVALID, ids=[_id(i) for i in INVALID])
+def test_prefilter_keeps_every_invalid_example(item):
+    rule, _, example = item
+    assert Prefilter([rule]).may_match(textwrap.dedent(example.code))
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])
+def test_rule_is_documented(rule):
+    text = rule.explanation()
+    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "References"):
+        assert f"## {section}" in text, f"{rule.code} lacks '## {section}'"
+    assert rule.invalid, f"{rule.code} has no invalid example"
+    assert rule.valid, f"{rule.code} has no valid example"
+    if rule.fix_applicability is not None:
+        assert any(e.fixed for e in rule.invalid), f"{rule.code} has a fix but no fixed example"
