@@ -100,3 +100,55 @@ class Report:
     def sort(self) -> None:
         self.diagnostics.sort(key=lambda d: d.sort_key)
         self.errors.sort(key=lambda e: (e.filename, e.location or Location(0, 0)))
+
+
+# --- serialisation for the result cache -----------------------------------------------------------
+
+
+def diagnostic_to_record(diagnostic: Diagnostic) -> dict:
+    """A JSON-able record that `diagnostic_from_record` turns back into the same Diagnostic."""
+    fix = diagnostic.fix
+    return {
+        "code": diagnostic.code,
+        "message": diagnostic.message,
+        "filename": diagnostic.filename,
+        "location": [diagnostic.location.row, diagnostic.location.column],
+        "end_location": [diagnostic.end_location.row, diagnostic.end_location.column],
+        "severity": diagnostic.severity.value,
+        "rule_name": diagnostic.rule_name,
+        "confidence": diagnostic.confidence.value,
+        "fix": None
+        if fix is None
+        else {
+            "applicability": fix.applicability.value,
+            "message": fix.message,
+            "edits": [[e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content] for e in fix.edits],
+        },
+        "source_line": diagnostic.source_line,
+        "context": diagnostic.context,
+        "cell": diagnostic.cell,
+    }
+
+
+def diagnostic_from_record(record: dict) -> Diagnostic:
+    fix = record.get("fix")
+    return Diagnostic(
+        code=record["code"],
+        message=record["message"],
+        filename=record["filename"],
+        location=Location(*record["location"]),
+        end_location=Location(*record["end_location"]),
+        severity=Severity(record["severity"]),
+        rule_name=record["rule_name"],
+        confidence=Confidence(record["confidence"]),
+        fix=None
+        if fix is None
+        else FixSummary(
+            Applicability(fix["applicability"]),
+            fix["message"],
+            tuple(Edit(Location(a, b), Location(c, d), text) for a, b, c, d, text in fix["edits"]),
+        ),
+        source_line=record.get("source_line", ""),
+        context=record.get("context", ""),
+        cell=record.get("cell"),
+    )

@@ -1,0 +1,273 @@
+"""Run the checker over files: read, prefilter, check in parallel, write fixes, collect a `Report`.
+
+The main process reads every file and applies the prefilter (cheap); only files that can hold a finding
+are handed to worker processes, largest first so that one huge file does not stall the rest. Results
+come back in a stable order whatever the scheduling.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, diagnostic_from_record, diagnostic_to_record
+from amp_lint.settings import Settings
+
+# Below this much work, forking workers costs more than it saves.
+_PARALLEL_MIN_FILES = 4
+_PARALLEL_MIN_BYTES = 400_000
+# Deeply nested code overflows Python's default recursion limit in any tree walk; a worker thread with a
+# large stack can afford a much higher limit.
+_STACK_BYTES = 512 * 1024 * 1024
+_RECURSION_LIMIT = 60_000
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """What a worker needs to check one file (picklable)."""
+
+    enabled: FrozenSet[str]
+    fix: bool
+    unsafe_fixes: bool
+    with_edits: bool
+    write: bool  # write fixes back (False for --diff)
+    rule_options: Tuple[Tuple[str, object], ...] = ()
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    errors: List[FileError] = field(default_factory=list)
+    fixed: Dict[str, int] = field(default_factory=dict)
+    unsafe_fixable: int = 0
+    diff: str = ""
+    fixed_text: Optional[str] = None  # for stdin
+
+
+_CHECKERS: Dict[CheckConfig, object] = {}
+
+
+def _checker(config: CheckConfig):
+    checker = _CHECKERS.get(config)
+    if checker is None:
+        from amp_lint.engine import Checker
+
+        checker = Checker(
+            config.enabled,
+            fix=config.fix,
+            unsafe_fixes=config.unsafe_fixes,
+            with_edits=config.with_edits,
+            rule_options=dict(config.rule_options),
+        )
+        _CHECKERS[config] = checker
+    return checker
+
+
+def may_match(text: str, config: CheckConfig) -> bool:
+    return _checker(config).may_match(text)
+
+
+def check_text(text: str, display_name: str, config: CheckConfig) -> FileOutcome:
+    """Check source text (a file's or stdin's) in a thread with room for deep recursion."""
+    outcome = FileOutcome(display_name)
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["result"] = _checker(config).check(text, display_name)
+        except RecursionError:
+            box["error"] = "too deeply nested to analyse"
+        except Exception as error:  # never a traceback for the user: report and go on
+            box["error"] = f"internal error: {type(error).__name__}: {error}"
+
+    _run_with_large_stack(work)
+    if "error" in box:
+        outcome.errors.append(FileError(display_name, box["error"]))
+        return outcome
+    result = box["result"]
+    outcome.diagnostics = result.diagnostics
+    outcome.errors = result.errors
+    outcome.fixed = result.fixed
+    outcome.unsafe_fixable = result.unsafe_fixable
+    outcome.fixed_text = result.fixed_source
+    return outcome
+
+
+def _run_with_large_stack(work: Callable[[], None]) -> None:
+    previous_limit = sys.getrecursionlimit()
+    try:
+        previous_size = threading.stack_size(_STACK_BYTES)
+    except (ValueError, RuntimeError):  # platform refuses: run here with the default limits
+        work()
+        return
+    try:
+        sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
+        thread = threading.Thread(target=work, name="amp-lint-check")
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous_size)
+        sys.setrecursionlimit(previous_limit)
+
+
+def check_file(path: str, config: CheckConfig) -> FileOutcome:
+    """Read, check and (with --fix) rewrite one file. Runs in a worker process."""
+    from amp_lint.files import SourceError, read_source, write_atomic
+
+    try:
+        source = read_source(Path(path))
+    except SourceError as error:
+        return FileOutcome(path, errors=[FileError(path, error.message, getattr(error, "location", None))])
+    notebook = None
+    text = source.text
+    if path.endswith(".ipynb"):
+        from amp_lint.notebook import Notebook
+
+        try:
+            notebook = Notebook.parse(source.text)
+        except SourceError as error:
+            return FileOutcome(path, errors=[FileError(path, error.message)])
+        text = notebook.source
+    outcome = check_text(text, path, config)
+    if notebook is not None:
+        outcome.diagnostics = [_in_cell(d, notebook) for d in outcome.diagnostics]
+        outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
+    if outcome.fixed_text is None:
+        return outcome
+    new_text = outcome.fixed_text
+    if notebook is not None:
+        try:
+            new_text = notebook.updated_json(outcome.fixed_text)
+        except SourceError as error:
+            outcome.errors.append(FileError(path, f"fixes not written: {error.message}"))
+            outcome.fixed = {}
+            return outcome
+    if not config.write:
+        outcome.diff = "".join(
+            difflib.unified_diff(
+                source.text.splitlines(keepends=True),
+                new_text.splitlines(keepends=True),
+                fromfile=f"a/{path}",
+                tofile=f"b/{path}",
+            )
+        )
+        return outcome
+    try:
+        write_atomic(Path(path), new_text, source)
+    except SourceError as error:
+        outcome.errors.append(FileError(path, f"fixes not written: {error.message}"))
+        outcome.fixed = {}
+    except OSError as error:
+        outcome.errors.append(FileError(path, f"fixes not written: {error.strerror or error}"))
+        outcome.fixed = {}
+    return outcome
+
+
+def _in_cell(diagnostic: Diagnostic, notebook) -> Diagnostic:
+    from dataclasses import replace
+
+    cell, row, column = notebook.locate(diagnostic.location.row, diagnostic.location.column)
+    _, end_row, end_column = notebook.locate(diagnostic.end_location.row, diagnostic.end_location.column)
+    return replace(diagnostic, cell=cell, location=Location(row, column), end_location=Location(end_row, end_column))
+
+
+def _error_in_cell(error: FileError, notebook) -> FileError:
+    if error.location is None:
+        return error
+    cell, row, column = notebook.locate(error.location.row, error.location.column)
+    return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column))
+
+
+# --- a whole run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunPlan:
+    """Files to check and, for each, the config that applies to it."""
+
+    files: List[Tuple[str, CheckConfig]]
+    errors: List[FileError]
+
+
+def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) -> Tuple[Report, List[str]]:
+    """Check every planned file; returns the report and the diffs (for --diff)."""
+    report = Report(errors=list(plan.errors))
+    outcomes: Dict[str, FileOutcome] = {}
+    pending: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
+    for path, config in plan.files:
+        report.files_checked += 1
+        try:
+            raw = Path(path).read_bytes()
+        except OSError:
+            raw = None  # the worker reports it properly
+        if raw is not None and b"\0" not in raw:
+            text = raw.decode("utf-8", errors="replace")
+            if not path.endswith(".ipynb") and not may_match(text, config):
+                continue
+            if cache is not None and not config.fix:
+                hit = cache.get(Path(path), raw)
+                if hit is not None:
+                    outcomes[path] = _outcome_from_payload(path, hit)
+                    continue
+        pending.append((path, config, len(raw) if raw is not None else 0, raw))
+    for outcome, raw in _run_pending(pending, jobs):
+        outcomes[outcome.path] = outcome
+        if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
+            cache.put(Path(outcome.path), raw, _payload(outcome))
+    diffs = []
+    for path in sorted(outcomes):
+        outcome = outcomes[path]
+        report.diagnostics.extend(outcome.diagnostics)
+        report.errors.extend(_unique(outcome.errors))
+        if outcome.fixed:
+            report.fixed[path] = outcome.fixed
+        report.unsafe_fixable += outcome.unsafe_fixable
+        if outcome.diff:
+            diffs.append(outcome.diff)
+    report.sort()
+    return report, diffs
+
+
+def _unique(errors: Sequence[FileError]) -> List[FileError]:
+    seen, out = set(), []
+    for error in errors:
+        if error not in seen:
+            seen.add(error)
+            out.append(error)
+    return out
+
+
+def _run_pending(pending, jobs: Optional[int]):
+    workers = jobs or os.cpu_count() or 1
+    total_bytes = sum(size for _, _, size, _ in pending)
+    if workers <= 1 or len(pending) < _PARALLEL_MIN_FILES or total_bytes < _PARALLEL_MIN_BYTES:
+        for path, config, _, raw in pending:
+            yield check_file(path, config), raw
+        return
+    ordered = sorted(pending, key=lambda item: -item[2])  # largest first: no straggler at the end
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
+    with ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=context) as pool:
+        futures = [(pool.submit(check_file, path, config), raw) for path, config, _, raw in ordered]
+        for future, raw in futures:
+            yield future.result(), raw
+
+
+def _payload(outcome: FileOutcome) -> dict:
+    return {"diagnostics": [diagnostic_to_record(d) for d in outcome.diagnostics], "unsafe_fixable": outcome.unsafe_fixable}
+
+
+def _outcome_from_payload(path: str, payload: dict) -> FileOutcome:
+    return FileOutcome(
+        path,
+        diagnostics=[diagnostic_from_record(d) for d in payload.get("diagnostics", [])],
+        unsafe_fixable=payload.get("unsafe_fixable", 0),
+    )
