@@ -15,7 +15,6 @@ import io
 import os
 import re
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +58,8 @@ def discover(
     Folders are walked for `.py`, `.pyi` and `.ipynb` files, skipping `exclude`/`extend_exclude`
     matches and, inside a git work tree, what `.gitignore` files and `.git/info/exclude` ignore.
     A path named on the command line is always checked (whatever its suffix) unless `force_exclude`
-    is set: then the exclude globs apply to it and its parent folders too, as pre-commit needs.
+    (the argument or the path's settings) is set: then the exclude globs apply to it and its parent
+    folders too, as pre-commit needs; `.gitignore` never applies to a named path.
     `settings_for` is called once per folder (and per named file); problems become `FileError`s
     and the walk goes on.
     """
@@ -71,7 +71,11 @@ def discover(
 
 # A parsed .gitignore (a pathspec.GitIgnoreSpec) and the folder its patterns are relative to.
 _IgnoreRule = Tuple[Path, object]
+# The rules in force in a folder, shallowest first; None outside a git work tree.
+_IgnoreRules = Optional[Tuple[_IgnoreRule, ...]]
 _FileId = Tuple[int, int]  # (st_dev, st_ino): the same file reached by two paths is checked once
+# A folder still to walk: its path, its ignore rules, and the folders it sits in (to spot link loops).
+_PendingFolder = Tuple[Path, _IgnoreRules, Tuple[_FileId, ...]]
 
 
 class _Walker:
@@ -90,7 +94,7 @@ class _Walker:
         except OSError:
             self._error(path, _describe_unreachable(path))
             return
-        if force_exclude and self._excluded_with_parents(path):
+        if (force_exclude or self._settings_of(path).force_exclude) and self._excluded_with_parents(path):
             return
         if stat.S_ISDIR(info.st_mode):
             self._walk(path, info)
@@ -103,9 +107,7 @@ class _Walker:
             return
         self._walked_folders.add(_file_id(info))
         ignore_rules = self._gitignores_above(top)
-        pending: List[Tuple[Path, Tuple[_IgnoreRule, ...], Tuple[_FileId, ...]]] = [
-            (top, ignore_rules, (_file_id(info),))
-        ]
+        pending: List[_PendingFolder] = [(top, ignore_rules, (_file_id(info),))]
         while pending:
             folder, ignore_rules, ancestors = pending.pop()
             try:
@@ -115,27 +117,35 @@ class _Walker:
                 self._error(folder, exc.strerror or str(exc))
                 continue
             settings = self._settings_of(folder)
-            if settings.respect_gitignore and any(entry.name == ".gitignore" for entry in entries):
-                ignore_rules += self._load_gitignore(folder / ".gitignore", folder)
+            if settings.respect_gitignore:
+                ignore_rules = self._folder_gitignores(folder, {entry.name for entry in entries}, ignore_rules)
             subfolders = []
             for entry in entries:
                 path = folder / entry.name
-                is_folder = entry.is_dir()
+                try:
+                    is_folder = entry.is_dir()
+                    is_file = not is_folder and entry.is_file()
+                except OSError:  # a symlink loop, say; described below
+                    is_folder = is_file = False
                 if self._excluded(path, settings) or (
-                    settings.respect_gitignore and _gitignored(self._absolute(path), is_folder, ignore_rules)
+                    settings.respect_gitignore
+                    and ignore_rules
+                    and _gitignored(self._absolute(path), is_folder, ignore_rules)
                 ):
                     continue
                 if is_folder:
                     subfolders.append(self._enter(path, entry, ancestors, ignore_rules))
                 elif path.suffix in PYTHON_SUFFIXES:
-                    if entry.is_file():
+                    if is_file:
                         self._add_file(path, entry.stat())
                     elif entry.is_symlink():
                         self._error(path, _describe_unreachable(path))
             # Reversed so that the stack pops the subfolders in name order.
             pending.extend(reversed([item for item in subfolders if item is not None]))
 
-    def _enter(self, path: Path, entry: os.DirEntry, ancestors, ignore_rules):
+    def _enter(
+        self, path: Path, entry: os.DirEntry, ancestors: Tuple[_FileId, ...], ignore_rules: _IgnoreRules
+    ) -> Optional[_PendingFolder]:
         """The stack item for a subfolder, or None where a symlink leads back to a walked folder."""
         try:
             folder_id = _file_id(entry.stat())
@@ -191,29 +201,36 @@ class _Walker:
         candidates = [absolute] + [parent for parent in absolute.parents if root in parent.parents]
         return any(self._excluded(candidate, settings) for candidate in candidates)
 
-    def _gitignores_above(self, top: Path) -> Tuple[_IgnoreRule, ...]:
-        """The ignore files that apply to `top` from above it, up to its git work tree's root.
+    def _gitignores_above(self, top: Path) -> _IgnoreRules:
+        """The ignore files that apply to `top` from the folders above it, up to its work tree's root.
 
-        Outside a git work tree `.gitignore` files mean nothing, as for git itself.
+        None outside a git work tree: there `.gitignore` files mean nothing, as for git itself.
         """
-        settings = self._settings_of(top)
-        if not settings.respect_gitignore:
-            return ()
-        absolute = self._absolute(top)
-        above = list(absolute.parents)
-        repository = next((folder for folder in [absolute] + above if (folder / ".git").exists()), None)
+        if not self._settings_of(top).respect_gitignore:
+            return None
+        above = list(self._absolute(top).parents)
+        repository = next((folder for folder in above if (folder / ".git").exists()), None)
         if repository is None:
-            return ()
+            return None
         rules = self._load_gitignore(repository / ".git" / "info" / "exclude", repository)
         for folder in reversed(above):
             if folder == repository or repository in folder.parents:
                 rules += self._load_gitignore(folder / ".gitignore", folder)
         return rules
 
+    def _folder_gitignores(self, folder: Path, names: Set[str], inherited: _IgnoreRules) -> _IgnoreRules:
+        """The ignore rules inside `folder`: a work tree's root (or a submodule) starts afresh."""
+        rules = inherited
+        if ".git" in names:
+            rules = self._load_gitignore(folder / ".git" / "info" / "exclude", folder)
+        if rules is not None and ".gitignore" in names:
+            rules += self._load_gitignore(folder / ".gitignore", folder)
+        return rules
+
     def _load_gitignore(self, ignore_file: Path, base: Path) -> Tuple[_IgnoreRule, ...]:
         try:
             lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # `.git` is a file in submodules and worktrees
             return ()
         except OSError as exc:
             self._error(ignore_file, exc.strerror or str(exc))
@@ -282,16 +299,18 @@ def read_source(path: Path) -> SourceText:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
-    with open(fd, "rb") as stream:
-        try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                raise SourceError("Is a directory")
-            if not stat.S_ISREG(mode):
-                raise SourceError("not a regular file")
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise SourceError("Is a directory")
+        if not stat.S_ISREG(mode):
+            raise SourceError("not a regular file")
+        with open(fd, "rb", closefd=False) as stream:
             raw = stream.read()
-        except OSError as exc:
-            raise SourceError(exc.strerror or str(exc)) from exc
+    except OSError as exc:
+        raise SourceError(exc.strerror or str(exc)) from exc
+    finally:
+        os.close(fd)
     return decode_source(raw)
 
 
@@ -375,11 +394,13 @@ def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
 
 
 def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -> None:
+    import tempfile  # only a fix writes: a check run does not pay for this import
+
     fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
     try:
         try:
+            _keep_owner(temporary, fd, info)  # before chmod: chown clears setuid/setgid bits
             os.chmod(temporary, stat.S_IMODE(info.st_mode))
-            _keep_owner(temporary, fd, info)
             remaining = memoryview(data)
             while remaining:
                 remaining = remaining[os.write(fd, remaining) :]

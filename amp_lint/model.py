@@ -305,7 +305,7 @@ class Scope:
     parent: Optional["Scope"]
     class_name: Optional[str] = None  # for methods, the enclosing class
     names: NameTable = field(default_factory=NameTable)
-    params: Dict[str, Optional[cst.Annotation]] = field(default_factory=dict)
+    params: Dict[str, Optional[cst.BaseExpression]] = field(default_factory=dict)  # name -> annotation
     events: List[Event] = field(default_factory=list)
     regions: List[AutocastRegion] = field(default_factory=list)
     assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
@@ -569,7 +569,7 @@ class _ModelBuilder(cst.CSTVisitor):
             names=NameTable(parent.names),
         )
         for param in self._parameters(node.params):
-            scope.params[param.name.value] = param.annotation
+            scope.params[param.name.value] = param.annotation.annotation if param.annotation is not None else None
             scope.names.bind_local(param.name.value)
         # Decorators run in the enclosing scope.
         for decorator in node.decorators:
@@ -858,6 +858,12 @@ class _ModelBuilder(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if isinstance(func, cst.Name) and func.value in ("isinstance", "issubclass"):
+            for arg in node.args[1:]:  # a type check constructs nothing deprecated
+                for candidate in self._alternatives(arg.value):
+                    elements = candidate.elements if isinstance(candidate, cst.Tuple) else [candidate]
+                    for element in elements:
+                        self.skip_reference.add(getattr(element, "value", element))
         qualified = self.qualify(func)
         if qualified is not None:
             if qualified in names.DEPRECATED_AMP:
@@ -983,6 +989,9 @@ class _ModelBuilder(cst.CSTVisitor):
             self.deprecated_uses.append(DeprecatedUse(node, resolved, None, None, self.scope))
         elif resolved in names.DEPRECATED_AMP_MODULES:
             self.amp_module_refs.append((node, self.scope))
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        return False  # `-> torch.cuda.amp.GradScaler` names a type; nothing deprecated runs
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
         return False  # names in import statements are bindings, not uses

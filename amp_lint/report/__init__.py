@@ -29,7 +29,7 @@ _RENDERERS = {
     "github": ("machine", "render_github"),
     "gitlab": ("machine", "render_gitlab"),
     "junit": ("machine", "render_junit"),
-    "sarif": ("sarif", "render_sarif_report"),
+    "sarif": ("sarif", "render_sarif"),
 }
 
 

@@ -67,7 +67,7 @@ def render_json_statistics(report: Report, options: RenderOptions) -> str:
 
     statistics = [
         {"code": s.code, "name": s.name, "count": s.count, "fixable": s.fixable}
-        for s in rule_statistics(report, options: RenderOptions)
+        for s in rule_statistics(report, options)
     ]
     return json.dumps(statistics, indent=2) + "\n"
 

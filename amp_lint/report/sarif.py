@@ -9,7 +9,7 @@ from typing import Dict, List, Sequence
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
 from amp_lint.report import RenderOptions
 
-SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://github.com/amp-lint/amp-lint"
 
 _LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -21,14 +21,14 @@ def registered_rules() -> List[type]:
     return list(ALL_RULES)
 
 
-def render_sarif_report(report: Report, options: RenderOptions) -> str:
-    return render_sarif(report, registered_rules())
-
-
-def render_sarif(report: Report, rules: Sequence[type]) -> str:
-    """One SARIF log with one run; `rules` are the rule classes the tool knows (all of them, like Ruff)."""
+def render_sarif(report: Report, options: RenderOptions) -> str:
     import json
 
+    return json.dumps(sarif_log(report, registered_rules()), indent=2, ensure_ascii=False) + "\n"
+
+
+def sarif_log(report: Report, rules: Sequence[type]) -> dict:
+    """One SARIF log with one run; `rules` are the rule classes the tool knows (all of them, like Ruff)."""
     import amp_lint
 
     rule_index = {rule.code: index for index, rule in enumerate(rules)}
@@ -46,8 +46,7 @@ def render_sarif(report: Report, rules: Sequence[type]) -> str:
         "results": [_result(d, rule_index) for d in report.diagnostics],
         "invocations": [_invocation(report.errors)],
     }
-    log = {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
 def _rule_descriptor(rule: type) -> dict:
@@ -90,9 +89,10 @@ def _fix(diagnostic: Diagnostic) -> dict:
         {"deletedRegion": _region(edit.location, edit.end_location), "insertedContent": {"text": edit.content}}
         for edit in fix.edits
     ]
+    change = {"artifactLocation": _artifact_location(diagnostic.filename), "replacements": replacements}
     return {
         "description": {"text": fix.message},
-        "artifactChanges": [{"artifactLocation": _artifact_location(diagnostic.filename), "replacements": replacements}],
+        "artifactChanges": [change],
         "properties": {"applicability": fix.applicability.value},
     }
 
@@ -108,7 +108,8 @@ def _notification(error: FileError) -> dict:
     physical_location = {"artifactLocation": _artifact_location(error.filename)}
     if error.location is not None:
         physical_location["region"] = _region(error.location, error.location)
-    return {"level": "error", "message": {"text": error.message}, "locations": [{"physicalLocation": physical_location}]}
+    location = {"physicalLocation": physical_location}
+    return {"level": "error", "message": {"text": error.message}, "locations": [location]}
 
 
 def _location(filename: str, start: Location, end: Location) -> dict:

@@ -43,7 +43,7 @@ def is_fixable(diagnostic: Diagnostic, options: RenderOptions) -> bool:
 
 def fix_counts(report: Report, options: RenderOptions) -> Tuple[int, int]:
     """(findings --fix would fix, findings only --unsafe-fixes would fix)."""
-    fixable = sum(is_fixable(d, options: RenderOptions) for d in report.diagnostics)
+    fixable = sum(is_fixable(d, options) for d in report.diagnostics)
     if options.unsafe_fixes:
         return fixable, 0
     unsafe = sum(d.fix is not None and d.fix.applicability == Applicability.UNSAFE for d in report.diagnostics)
@@ -55,7 +55,7 @@ def rule_statistics(report: Report, options: RenderOptions) -> List[RuleStatisti
     """One entry per rule code, most frequent first, then by code."""
     counts = Counter(d.code for d in report.diagnostics)
     names = {d.code: d.rule_name for d in report.diagnostics}
-    fixable = {d.code for d in report.diagnostics if is_fixable(d, options: RenderOptions)}
+    fixable = {d.code for d in report.diagnostics if is_fixable(d, options)}
     ordered = sorted(counts, key=lambda code: (-counts[code], code))
     return [RuleStatistic(code, names[code], counts[code], code in fixable) for code in ordered]
 
@@ -75,11 +75,11 @@ def _styled_position(diagnostic: Diagnostic, options: RenderOptions) -> str:
 def headline(diagnostic: Diagnostic, options: RenderOptions) -> str:
     """`path:row:col: CODE [*] message`."""
     code = style(diagnostic.code, options, fg="red", bold=True)
-    return f"{_styled_position(diagnostic, options: RenderOptions)} {code} {_fix_marker(diagnostic, options: RenderOptions)}{diagnostic.message}"
+    return f"{_styled_position(diagnostic, options)} {code} {_fix_marker(diagnostic, options)}{diagnostic.message}"
 
 
 def _fix_marker(diagnostic: Diagnostic, options: RenderOptions) -> str:
-    return style("[*]", options, fg="cyan") + " " if is_fixable(diagnostic, options: RenderOptions) else ""
+    return style("[*]", options, fg="cyan") + " " if is_fixable(diagnostic, options) else ""
 
 
 def error_line(error: FileError, options: RenderOptions) -> str:
@@ -110,14 +110,14 @@ def summary_lines(report: Report, options: RenderOptions) -> List[str]:
             lines += _fixed_listing(report)
     elif remaining:
         lines.append(f"Found {plural(remaining, 'error')}.")
-    lines += _fixable_lines(report, options: RenderOptions)
+    lines += _fixable_lines(report, options)
     if not remaining and not report.errors and not report.fixed_count:
         lines.append("All checks passed!")
     return lines
 
 
 def _fixable_lines(report: Report, options: RenderOptions) -> List[str]:
-    fixable, hidden = fix_counts(report, options: RenderOptions)
+    fixable, hidden = fix_counts(report, options)
     lines = []
     if fixable:
         lines.append(f"[*] {fixable} fixable with --fix.")
@@ -141,11 +141,11 @@ def _fixed_listing(report: Report) -> List[str]:
 def render_full(report: Report, options: RenderOptions) -> str:
     lines: List[str] = []
     for diagnostic in report.diagnostics:
-        lines.append(headline(diagnostic, options: RenderOptions))
-        lines += _snippet(diagnostic, options: RenderOptions)
+        lines.append(headline(diagnostic, options))
+        lines += _snippet(diagnostic, options)
         lines.append("")
-    lines += [error_line(error, options: RenderOptions) for error in report.errors]
-    summary = summary_lines(report, options: RenderOptions)
+    lines += [error_line(error, options) for error in report.errors]
+    summary = summary_lines(report, options)
     if report.errors and summary:
         lines.append("")
     return _with_newline(lines + summary)
@@ -155,7 +155,7 @@ def _snippet(diagnostic: Diagnostic, options: RenderOptions) -> List[str]:
     """The source line with a gutter, `^^^` under the range, and the fix's help line."""
     source = diagnostic.source_line.rstrip("\r\n")
     if not source:
-        return _help_lines(diagnostic, options: RenderOptions)
+        return _help_lines(diagnostic, options)
     row = str(diagnostic.location.row)
     gutter = style(" " * len(row) + " |", options, fg="blue", bold=True)
     numbered = style(f"{row} |", options, fg="blue", bold=True)
@@ -186,9 +186,9 @@ def _help_lines(diagnostic: Diagnostic, options: RenderOptions) -> List[str]:
 
 
 def render_concise(report: Report, options: RenderOptions) -> str:
-    lines = [headline(diagnostic, options: RenderOptions) for diagnostic in report.diagnostics]
-    lines += [error_line(error, options: RenderOptions) for error in report.errors]
-    return _with_newline(lines + summary_lines(report, options: RenderOptions))
+    lines = [headline(diagnostic, options) for diagnostic in report.diagnostics]
+    lines += [error_line(error, options) for error in report.errors]
+    return _with_newline(lines + summary_lines(report, options))
 
 
 def render_grouped(report: Report, options: RenderOptions) -> str:
@@ -201,10 +201,10 @@ def render_grouped(report: Report, options: RenderOptions) -> str:
         for diagnostic in diagnostics:
             where = row_column(diagnostic.location, diagnostic.cell)
             code = style(diagnostic.code, options, fg="red", bold=True)
-            lines.append(f"  {where} {code} {_fix_marker(diagnostic, options: RenderOptions)}{diagnostic.message}")
+            lines.append(f"  {where} {code} {_fix_marker(diagnostic, options)}{diagnostic.message}")
         lines.append("")
-    lines += [error_line(error, options: RenderOptions) for error in report.errors]
-    return _with_newline(lines + summary_lines(report, options: RenderOptions))
+    lines += [error_line(error, options) for error in report.errors]
+    return _with_newline(lines + summary_lines(report, options))
 
 
 def render_pylint(report: Report, options: RenderOptions) -> str:
@@ -214,7 +214,7 @@ def render_pylint(report: Report, options: RenderOptions) -> str:
 
 def render_statistics(report: Report, options: RenderOptions) -> str:
     """Ruff's table: count, code, fixable marker and rule name, most frequent first."""
-    statistics = rule_statistics(report, options: RenderOptions)
+    statistics = rule_statistics(report, options)
     lines = []
     if statistics:
         count_width = max(len(str(s.count)) for s in statistics)
@@ -223,4 +223,4 @@ def render_statistics(report: Report, options: RenderOptions) -> str:
         for statistic in statistics:
             marker = ("[*] " if statistic.fixable else "[ ] ") if any_fixable else ""
             lines.append(f"{statistic.count:>{count_width}}\t{statistic.code:<{code_width}}\t{marker}{statistic.name}")
-    return _with_newline(lines + summary_lines(report, options: RenderOptions))
+    return _with_newline(lines + summary_lines(report, options))

@@ -1,8 +1,8 @@
 """README: trains a small CNN classifier on synthetic 1-channel images (cross-entropy loss, SGD with momentum).
 
 A plain fp32 training script, one of the fixtures `amp-lint verify` converts to AMP and runs both ways.
-Each class is a fixed random pattern; an image is its class pattern plus noise, and 10% of the labels are
-shuffled so the loss levels off above zero. VERIFY_SCALE (default 1) widens the network and the batch for a
+Each class is a fixed random pattern; an image is its class pattern, randomly dimmed or brightened, plus
+noise, and 10% of the labels are shuffled so the loss levels off above zero. VERIFY_SCALE (default 1) widens the network and the batch for a
 GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
 import argparse
@@ -19,7 +19,9 @@ IMAGE_SIZE = 16
 def make_dataset(n_samples, generator):
     patterns = torch.randn(N_CLASSES, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
     labels = torch.randint(0, N_CLASSES, (n_samples,), generator=generator)
-    images = patterns[labels] + 1.5 * torch.randn(n_samples, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    contrast = 0.5 + torch.rand(n_samples, 1, 1, 1, generator=generator)
+    noise = torch.randn(n_samples, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    images = contrast * patterns[labels] + noise
     noisy = torch.rand(n_samples, generator=generator) < 0.1
     labels[noisy] = torch.randint(0, N_CLASSES, (int(noisy.sum()),), generator=generator)
     return TensorDataset(images, labels)
@@ -34,9 +36,9 @@ class SmallCNN(nn.Module):
             nn.MaxPool2d(2),
             nn.Conv2d(width, 2 * width, kernel_size=3, padding=1),
             nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
+            nn.MaxPool2d(2),
         )
-        self.classifier = nn.Linear(2 * width, N_CLASSES)
+        self.classifier = nn.Linear(2 * width * (IMAGE_SIZE // 4) ** 2, N_CLASSES)
 
     def forward(self, images):
         return self.classifier(self.features(images).flatten(1))

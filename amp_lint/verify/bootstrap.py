@@ -1,0 +1,331 @@
+"""The child-process side of ``amp-lint verify``: run one training script as written and record how it trains.
+
+    python -m amp_lint.verify.bootstrap --script PATH --steps N --warmup W --out RESULT.json -- [script args]
+
+The script is run with ``runpy.run_path(PATH, run_name="__main__")``, as ``python PATH args`` would run it, and
+nothing in it is edited: the fp32 original and its AMP conversion must be measured by the same means. Instead the
+bootstrap wraps the few torch entry points every training step passes through:
+
+* ``torch.Tensor.backward`` records the value of each scalar tensor backpropagated (the loss);
+* ``torch.amp.GradScaler.scale`` records the *unscaled* loss and marks the scaled tensor it returns, so the
+  ``backward`` wrapper does not record that one a second time;
+* a global optimizer step post-hook (``register_optimizer_step_post_hook``) counts optimizer steps, and
+  ``GradScaler.step`` is wrapped so that a step the scaler skipped (it never calls ``optimizer.step()`` when the
+  gradients hold inf/NaN) still counts;
+* ``GradScaler.update`` compares the scale before and after: a scale that went down means the step was skipped;
+* ``torch.amp.autocast.__enter__`` records the device type, dtype and ``enabled`` flag autocast really ran with;
+* ``warnings.showwarning`` keeps every warning containing "Disabling": autocast and GradScaler say so when they
+  switch themselves off (an unsupported dtype, ``GradScaler("cuda")`` without CUDA), leaving an fp32 run behind.
+
+A *training step* is one round of every optimizer the script steps: one ``optimizer.step()`` for a plain loop, one
+``opt_d`` plus one ``opt_g`` step for a GAN. The round is learnt from the order of the first steps: it is complete
+when the optimizer that stepped first steps again. The loss recorded for a training step is the **sum of the losses
+backpropagated in it**: both losses of a two-loss step, the discriminator's plus the generator's loss of a GAN step,
+and the micro-batch losses of an accumulation step (which, divided by the accumulation count as usual, add up to
+their mean). After ``--steps`` training steps the script is stopped by an exception derived from BaseException, so
+``except Exception`` in the script cannot swallow it.
+
+Losses are kept as tensors and read once at the end, so recording them forces no extra device synchronisation;
+on CUDA the device is synchronised only at the two instants that bound the timing (the end of step W and of the
+last step).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import random
+import resource
+import runpy
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Prefix of the progress lines written to stderr; the runner relays them and keeps the rest as script output.
+PROGRESS_PREFIX = "[amp-lint verify] step "
+
+#: Both runs of a script start from this seed (the scripts usually seed themselves as well).
+SEED = 0
+
+#: Attribute set on the tensor ``GradScaler.scale`` returns, so its ``backward()`` is not recorded twice.
+_SCALED_MARK = "_amp_lint_verify_scaled"
+
+#: How many trailing traceback lines a crash report keeps.
+_TRACEBACK_TAIL_LINES = 15
+
+
+@dataclass
+class RunRecord:
+    """What one run of a training script did: the contents of RESULT.json, written here and read by the runner."""
+
+    status: str
+    """``"ok"`` or ``"crashed"``."""
+    losses: list[float | None] = field(default_factory=list)
+    """The loss of each training step; ``None`` where it was not finite (JSON has no NaN)."""
+    skipped_steps: list[int] = field(default_factory=list)
+    """0-based indices of the training steps the GradScaler skipped."""
+    optimizer_steps: int = 0
+    """``optimizer.step()`` calls, plus those a GradScaler skipped."""
+    reached_step_limit: bool = False
+    """True when the run was stopped at ``--steps``, False when the script ended (or crashed) before."""
+    seconds_per_step: float | None = None
+    """Wall-clock time per training step after the warm-up steps; None with too few steps."""
+    peak_memory_bytes: int | None = None
+    memory_source: str = ""
+    """``"cuda max_memory_allocated"`` or ``"peak RSS"``: CPU numbers include the Python and torch baseline."""
+    device: str | None = None
+    """The device of the parameters the first optimizer stepped."""
+    autocast: list[dict[str, Any]] = field(default_factory=list)
+    """Each distinct autocast configuration entered: ``device_type``, ``dtype``, ``enabled``."""
+    disabling_warnings: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    """For a crash: ``type``, ``message`` and ``traceback_tail`` (list of lines)."""
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=1, allow_nan=False), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunRecord:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+class _StopTraining(BaseException):
+    """Raised from the optimizer hook after ``--steps`` training steps; BaseException so scripts don't catch it."""
+
+
+class TrainingRecorder:
+    """Groups optimizer steps into training steps and keeps, per step, the losses, the time and the skip flag."""
+
+    def __init__(self, torch: Any, *, steps: int, warmup: int) -> None:
+        self._torch = torch
+        self._step_limit = steps
+        self._warmup = warmup
+        self._progress_every = max(1, steps // 10)
+        self._pending_losses: list[Any] = []  # backpropagated since the last optimizer step
+        self._round: int | None = None  # optimizer steps per training step, once learnt
+        self._open_optimizers: list[Any] = []  # optimizers stepped in the training step in progress
+        self._open_losses: list[Any] = []
+        self._step_losses: list[list[Any]] = []  # closed training steps
+        self._step_times: list[float] = []
+        self.record = RunRecord(status="ok")
+
+    # -- events from the hooks ---------------------------------------------------------------------------------
+
+    def on_loss(self, loss: Any) -> None:
+        self._pending_losses.append(loss.detach().to(self._torch.float32, copy=True))
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        self.record.optimizer_steps += 1
+        if self.record.device is None:
+            self.record.device = _parameter_device(optimizer)
+        if self._round is None and self._open_optimizers and optimizer is self._open_optimizers[0]:
+            self._round = len(self._open_optimizers)
+            self._close_step()
+        self._open_optimizers.append(optimizer)
+        self._open_losses += self._pending_losses
+        self._pending_losses = []
+        if self._round is not None and len(self._open_optimizers) == self._round:
+            self._close_step()
+
+    def on_scale_backoff(self) -> None:
+        """The GradScaler lowered its scale: the training step holding the last optimizer step was skipped."""
+        index = len(self._step_losses) - (0 if self._open_optimizers else 1)
+        if index >= 0 and index not in self.record.skipped_steps:
+            self.record.skipped_steps.append(index)
+
+    def on_autocast(self, device_type: str, dtype: Any, enabled: bool) -> None:
+        entry = {"device_type": device_type, "dtype": str(dtype).removeprefix("torch."), "enabled": bool(enabled)}
+        if entry not in self.record.autocast:
+            self.record.autocast.append(entry)
+
+    def on_warning(self, message: str) -> None:
+        if "Disabling" in message and message not in self.record.disabling_warnings:
+            self.record.disabling_warnings.append(message)
+
+    # -- bookkeeping -------------------------------------------------------------------------------------------
+
+    def _close_step(self) -> None:
+        self._step_losses.append(self._open_losses)
+        self._open_optimizers, self._open_losses = [], []
+        done = len(self._step_losses)
+        if done in (self._warmup, self._step_limit):
+            self._synchronize()
+        self._step_times.append(time.perf_counter())
+        if done % self._progress_every == 0 or done == self._step_limit:
+            print(f"{PROGRESS_PREFIX}{done}/{self._step_limit}", file=sys.__stderr__, flush=True)
+        if done == self._step_limit:
+            self.record.reached_step_limit = True
+            raise _StopTraining
+
+    def _synchronize(self) -> None:
+        if self._torch.cuda.is_available() and self._torch.cuda.is_initialized():
+            self._torch.cuda.synchronize()
+
+    def finish(self, error: dict[str, Any] | None) -> RunRecord:
+        """Close a step left open by the script's end, read the loss values and the memory peak."""
+        if self._open_optimizers:
+            self._step_losses.append(self._open_losses)
+        record = self.record
+        if error is not None:
+            record.status, record.error = "crashed", error
+        try:
+            record.losses = [_finite_or_none(sum(float(loss) for loss in losses)) for losses in self._step_losses]
+        except RuntimeError as exc:  # the device itself failed (e.g. a CUDA error): no loss can be read back
+            record.losses = [None] * len(self._step_losses)
+            record.status, record.error = "crashed", record.error or _describe(exc)
+        measured = len(self._step_times) - self._warmup
+        if measured > 0:
+            record.seconds_per_step = (self._step_times[-1] - self._step_times[self._warmup - 1]) / measured
+        record.peak_memory_bytes, record.memory_source = self._peak_memory()
+        return record
+
+    def _peak_memory(self) -> tuple[int, str]:
+        torch = self._torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return int(torch.cuda.max_memory_allocated()), "cuda max_memory_allocated"
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return (peak if sys.platform == "darwin" else peak * 1024), "peak RSS"
+
+
+def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
+    """Wrap the torch entry points listed in the module docstring so they report to ``recorder``."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    grad_scaler = torch.amp.GradScaler
+
+    original_backward = torch.Tensor.backward
+
+    @functools.wraps(original_backward)
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.numel() == 1 and not getattr(self, _SCALED_MARK, False):
+            recorder.on_loss(self)
+        return original_backward(self, *args, **kwargs)
+
+    original_scale = grad_scaler.scale
+
+    @functools.wraps(original_scale)
+    def scale(self: Any, outputs: Any) -> Any:
+        scaled = original_scale(self, outputs)
+        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
+            recorder.on_loss(outputs)
+            setattr(scaled, _SCALED_MARK, True)
+        return scaled
+
+    original_step = grad_scaler.step
+
+    @functools.wraps(original_step)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        steps_before = recorder.record.optimizer_steps
+        result = original_step(self, optimizer, *args, **kwargs)
+        if recorder.record.optimizer_steps == steps_before:  # inf/NaN gradients: optimizer.step() was skipped
+            recorder.on_optimizer_step(optimizer)
+        return result
+
+    original_update = grad_scaler.update
+
+    @functools.wraps(original_update)
+    def update(self: Any, new_scale: Any = None) -> None:
+        if new_scale is not None or not self.is_enabled():
+            return original_update(self, new_scale)
+        scale_before = self.get_scale()
+        original_update(self, new_scale)
+        if self.get_scale() < scale_before:
+            recorder.on_scale_backoff()
+
+    original_enter = torch.amp.autocast.__enter__
+
+    @functools.wraps(original_enter)
+    def enter(self: Any) -> Any:
+        recorder.on_autocast(self.device, self.fast_dtype, self._enabled)
+        return original_enter(self)
+
+    original_showwarning = warnings.showwarning
+
+    @functools.wraps(original_showwarning)
+    def showwarning(message: Any, *args: Any, **kwargs: Any) -> None:
+        recorder.on_warning(str(message))
+        original_showwarning(message, *args, **kwargs)
+
+    torch.Tensor.backward = backward
+    grad_scaler.scale, grad_scaler.step, grad_scaler.update = scale, step, update
+    torch.amp.autocast.__enter__ = enter
+    warnings.showwarning = showwarning
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.on_optimizer_step(optimizer))
+
+
+def run_script(script: str, origin: str, script_args: list[str]) -> None:
+    """Run ``script`` as ``python script args`` would; ``origin``'s folder leads sys.path, as the script's own would."""
+    sys.argv = [script, *script_args]
+    sys.path[0] = str(Path(origin).resolve().parent)
+    runpy.run_path(script, run_name="__main__")
+
+
+def _parameter_device(optimizer: Any) -> str | None:
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            return str(parameter.device)
+    return None
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _describe(exc: BaseException) -> dict[str, Any]:
+    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
+    return {"type": type(exc).__name__, "message": str(exc), "traceback_tail": lines[-_TRACEBACK_TAIL_LINES:]}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m amp_lint.verify.bootstrap", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--script", required=True, help="the program to run")
+    parser.add_argument("--origin", help="the user's script it came from (default: --script); leads sys.path")
+    parser.add_argument("--steps", type=_positive_int, required=True, help="stop after this many training steps")
+    parser.add_argument("--warmup", type=_positive_int, required=True, help="steps left out of the timing (>= 1)")
+    parser.add_argument("--out", required=True, help="where to write the RunRecord JSON")
+    return parser.parse_args(own), script_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, script_args = _parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # must precede CUDA initialisation
+
+    import torch
+
+    random.seed(SEED)
+    torch.manual_seed(SEED)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    recorder = TrainingRecorder(torch, steps=args.steps, warmup=args.warmup)
+    install_hooks(torch, recorder)
+
+    error = None
+    try:
+        run_script(args.script, args.origin or args.script, script_args)
+    except _StopTraining:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            error = _describe(exc)
+    except BaseException as exc:  # noqa: BLE001 - any failure of the user's script is the result to report
+        error = _describe(exc)
+    record = recorder.finish(error)
+    record.write(args.out)
+    return 0 if record.status == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

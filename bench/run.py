@@ -1,0 +1,1163 @@
+#!/usr/bin/env python3
+"""Speed benchmark for amp-lint, with its peers run side by side on the same files.
+
+    python bench/run.py                          # torch's package and a generated repo, all cores
+    python bench/run.py --corpus torch --jobs 2  # the issue's setting: 2 cores
+    python bench/run.py --no-peers --repeat 5    # amp-lint alone, median of 5
+    python bench/run.py --rows cold,warm,ruff    # only some rows
+    python bench/run.py --self-test              # tiny generated corpus, no peers, a few seconds
+
+Each row is one tool run as its own process (start-up included), timed by wall clock, with the peak
+memory of its whole process tree. The table goes to the terminal and, as Markdown with the machine
+and tool versions, to bench/results.md. The targets from the issue (a cold check of torch's ~2,300
+files as fast as `ruff check --select ALL`, 50x faster than TorchFix and Fixit, warm run under 1 s,
+a 5-file pre-commit run under 0.4 s, under 400 MB, --fix within 2x of the check) are checked at the
+end. Peers are installed into bench/.venvs/peers on first use; everything else the benchmark makes
+lives in bench/.work. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+DEFAULT_WORK_DIR = BENCH_DIR / ".work"
+PEERS_VENV = BENCH_DIR / ".venvs" / "peers"
+DEFAULT_RESULTS = BENCH_DIR / "results.md"
+
+PEER_REQUIREMENTS = {"ruff": "ruff", "torchfix": "torchfix==0.7.0", "fixit": "fixit==2.2.1"}
+
+# Files that certainly hold AMP code: peers' samples always include all of them.
+AMP_PATTERN = re.compile(rb"autocast|GradScaler")
+# Bytes that can hold a finding, when amp-lint cannot tell us its own prefilter's answer.
+CANDIDATE_PATTERN = re.compile(rb"backward|autocast|GradScaler")
+
+ROW_IDS = ("read", "prefilter", "cold", "warm", "precommit", "fix", "ruff", "ruff-silent", "torchfix", "fixit")
+AMP_LINT_ROWS = ("prefilter", "cold", "warm", "precommit", "fix")
+REFERENCE_ROW = "cold"
+
+# amp-lint, like git, skips what a .gitignore in a parent folder lists, and both corpora sit in
+# ignored folders (bench/.work/, often a .venv/). Neither corpus has a .gitignore of its own, so
+# this flag changes nothing but that; Ruff checks such folders when named on the command line.
+AMP_LINT_WALK_FLAGS = ("--no-respect-gitignore",)
+
+SAMPLE_INTERVAL_S = 0.1
+GENERATED_FILES = 20_000
+GENERATOR_VERSION = 1
+MEMORY_METHOD = (
+    "peak MB is the largest summed resident memory (RSS) of the process and all its descendants, "
+    f"sampled every {SAMPLE_INTERVAL_S * 1000:.0f} ms from /proc (pages shared between processes count "
+    "once per process, so it errs high), and never less than the largest single process's ru_maxrss "
+    "as reported by wait4(2) for that run alone"
+)
+
+
+# -- measuring one process ----------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    seconds: float
+    peak_mb: float
+    returncode: int
+    timed_out: bool
+    stdout_path: Path
+    stderr_path: Path
+
+    def stdout_text(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr_tail(self, lines: int = 6) -> str:
+        text = self.stderr_path.read_text(errors="replace").strip()
+        return " | ".join(text.splitlines()[-lines:]) if text else "(no stderr)"
+
+
+def _children_of(pid: int) -> Optional[List[int]]:
+    """Direct children via /proc/PID/task/*/children, or None where the kernel lacks that file."""
+    children: List[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                children.extend(int(child) for child in handle.read().split())
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass
+    return children
+
+
+def _parent_map() -> Dict[int, List[int]]:
+    """parent pid -> child pids, from every /proc/PID/stat (for kernels without the children file)."""
+    parents: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    return parents
+
+
+def process_tree_rss_bytes(root_pid: int) -> int:
+    """Summed RSS of a process and its descendants right now (0 where /proc is missing)."""
+    if _children_of(root_pid) is None:
+        parent_map = _parent_map()
+        children_of: Callable[[int], List[int]] = lambda pid: parent_map.get(pid, [])
+    else:
+        children_of = lambda pid: _children_of(pid) or []
+    page_size = os.sysconf("SC_PAGE_SIZE")
+    total, pending, seen = 0, [root_pid], set()
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * page_size
+        except (OSError, ValueError, IndexError):
+            continue
+        pending.extend(children_of(pid))
+    return total
+
+
+class TreeMemorySampler(threading.Thread):
+    """Samples the process tree's summed RSS until stopped; keeps the peak."""
+
+    def __init__(self, root_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.peak_bytes = 0
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        if not os.path.isdir("/proc"):
+            return
+        while True:
+            self.peak_bytes = max(self.peak_bytes, process_tree_rss_bytes(self.root_pid))
+            if self._stopped.wait(SAMPLE_INTERVAL_S):
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join()
+
+
+def run_measured(
+    command: Sequence[str], *, cwd: Path, timeout_s: float, log_dir: Path, label: str
+) -> Measurement:
+    """Run one command to completion; wall clock, peak tree memory, exit code; output to files."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stdout_path, stderr_path = log_dir / f"{label}.out", log_dir / f"{label}.err"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+            start_new_session=True,  # its own process group, so a timeout kills the whole tree
+        )
+        sampler = TreeMemorySampler(process.pid)
+        sampler.start()
+        timed_out = threading.Event()
+
+        def kill_tree() -> None:
+            timed_out.set()
+            try:
+                os.killpg(process.pid, 9)
+            except OSError:
+                pass
+
+        timer = threading.Timer(timeout_s, kill_tree)
+        timer.start()
+        # wait4 rather than Popen.wait: it returns this child's own rusage (a blocking wait also keeps
+        # the wall clock exact, where polling would add up to one poll interval).
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - started
+        timer.cancel()
+        sampler.stop()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if timed_out.is_set():
+        kill_tree()  # workers the leader left behind
+    max_rss_bytes = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return Measurement(
+        seconds=seconds,
+        peak_mb=max(sampler.peak_bytes, max_rss_bytes) / 2**20,
+        returncode=process.returncode,
+        timed_out=timed_out.is_set(),
+        stdout_path=stdout_path,
+        stderr_path=stderr_path,
+    )
+
+
+def run_quietly(command: Sequence[str], timeout_s: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """An untimed helper run (versions, --help, installs); never raises for the command's failure."""
+    try:
+        return subprocess.run(list(command), capture_output=True, text=True, timeout=timeout_s, **kwargs)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return subprocess.CompletedProcess(list(command), 127, "", str(error))
+
+
+# -- corpora ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Corpus:
+    name: str
+    root: Path
+    files: List[Path]  # relative to root, sorted
+    sizes: Dict[Path, int]
+    amp_files: List[Path]  # containing autocast|GradScaler
+    candidate_bytes: int  # bytes of the files that match CANDIDATE_PATTERN
+    description: str = ""
+
+    @classmethod
+    def scan(cls, name: str, root: Path, description: str = "") -> "Corpus":
+        files = sorted(path.relative_to(root) for path in root.rglob("*.py") if path.is_file())
+        sizes, amp_files, candidate_bytes = {}, [], 0
+        for relative in files:
+            content = (root / relative).read_bytes()
+            sizes[relative] = len(content)
+            if AMP_PATTERN.search(content):
+                amp_files.append(relative)
+            if CANDIDATE_PATTERN.search(content):
+                candidate_bytes += len(content)
+        return cls(name, root, files, sizes, amp_files, candidate_bytes, description)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    def bytes_of(self, files: Sequence[Path]) -> int:
+        return sum(self.sizes[path] for path in files)
+
+    def peer_sample(self, size: int, seed: int) -> List[Path]:
+        """Every AMP file plus `size` others chosen by a fixed seed (the whole corpus if size is 0)."""
+        if size <= 0:
+            return list(self.files)
+        amp = set(self.amp_files)
+        others = [path for path in self.files if path not in amp]
+        picked = random.Random(seed).sample(others, min(size, len(others)))
+        return sorted(amp.union(picked))
+
+    def precommit_files(self, seed: int, count: int = 5) -> List[Path]:
+        """A typical pre-commit change: mid-sized files, one of them with AMP code if there is one."""
+        by_size = sorted(self.files, key=lambda path: (self.sizes[path], path))
+        middle = by_size[len(by_size) // 4 : max(len(by_size) * 3 // 4, 1)] or by_size
+        rng = random.Random(seed)
+        amp = set(self.amp_files)
+        amp_in_middle = [path for path in middle if path in amp]
+        chosen = [rng.choice(amp_in_middle)] if amp_in_middle else []
+        rest = [path for path in middle if path not in chosen]
+        chosen += rng.sample(rest, min(count - len(chosen), len(rest)))
+        return sorted(chosen)
+
+    def copy_to(self, destination: Path) -> None:
+        """A fresh copy of the corpus's .py files, for --fix to rewrite."""
+        if destination.exists():
+            shutil.rmtree(destination)
+        for relative in self.files:
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.root / relative, target)
+
+    def count_changed(self, copy: Path) -> int:
+        return sum((copy / rel).read_bytes() != (self.root / rel).read_bytes() for rel in self.files)
+
+
+def find_torch_package(python: str) -> Optional[Path]:
+    # Same answer as `import torch, os; os.path.dirname(torch.__file__)`, without importing torch.
+    probe = "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s else '')"
+    result = run_quietly([python, "-c", probe])
+    origin = result.stdout.strip()
+    return Path(origin).parent if result.returncode == 0 and origin else None
+
+
+# -- the generated repository ------------------------------------------------------------------
+
+WORDS = (
+    "alpha", "batch", "cache", "delta", "epoch", "frame", "graph", "hidden", "index", "joint",
+    "kernel", "layer", "model", "node", "output", "param", "query", "record", "sample", "token",
+    "update", "value", "weight", "vector", "window", "buffer", "config", "loader", "metric", "shape",
+)
+STDLIB_IMPORTS = (
+    "import os", "import re", "import json", "import math", "import logging", "import itertools",
+    "import functools", "from pathlib import Path", "from collections import defaultdict",
+    "from dataclasses import dataclass, field", "from typing import Dict, List, Optional",
+)
+
+
+def _name(rng: random.Random, parts: int = 2) -> str:
+    return "_".join(rng.choice(WORDS) for _ in range(parts))
+
+
+def _function(rng: random.Random) -> str:
+    name, arg, other = _name(rng), rng.choice(WORDS), rng.choice(WORDS) + "s"
+    body = rng.choice([
+        f"    result = []\n    for item in {other}:\n        if item % {rng.randint(2, 9)}:\n"
+        f"            result.append(item * {arg})\n    return result\n",
+        f"    total = 0\n    for index, item in enumerate({other}):\n        total += index * item\n"
+        f"    return total / max(len({other}), 1) + {arg}\n",
+        f"    return {{key: value * {arg} for key, value in zip({other}, range(len({other})))}}\n",
+        f"    if not {other}:\n        raise ValueError(\"no {other} given\")\n"
+        f"    return max({other}) - min({other}) + {arg}\n",
+    ])
+    return f"def {name}({arg}, {other}):\n    \"\"\"Compute the {name.replace('_', ' ')}.\"\"\"\n{body}"
+
+
+def _class(rng: random.Random) -> str:
+    name = "".join(word.capitalize() for word in (rng.choice(WORDS), rng.choice(WORDS)))
+    attributes = sorted({rng.choice(WORDS) for _ in range(rng.randint(2, 4))})
+    init = "".join(f"        self.{attr} = {attr}\n" for attr in attributes)
+    methods = "".join(
+        f"\n    def {_name(rng)}(self, amount):\n        self.{attr} = self.{attr} + amount\n"
+        f"        return self.{attr}\n"
+        for attr in attributes
+    )
+    return (
+        f"class {name}:\n    \"\"\"A {name} holds {', '.join(attributes)}.\"\"\"\n\n"
+        f"    def __init__(self, {', '.join(attributes)}):\n{init}{methods}"
+    )
+
+
+def _constants(rng: random.Random) -> str:
+    entries = ", ".join(f'"{rng.choice(WORDS)}": {rng.randint(0, 999)}' for _ in range(rng.randint(3, 8)))
+    return f"{_name(rng).upper()} = {{{entries}}}\n"
+
+
+def ordinary_module(rng: random.Random) -> str:
+    imports = "\n".join(sorted(rng.sample(STDLIB_IMPORTS, rng.randint(1, 4))))
+    parts = [rng.choice((_function, _function, _class, _constants))(rng) for _ in range(rng.randint(2, 7))]
+    return f'"""Module for {_name(rng, 3).replace("_", " ")}."""\n\n{imports}\n\n\n' + "\n\n".join(parts)
+
+
+def plain_training_module(rng: random.Random) -> str:
+    """A full-precision training loop: `backward` without any AMP."""
+    return ordinary_module(rng) + (
+        "\n\nimport torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+        "    model.train()\n    for inputs, targets in loader:\n        optimizer.zero_grad()\n"
+        "        loss = loss_fn(model(inputs), targets)\n        loss.backward()\n"
+        f"        torch.nn.utils.clip_grad_norm_(model.parameters(), {rng.choice(['0.5', '1.0', '5.0'])})\n"
+        "        optimizer.step()\n"
+    )
+
+
+# Each AMP loop is correct, or carries one of the mistakes amp-lint looks for.
+AMP_LOOPS = (
+    # correct, modern API
+    "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
+    "        optimizer.zero_grad()\n        with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    "            loss = loss_fn(model(inputs), targets)\n        scaler.scale(loss).backward()\n"
+    "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    "        scaler.step(optimizer)\n        scaler.update()\n",
+    # deprecated torch.cuda.amp, imported by name
+    "from torch.cuda.amp import GradScaler, autocast\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = GradScaler()\n    for inputs, targets in loader:\n        optimizer.zero_grad()\n"
+    "        with autocast():\n            loss = loss_fn(model(inputs), targets)\n"
+    "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n",
+    # scaler.update() missing
+    "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = torch.amp.GradScaler()\n    for inputs, targets in loader:\n"
+    "        with torch.autocast(device_type=\"cuda\"):\n            loss = loss_fn(model(inputs), targets)\n"
+    "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        optimizer.zero_grad()\n",
+    # backward on the unscaled loss
+    "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
+    "        with torch.autocast(\"cuda\"):\n            loss = loss_fn(model(inputs), targets)\n"
+    "        loss.backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n",
+    # clipping scaled gradients (no unscale_)
+    "import torch\nimport torch.cuda.amp as tca\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = tca.GradScaler()\n    for inputs, targets in loader:\n"
+    "        with tca.autocast():\n            loss = loss_fn(model(inputs), targets)\n"
+    "        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    "        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n",
+    # a GradScaler with bfloat16, where it is not needed
+    "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
+    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
+    "        with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+    "            loss = loss_fn(model(inputs), targets)\n        scaler.scale(loss).backward()\n"
+    "        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad(set_to_none=True)\n",
+)
+
+
+def amp_training_module(rng: random.Random) -> str:
+    return ordinary_module(rng) + "\n\n" + rng.choice(AMP_LOOPS)
+
+
+def generate_repository(root: Path, file_count: int, seed: int = 0, amp_every: int = 50) -> None:
+    """A deterministic repository of small modules; reused when it already matches."""
+    marker = root / ".generated.json"
+    recipe = {"generator": GENERATOR_VERSION, "files": file_count, "seed": seed, "amp_every": amp_every}
+    try:
+        if json.loads(marker.read_text()) == recipe:
+            return
+    except (OSError, ValueError):
+        pass
+    if root.exists():
+        shutil.rmtree(root)
+    rng = random.Random(seed)
+    modules_per_package = 200
+    for index in range(file_count):
+        package = root / f"package_{index // modules_per_package:03d}"
+        package.mkdir(parents=True, exist_ok=True)
+        name = "__init__.py" if index % modules_per_package == 0 else f"module_{index:05d}.py"
+        if index % amp_every == amp_every // 2:
+            text = amp_training_module(rng)  # 2% by default
+        elif index % 20 == 7:
+            text = plain_training_module(rng)  # 5%
+        else:
+            text = ordinary_module(rng)
+        (package / name).write_text(text)
+    marker.write_text(json.dumps(recipe))
+
+
+# -- tools --------------------------------------------------------------------------------------
+
+
+def venv_executable(venv: Path, name: str) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+@dataclass
+class AmpLint:
+    command: Optional[List[str]]  # None: not available
+    python: str  # the interpreter amp-lint runs on (used to find torch, and for the baseline)
+    problem: str = ""  # why it is unavailable
+    explicit: bool = False  # the user named it: unavailability is then an error
+    version: str = "unknown"
+
+
+def resolve_amp_lint(command: Optional[str], python: Optional[str]) -> AmpLint:
+    """--amp-lint, else the amp-lint next to this python, else on PATH, else `python -m amp_lint`."""
+    repo_python = venv_executable(REPO_ROOT / ".venv", "python")
+    fallback_python = str(repo_python) if repo_python.exists() else sys.executable
+    if command:
+        argv = shlex.split(command)
+    else:
+        beside = Path(sys.executable).parent / "amp-lint"
+        in_repo_venv = venv_executable(REPO_ROOT / ".venv", "amp-lint")
+        found = next((str(p) for p in (beside, in_repo_venv) if p.exists()), None) or shutil.which("amp-lint")
+        argv = [found] if found else [fallback_python, "-m", "amp_lint"]
+    tool = AmpLint(argv, python or _interpreter_of(argv, fallback_python), explicit=bool(command))
+    # --version, not --help: it is the cheapest sign of a working command, and the least likely to break.
+    probe = run_quietly(argv + ["--version"])
+    if probe.returncode != 0:
+        last_line = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        tool.command, tool.problem = None, f"`{shlex.join(argv)} --version` failed: {last_line}"
+    else:
+        tool.version = version_in(probe.stdout)
+    return tool
+
+
+def version_in(text: str) -> str:
+    """`amp-lint 0.1.0`, `fixit, version 2.2.1`, `0.7.0` -> the version number."""
+    found = re.search(r"\d+(?:\.\d+)+\S*", text)
+    return found.group(0) if found else (text.strip().splitlines() or ["unknown"])[0]
+
+
+def _interpreter_of(argv: Sequence[str], fallback: str) -> str:
+    """The python a command runs on: itself, or the one beside its console script."""
+    program = Path(argv[0])
+    if program.name.startswith("python"):
+        return str(program)
+    beside = program.parent / "python"
+    return str(beside) if program.parent != Path() and beside.exists() else fallback
+
+
+@dataclass
+class Peers:
+    executables: Dict[str, Optional[Path]] = field(default_factory=dict)
+    problems: Dict[str, str] = field(default_factory=dict)
+    versions: Dict[str, str] = field(default_factory=dict)
+
+
+def ensure_peers(venv: Path, log: Callable[[str], None]) -> Peers:
+    """Install ruff, TorchFix and Fixit into their own venv on first use; a failure marks one peer."""
+    peers = Peers()
+    python = venv_executable(venv, "python")
+    if not python.exists():
+        log(f"creating the peers' venv {venv} ...")
+        created = run_quietly([sys.executable, "-m", "venv", str(venv)], timeout_s=300)
+        if created.returncode != 0:
+            for name in PEER_REQUIREMENTS:
+                peers.executables[name] = None
+                peers.problems[name] = "could not create the peers' venv: " + created.stderr.strip()[-200:]
+            return peers
+    for name, requirement in PEER_REQUIREMENTS.items():
+        executable = venv_executable(venv, name)
+        if not executable.exists():
+            log(f"installing {requirement} into {venv} ...")
+            installed = run_quietly(
+                [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement],
+                timeout_s=900,
+            )
+            if installed.returncode != 0 or not executable.exists():
+                peers.executables[name] = None
+                lines = (installed.stderr or installed.stdout).strip().splitlines()
+                peers.problems[name] = f"`pip install {requirement}` failed: " + (lines[-1] if lines else "")
+                continue
+        peers.executables[name] = executable
+        peers.versions[name] = version_in(run_quietly([str(executable), "--version"]).stdout)
+    libcst = run_quietly([str(python), "-c", "import importlib.metadata as m; print(m.version('libcst'))"])
+    if libcst.returncode == 0:
+        peers.versions["libcst (peers' venv)"] = libcst.stdout.strip()
+    return peers
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    row_id: str
+    label: str
+    files: Optional[int] = None
+    seconds: Optional[float] = None
+    peak_mb: Optional[float] = None
+    status: str = "ok"  # ok | error | unavailable | skipped
+    note: str = ""
+    extrapolated: bool = False
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "ok" and self.seconds is not None
+
+
+@dataclass
+class Options:
+    jobs: int
+    repeat_fast: int
+    repeat_peers: int
+    precommit_runs: int
+    peer_sample: int
+    seed: int
+    timeout_s: float
+    work_dir: Path
+    rows: Sequence[str]
+
+
+class CorpusBenchmark:
+    """Every row for one corpus."""
+
+    def __init__(self, corpus: Corpus, amp_lint: AmpLint, peers: Optional[Peers], options: Options, log) -> None:
+        self.corpus = corpus
+        self.amp_lint = amp_lint
+        self.peers = peers
+        self.options = options
+        self.log = log
+        self.scratch = options.work_dir / "runs" / corpus.name
+        self.logs = self.scratch / "logs"
+        self.rows: List[Row] = []
+        self.prefiltered_bytes: Optional[int] = None
+
+    # Running and judging ------------------------------------------------------------------------
+
+    def measure(
+        self,
+        row: Row,
+        command: Sequence[str],
+        runs: int,
+        ok_codes=(0, 1),
+        prepare: Optional[Callable[[], None]] = None,
+        pick=statistics.median,
+        cwd: Optional[Path] = None,
+    ) -> Optional[Measurement]:
+        """Run `command` `runs` times (after `prepare`, untimed, each time) into `row`.
+
+        Tools run in the scratch folder, never in the corpus: `python -m` puts the working folder first
+        on sys.path, and torch's package has modules named `signal` and `random`.
+        """
+        seconds, peaks, last = [], [], None
+        for attempt in range(runs):
+            if prepare:
+                prepare()
+            last = run_measured(
+                command, cwd=cwd or self.scratch, timeout_s=self.options.timeout_s,
+                log_dir=self.logs, label=f"{row.row_id}-{attempt}",
+            )
+            if last.timed_out:
+                row.status, row.note = "error", f"timed out after {self.options.timeout_s:.0f} s"
+                return None
+            if last.returncode not in ok_codes:
+                row.status = "error"
+                row.note = f"exit code {last.returncode}: {last.stderr_tail()}"
+                return None
+            seconds.append(last.seconds)
+            peaks.append(last.peak_mb)
+        row.seconds, row.peak_mb = pick(seconds), max(peaks)
+        if runs > 1:
+            row.note = _join(row.note, f"{'median' if pick is statistics.median else 'best'} of {runs}")
+        return last
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        shown = f"{row.seconds:.3f} s" if row.seconds is not None else row.status
+        self.log(f"  {self.corpus.name}: {row.label}: {shown}{'  (' + row.note + ')' if row.note else ''}")
+        return row
+
+    def wanted(self, row_id: str) -> bool:
+        return row_id in self.options.rows
+
+    def amp_lint_row(self, row_id: str, label: str) -> Optional[Row]:
+        """A fresh row for amp-lint, or an unavailable/error one already added."""
+        row = Row(row_id, label, files=len(self.corpus.files))
+        if self.amp_lint.command is None:
+            row.status = "error" if self.amp_lint.explicit else "unavailable"
+            row.note, row.files = self.amp_lint.problem, None
+            self.add(row)
+            return None
+        return row
+
+    # The rows -------------------------------------------------------------------------------
+
+    def run(self) -> List[Row]:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        file_list = self.scratch / "files.txt"
+        file_list.write_text("\n".join(str(self.corpus.root / path) for path in self.corpus.files) + "\n")
+        steps = {
+            "read": lambda: self.read_all_files(file_list),
+            "prefilter": self.amp_lint_prefilter,
+            "cold": self.amp_lint_cold,
+            "warm": self.amp_lint_warm,
+            "precommit": self.amp_lint_precommit,
+            "fix": self.amp_lint_fix,
+            "ruff": lambda: self.ruff(silent=False),
+            "ruff-silent": lambda: self.ruff(silent=True),
+            "torchfix": lambda: self.sampled_peer("torchfix", "TorchFix"),
+            "fixit": lambda: self.sampled_peer("fixit", "Fixit"),
+        }
+        for row_id in ROW_IDS:
+            if self.wanted(row_id) and (row_id in AMP_LINT_ROWS or row_id == "read" or self.peers):
+                steps[row_id]()
+        return self.rows
+
+    def read_all_files(self, file_list: Path) -> None:
+        script = (
+            "import sys\ntotal = 0\n"
+            "for name in open(sys.argv[1]).read().split('\\n'):\n"
+            "    if name:\n        with open(name, 'rb') as f:\n            total += len(f.read())\n"
+            "print(total)\n"
+        )
+        row = Row("read", "read every file (python)", files=len(self.corpus.files))
+        self.measure(row, [self.amp_lint.python, "-c", script, str(file_list)], self.options.repeat_fast, ok_codes=(0,))
+        self.add(row)
+
+    def amp_lint_prefilter(self) -> None:
+        row = self.amp_lint_row("prefilter", "amp-lint --prefilter-only")
+        if row is None:
+            return
+        command = self.amp_lint.command + ["--prefilter-only", *AMP_LINT_WALK_FLAGS, str(self.corpus.root)]
+        last = self.measure(row, command, self.options.repeat_fast)
+        if last is None and "no such option" in row.note.lower():
+            row.status, row.note = "skipped", "this amp-lint has no --prefilter-only flag"
+        elif last is not None:
+            passed = [Path(line.strip()) for line in last.stdout_text().splitlines() if line.strip()]
+            row.files = len(passed)
+            self.prefiltered_bytes = sum(path.stat().st_size for path in passed if path.is_file())
+            row.note = _join(row.note, f"files passing the prefilter: {_megabytes(self.prefiltered_bytes)}")
+            if not passed and self.corpus.amp_files:
+                row.note = _join(row.note, self.skipped_warning())
+        self.add(row)
+
+    def skipped_warning(self) -> str:
+        return (
+            f"WARNING: nothing found although {len(self.corpus.amp_files)} files use autocast/GradScaler; "
+            "is amp-lint skipping the corpus (excludes, .gitignore)?"
+        )
+
+    def check_command(self, *, cache_dir: Optional[Path], extra: Sequence[str] = (), root: Optional[Path] = None):
+        command = list(self.amp_lint.command) + ["--exit-zero", "--output-format", "json", "--jobs", str(self.options.jobs)]
+        if cache_dir is None:
+            command += ["--no-cache", "--cache-dir", str(self.scratch / "unused-cache")]
+        else:
+            command += ["--cache-dir", str(cache_dir)]
+        return command + [*AMP_LINT_WALK_FLAGS, *extra, str(root or self.corpus.root)]
+
+    def amp_lint_cold(self) -> None:
+        row = self.amp_lint_row("cold", "amp-lint cold (--no-cache)")
+        if row is None:
+            return
+        last = self.measure(row, self.check_command(cache_dir=None), self.options.repeat_fast)
+        if last is not None:
+            findings = count_findings(last.stdout_path)
+            if findings is None:
+                row.note = _join(row.note, "output is not a JSON list of findings")
+            else:
+                row.note = _join(row.note, f"{findings:,} findings")
+                if findings == 0 and self.corpus.amp_files:
+                    row.note = _join(row.note, self.skipped_warning())
+        self.add(row)
+
+    def amp_lint_warm(self) -> None:
+        row = self.amp_lint_row("warm", "amp-lint warm (cache filled, nothing changed)")
+        if row is None:
+            return
+        cache_dir = self.scratch / "cache"
+        if cache_dir.exists():
+            shutil.rmtree(cache_dir)
+        command = self.check_command(cache_dir=cache_dir)
+        fill = Row("warm-fill", "fill the cache")
+        if self.measure(fill, command, 1) is None:
+            row.status, row.note = fill.status, "filling the cache: " + fill.note
+        else:
+            self.measure(row, command, self.options.repeat_fast)
+        self.add(row)
+
+    def amp_lint_precommit(self) -> None:
+        files = self.corpus.precommit_files(self.options.seed)
+        row = self.amp_lint_row("precommit", f"amp-lint on {len(files)} files (pre-commit)")
+        if row is None:
+            return
+        row.files = len(files)
+        command = [*self.amp_lint.command, "--no-cache", "--exit-zero", *AMP_LINT_WALK_FLAGS]
+        command += [str(self.corpus.root / path) for path in files]
+        self.measure(row, command, self.options.precommit_runs, pick=min)
+        row.note = _join(row.note, f"{_megabytes(self.corpus.bytes_of(files))}, interpreter start-up included")
+        self.add(row)
+
+    def amp_lint_fix(self) -> None:
+        row = self.amp_lint_row("fix", "amp-lint --fix --unsafe-fixes (on a copy)")
+        if row is None:
+            return
+        copy = self.scratch / "fix-copy"
+        command = self.check_command(cache_dir=None, extra=["--fix", "--unsafe-fixes"], root=copy)
+        last = self.measure(row, command, self.options.repeat_fast, prepare=lambda: self.corpus.copy_to(copy))
+        if last is not None:
+            row.note = _join(row.note, f"{self.corpus.count_changed(copy)} files changed; copying not timed")
+        self.add(row)
+
+    def ruff(self, silent: bool) -> None:
+        label = "ruff check --select ALL" + (" --silent" if silent else " (full output)")
+        row = Row("ruff-silent" if silent else "ruff", label)
+        executable = self.peers.executables.get("ruff")
+        if executable is None:
+            row.status, row.note = "unavailable", self.peers.problems.get("ruff", "")
+            self.add(row)
+            return
+        root = str(self.corpus.root)
+        shown = run_quietly([str(executable), "check", "--show-files", "--no-cache", root], cwd=self.scratch)
+        row.files = len([line for line in shown.stdout.splitlines() if line.strip()]) or None
+        command = [str(executable), "check", "--select", "ALL", "--no-cache", "--exit-zero", "--output-format", "concise"]
+        command += ["--silent", root] if silent else [root]
+        self.measure(row, command, self.options.repeat_peers, ok_codes=(0,))
+        if row.files and row.files != len(self.corpus.files):
+            row.note = _join(row.note, "ruff also checks .pyi stubs")
+        self.add(row)
+
+    def sampled_peer(self, name: str, label: str) -> None:
+        row = Row(name, label)
+        executable = self.peers.executables.get(name)
+        if executable is None:
+            row.status, row.note = "unavailable", self.peers.problems.get(name, "")
+            self.add(row)
+            return
+        sample = self.corpus.peer_sample(self.options.peer_sample, self.options.seed)
+        whole = len(sample) == len(self.corpus.files)
+        targets = [str(self.corpus.root / path) for path in ([Path()] if whole else sample)]
+        command = [str(executable)] + (["lint"] if name == "fixit" else ["--jobs", str(self.options.jobs)]) + targets
+        self.measure(row, command, self.options.repeat_peers)
+        row.files = len(self.corpus.files)
+        if row.measured and not whole:
+            sample_bytes = self.corpus.bytes_of(sample)
+            row.seconds *= self.corpus.total_bytes / sample_bytes
+            row.extrapolated = True
+            row.note = _join(
+                row.note,
+                f"extrapolated per byte from {len(sample)} files ({_megabytes(sample_bytes)}: every "
+                f"autocast/GradScaler file + {self.options.peer_sample} by seed {self.options.seed}); peak MB on the sample",
+            )
+        self.add(row)
+
+
+def count_findings(stdout_path: Path) -> Optional[int]:
+    """How many findings amp-lint's JSON output holds (a list of them), or None if it is not that."""
+    try:
+        report = json.loads(stdout_path.read_text() or "null")
+    except (OSError, ValueError):
+        return None
+    return len(report) if isinstance(report, list) else None
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _megabytes(byte_count: int) -> str:
+    return f"{byte_count / 1e6:.1f} MB" if byte_count >= 100_000 else f"{byte_count / 1e3:.0f} kB"
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def ratio_text(row: Row, reference: Optional[Row]) -> str:
+    """Time against amp-lint cold: `0.80x amp-lint` for a faster row, `95x slower` for a slower one."""
+    if row.row_id == REFERENCE_ROW and row.measured:
+        return "1.0x (reference)"
+    if not row.measured or reference is None or not reference.measured or reference.seconds <= 0:
+        return "n/a"
+    ratio = row.seconds / reference.seconds
+    if ratio < 1:
+        return f"{ratio:.2f}x amp-lint"
+    return f"{ratio:.{0 if ratio >= 10 else 1}f}x slower"
+
+
+def seconds_text(row: Row) -> str:
+    if not row.measured:
+        return row.status
+    value = f"{row.seconds:.2f}" if row.seconds < 100 else f"{row.seconds:.0f}"
+    return ("~" if row.extrapolated else "") + value
+
+
+TABLE_HEADER = ("row", "files", "seconds", "vs amp-lint cold", "peak MB", "notes")
+
+
+def table_cells(rows: Sequence[Row]) -> List[List[str]]:
+    reference = next((row for row in rows if row.row_id == REFERENCE_ROW), None)
+    return [
+        [
+            row.label,
+            f"{row.files:,}" if row.files is not None else "",
+            seconds_text(row),
+            ratio_text(row, reference),
+            f"{row.peak_mb:.0f}" if row.peak_mb is not None and row.measured else "",
+            row.note,
+        ]
+        for row in rows
+    ]
+
+
+def text_table(rows: Sequence[Row]) -> str:
+    cells = [list(TABLE_HEADER)] + table_cells(rows)
+    widths = [max(len(line[column]) for line in cells) for column in range(len(TABLE_HEADER) - 1)]
+    lines = []
+    for index, line in enumerate(cells):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1])
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths) + "  -----")
+    return "\n".join(lines)
+
+
+def markdown_table(header: Sequence[str], cells: Sequence[Sequence[str]]) -> str:
+    def line(values):
+        return "| " + " | ".join(str(value).replace("|", "\\|") for value in values) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header))] + [line(values) for values in cells])
+
+
+@dataclass
+class Target:
+    description: str
+    verdicts: Dict[str, str] = field(default_factory=dict)  # corpus name -> "PASS (...)"
+
+
+def evaluate_targets(results: Dict[str, List[Row]], prefiltered: Dict[str, Optional[int]], corpora: Dict[str, Corpus]) -> List[Target]:
+    """The issue's targets (stated for torch's package), judged on every corpus that was run."""
+
+    def verdict(ok: bool, detail: str) -> str:
+        return f"{'PASS' if ok else 'FAIL'} ({detail})"
+
+    def compare(rows: Dict[str, Row], want: Callable[[Dict[str, Row]], Optional[str]]) -> str:
+        try:
+            return want(rows) or "n/a"
+        except (KeyError, TypeError, ZeroDivisionError):
+            return "n/a"
+
+    def measured(rows, *row_ids):
+        found = [rows[row_id] for row_id in row_ids]
+        if not all(row.measured for row in found):
+            raise KeyError("not measured")
+        return found
+
+    def as_fast_as_ruff(rows):
+        cold, ruff = measured(rows, "cold", "ruff")
+        return verdict(cold.seconds <= ruff.seconds, f"{cold.seconds:.2f} s vs {ruff.seconds:.2f} s")
+
+    def faster_than(peer):
+        def judge(rows):
+            cold, other = measured(rows, "cold", peer)
+            speedup = other.seconds / cold.seconds
+            return verdict(speedup >= 50, f"{speedup:.0f}x")
+
+        return judge
+
+    def warm_under_1s(rows):
+        (warm,) = measured(rows, "warm")
+        return verdict(warm.seconds < 1.0, f"{warm.seconds:.2f} s")
+
+    def precommit_under(rows):
+        (run,) = measured(rows, "precommit")
+        return verdict(run.seconds < 0.4, f"{run.seconds:.2f} s")
+
+    def memory(rows):
+        peaks = [(rows[r].peak_mb, rows[r].label) for r in ("cold", "warm", "precommit", "fix") if r in rows and rows[r].measured]
+        if not peaks:
+            return None
+        peak, label = max(peaks)
+        return verdict(peak < 400, f"{peak:.0f} MB, {label.split(' (')[0]}")
+
+    def fix_within_2x(rows):
+        cold, fix = measured(rows, "cold", "fix")
+        return verdict(fix.seconds <= 2 * cold.seconds, f"{fix.seconds / cold.seconds:.2f}x the check")
+
+    checks = [
+        ("cold check no slower than `ruff check --select ALL --no-cache`", as_fast_as_ruff),
+        ("at least 50x faster than TorchFix", faster_than("torchfix")),
+        ("at least 50x faster than Fixit", faster_than("fixit")),
+        ("warm run (nothing changed) under 1 s", warm_under_1s),
+        ("pre-commit run (5 files) under 0.4 s, start-up included", precommit_under),
+        ("peak memory under 400 MB (every amp-lint check and fix run)", memory),
+        ("`--fix --unsafe-fixes` no more than 2x the cold check", fix_within_2x),
+    ]
+    targets = []
+    for description, judge in checks:
+        target = Target(description)
+        for name, rows in results.items():
+            target.verdicts[name] = compare({row.row_id: row for row in rows}, judge)
+        targets.append(target)
+
+    # Linear in the bytes that can hold a finding: the cold check's cost per such byte, per corpus.
+    linear = Target("cost per MB that can hold a finding (cold check; info: compare across corpora)")
+    for name, rows in results.items():
+        cold = next((row for row in rows if row.row_id == "cold" and row.measured), None)
+        candidate = prefiltered.get(name) or corpora[name].candidate_bytes
+        source = "amp-lint's prefilter" if prefiltered.get(name) else "files matching backward|autocast|GradScaler"
+        linear.verdicts[name] = (
+            f"{cold.seconds / (candidate / 1e6):.3f} s/MB ({_megabytes(candidate)}, {source})" if cold and candidate else "n/a"
+        )
+    targets.append(linear)
+    return targets
+
+
+def machine_description() -> Dict[str, str]:
+    cpu_model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        cpu_model = platform.processor() or "unknown"
+    memory = ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB memory"
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "machine": f"{os.cpu_count()} CPUs ({cpu_model}), {usable} usable by this run{memory}",
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def write_markdown(
+    path: Path,
+    *,
+    command_line: str,
+    corpora: Dict[str, Corpus],
+    results: Dict[str, List[Row]],
+    targets: List[Target],
+    versions: Dict[str, str],
+    notes: List[str],
+) -> None:
+    machine = machine_description()
+    lines = [
+        "# amp-lint benchmark",
+        "",
+        f"Run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} with `{command_line}`.",
+        "",
+        f"- Machine: {machine['machine']}; {machine['system']}; Python {machine['python']}",
+        "- Tools: " + ", ".join(f"{name} {version}" for name, version in versions.items()),
+        "",
+    ]
+    for name, rows in results.items():
+        corpus = corpora[name]
+        lines += [
+            f"## {corpus.description or name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}",
+            "",
+            markdown_table(TABLE_HEADER, table_cells(rows)),
+            "",
+        ]
+    lines += ["## Targets", "", markdown_table(["target"] + list(results), [[t.description] + [t.verdicts[n] for n in results] for t in targets]), ""]
+    lines += ["## How this was measured", ""] + [f"- {note}" for note in notes] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=("torch", "generated", "both"), default="both")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for every tool (default: all cores); fewer than the cores also pins every tool to that many CPUs")
+    parser.add_argument("--repeat", type=int, help="runs per row, the median reported (default: 3 for amp-lint and baseline rows, 1 for peers)")
+    parser.add_argument("--amp-lint", dest="amp_lint", help="the amp-lint command (default: the amp-lint next to this python, else on PATH, else `python -m amp_lint`)")
+    parser.add_argument("--python", help="the python whose torch is the corpus (default: amp-lint's)")
+    parser.add_argument("--no-peers", action="store_true", help="skip ruff, TorchFix and Fixit (and their install)")
+    parser.add_argument("--peer-sample", type=int, default=40, help="TorchFix/Fixit: this many files by a fixed seed, plus every autocast/GradScaler file, extrapolated per byte (0: the whole corpus)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", default=",".join(ROW_IDS), help="comma-separated rows to run: " + ",".join(ROW_IDS))
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds before one run is killed (default: 3600)")
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="scratch space (default: bench/.work)")
+    parser.add_argument("--output", type=Path, help="Markdown results (default: bench/results.md; with --self-test, inside the work dir)")
+    parser.add_argument("--generated-files", type=int, default=GENERATED_FILES, help=argparse.SUPPRESS)
+    parser.add_argument("--self-test", action="store_true", help="the whole pipeline on a 50-file generated corpus, no peers, one run each")
+    arguments = parser.parse_args(argv)
+    unknown = set(arguments.rows.split(",")) - set(ROW_IDS)
+    if unknown:
+        parser.error(f"unknown rows: {', '.join(sorted(unknown))}; choose from {', '.join(ROW_IDS)}")
+    if arguments.self_test:
+        arguments.corpus, arguments.no_peers = "generated", True
+        arguments.generated_files = min(arguments.generated_files, 50)
+        arguments.work_dir = arguments.work_dir / "self-test"
+        arguments.timeout = min(arguments.timeout, 120)
+    return arguments
+
+
+def pin_to_cpus(jobs: int) -> Optional[List[int]]:
+    """Fewer jobs than CPUs: pin this process (and so every tool it starts) to `jobs` CPUs.
+
+    Ruff and Fixit take every CPU they see, so limiting their worker count alone would not make
+    the comparison fair; an affinity mask is inherited by every child.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    if jobs >= len(available):
+        return None
+    chosen = available[:jobs]
+    os.sched_setaffinity(0, chosen)
+    return chosen
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    arguments = parse_arguments(argv)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    work_dir = arguments.work_dir.resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    pinned = pin_to_cpus(arguments.jobs)
+    amp_lint = resolve_amp_lint(arguments.amp_lint, arguments.python)
+    if amp_lint.command is None:
+        log(f"amp-lint is {'broken' if amp_lint.explicit else 'unavailable'}: {amp_lint.problem}; its rows are marked so")
+
+    corpora: Dict[str, Corpus] = {}
+    if arguments.corpus in ("torch", "both"):
+        torch_root = find_torch_package(amp_lint.python)
+        if torch_root is None:
+            log(f"no torch package found for {amp_lint.python}; skipping the torch corpus (try --python)")
+        else:
+            torch_version = run_quietly([amp_lint.python, "-c", "import importlib.metadata as m; print(m.version('torch'))"]).stdout.strip()
+            corpora["torch"] = Corpus.scan("torch", torch_root, f"torch {torch_version} installed package ({torch_root})")
+    if arguments.corpus in ("generated", "both"):
+        generated_root = work_dir / "generated"
+        log(f"generating {arguments.generated_files:,} files under {generated_root} (reused when present) ...")
+        generate_repository(generated_root, arguments.generated_files, seed=arguments.seed, amp_every=10 if arguments.self_test else 50)
+        corpora["generated"] = Corpus.scan("generated", generated_root, "generated repository")
+    if not corpora:
+        log("no corpus to benchmark")
+        return 2
+
+    peers = None if arguments.no_peers else ensure_peers(PEERS_VENV, log)
+    options = Options(
+        jobs=arguments.jobs,
+        repeat_fast=arguments.repeat or (1 if arguments.self_test else 3),
+        repeat_peers=arguments.repeat or 1,
+        precommit_runs=2 if arguments.self_test else max(5, arguments.repeat or 0),
+        peer_sample=arguments.peer_sample,
+        seed=arguments.seed,
+        timeout_s=arguments.timeout,
+        work_dir=work_dir,
+        rows=arguments.rows.split(","),
+    )
+
+    results: Dict[str, List[Row]] = {}
+    prefiltered: Dict[str, Optional[int]] = {}
+    for name, corpus in corpora.items():
+        log(f"{name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}, {len(corpus.amp_files)} with autocast/GradScaler")
+        benchmark = CorpusBenchmark(corpus, amp_lint, peers, options, log)
+        results[name] = benchmark.run()
+        prefiltered[name] = benchmark.prefiltered_bytes
+
+    versions = {"amp-lint": amp_lint.version if amp_lint.command else "unavailable"}
+    libcst = run_quietly([amp_lint.python, "-c", "import importlib.metadata as m; print(m.version('libcst'))"])
+    if libcst.returncode == 0:
+        versions["libcst"] = libcst.stdout.strip()
+    if peers:
+        versions.update(peers.versions)
+    notes = [
+        "Every row is one process started by the benchmark; seconds are wall clock from start to exit, "
+        "interpreter start-up included; amp-lint and baseline rows are medians of repeated runs unless noted.",
+        MEMORY_METHOD + ".",
+        f"Workers: --jobs {options.jobs}" + (f"; every tool pinned to CPUs {pinned}" if pinned else "; no CPU pinning") + ".",
+        "`vs amp-lint cold` is the row's time divided by amp-lint's cold check: `0.80x amp-lint` took 0.8 of "
+        "amp-lint's time, `95x slower` took 95 times as long.",
+        "TorchFix and Fixit marked `~` ran on a sample (every file containing autocast or GradScaler plus "
+        f"{options.peer_sample} files chosen with seed {options.seed}); their time is scaled by the corpus's "
+        "bytes over the sample's.",
+        f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}: both corpora sit in folders a parent .gitignore "
+        "lists (bench/.work/, .venv/), which amp-lint would otherwise skip whole; the corpora have no .gitignore "
+        "of their own.",
+        "The warm row fills a fresh cache with one untimed run first; the --fix row times only the fix run on a "
+        "fresh copy of the corpus.",
+    ]
+
+    print()
+    for name, rows in results.items():
+        corpus = corpora[name]
+        print(f"{corpus.description or name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}")
+        print(text_table(rows))
+        print()
+    targets = evaluate_targets(results, prefiltered, corpora)
+    print("Targets (stated for torch's package):")
+    for target in targets:
+        print(f"  {target.description}: " + "; ".join(f"{name}: {verdict}" for name, verdict in target.verdicts.items()))
+    print()
+    for note in notes:
+        print(f"* {note}")
+
+    output = arguments.output or (work_dir / "results.md" if arguments.self_test else DEFAULT_RESULTS)
+    write_markdown(
+        output,
+        command_line="python bench/run.py " + " ".join(shlex.quote(arg) for arg in (argv if argv is not None else sys.argv[1:])),
+        corpora=corpora, results=results, targets=targets, versions=versions, notes=notes,
+    )
+    print(f"\nwrote {output}")
+
+    errors = [f"{name}: {row.label}: {row.note}" for name, rows in results.items() for row in rows if row.status == "error"]
+    if arguments.self_test:
+        if errors:
+            print("self-test FAILED:\n  " + "\n  ".join(errors))
+            return 1
+        print("self-test passed" + ("" if amp_lint.command else " (amp-lint unavailable: its rows were not run)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
