@@ -69,9 +69,7 @@ class Checker:
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError as error:
-            result.errors.append(
-                FileError(filename, f"syntax error: {error.message}", Location(error.raw_line, error.raw_column + 1))
-            )
+            result.errors.append(FileError(filename, _syntax_message(error), Location(error.editor_line, error.editor_column)))
             return result
         result.parsed = True
         if self.fix:
@@ -175,6 +173,13 @@ class Checker:
             except Exception:
                 edits = ()
         return FixSummary(fix.applicability, fix.message, edits)
+
+
+def _syntax_message(error: cst.ParserSyntaxError) -> str:
+    message = re.sub(r"^(parser error: )?error at \d+:\d+: ", "", error.message)
+    if len(message) > 120:
+        message = message[:117] + "..."
+    return f"syntax error: {message}"
 
 
 def text_edits(old: str, new: str) -> Tuple[Edit, ...]:

@@ -774,18 +774,29 @@ class CorpusBenchmark:
             return
         sample = self.corpus.peer_sample(self.options.peer_sample, self.options.seed)
         whole = len(sample) == len(self.corpus.files)
-        targets = [str(self.corpus.root / path) for path in ([Path()] if whole else sample)]
-        command = [str(executable)] + (["lint"] if name == "fixit" else ["--jobs", str(self.options.jobs)]) + targets
-        self.measure(row, command, self.options.repeat_peers)
+
+        def command_for(paths: Sequence[Path]) -> List[str]:
+            options = ["lint"] if name == "fixit" else ["--jobs", str(self.options.jobs)]
+            return [str(executable), *options, *(str(path) for path in paths)]
+
+        targets = [self.corpus.root] if whole else [self.corpus.root / path for path in sample]
+        self.measure(row, command_for(targets), self.options.repeat_peers)
         row.files = len(self.corpus.files)
         if row.measured and not whole:
+            # Start-up is paid once, whatever the size: only the rest scales with the bytes.
+            empty_file = self.scratch / "empty_module.py"
+            empty_file.write_text("")
+            startup = Row(f"{name}-startup", "start-up")
+            self.measure(startup, command_for([empty_file]), 1)
+            startup_s = min(startup.seconds, row.seconds) if startup.measured else 0.0
             sample_bytes = self.corpus.bytes_of(sample)
-            row.seconds *= self.corpus.total_bytes / sample_bytes
+            row.seconds = startup_s + (row.seconds - startup_s) * self.corpus.total_bytes / sample_bytes
             row.extrapolated = True
             row.note = _join(
                 row.note,
                 f"extrapolated per byte from {len(sample)} files ({_megabytes(sample_bytes)}: every "
-                f"autocast/GradScaler file + {self.options.peer_sample} by seed {self.options.seed}); peak MB on the sample",
+                f"autocast/GradScaler file + {self.options.peer_sample} by seed {self.options.seed}), "
+                f"{startup_s:.2f} s start-up counted once; peak MB on the sample",
             )
         self.add(row)
 
@@ -1119,8 +1130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "`vs amp-lint cold` is the row's time divided by amp-lint's cold check: `0.80x amp-lint` took 0.8 of "
         "amp-lint's time, `95x slower` took 95 times as long.",
         "TorchFix and Fixit marked `~` ran on a sample (every file containing autocast or GradScaler plus "
-        f"{options.peer_sample} files chosen with seed {options.seed}); their time is scaled by the corpus's "
-        "bytes over the sample's.",
+        f"{options.peer_sample} files chosen with seed {options.seed}); their time past start-up (timed on an "
+        "empty file) is scaled by the corpus's bytes over the sample's.",
         f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}: both corpora sit in folders a parent .gitignore "
         "lists (bench/.work/, .venv/), which amp-lint would otherwise skip whole; the corpora have no .gitignore "
         "of their own.",
