@@ -250,7 +250,19 @@ def _open_cache(options: dict, root):
     from amp_lint.cache import ResultCache
 
     directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
-    return ResultCache(Path(directory), root.cache_key(), __version__)
+    return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
+
+
+def _code_fingerprint() -> str:
+    """Changes whenever amp-lint's own code does (an editable install keeps its version number)."""
+    import zlib
+
+    package = Path(__file__).parent
+    stamp = []
+    for path in sorted(package.rglob("*.py")):
+        info = path.stat()
+        stamp.append(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    return format(zlib.crc32("\n".join(stamp).encode()), "08x")
 
 
 def _emit(report, root, options: dict, *, fix_mode: bool) -> None:

@@ -69,7 +69,7 @@ class Checker:
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError as error:
-            result.errors.append(FileError(filename, _syntax_message(error), Location(error.editor_line, error.editor_column)))
+            result.errors.append(FileError(filename, _syntax_message(error), _syntax_location(error)))
             return result
         result.parsed = True
         if self.fix:
@@ -173,6 +173,14 @@ class Checker:
             except Exception:
                 edits = ()
         return FixSummary(fix.applicability, fix.message, edits)
+
+
+def _syntax_location(error: cst.ParserSyntaxError) -> Location:
+    # The native parser names the offending token's position in its message; prefer it.
+    match = re.search(r"error at (\d+):(\d+)", error.message)
+    if match:
+        return Location(int(match.group(1)), int(match.group(2)) + 1)
+    return Location(error.editor_line, error.editor_column)
 
 
 def _syntax_message(error: cst.ParserSyntaxError) -> str:

@@ -493,6 +493,7 @@ class _ModelBuilder(cst.CSTVisitor):
         self.classes: Dict[str, cst.ClassDef] = {}
         self.imports: List[Tuple[Union[cst.Import, cst.ImportFrom], Scope]] = []
         self.amp_module_refs: List[Tuple[cst.Name, Scope]] = []
+        self.deprecated_value_refs: List[Tuple[cst.Name, Scope]] = []
         self.counter = 0
         self.consumed_scale_calls: set = set()
         self.scale_calls: List[Tuple[cst.Call, str, _RawCall]] = []
@@ -501,6 +502,8 @@ class _ModelBuilder(cst.CSTVisitor):
         self.autocast_calls: list = []
         self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
         self.skip_reference: set = set()
+        # Expressions whose value is a callable that will be called later (assigned, or given to partial).
+        self.factory_positions: set = set()
         self._prepare_module_names()
 
     # --- names ---
@@ -630,6 +633,7 @@ class _ModelBuilder(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self.small_statement = node
+        self._note_factory_positions(node.value)
         for target in node.targets:
             self._record_assignment(target.target, node.value)
 
@@ -820,6 +824,12 @@ class _ModelBuilder(cst.CSTVisitor):
         else:
             yield value
 
+    def _note_factory_positions(self, value: cst.BaseExpression) -> None:
+        """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""
+        for candidate in self._alternatives(value):
+            if isinstance(candidate, (cst.Name, cst.Attribute)):
+                self.factory_positions.add(candidate)
+
     def _add_scaler(self, key: str, binding: ScalerBinding, from_annotation: bool = False) -> None:
         binding.scope = binding.scope or self.scope
         stored = f"{self.scope.class_name}.{key}" if key.startswith("self.") and self.scope.class_name else key
@@ -865,6 +875,8 @@ class _ModelBuilder(cst.CSTVisitor):
                     for element in elements:
                         self.skip_reference.add(getattr(element, "value", element))
         qualified = self.qualify(func)
+        if qualified == "functools.partial" and node.args:
+            self.factory_positions.add(node.args[0].value)
         if qualified is not None:
             if qualified in names.DEPRECATED_AMP:
                 self._add_deprecated(func, qualified, node)
@@ -975,7 +987,10 @@ class _ModelBuilder(cst.CSTVisitor):
             return False
         qualified = self.qualify(node)
         if qualified in names.DEPRECATED_AMP:
-            self.deprecated_uses.append(DeprecatedUse(node, qualified, None, None, self.scope))
+            # Only what runs the deprecated code: calls (recorded in visit_Call), decorators, and factories.
+            # A type used as a dict key, in isinstance or in an annotation warns about nothing.
+            if node in self.factory_positions:
+                self.deprecated_uses.append(DeprecatedUse(node, qualified, None, None, self.scope))
             return False
         return None
 
@@ -986,7 +1001,11 @@ class _ModelBuilder(cst.CSTVisitor):
         if resolved is None:
             return
         if resolved in names.DEPRECATED_AMP:
-            self.deprecated_uses.append(DeprecatedUse(node, resolved, None, None, self.scope))
+            if node in self.factory_positions:
+                self.deprecated_uses.append(DeprecatedUse(node, resolved, None, None, self.scope))
+            else:
+                # Still a use of the import (a fix rewriting the import must not break it).
+                self.deprecated_value_refs.append((node, self.scope))
         elif resolved in names.DEPRECATED_AMP_MODULES:
             self.amp_module_refs.append((node, self.scope))
 
@@ -1030,7 +1049,7 @@ class _ModelBuilder(cst.CSTVisitor):
             classes=self.classes,
             imports=self.imports,
             module_names=self.module_scope.names,
-            amp_module_refs=self.amp_module_refs,
+            amp_module_refs=self.amp_module_refs + self.deprecated_value_refs,
             scaler_call_sites=self.scaler_call_sites,
             autocast_calls=self.autocast_calls,
         )

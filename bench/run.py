@@ -27,6 +27,7 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -184,7 +185,7 @@ def run_measured(
         def kill_tree() -> None:
             timed_out.set()
             try:
-                os.killpg(process.pid, 9)
+                os.killpg(process.pid, signal.SIGKILL)
             except OSError:
                 pass
 
