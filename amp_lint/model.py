@@ -20,6 +20,7 @@ import libcst as cst
 
 from amp_lint import names
 from amp_lint.names import NameTable, dotted_name
+from amp_lint.walk import Walker
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 Loop = Union[cst.For, cst.While]
@@ -202,11 +203,29 @@ class ScalerBinding:
 
 @dataclass(frozen=True)
 class Branch:
-    """One enclosing `if` (or conditional expression) and which way it went."""
+    """One enclosing `if` and which way it went."""
 
-    node: cst.CSTNode  # the If node
+    node: cst.If
     taken: bool  # True: body; False: else branch
-    test: str  # normalised test, so that `if amp:` and a later `if not amp:` are recognised as opposites
+
+    @property
+    def condition(self) -> Tuple[str, bool]:
+        """(normalised test, whether it holds here): `if amp:` body and `if not amp:` else are the same path."""
+        key, polarity = _normalised_test(self.node.test)
+        return key, polarity == self.taken
+
+
+_TEST_CACHE: Dict[int, Tuple[cst.BaseExpression, Tuple[str, bool]]] = {}
+
+
+def _normalised_test(test: cst.BaseExpression) -> Tuple[str, bool]:
+    cached = _TEST_CACHE.get(id(test))
+    if cached is None or cached[0] is not test:
+        cached = (test, _normalise_test(test))
+        if len(_TEST_CACHE) > 10_000:
+            _TEST_CACHE.clear()
+        _TEST_CACHE[id(test)] = cached
+    return cached[1]
 
 
 def _normalise_test(test: cst.BaseExpression) -> Tuple[str, bool]:
@@ -274,23 +293,17 @@ class Event:
         for branch in other.branches:
             if branch.node in mine and mine[branch.node] != branch.taken:
                 return False
-        tests = {}
-        for branch in self.branches:
-            key, polarity = _test_polarity(branch)
-            tests[key] = polarity
+        if not self.branches or not other.branches:
+            return True
+        tests = dict(branch.condition for branch in self.branches)
         for branch in other.branches:
-            key, polarity = _test_polarity(branch)
-            if key in tests and tests[key] != polarity:
+            key, holds = branch.condition
+            if key in tests and tests[key] != holds:
                 return False
         return True
 
     def describe(self) -> str:
         return code_of(self.call)
-
-
-def _test_polarity(branch: Branch) -> Tuple[str, bool]:
-    key, polarity = branch.test.rsplit("|", 1)
-    return key, (polarity == "1") == branch.taken
 
 
 # --- scopes and training steps ------------------------------------------------------------------------
@@ -469,7 +482,7 @@ class _RawCall:
     index: int
 
 
-class _ModelBuilder(cst.CSTVisitor):
+class _ModelBuilder(Walker):
     def __init__(self, module: cst.Module) -> None:
         super().__init__()
         self.module = module
@@ -668,8 +681,7 @@ class _ModelBuilder(cst.CSTVisitor):
         self._leave_compound()
 
     def _push_branch(self, node: cst.If, taken: bool) -> None:
-        key, polarity = _normalise_test(node.test)
-        self.branch_stack[-1].append(Branch(node=node, taken=taken, test=f"{key}|{int(polarity)}"))
+        self.branch_stack[-1].append(Branch(node=node, taken=taken))
 
     def visit_If_body(self, node: cst.If) -> None:
         self._push_branch(node, True)
@@ -1232,5 +1244,5 @@ def _inside_any(event: Event, loops: List[Loop]) -> bool:
 
 def build_model(module: cst.Module) -> FileModel:
     builder = _ModelBuilder(module)
-    module.visit(builder)
+    builder.walk(module)
     return builder.finish()

@@ -74,6 +74,10 @@ def may_match(text: str, config: CheckConfig) -> bool:
     return _checker(config).may_match(text)
 
 
+def text_may_match(text: str, config: CheckConfig) -> bool:
+    return _checker(config).text_may_match(text)
+
+
 def check_text(text: str, display_name: str, config: CheckConfig) -> FileOutcome:
     """Check source text (a file's or stdin's) in a thread with room for deep recursion."""
     outcome = FileOutcome(display_name)
@@ -209,7 +213,7 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
             text = raw.decode("utf-8", errors="replace")
-            if not path.endswith(".ipynb") and not may_match(text, config):
+            if not path.endswith(".ipynb") and not text_may_match(text, config):
                 continue
             if cache is not None and not config.fix:
                 hit = cache.get(Path(path), raw)

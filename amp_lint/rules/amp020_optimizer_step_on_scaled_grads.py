@@ -51,7 +51,7 @@ class OptimizerStepOnScaledGrads(Rule):
     summary = "optimizer.step() called directly on scaled gradients"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", "step")
+    needs = (r"[Ss]caler", r"\bstep\b")
 
     valid = [
         """

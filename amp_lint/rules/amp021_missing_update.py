@@ -55,7 +55,7 @@ class MissingScalerUpdate(Rule):
     summary = "scaler.step() without scaler.update() in the iteration"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", "step")
+    needs = (r"[Ss]caler", r"\bstep\b")
 
     valid = [
         """

@@ -52,7 +52,7 @@ class UpdateBeforeStep(Rule):
     summary = "scaler.update() before (or without) scaler.step()"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", "update")
+    needs = (r"[Ss]caler", r"\bupdate\b")
 
     valid = [
         """

@@ -53,7 +53,7 @@ class UpdateTwice(Rule):
     summary = "scaler.update() more than once per iteration"
     severity = Severity.WARNING
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", "update")
+    needs = (r"[Ss]caler", r"\bupdate\b")
 
     valid = [
         """

@@ -55,7 +55,7 @@ class ClipWithoutUnscale(Rule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", r"clip_grad")
+    needs = (r"[Ss]caler", r"clip_grad")
 
     valid = [
         """

@@ -1,0 +1,111 @@
+"""A lean tree walk with LibCST's hook names, several times faster than `CSTNode.visit`.
+
+LibCST's visitor rebuilds every node's children through a generic protocol and calls hooks for every
+field, whitespace included. The analysis only reads code, so this walk follows each node type's fields
+that can hold code, in source order, and calls `visit_<Type>` / `leave_<Type>` and the field hooks
+`visit_<Type>_<field>` / `leave_<Type>_<field>` that a subclass defines. As with LibCST, returning False
+from `visit_<Type>` skips the node's children.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Tuple, Type
+
+import libcst as cst
+
+# Fields that hold only whitespace, punctuation or comments.
+_LAYOUT_FIELDS = frozenset(
+    {
+        "lpar",
+        "rpar",
+        "comma",
+        "semicolon",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "operator",
+        "equal",
+        "colon",
+        "dot",
+        "star",
+        "asynchronous",
+        "newline",
+        "trailing_whitespace",
+        "lbracket",
+        "rbracket",
+        "lbrace",
+        "rbrace",
+        "default_indicator",
+        "indent",
+        "encoding",
+        "default_newline",
+        "has_trailing_newline",
+        "whitespace",
+    }
+)
+
+# LibCST declares some fields out of source order; visit these in the order the code reads.
+_SOURCE_ORDER: Dict[str, Tuple[str, ...]] = {
+    "FunctionDef": ("decorators", "name", "params", "returns", "body"),
+    "ClassDef": ("decorators", "name", "bases", "keywords", "body"),
+    "IfExp": ("body", "test", "orelse"),
+    "With": ("items", "body"),
+}
+
+_FIELDS_CACHE: Dict[type, Tuple[str, ...]] = {}
+
+
+def _code_fields(node_type: type) -> Tuple[str, ...]:
+    fields = _FIELDS_CACHE.get(node_type)
+    if fields is None:
+        names = [
+            f.name
+            for f in dataclasses.fields(node_type)
+            if f.name not in _LAYOUT_FIELDS and not f.name.startswith("whitespace")
+        ]
+        order = _SOURCE_ORDER.get(node_type.__name__)
+        if order:
+            names = [n for n in order if n in names] + [n for n in names if n not in order]
+        fields = tuple(names)
+        _FIELDS_CACHE[node_type] = fields
+    return fields
+
+
+class Walker:
+    """Subclass and define hooks, then call `walk(module)`."""
+
+    def __init__(self) -> None:
+        self._hooks: Dict[type, Tuple[Optional[Callable], Optional[Callable], Tuple[Tuple[str, Optional[Callable], Optional[Callable]], ...]]] = {}
+
+    def _hooks_for(self, node_type: type):
+        hooks = self._hooks.get(node_type)
+        if hooks is None:
+            name = node_type.__name__
+            fields = tuple(
+                (field, getattr(self, f"visit_{name}_{field}", None), getattr(self, f"leave_{name}_{field}", None))
+                for field in _code_fields(node_type)
+            )
+            hooks = (getattr(self, f"visit_{name}", None), getattr(self, f"leave_{name}", None), fields)
+            self._hooks[node_type] = hooks
+        return hooks
+
+    def walk(self, node: cst.CSTNode) -> None:
+        visit, leave, fields = self._hooks_for(type(node))
+        if visit is not None and visit(node) is False:
+            return
+        for field, enter_field, leave_field in fields:
+            value = getattr(node, field)
+            if enter_field is not None:
+                enter_field(node)
+            if isinstance(value, cst.CSTNode):
+                self.walk(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self.walk(item)
+            if leave_field is not None:
+                leave_field(node)
+        if leave is not None:
+            leave(node)
