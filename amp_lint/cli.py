@@ -87,6 +87,9 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR", help="Where the cache lives.")
 @click.option("--amp-dtype", type=click.Choice(["float16", "bfloat16"]), help="AMP100 conversion dtype.")
 @click.option("--amp-device", help="AMP100 conversion device type (default: inferred, else cuda).")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (migration aid).")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), help="Fail only on findings not in this baseline.")
+@click.option("--write-baseline", "write_baseline_path", type=click.Path(dir_okay=False), help="Record the current findings as the baseline.")
 @click.option("--prefilter-only", is_flag=True, hidden=True, help="Print the files that pass the prefilter (benchmarks).")
 def check(paths, **options) -> None:
     """Check PATHS (default: the current folder) for AMP mistakes."""
@@ -200,6 +203,21 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         return EXIT_CLEAN
     cache = None if options["no_cache"] or run.fix else _open_cache(options, root)
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache)
+    if options["add_noqa"]:
+        return _add_noqa(report)
+    if options["write_baseline_path"]:
+        from amp_lint.baseline import write_baseline
+
+        write_baseline(Path(options["write_baseline_path"]), report)
+        click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
+        return EXIT_ERROR if report.errors else EXIT_CLEAN
+    if options["baseline_path"]:
+        from amp_lint.baseline import BaselineError, load_baseline
+
+        try:
+            report = load_baseline(Path(options["baseline_path"])).filter(report)
+        except BaselineError as error:
+            _fail(str(error))
     if options["diff"]:
         for diff in diffs:
             click.echo(diff, nl=False)
@@ -210,6 +228,17 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
     _emit(report, root, options, fix_mode=run.fix)
     return _exit_code(report, options)
+
+
+def _add_noqa(report) -> int:
+    from amp_lint.noqa_writer import add_noqa
+
+    added, errors = add_noqa(report)
+    for error in errors:
+        click.echo(f"{error.filename}: error: {error.message}", err=True)
+    total = sum(added.values())
+    click.echo(f"Added {total} noqa directive{'s' if total != 1 else ''}.")
+    return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
 
 
 def _check_stdin(run: _RunSpec, root, options: dict) -> int:

@@ -397,6 +397,66 @@ class DeprecatedUse:
     scope: Scope
 
 
+def enabled_region(regions: Sequence[AutocastRegion]) -> Optional[AutocastRegion]:
+    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`."""
+    disabled_devices = set()
+    for region in reversed(regions):
+        if not region.spec.is_enabled:
+            disabled_devices.add(region.spec.device or "*")
+            continue
+        if "*" in disabled_devices or region.spec.device in disabled_devices:
+            return None
+        if region.spec.device is None and disabled_devices:
+            return None
+        return region
+    return None
+
+
+@dataclass(eq=False)
+class CallSite:
+    """Any call in the file, with the name it resolves to and where it sits (for rules about torch ops)."""
+
+    call: cst.Call
+    qualified_name: Optional[str]  # "torch.nn.functional.binary_cross_entropy"; None when not imported
+    func: Optional[str]  # the dotted callee as written ("F.binary_cross_entropy", "x.half"), None if not dotted
+    statement: Statement
+    small_statement: Optional[cst.BaseSmallStatement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int  # events with a larger index come after this call
+
+    @property
+    def method(self) -> Optional[str]:
+        """`x.half()` -> "half"; None for a call of a plain name or an expression."""
+        return self.call.func.attr.value if isinstance(self.call.func, cst.Attribute) else None
+
+    @property
+    def receiver(self) -> Optional[cst.BaseExpression]:
+        return self.call.func.value if isinstance(self.call.func, cst.Attribute) else None
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        return enabled_region(self.regions)
+
+
+@dataclass(eq=False)
+class AssignmentSite:
+    """`target = value` (also annotated assignments), with where it sits."""
+
+    target: str  # dotted: "loss", "self.model"
+    value: cst.BaseExpression
+    statement: Optional[Statement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int  # events with a larger index come after this assignment; sites keep source order
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        return enabled_region(self.regions)
+
+
 @dataclass(eq=False)
 class FileModel:
     module: cst.Module
@@ -415,6 +475,8 @@ class FileModel:
     steps: List[TrainingStep] = field(default_factory=list)
     scaler_call_sites: List[Tuple[cst.Call, str, Scope, Tuple[Loop, ...], Statement]] = field(default_factory=list)
     autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
+    call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
+    assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
 
     # --- scalers ---
     def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
@@ -447,6 +509,14 @@ class FileModel:
                 if _SCALER_NAME.search(param) or (annotation is not None and "Scaler" in code_of(annotation)):
                     return True
         return any(e.kind in _SCALER_KINDS for e in self.events if e.scope in set(scope.chain()))
+
+    def is_optimizer(self, key: str) -> bool:
+        """Built from a torch.optim class, stepped through a scaler, or named like an optimizer."""
+        return _ModelBuilder._is_optimizer(key, self)
+
+    def is_scaler(self, key: str, scope: Scope) -> bool:
+        """Bound to a GradScaler call, annotated as one, or named like one (and not built from something else)."""
+        return _ModelBuilder._is_scaler(key, scope, self)
 
     def functions_named(self, name: str) -> List[cst.FunctionDef]:
         return self.functions.get(name, [])
@@ -513,6 +583,8 @@ class _ModelBuilder(Walker):
         self.with_regions: Dict[cst.With, List[AutocastRegion]] = {}
         self.scaler_call_sites: list = []
         self.autocast_calls: list = []
+        self.call_sites: List[CallSite] = []
+        self.assignment_sites: List[AssignmentSite] = []
         self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
         self.skip_reference: set = set()
         # Expressions whose value is a callable that will be called later (assigned, or given to partial).
@@ -788,6 +860,18 @@ class _ModelBuilder(Walker):
             return
         statement = self.statement_stack[-1] if self.statement_stack else None
         self.scope.assignments.setdefault(key, []).append((value, statement))
+        self.assignment_sites.append(
+            AssignmentSite(
+                key,
+                value,
+                statement,
+                self.scope,
+                tuple(self.loop_stack[-1]),
+                tuple(self.branch_stack[-1]),
+                tuple(self.region_stack[-1]),
+                self.counter,
+            )
+        )
         if "." not in key:
             self.scope.names.bind_local(key)
         for candidate in self._alternatives(value):
@@ -887,6 +971,10 @@ class _ModelBuilder(Walker):
                     for element in elements:
                         self.skip_reference.add(getattr(element, "value", element))
         qualified = self.qualify(func)
+        statement, small, scope, loops, branches, regions = self._context()
+        self.call_sites.append(
+            CallSite(node, qualified, dotted_name(func), statement, small, scope, loops, branches, regions, self.counter)
+        )
         if qualified == "functools.partial" and node.args:
             self.factory_positions.add(node.args[0].value)
         if qualified is not None:
@@ -1064,6 +1152,8 @@ class _ModelBuilder(Walker):
             amp_module_refs=self.amp_module_refs + self.deprecated_value_refs,
             scaler_call_sites=self.scaler_call_sites,
             autocast_calls=self.autocast_calls,
+            call_sites=self.call_sites,
+            assignment_sites=self.assignment_sites,
         )
         self._classify_raw_calls(model)
         for region in self.regions:

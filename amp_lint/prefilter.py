@@ -4,9 +4,9 @@ Every rule declares identifier patterns (`Rule.needs`) that its findings cannot 
 can hold a finding when, for at least one selected rule, every one of that rule's patterns matches.
 
 1. On the raw text (microseconds per file): the text is a superset of the code's identifiers.
-2. On the identifiers the code really uses, collected by `compile()` (C speed, about a tenth of a LibCST
-   parse): names in strings, comments and docstrings no longer count. A file `compile()` rejects (newer
-   syntax than this Python's, say) passes, so LibCST decides.
+2. On the identifiers in the positions the analysis model reads, collected from Python's own `ast`
+   (about a tenth of a LibCST parse): names in strings, comments, docstrings and plain data no longer
+   count. A file `ast` rejects (newer syntax than this Python's, say) passes, so LibCST decides.
 
 Neither step can drop a file that holds a finding, as long as `needs` hold for the rule's findings; a
 test runs both over every rule's invalid examples.
@@ -14,8 +14,8 @@ test runs both over every rule's invalid examples.
 
 from __future__ import annotations
 
+import ast
 import re
-import types
 import warnings
 from functools import lru_cache
 from typing import Iterable, Iterator, Tuple
@@ -46,38 +46,97 @@ class Prefilter:
         """The first step alone (cheap enough for the main process to run over every file)."""
         return self._always or self._matches(text)
 
-    def may_match(self, text: str) -> bool:
+    def may_match(self, text: str, *, always_second_step: bool = False) -> bool:
         if self._always:
             return True
         if not self._matches(text):
             return False
-        if len(text) < _SECOND_STEP_MIN_CHARS:
+        if len(text) < _SECOND_STEP_MIN_CHARS and not always_second_step:
             return True
         names = code_identifiers(text)
         return names is None or self._matches(names)
 
 
 def code_identifiers(text: str):
-    """The identifiers the code uses (names, attributes, imports, parameters), space-separated.
+    """The identifiers in the positions the analysis model reads, space-separated.
 
-    None when `compile()` cannot read the file; the caller must then assume anything.
+    Those positions: everything in a call's callee (receivers included) and its keyword names, `with`
+    items, decorators, class bases, imports, annotations, and the names an assignment binds or copies (`ctx = torch.autocast(...)`, `amp_cm = autocast if amp else nullcontext`). A name that
+    only appears elsewhere (in a string, a comment, a dict of API references) cannot make a finding.
+    None when Python cannot parse the file; the caller must then assume anything.
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            code = compile(text, "<amp-lint>", "exec", dont_inherit=True)
+            tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
-    return " ".join(set(_names(code)))
+    names: set = set()
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is ast.Call:
+            _add_names(node.func, names)
+            for keyword in node.keywords:
+                if keyword.arg:
+                    names.add(keyword.arg)
+            if _callee_name(node.func) == "partial" and node.args:
+                _add_names(node.args[0], names)
+        elif kind is ast.With or kind is ast.AsyncWith:
+            for item in node.items:
+                _add_names(item.context_expr, names)
+        elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            for decorator in node.decorator_list:
+                _add_names(decorator, names)
+        elif kind is ast.ClassDef:
+            for expression in (*node.bases, *node.decorator_list):
+                _add_names(expression, names)
+        elif kind is ast.Import or kind is ast.ImportFrom:
+            if getattr(node, "module", None):
+                names.update(node.module.split("."))
+            for alias in node.names:
+                names.update(alias.name.split("."))
+                if alias.asname:
+                    names.add(alias.asname)
+        elif kind is ast.Assign or kind is ast.AnnAssign or kind is ast.AugAssign:
+            for target in getattr(node, "targets", None) or [node.target]:
+                _add_names(target, names)
+            if getattr(node, "annotation", None) is not None:
+                _add_names(node.annotation, names)
+            for alternative in _alternatives(node.value):
+                _add_names(alternative, names)
+        elif kind is ast.arg:
+            if node.annotation is not None:
+                _add_names(node.annotation, names)
+    return " ".join(names)
 
 
-def _names(code: types.CodeType) -> Iterator[str]:
-    stack = [code]
-    while stack:
-        current = stack.pop()
-        yield current.co_name
-        yield from current.co_names
-        yield from current.co_varnames
-        yield from current.co_cellvars
-        yield from current.co_freevars
-        stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+def _add_names(expression, names: set) -> None:
+    if expression is None:
+        return
+    for node in ast.walk(expression):
+        if type(node) is ast.Name:
+            names.add(node.id)
+        elif type(node) is ast.Attribute:
+            names.add(node.attr)
+
+
+def _alternatives(value) -> Iterator:
+    """The expressions an assignment may copy: `a if c else b` is either side; calls are walked as calls."""
+    if value is None:
+        return
+    if isinstance(value, ast.IfExp):
+        yield from _alternatives(value.body)
+        yield from _alternatives(value.orelse)
+    elif isinstance(value, ast.BoolOp):
+        for operand in value.values:
+            yield from _alternatives(operand)
+    elif isinstance(value, (ast.Name, ast.Attribute)):
+        yield value
+
+
+def _callee_name(func) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""

@@ -61,7 +61,9 @@ def test_fix_produces_expected_code_and_is_idempotent(item):
 @pytest.mark.parametrize("item", INVALID, ids=[_id(i) for i in INVALID])
 def test_prefilter_keeps_every_invalid_example(item):
     rule, _, example = item
-    assert Prefilter([rule]).may_match(textwrap.dedent(example.code))
+    source = textwrap.dedent(example.code)
+    assert Prefilter([rule]).text_may_match(source), "the text step drops it"
+    assert Prefilter([rule]).may_match(source, always_second_step=True), "the identifier step drops it"
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=[r.code for r in ALL_RULES])

@@ -76,7 +76,7 @@ class BackwardInAutocast(Rule):
     summary = "Backward pass runs inside an autocast region"
     severity = Severity.WARNING
     fix_applicability = Applicability.SAFE
-    needs = ("autocast", r"backward|autograd")
+    needs = (r"\bautocast\b", r"\bbackward\b|\bautograd\b")
 
     valid = [
         """

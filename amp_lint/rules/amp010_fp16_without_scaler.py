@@ -56,7 +56,7 @@ class Fp16WithoutScaler(Rule):
     name = "fp16-without-grad-scaler"
     summary = "float16 autocast training without a GradScaler"
     severity = Severity.WARNING
-    needs = ("autocast", "backward")
+    needs = (r"\bautocast\b", r"\bbackward\b")
 
     valid = [
         # bfloat16 needs no scaler.

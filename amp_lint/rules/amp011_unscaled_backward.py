@@ -53,7 +53,7 @@ class UnscaledBackward(Rule):
     summary = "GradScaler in use, but backward runs on the unscaled loss"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"[Ss]caler", "backward")
+    needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
         """

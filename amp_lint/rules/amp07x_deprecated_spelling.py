@@ -94,7 +94,7 @@ class DeprecatedCudaAutocast(_DeprecatedSpelling):
     code = "AMP070"
     name = "deprecated-cuda-autocast"
     summary = "Deprecated torch.cuda.amp.autocast"
-    needs = ("autocast", r"\bamp\b")
+    needs = (r"\bautocast\b", r"\bamp\b")
     qualified_names = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
 
     valid = [
@@ -218,7 +218,7 @@ class DeprecatedCpuAutocast(_DeprecatedSpelling):
     code = "AMP071"
     name = "deprecated-cpu-autocast"
     summary = "Deprecated torch.cpu.amp.autocast"
-    needs = ("autocast", r"\bamp\b")
+    needs = (r"\bautocast\b", r"\bamp\b")
     qualified_names = frozenset({"torch.cpu.amp.autocast", "torch.cpu.amp.autocast_mode.autocast"})
 
     valid = [
@@ -275,7 +275,7 @@ class DeprecatedGradScaler(_DeprecatedSpelling):
     code = "AMP072"
     name = "deprecated-grad-scaler"
     summary = "Deprecated torch.cuda.amp.GradScaler / torch.cpu.amp.GradScaler"
-    needs = ("GradScaler", r"\bamp\b")
+    needs = (r"\bGradScaler\b", r"\bamp\b")
     qualified_names = frozenset(
         {
             "torch.cuda.amp.GradScaler",
@@ -356,7 +356,7 @@ class DeprecatedCustomFwdBwd(_DeprecatedSpelling):
     code = "AMP073"
     name = "deprecated-custom-fwd-bwd"
     summary = "Deprecated torch.cuda.amp.custom_fwd / custom_bwd"
-    needs = ("custom_[fb]wd", r"\bamp\b")
+    needs = (r"\bcustom_[fb]wd\b", r"\bamp\b")
     qualified_names = frozenset({"torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd"})
 
     valid = [

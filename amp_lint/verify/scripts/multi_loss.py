@@ -43,7 +43,7 @@ class TwoHeadNet(nn.Module):
 def main():
     parser = argparse.ArgumentParser(description="Train a two-headed network with two losses.")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--lr", type=float, default=0.01)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -68,7 +68,7 @@ def main():
             optimizer.zero_grad()
             class_logits, predicted_values = model(x)
             loss_cls = classification_loss(class_logits, labels)
-            loss_reg = 10.0 * regression_loss(predicted_values, values)
+            loss_reg = 5.0 * regression_loss(predicted_values, values)
             loss_cls.backward(retain_graph=True)
             loss_reg.backward()
             optimizer.step()
