@@ -1,0 +1,372 @@
+"""Small predicates over the model that several rules share (not a rule: the registry does not list it)."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from amp_lint import names
+from amp_lint.model import (
+    AutocastRegion,
+    Branch,
+    CallSite,
+    Event,
+    EventKind,
+    FileModel,
+    Scope,
+    TrainingStep,
+    code_of,
+    dotted_name,
+)
+
+# torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
+# inside autocast does not make them run in float32.
+LOWER_PRECISION_OPS = frozenset(
+    {
+        "torch.mm",
+        "torch.matmul",
+        "torch.bmm",
+        "torch.addmm",
+        "torch.addbmm",
+        "torch.baddbmm",
+        "torch.addmv",
+        "torch.addr",
+        "torch.mv",
+        "torch.chain_matmul",
+        "torch.linalg.multi_dot",
+        "torch.conv1d",
+        "torch.conv2d",
+        "torch.conv3d",
+        "torch.conv_transpose1d",
+        "torch.conv_transpose2d",
+        "torch.conv_transpose3d",
+        "torch.prelu",
+        "torch.nn.functional.linear",
+        "torch.nn.functional.conv1d",
+        "torch.nn.functional.conv2d",
+        "torch.nn.functional.conv3d",
+        "torch.nn.functional.conv_transpose1d",
+        "torch.nn.functional.conv_transpose2d",
+        "torch.nn.functional.conv_transpose3d",
+        "torch.nn.functional.prelu",
+    }
+)
+LOWER_PRECISION_METHODS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "mv", "__matmul__"})
+
+_TORCH_DEVICE = frozenset({"torch.device"})
+
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(code_of(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def literal_number(node: Optional[cst.BaseExpression]) -> Optional[float]:
+    """`2.0`, `-1`, `2 ** 16`, `1e-3`: the value of a numeric literal expression, else None."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        inner = literal_number(node.expression)
+        if inner is None:
+            return None
+        return -inner if isinstance(node.operator, cst.Minus) else inner
+    if isinstance(node, cst.BinaryOperation):
+        left, right = literal_number(node.left), literal_number(node.right)
+        if left is None or right is None:
+            return None
+        try:
+            if isinstance(node.operator, cst.Power):
+                return float(left**right)
+            if isinstance(node.operator, cst.Multiply):
+                return left * right
+            if isinstance(node.operator, cst.Divide) and right:
+                return left / right
+        except OverflowError:
+            return None
+    return None
+
+
+def argument(call: cst.Call, position: Optional[int], keyword: str) -> Optional[cst.Arg]:
+    """The argument bound to a parameter, by keyword or by position; None when absent or unknowable."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    if position is None:
+        return None
+    index = 0
+    for arg in call.args:
+        if arg.keyword is not None:
+            continue
+        if arg.star:
+            return None
+        if index == position:
+            return arg
+        index += 1
+    return None
+
+
+def has_star_args(call: cst.Call) -> bool:
+    return any(arg.star for arg in call.args)
+
+
+def resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope) -> Optional[cst.BaseExpression]:
+    """Follow a plain name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
+    seen = 0
+    while isinstance(expr, cst.Name) and seen < 5:
+        seen += 1
+        for outer in scope.chain():
+            values = outer.assignments.get(expr.value)
+            if values:
+                if len(values) != 1:
+                    return None
+                expr = values[0][0]
+                break
+            if expr.value in outer.params:
+                return expr
+        else:
+            return expr
+    return expr
+
+
+def is_torch_device(expr: Optional[cst.BaseExpression], scope: Scope) -> bool:
+    """`torch.device("cuda")`, or a name bound once to such a call or annotated `torch.device`."""
+    if expr is None:
+        return False
+    if isinstance(expr, cst.Name):
+        for outer in scope.chain():
+            if expr.value in outer.params:
+                annotation = outer.params[expr.value]
+                return annotation is not None and outer.names.qualify(annotation) in _TORCH_DEVICE
+            if expr.value in outer.assignments:
+                break
+    resolved = resolve_constant(expr, scope)
+    return isinstance(resolved, cst.Call) and scope.names.qualify(resolved.func) in _TORCH_DEVICE
+
+
+def enabled_scaler_built(model: FileModel, key: str, scope: Scope, literal_only: bool = False) -> bool:
+    """The scaler is built in this file and enabled (literal_only: enabled by a literal, not an expression)."""
+    bindings = [b for b in model.scaler_bindings(key, scope) if b.call is not None]
+    if not bindings:
+        return False
+    if literal_only:
+        return all(b.enabled is True for b in bindings)
+    return any(b.is_enabled for b in bindings)
+
+
+def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]:
+    """The autocast regions of the iteration that may run the forward pass feeding `backward`."""
+    found: List[AutocastRegion] = list(backward.regions)
+    for region in step.scope.regions:
+        if region in found:
+            continue
+        if step.loop is not None and region.item is not None and step.loop not in region.loops:
+            continue
+        found.append(region)
+    return [r for r in found if r.spec.is_enabled]
+
+
+def scaled_backwards(model: FileModel, scaler: str, scope: Scope) -> List[Event]:
+    """Backward calls on a loss scaled by `scaler`, in every scope that sees the same scaler binding."""
+    bindings = model.scaler_bindings(scaler, scope)
+    out = []
+    for event in model.events:
+        if event.kind is not EventKind.BACKWARD or event.scaled_by is None:
+            continue
+        if event.scaled_by == scaler and model.scaler_bindings(event.scaled_by, event.scope) == bindings:
+            out.append(event)
+    return out
+
+
+def steps_with(model: FileModel, event: Event) -> List[TrainingStep]:
+    return [step for step in model.steps if event in step.events]
+
+
+# --- gradient accumulation ---------------------------------------------------------------------------
+
+_ACCUMULATION_TEST = re.compile(r"%|accum|accumulat|sync_grad|micro|boundary|update_step|should_step", re.IGNORECASE)
+
+
+def is_accumulation_test(branch: Branch) -> bool:
+    return branch.taken and isinstance(branch.node, cst.If) and bool(_ACCUMULATION_TEST.search(code_of(branch.node.test)))
+
+
+def extra_branches(event: Event, reference: Event) -> Tuple[Branch, ...]:
+    """The `if`s around `event` that do not also hold `reference`."""
+    shared = {b.node for b in reference.branches}
+    return tuple(b for b in event.branches if b.node not in shared)
+
+
+def boundary_of(event: Event, reference: Event) -> Optional[cst.If]:
+    """The accumulation-boundary `if` around `event` that `reference` (the backward) is not under."""
+    for branch in reversed(extra_branches(event, reference)):
+        if is_accumulation_test(branch):
+            return branch.node  # type: ignore[return-value]
+    return None
+
+
+# Canonical order of the protocol statements inside the boundary block.
+_RANK = {
+    EventKind.SCALER_UNSCALE: 0,
+    EventKind.CLIP: 0,
+    EventKind.SCALER_STEP: 1,
+    EventKind.OPTIMIZER_STEP: 1,
+    EventKind.SCALER_UPDATE: 2,
+    EventKind.ZERO_GRAD: 3,
+}
+
+
+def rank(kind: EventKind) -> int:
+    return _RANK.get(kind, 4)
+
+
+def assigned_names(statement: cst.CSTNode) -> Set[str]:
+    """Plain names a simple statement line assigns."""
+    found: Set[str] = set()
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            targets: List[cst.BaseExpression] = []
+            if isinstance(small, cst.Assign):
+                targets = [t.target for t in small.targets]
+            elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                targets = [small.target]
+            for target in targets:
+                elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]
+                for element in elements:
+                    value = getattr(element, "value", element)
+                    key = dotted_name(value)
+                    if key is not None:
+                        found.add(key)
+    return found
+
+
+def mentions(node: cst.CSTNode, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", code_of(node)) is not None
+
+
+def move_into_boundary(
+    builder,
+    loop_body: Sequence[cst.BaseStatement],
+    boundary: cst.If,
+    movers: Sequence[Tuple[cst.BaseStatement, EventKind]],
+    boundary_events: Sequence[Event],
+) -> bool:
+    """Move whole statements (each with its rank) into the boundary `if`, in canonical order.
+
+    Returns False (and edits nothing) when the move cannot be proven to keep the rest of the loop working:
+    a moved statement assigns a name that code left outside the block reads.
+    """
+    if not isinstance(boundary.body, cst.IndentedBlock) or boundary not in loop_body:
+        return False
+    inside = list(boundary.body.body)
+    moved_ids = {id(s) for s, _ in movers}
+    assigned: Set[str] = set()
+    for statement, _ in movers:
+        assigned |= assigned_names(statement)
+    if assigned:
+        for statement in loop_body:
+            if id(statement) in moved_ids:
+                continue
+            if statement is boundary:
+                continue
+            if any(mentions(statement, name) for name in assigned):
+                return False
+        for statement in inside:
+            if any(mentions(statement, name) for name in assigned):
+                return False
+    ranks: Dict[int, int] = {}
+    for event in boundary_events:
+        for statement in inside:
+            if statement is event.statement or _contains(statement, event.statement):
+                ranks[id(statement)] = min(ranks.get(id(statement), 9), rank(event.kind))
+    for statement, kind in movers:
+        builder.remove(statement)
+        new = statement.with_changes(leading_lines=())
+        anchor = next((s for s in inside if ranks.get(id(s), 9) > rank(kind) and id(s) in ranks), None)
+        if anchor is None:
+            builder.insert_after(inside[-1], new)
+        else:
+            builder.insert_before(anchor, new)
+    return True
+
+
+def _contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    if outer is inner:
+        return True
+    stack = list(outer.children)
+    while stack:
+        node = stack.pop()
+        if node is inner:
+            return True
+        if isinstance(node, cst.BaseStatement) or isinstance(node, cst.BaseSuite):
+            stack.extend(node.children)
+    return False
+
+
+def file_devices(model: FileModel) -> Set[str]:
+    """Device types the file's autocast regions name as literals (deprecated spellings imply theirs)."""
+    devices: Set[str] = set()
+    for region in model.regions:
+        if region.spec.device:
+            devices.add(region.spec.device.split(":")[0])
+    for use in model.deprecated_uses:
+        devices.add(names.DEPRECATED_AMP[use.qualified_name][0])
+    return devices
+
+
+def class_bases(model: FileModel, cls: cst.ClassDef) -> List[Optional[str]]:
+    """Qualified names of a class's bases (None for a base that is not an imported name)."""
+    scope = _scope_around_class(model, cls)
+    return [scope.names.qualify(base.value) for base in cls.bases]
+
+
+def _scope_around_class(model: FileModel, cls: cst.ClassDef) -> Scope:
+    for statement in cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ():
+        if isinstance(statement, cst.FunctionDef):
+            scope = model.scope_of(statement)
+            if scope is not None and scope.parent is not None:
+                return scope.parent
+    return model.scopes[0]
+
+
+def methods(cls: cst.ClassDef) -> Dict[str, cst.FunctionDef]:
+    found: Dict[str, cst.FunctionDef] = {}
+    if isinstance(cls.body, cst.IndentedBlock):
+        for statement in cls.body.body:
+            if isinstance(statement, cst.FunctionDef):
+                found[statement.name.value] = statement
+    return found
+
+
+def all_classes(model: FileModel) -> Iterator[cst.ClassDef]:
+    """Every class of the file (the model's `classes` keeps the first of each name)."""
+    seen = set()
+    for cls in model.classes.values():
+        seen.add(id(cls))
+        yield cls
+
+
+def decorator_target(decorator: cst.Decorator) -> Tuple[cst.BaseExpression, Optional[cst.Call]]:
+    expr = decorator.decorator
+    if isinstance(expr, cst.Call):
+        return expr.func, expr
+    return expr, None
+
+
+def call_sites_in(model: FileModel, function: cst.FunctionDef) -> List[CallSite]:
+    scope = model.scope_of(function)
+    return [site for site in model.call_sites if site.scope is scope]

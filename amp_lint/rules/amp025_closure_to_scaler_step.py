@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amp_lint.diagnostics import Severity
+from amp_lint.model import EventKind, FileModel, code_of
+from amp_lint.rules._helpers import has_star_args, short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+
+class ClosureToScalerStep(Rule):
+    """
+    ## What it does
+    Finds `scaler.step(optimizer, closure)` or `scaler.step(optimizer, closure=...)`: a closure handed
+    to `GradScaler.step`.
+
+    ## Why is this bad?
+    GradScaler does not support closures. The keyword form raises `RuntimeError: Closure use is not
+    currently supported if GradScaler is enabled.` The positional form slips past that check and is
+    forwarded to `optimizer.step(closure)`: the closure reruns the forward pass and an *unscaled*
+    backward, adding unscaled gradients on top of the ones the scaler already unscaled and checked.
+
+    ## Example
+    ```python
+    def closure():
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        return loss
+
+    scaler.step(optimizer, closure)
+    scaler.update()
+    ```
+
+    ## Use instead
+    Closure-based optimizers (LBFGS) do not mix with GradScaler: train them in float32 or with bfloat16
+    autocast (no scaler).
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    No fix: the training step has to be restructured by hand.
+
+    ## References
+    - `torch/amp/grad_scaler.py`: `GradScaler.step` (docstring warning and closure check)
+    """
+
+    code = "AMP025"
+    name = "closure-to-scaler-step"
+    summary = "Closure passed to scaler.step()"
+    severity = Severity.ERROR
+    needs = (r"scal", r"step")
+
+    valid = [
+        """
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A plain optimizer step with a closure is not the scaler's business.
+        """
+for x, y in loader:
+    optimizer.step(closure)
+""",
+        # A scaler switched off by a literal is a plain optimizer step.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=False)
+for x in loader:
+    scaler.step(lbfgs, closure)
+    scaler.update()
+""",
+        # Forwarded arguments: unknown.
+        """
+def step(scaler, optimizer, *args):
+    scaler.step(optimizer, *args)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+for x, y in loader:
+    def closure():
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        return loss
+    scaler.step(lbfgs, closure)
+    scaler.update()
+"""
+        ),
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+scaler.step(optimizer, closure=closure)
+scaler.update()
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for event in model.events:
+            if event.kind is not EventKind.SCALER_STEP or has_star_args(event.call):
+                continue
+            positional = [a for a in event.call.args if a.keyword is None]
+            closure = [a for a in event.call.args if a.keyword is not None and a.keyword.value == "closure"]
+            if len(positional) < 2 and not closure:
+                continue
+            if not model.scaler_enabled(event.receiver, event.scope):
+                continue
+            extra = closure[0] if closure else positional[1]
+            how = (
+                "raises 'Closure use is not currently supported'"
+                if closure
+                else "is forwarded to the optimizer, whose closure re-runs an unscaled backward"
+            )
+            yield self.finding(
+                extra.value,
+                f"`{short(event.call)}` passes a closure to GradScaler.step: it {how}; "
+                "GradScaler does not support closure-based optimizers",
+                context=event.scope.name,
+            )

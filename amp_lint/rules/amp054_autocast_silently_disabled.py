@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint import names
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, keyword_arg, with_call_args
+from amp_lint.model import FileModel
+from amp_lint.rules._helpers import argument, has_star_args, literal_bool, resolve_constant, short
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+_NOT_LOW_PRECISION = frozenset(
+    {
+        "torch.float32",
+        "torch.float",
+        "torch.float64",
+        "torch.double",
+        "torch.int8",
+        "torch.uint8",
+        "torch.int16",
+        "torch.int32",
+        "torch.int64",
+        "torch.long",
+        "torch.int",
+        "torch.bool",
+        "torch.complex64",
+        "torch.complex128",
+    }
+)
+
+
+class AutocastSilentlyDisabled(Rule):
+    """
+    ## What it does
+    Finds `torch.autocast(...)` / `torch.amp.autocast(...)` calls whose dtype cannot work: a `True` or
+    `False` in the second position (that is the `dtype` parameter, not `enabled`), another literal that
+    is not a dtype, or a dtype other than `torch.float16` / `torch.bfloat16`.
+
+    ## Why is this bad?
+    `torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)`: the second positional
+    parameter is `dtype`. `torch.amp.autocast("cpu", True)`, the old `torch.cuda.amp.autocast(enabled)`
+    order carried over, sets `dtype=True`. On every non-CUDA device an unsupported dtype warns "In CPU
+    autocast, but the target dtype is not supported. Disabling autocast." and autocast is silently off;
+    on CUDA the bad dtype reaches `set_autocast_dtype`. `dtype=torch.float32` makes autocast a no-op.
+
+    ## Example
+    ```python
+    with torch.autocast("cpu", True):
+        out = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cpu", enabled=True):
+        out = model(x)
+    ```
+
+    ## Fix safety
+    Safe for a bool in the second position: it becomes `enabled=<bool>`, which is what the author wrote
+    it for. Other dtypes are reported without a fix.
+
+    ## References
+    - `torch/amp/autocast_mode.py`: `autocast.__init__` (the supported dtypes per device)
+    - [`torch.autocast`](https://docs.pytorch.org/docs/stable/amp.html#torch.autocast)
+    """
+
+    code = "AMP054"
+    name = "autocast-silently-disabled"
+    summary = "autocast dtype is a bool/float32/non-dtype: autocast is disabled or a no-op"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"autocast",)
+
+    valid = [
+        """
+import torch
+with torch.autocast("cpu", torch.bfloat16):
+    out = model(x)
+with torch.autocast("cuda", dtype=torch.float16, enabled=use_amp):
+    out = model(x)
+""",
+        # The deprecated class's first parameter is `enabled`.
+        """
+import torch
+with torch.cuda.amp.autocast(True):
+    out = model(x)
+""",
+        # Disabled on purpose: the dtype does not matter.
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.float32, enabled=False):
+    out = model(x)
+""",
+        # A dtype chosen at run time.
+        """
+import torch
+dtype = torch.bfloat16 if args.bf16 else torch.float32
+with torch.autocast("cuda", dtype=dtype):
+    out = model(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+with torch.amp.autocast("cpu", True):
+    out = model(x)
+""",
+            fixed="""
+import torch
+with torch.amp.autocast("cpu", enabled=True):
+    out = model(x)
+""",
+        ),
+        Invalid(
+            """
+from torch import autocast
+with autocast("cuda", False, cache_enabled=False):
+    out = model(x)
+""",
+            fixed="""
+from torch import autocast
+with autocast("cuda", enabled=False, cache_enabled=False):
+    out = model(x)
+""",
+        ),
+        Invalid(
+            """
+import torch
+with torch.autocast(device_type="cuda", dtype=torch.float32):
+    out = model(x)
+"""
+        ),
+        Invalid(
+            """
+import torch
+AMP_DTYPE = torch.float32
+with torch.autocast("cuda", dtype=AMP_DTYPE):
+    out = model(x)
+"""
+        ),
+        Invalid(
+            """
+import torch
+with torch.autocast("cuda", "float16"):
+    out = model(x)
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for call, qualified, scope in model.autocast_calls:
+            if has_star_args(call):
+                continue
+            deprecated = qualified in names.IMPLIED_DEVICE
+            enabled = argument(call, 0 if deprecated else 2, "enabled")
+            if enabled is not None and literal_bool(resolve_constant(enabled.value, scope)) is False:
+                continue
+            dtype = argument(call, 1, "dtype")
+            if dtype is None:
+                continue
+            value = resolve_constant(dtype.value, scope)
+            if dtype.keyword is None and literal_bool(dtype.value) is not None and not deprecated:
+                yield self.finding(
+                    dtype,
+                    f"`{short(call)}` passes `{dtype.value.value}` as the dtype (the second parameter of "
+                    "torch.autocast is `dtype`, not `enabled`): autocast is disabled or fails",
+                    fix=_keywordize_fix(model, call, dtype),
+                    context=scope.name,
+                )
+            elif isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString)) or literal_bool(
+                value
+            ) is not None:
+                yield self.finding(
+                    dtype,
+                    f"`{short(call)}`: dtype `{short(dtype.value, 30)}` is not a torch dtype; "
+                    "use torch.float16 or torch.bfloat16",
+                    context=scope.name,
+                )
+            elif value is not None and scope.names.qualify(value) in _NOT_LOW_PRECISION:
+                yield self.finding(
+                    dtype,
+                    f"`{short(call)}`: autocast to `{short(value, 30)}` does nothing useful (non-CUDA devices "
+                    "warn and disable autocast); use torch.float16 or torch.bfloat16, or enabled=False",
+                    context=scope.name,
+                )
+
+
+def _keywordize_fix(model: FileModel, call: cst.Call, dtype: cst.Arg) -> Optional[Fix]:
+    positional = [a for a in call.args if a.keyword is None]
+    if positional[-1] is not dtype or any(a.keyword is not None and a.keyword.value == "enabled" for a in call.args):
+        return None
+    builder = FixBuilder(model.module)
+    index = list(call.args).index(dtype)
+
+    def keywordize(updated: cst.CSTNode) -> cst.CSTNode:
+        args = list(updated.args)
+        args[index] = keyword_arg("enabled", args[index].value).with_changes(comma=args[index].comma)
+        return with_call_args(updated, args)
+
+    builder.replace(call, keywordize)
+    return builder.build("Pass the bool as `enabled=`", Applicability.SAFE)
