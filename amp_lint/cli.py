@@ -139,6 +139,8 @@ def _run_check(paths: List[str], options: dict) -> int:
     fix = bool(root.fix or options["diff"])
     run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
+        if options["add_noqa"] or options["write_baseline_path"]:
+            _fail("--add-noqa and --write-baseline edit files; they do not work on standard input")
         return _check_stdin(run, root, options)
     if "-" in paths:
         _fail("`-` (standard input) cannot be mixed with paths")
@@ -206,9 +208,12 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     if options["add_noqa"]:
         return _add_noqa(report)
     if options["write_baseline_path"]:
-        from amp_lint.baseline import write_baseline
+        from amp_lint.baseline import BaselineError, write_baseline
 
-        write_baseline(Path(options["write_baseline_path"]), report)
+        try:
+            write_baseline(Path(options["write_baseline_path"]), report)
+        except BaselineError as error:
+            _fail(str(error))
         click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
         return EXIT_ERROR if report.errors else EXIT_CLEAN
     if options["baseline_path"]:
@@ -258,6 +263,13 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
         report.fixed[name] = outcome.fixed
     report.unsafe_fixable = outcome.unsafe_fixable
     report.sort()
+    if options["baseline_path"]:
+        from amp_lint.baseline import BaselineError, load_baseline
+
+        try:
+            report = load_baseline(Path(options["baseline_path"])).filter(report)
+        except BaselineError as error:
+            _fail(str(error))
     if run.fix:
         # Like Ruff: with --fix on standard input, the (fixed) code goes to standard output.
         fixed = outcome.fixed_text if outcome.fixed_text is not None else source.text
@@ -318,7 +330,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
         except OSError as error:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color)
     if output_format not in TEXT_FORMATS or to_file:
         for line in _error_lines(report):
             click.echo(line, err=True)

@@ -84,7 +84,7 @@ class Checker:
         if self.fix:
             module = self._fix_passes(module, source, filename, result, file_noqa or frozenset())
         findings, positions = self._findings(module, filename, result, file_noqa or frozenset())
-        lines = module.code.splitlines()
+        lines = source_lines(module.code)
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
             if fix is not None and fix.applicability is Applicability.UNSAFE and not self.unsafe_fixes:
@@ -123,9 +123,16 @@ class Checker:
         if not findings:
             return [], []
         position_of = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        lines = module.code.splitlines()
+        lines = source_lines(module.code)
         kept, positions = [], []
+        reported = set()
         for finding in findings:
+            if (finding.rule.code, id(finding.node)) in reported:
+                continue  # seen from a helper's own step and from its caller's: report once
+            reported.add((finding.rule.code, id(finding.node)))
+            if finding.related:
+                finding.message += _related_text(finding.related, position_of)
+            finding.message = " ".join(finding.message.split())  # code quoted from several lines: one line
             code_range = position_of[finding.node]
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
@@ -212,10 +219,30 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
     return f"syntax error: {message}"
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def source_lines(code: str) -> List[str]:
+    """Lines as Python counts them: split on \\n, \\r\\n and \\r only (not on form feeds and the like)."""
+    lines = _LINE_BREAK.split(code)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _related_text(related, position_of) -> str:
+    parts = []
+    for label, node in related:
+        code_range = position_of.get(node)
+        parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
+    return " (" + "; ".join(parts) + ")"
+
+
 def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
     """Line-level edits that turn `old` into `new` (1-based; end exclusive)."""
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+    old_lines = _LINE_WITH_END.findall(old)
+    new_lines = _LINE_WITH_END.findall(new)
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
     edits = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():

@@ -11,6 +11,7 @@ Rules never walk the tree themselves; they read this model.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class EventKind(enum.Enum):
     SCALER_UNSCALE = "scaler.unscale_"
     OPTIMIZER_STEP = "optimizer.step"
     CLIP = "clip"  # torch.nn.utils.clip_grad_norm_ and friends
+    GRAD_READ = "grad read"  # `p.grad` of a parameter in `for p in model.parameters():` (event.call is the Attribute)
     ZERO_GRAD = "zero_grad"
     CALL = "call"  # a call of a function or method defined in this file, or one that looks like an unscale
 
@@ -261,7 +263,23 @@ class Event:
     scaled_by: Optional[str] = None  # for BACKWARD / AUTOGRAD_GRAD: the scaler key when the loss is scaled
     scale_call: Optional[cst.Call] = None  # the scaler.scale(...) call feeding a backward
     loss: Optional[cst.BaseExpression] = None  # for BACKWARD / AUTOGRAD_GRAD: the expression backpropagated
-    index: int = 0  # position in the file's source order
+    index: float = 0  # position in the iteration's order (source order; helpers' events sit at their call)
+    # For an event of a helper function inlined into the iteration that calls it: the call it came through.
+    via: Optional["Event"] = None
+
+    @property
+    def in_helper(self) -> bool:
+        """True for an event seen through a call: fixes never edit a helper on one caller's behalf."""
+        return self.via is not None
+
+    def trail(self) -> List["Event"]:
+        """The calls that led from the iteration to this event, outermost first."""
+        calls = []
+        event = self.via
+        while event is not None:
+            calls.append(event)
+            event = event.via
+        return list(reversed(calls))
 
     @property
     def loop(self) -> Optional[Loop]:
@@ -426,6 +444,7 @@ class CallSite:
     branches: Tuple[Branch, ...]
     regions: Tuple[AutocastRegion, ...]
     index: int  # events with a larger index come after this call
+    order: int = 0  # source order among call and assignment sites
 
     @property
     def method(self) -> Optional[str]:
@@ -451,7 +470,8 @@ class AssignmentSite:
     loops: Tuple[Loop, ...]
     branches: Tuple[Branch, ...]
     regions: Tuple[AutocastRegion, ...]
-    index: int  # events with a larger index come after this assignment; sites keep source order
+    index: int  # events with a larger index come after this assignment
+    order: int = 0  # source order among call and assignment sites
 
     def in_enabled_autocast(self) -> Optional[AutocastRegion]:
         return enabled_region(self.regions)
@@ -589,6 +609,8 @@ class _ModelBuilder(Walker):
         self.skip_reference: set = set()
         # Expressions whose value is a callable that will be called later (assigned, or given to partial).
         self.factory_positions: set = set()
+        self.block_depths: List[int] = []
+        self.parameter_names: List[frozenset] = []  # per enclosing for-loop: names bound to parameters
         self._prepare_module_names()
 
     # --- names ---
@@ -735,6 +757,8 @@ class _ModelBuilder(Walker):
 
     def visit_Return(self, node: cst.Return) -> None:
         self.small_statement = node
+        if node.value is not None:
+            self._note_factory_positions(node.value)
 
     def visit_Import(self, node: cst.Import) -> None:
         self.imports.append((node, self.scope))
@@ -751,6 +775,16 @@ class _ModelBuilder(Walker):
 
     def leave_If(self, original_node: cst.If) -> None:
         self._leave_compound()
+        if original_node.orelse is None and _ends_in_jump(original_node.body):
+            # `if critic_phase: ...; continue` - the rest of the block is the else branch of that `if`.
+            self.branch_stack[-1].append(Branch(node=original_node, taken=False))
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.block_depths.append(len(self.branch_stack[-1]))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        depth = self.block_depths.pop()
+        del self.branch_stack[-1][depth:]
 
     def _push_branch(self, node: cst.If, taken: bool) -> None:
         self.branch_stack[-1].append(Branch(node=node, taken=taken))
@@ -775,9 +809,16 @@ class _ModelBuilder(Walker):
 
     def visit_For_body(self, node: cst.For) -> None:
         self.loop_stack[-1].append(node)
+        self.parameter_names.append(_parameter_loop_names(node))
 
     def leave_For_body(self, node: cst.For) -> None:
         self.loop_stack[-1].pop()
+        self.parameter_names.pop()
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        # `p.grad is not None` asks whether there is a gradient; it does not read its value.
+        if any(isinstance(c.comparator, cst.Name) and c.comparator.value == "None" for c in node.comparisons):
+            self.skip_reference.add(node.left)
 
     def visit_While(self, node: cst.While) -> None:
         self._enter_compound(node)
@@ -870,6 +911,7 @@ class _ModelBuilder(Walker):
                 tuple(self.branch_stack[-1]),
                 tuple(self.region_stack[-1]),
                 self.counter,
+                len(self.call_sites) + len(self.assignment_sites),
             )
         )
         if "." not in key:
@@ -973,7 +1015,19 @@ class _ModelBuilder(Walker):
         qualified = self.qualify(func)
         statement, small, scope, loops, branches, regions = self._context()
         self.call_sites.append(
-            CallSite(node, qualified, dotted_name(func), statement, small, scope, loops, branches, regions, self.counter)
+            CallSite(
+                node,
+                qualified,
+                dotted_name(func),
+                statement,
+                small,
+                scope,
+                loops,
+                branches,
+                regions,
+                self.counter,
+                len(self.call_sites) + len(self.assignment_sites),
+            )
         )
         if qualified == "functools.partial" and node.args:
             self.factory_positions.add(node.args[0].value)
@@ -995,7 +1049,7 @@ class _ModelBuilder(Walker):
                 return
         if isinstance(func, cst.Attribute):
             method = func.attr.value
-            if method == "backward":
+            if method == "backward" and not (isinstance(func.value, cst.Name) and func.value.value == "self"):
                 self._maybe_backward(node, func.value)
                 return
             receiver = dotted_name(func.value)
@@ -1082,6 +1136,9 @@ class _ModelBuilder(Walker):
             self.decorator_nodes[expr] = node
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        if node.attr.value == "grad" and isinstance(node.value, cst.Name) and node not in self.skip_reference:
+            if any(node.value.value in names_ for names_ in self.parameter_names):
+                self._add_event(EventKind.GRAD_READ, node, target=node.value.value)
         # A deprecated API used without being called (`partial(torch.cuda.amp.autocast, ...)`).
         if node in self.skip_reference:
             return False
@@ -1155,6 +1212,7 @@ class _ModelBuilder(Walker):
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
         )
+        self._propagate_through_calls(model)
         self._classify_raw_calls(model)
         for region in self.regions:
             _resolve_spec(region.spec, region.scope or self.module_scope, self.module_scope)
@@ -1163,6 +1221,20 @@ class _ModelBuilder(Walker):
         model.events.sort(key=lambda e: e.index)
         model.steps = _training_steps(model)
         return model
+
+    def _propagate_through_calls(self, model: FileModel) -> None:
+        """A scaler or optimizer passed to a function of this file is one inside it too, whatever its name."""
+        for event in [e for e in self.events if e.kind is EventKind.CALL]:
+            callee = _callee_scope(model, event)
+            if callee is None:
+                continue
+            for param, argument in _argument_names(callee, event.call).items():
+                if self._is_scaler(argument, event.scope, model) and not model.scaler_bindings(param, callee):
+                    origin = model.scaler_bindings(argument, event.scope)
+                    enabled = None if not origin else (True if any(b.is_enabled for b in origin) else False)
+                    model.scalers.setdefault(param, []).append(ScalerBinding(key=param, enabled=enabled, scope=callee))
+                elif self._is_optimizer(argument, model):
+                    model.optimizer_keys.add(param)
 
     def _classify_raw_calls(self, model: FileModel) -> None:
         optimizer_args = set()
@@ -1198,7 +1270,7 @@ class _ModelBuilder(Walker):
                     event = Event(kind=EventKind.SCALER_SCALE, call=raw.call, **fields)
                 else:
                     continue
-            elif raw.method == "step" and self._is_optimizer(raw.receiver, model):
+            elif raw.method == "step" and self._is_optimizer(raw.receiver, model, raw.scope):
                 event = Event(kind=EventKind.OPTIMIZER_STEP, call=raw.call, target=raw.receiver, **fields)
             elif raw.method == "zero_grad":
                 event = Event(kind=EventKind.ZERO_GRAD, call=raw.call, target=raw.receiver, **fields)
@@ -1220,20 +1292,41 @@ class _ModelBuilder(Walker):
                     return True
             return False
         # Named like a scaler: still not one if the file builds it from something that is not torch's.
-        for outer in scope.chain():
-            for value, _ in outer.assignments.get(key, []):
-                if isinstance(value, cst.Call):
-                    qualified = outer.names.qualify(value.func)
-                    if qualified is not None and qualified not in names.GRAD_SCALER:
-                        return False
-        return True
+        return not _built_by_someone_else(key, scope, model, imports_count=True)
 
     @staticmethod
-    def _is_optimizer(key: str, model: FileModel) -> bool:
+    def _is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:
         if key in model.optimizer_keys:
             return True
         last = key.split(".")[-1]
-        return bool(_OPTIMIZER_NAME.search(last)) and not _NOT_OPTIMIZER_NAME.search(last)
+        if not _OPTIMIZER_NAME.search(last) or _NOT_OPTIMIZER_NAME.search(last):
+            return False
+        # Third-party optimizers (apex, bitsandbytes) are optimizers; a class of this file named so may not be.
+        return scope is None or not _built_by_someone_else(key, scope, model, imports_count=False)
+
+
+def _built_by_someone_else(key: str, scope: Scope, model: FileModel, imports_count: bool) -> bool:
+    """Is `key` assigned from a class this file defines (or, with imports_count, from a non-torch import)?
+
+    `scaler = StandardScaler()`, `ema_optimizer = WeightEMA(...)`, a user's own `class GradScaler`:
+    named like the real thing, but not it.
+    """
+    assignments = []
+    for outer in scope.chain():
+        assignments.extend((value, outer) for value, _ in outer.assignments.get(key, []))
+    if key.startswith("self.") and scope.class_name:
+        for other in model.scopes:
+            if other.class_name == scope.class_name:
+                assignments.extend((value, other) for value, _ in other.assignments.get(key, []))
+    for value, where in assignments:
+        if not isinstance(value, cst.Call):
+            continue
+        qualified = where.names.qualify(value.func)
+        if imports_count and qualified is not None and not qualified.startswith("torch."):
+            return True
+        if qualified is None and isinstance(value.func, cst.Name) and value.func.value in model.classes:
+            return True
+    return False
 
 
 def _resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[cst.BaseExpression]:
@@ -1295,16 +1388,17 @@ def _resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None
 
 
 def _training_steps(model: FileModel) -> List[TrainingStep]:
-    """Group each scope's events into iterations."""
+    """Group each scope's events, helpers' events included where they are called, into iterations."""
     steps: List[TrainingStep] = []
     for scope in model.scopes:
         if not scope.events:
             continue
-        anchors = [e for e in scope.events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)]
+        events = _with_helpers_inlined(model, scope, scope.events, depth=0, active={scope})
+        anchors = [e for e in events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)]
         if not anchors:
             # A function that steps but does not backpropagate (an `optimizer_step()` helper): one iteration.
-            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP) for e in scope.events):
-                steps.append(TrainingStep(scope, None, list(scope.events)))
+            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP) for e in events):
+                steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
         for anchor in anchors:
@@ -1313,7 +1407,7 @@ def _training_steps(model: FileModel) -> List[TrainingStep]:
         # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
         for loop in loops:
             if loop is None:
-                members = [e for e in scope.events if not _inside_any(e, [l for l in loops if l is not None])]
+                members = [e for e in events if not _inside_any(e, [l for l in loops if l is not None])]
                 if not scope.is_function:
                     members = [e for e in members if not e.loops]
                 steps.append(TrainingStep(scope, None, members))
@@ -1321,11 +1415,140 @@ def _training_steps(model: FileModel) -> List[TrainingStep]:
                 inner_loops = [l for l in loops if l is not None and l is not loop]
                 members = [
                     e
-                    for e in scope.events
+                    for e in events
                     if loop in e.loops and not any(l in e.loops[e.loops.index(loop) + 1 :] for l in inner_loops)
                 ]
                 steps.append(TrainingStep(scope, loop, members))
     return steps
+
+
+_MAX_INLINE_DEPTH = 3
+
+
+def _with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
+    """Put the events of helper functions and methods (of this file) where the iteration calls them.
+
+    `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
+    step and update in it, their parameters renamed to the caller's arguments. A helper that runs a loop
+    of its own is a training loop, not a step part, and is not inlined; recursion is cut off.
+    """
+    out: List[Event] = []
+    for event in events:
+        out.append(event)
+        if event.kind is not EventKind.CALL or depth >= _MAX_INLINE_DEPTH:
+            continue
+        callee = _callee_scope(model, event)
+        if callee is None or callee in active or any(e.loops for e in callee.events):
+            continue
+        names = _argument_names(callee, event.call)
+        inner = _with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
+        step = 10.0 ** (-3 * (depth + 1))
+        for position, helper_event in enumerate(inner, start=1):
+            out.append(
+                dataclasses.replace(
+                    helper_event,
+                    index=event.index + position * step,
+                    loops=event.loops + helper_event.loops,
+                    branches=event.branches + helper_event.branches,
+                    regions=event.regions + helper_event.regions,
+                    receiver=_renamed(helper_event.receiver, names),
+                    target=_renamed(helper_event.target, names),
+                    scaled_by=_renamed(helper_event.scaled_by, names),
+                    via=event if helper_event.via is None else _rebased(helper_event.via, event),
+                )
+            )
+    return out
+
+
+def _rebased(via: Event, outer: Event) -> Event:
+    """Chain an inner call path under the outer call."""
+    if via.via is None:
+        return dataclasses.replace(via, via=outer)
+    return dataclasses.replace(via, via=_rebased(via.via, outer))
+
+
+def _callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
+    """The function or method of this file that a CALL event calls, when that is unambiguous."""
+    target = call.target or ""
+    if target.startswith("self."):
+        name = target[len("self.") :]
+        candidates = [
+            s
+            for s in model.scopes
+            if s.is_function
+            and s.node.name.value == name
+            and call.scope.class_name is not None
+            and s.class_name == call.scope.class_name
+            and s.parent is not None
+            and not s.parent.is_function
+        ]
+    elif target and "." not in target:
+        visible = set(call.scope.chain())
+        candidates = [
+            s
+            for s in model.scopes
+            if s.is_function
+            and s.node.name.value == target
+            and s.parent in visible
+            and (s.parent.is_function or s.class_name is None)
+        ]
+    else:
+        return None
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _argument_names(callee: Scope, call: cst.Call) -> Dict[str, str]:
+    """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
+    params = list(callee.params)
+    if callee.class_name and params and params[0] in ("self", "cls"):
+        params = params[1:]
+    mapping: Dict[str, str] = {}
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            break
+        value = dotted_name(arg.value)
+        if arg.keyword is not None:
+            if value is not None and arg.keyword.value in callee.params:
+                mapping[arg.keyword.value] = value
+            continue
+        if position < len(params) and value is not None:
+            mapping[params[position]] = value
+        position += 1
+    return mapping
+
+
+def _renamed(key: Optional[str], names: Dict[str, str]) -> Optional[str]:
+    if key is None or not names:
+        return key
+    head, dot, rest = key.partition(".")
+    if head in names:
+        return names[head] + dot + rest
+    return key
+
+
+def _parameter_loop_names(loop: cst.For) -> frozenset:
+    """`for p in model.parameters():` -> {"p"}; `for name, p in model.named_parameters():` -> {"p"}."""
+    iterator = loop.iter
+    if not (isinstance(iterator, cst.Call) and isinstance(iterator.func, cst.Attribute)):
+        return frozenset()
+    if iterator.func.attr.value not in ("parameters", "named_parameters"):
+        return frozenset()
+    target = loop.target
+    if isinstance(target, cst.Tuple) and target.elements:
+        target = target.elements[-1].value
+    return frozenset({target.value}) if isinstance(target, cst.Name) else frozenset()
+
+
+def _ends_in_jump(body: cst.BaseSuite) -> bool:
+    """Does the block end with `continue`, `break`, `return` or `raise`?"""
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
+        return isinstance(last.body[-1], (cst.Continue, cst.Break, cst.Return, cst.Raise))
+    return False
 
 
 def _inside_any(event: Event, loops: List[Loop]) -> bool:

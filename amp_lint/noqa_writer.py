@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report
-from amp_lint.files import SourceError, read_source, write_atomic
+from amp_lint.files import SourceError, SourceText, read_source, write_atomic
 
 # The checker's own pattern (amp_lint.engine): `# noqa` or `# noqa: A1, B2`.
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
@@ -65,7 +65,7 @@ def _add_to_file(filename: str, diagnostics: Sequence[Diagnostic]) -> Tuple[int,
     return edited, skipped
 
 
-def _add_to_notebook(path: Path, source, diagnostics: Sequence[Diagnostic]) -> Tuple[int, List[FileError]]:
+def _add_to_notebook(path: Path, source: SourceText, diagnostics: Sequence[Diagnostic]) -> Tuple[int, List[FileError]]:
     """Edit the notebook's program (its code cells joined), then splice the changed cells back."""
     from amp_lint.notebook import Notebook
 

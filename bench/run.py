@@ -31,6 +31,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,11 @@ PEERS_VENV = BENCH_DIR / ".venvs" / "peers"
 DEFAULT_RESULTS = BENCH_DIR / "results.md"
 
 PEER_REQUIREMENTS = {"ruff": "ruff", "torchfix": "torchfix==0.7.0", "fixit": "fixit==2.2.1"}
+# How many files a peer says it checked, from its stdout + stderr: a check that the run did the work.
+CHECKED_COUNT_PATTERNS = {
+    "torchfix": re.compile(r"Finished checking (\d+) files?"),
+    "fixit": re.compile(r"(\d+) files? (?:clean|checked)"),
+}
 
 # Files that certainly hold AMP code: peers' samples always include all of them.
 AMP_PATTERN = re.compile(rb"autocast|GradScaler")
@@ -51,7 +57,7 @@ AMP_PATTERN = re.compile(rb"autocast|GradScaler")
 CANDIDATE_PATTERN = re.compile(rb"backward|autocast|GradScaler")
 
 ROW_IDS = ("read", "prefilter", "cold", "warm", "precommit", "fix", "ruff", "ruff-silent", "torchfix", "fixit")
-AMP_LINT_ROWS = ("prefilter", "cold", "warm", "precommit", "fix")
+PEER_ROWS = ("ruff", "ruff-silent", "torchfix", "fixit")
 REFERENCE_ROW = "cold"
 
 # amp-lint, like git, skips what a .gitignore in a parent folder lists, and both corpora sit in
@@ -211,6 +217,27 @@ def run_measured(
     )
 
 
+def busy_cpu_seconds() -> Optional[float]:
+    """CPU seconds the whole machine has spent busy since boot (all CPUs, from /proc/stat)."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = [int(value) for value in handle.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds used by this process and every child it has waited for."""
+    import resource
+
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
+
+
 def run_quietly(command: Sequence[str], timeout_s: float = 120, **kwargs) -> subprocess.CompletedProcess:
     """An untimed helper run (versions, --help, installs); never raises for the command's failure."""
     try:
@@ -273,11 +300,11 @@ class Corpus:
         chosen += rng.sample(rest, min(count - len(chosen), len(rest)))
         return sorted(chosen)
 
-    def copy_to(self, destination: Path) -> None:
-        """A fresh copy of the corpus's .py files, for --fix to rewrite."""
+    def copy_to(self, destination: Path, files: Optional[Sequence[Path]] = None) -> None:
+        """A fresh copy of the corpus's .py files (or of `files`), for --fix to rewrite, say."""
         if destination.exists():
             shutil.rmtree(destination)
-        for relative in self.files:
+        for relative in self.files if files is None else files:
             target = destination / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.root / relative, target)
@@ -571,6 +598,8 @@ class CorpusBenchmark:
         self.logs = self.scratch / "logs"
         self.rows: List[Row] = []
         self.prefiltered_bytes: Optional[int] = None
+        self._peer_copy: Optional[Path] = None
+        self._temporary_folders: List[Path] = []
 
     # Running and judging ------------------------------------------------------------------------
 
@@ -581,10 +610,9 @@ class CorpusBenchmark:
         runs: int,
         ok_codes=(0, 1),
         prepare: Optional[Callable[[], None]] = None,
-        pick=statistics.median,
-        cwd: Optional[Path] = None,
+        best_of: bool = False,
     ) -> Optional[Measurement]:
-        """Run `command` `runs` times (after `prepare`, untimed, each time) into `row`.
+        """Run `command` `runs` times (after `prepare`, untimed, each time) into `row`: the median, or the best.
 
         Tools run in the scratch folder, never in the corpus: `python -m` puts the working folder first
         on sys.path, and torch's package has modules named `signal` and `random`.
@@ -594,7 +622,7 @@ class CorpusBenchmark:
             if prepare:
                 prepare()
             last = run_measured(
-                command, cwd=cwd or self.scratch, timeout_s=self.options.timeout_s,
+                command, cwd=self.scratch, timeout_s=self.options.timeout_s,
                 log_dir=self.logs, label=f"{row.row_id}-{attempt}",
             )
             if last.timed_out:
@@ -606,9 +634,10 @@ class CorpusBenchmark:
                 return None
             seconds.append(last.seconds)
             peaks.append(last.peak_mb)
-        row.seconds, row.peak_mb = pick(seconds), max(peaks)
+        row.seconds = min(seconds) if best_of else statistics.median(seconds)
+        row.peak_mb = max(peaks)
         if runs > 1:
-            row.note = _join(row.note, f"{'median' if pick is statistics.median else 'best'} of {runs}")
+            row.note = _join(row.note, f"{'best' if best_of else 'median'} of {runs}")
         return last
 
     def add(self, row: Row) -> Row:
@@ -616,9 +645,6 @@ class CorpusBenchmark:
         shown = f"{row.seconds:.3f} s" if row.seconds is not None else row.status
         self.log(f"  {self.corpus.name}: {row.label}: {shown}{'  (' + row.note + ')' if row.note else ''}")
         return row
-
-    def wanted(self, row_id: str) -> bool:
-        return row_id in self.options.rows
 
     def amp_lint_row(self, row_id: str, label: str) -> Optional[Row]:
         """A fresh row for amp-lint, or an unavailable/error one already added."""
@@ -648,9 +674,12 @@ class CorpusBenchmark:
             "torchfix": lambda: self.sampled_peer("torchfix", "TorchFix"),
             "fixit": lambda: self.sampled_peer("fixit", "Fixit"),
         }
-        for row_id in ROW_IDS:
-            if self.wanted(row_id) and (row_id in AMP_LINT_ROWS or row_id == "read" or self.peers):
-                steps[row_id]()
+        try:
+            for row_id in ROW_IDS:
+                if row_id in self.options.rows and (self.peers or row_id not in PEER_ROWS):
+                    steps[row_id]()
+        finally:
+            self.remove_temporary_folders()
         return self.rows
 
     def read_all_files(self, file_list: Path) -> None:
@@ -723,6 +752,13 @@ class CorpusBenchmark:
             row.status, row.note = fill.status, "filling the cache: " + fill.note
         else:
             self.measure(row, command, self.options.repeat_fast)
+            # amp-lint keys its cache by its own code too: an edit during the benchmark empties the cache.
+            versions = [entry.name for entry in cache_dir.iterdir() if entry.is_dir()] if cache_dir.is_dir() else []
+            if len(versions) > 1:
+                row.note = _join(
+                    row.note, f"WARNING: the cache's version changed between runs ({', '.join(sorted(versions))}): "
+                    "amp-lint's code was edited meanwhile, so this was not a warm run",
+                )
         self.add(row)
 
     def amp_lint_precommit(self) -> None:
@@ -733,7 +769,7 @@ class CorpusBenchmark:
         row.files = len(files)
         command = [*self.amp_lint.command, "--no-cache", "--exit-zero", *AMP_LINT_WALK_FLAGS]
         command += [str(self.corpus.root / path) for path in files]
-        self.measure(row, command, self.options.precommit_runs, pick=min)
+        self.measure(row, command, self.options.precommit_runs, best_of=True)
         row.note = _join(row.note, f"{_megabytes(self.corpus.bytes_of(files))}, interpreter start-up included")
         self.add(row)
 
@@ -775,20 +811,22 @@ class CorpusBenchmark:
             return
         sample = self.corpus.peer_sample(self.options.peer_sample, self.options.seed)
         whole = len(sample) == len(self.corpus.files)
-
-        def command_for(paths: Sequence[Path]) -> List[str]:
-            options = ["lint"] if name == "fixit" else ["--jobs", str(self.options.jobs)]
-            return [str(executable), *options, *(str(path) for path in paths)]
-
-        targets = [self.corpus.root] if whole else [self.corpus.root / path for path in sample]
-        self.measure(row, command_for(targets), self.options.repeat_peers)
+        options = ["lint"] if name == "fixit" else ["--jobs", str(self.options.jobs)]
+        last = self.measure(row, [str(executable), *options, str(self.peer_copy(sample))], self.options.repeat_peers)
         row.files = len(self.corpus.files)
+        if last is not None:
+            checked = CHECKED_COUNT_PATTERNS[name].search(last.stdout_text() + last.stderr_path.read_text(errors="replace"))
+            if checked and int(checked.group(1)) == 0:
+                row.status, row.note = "error", f"{label} checked no files"
+            elif checked and int(checked.group(1)) != len(sample):
+                why = " (it skips files that do not mention torch)" if name == "torchfix" else ""
+                row.note = _join(row.note, f"{label} says it checked {checked.group(1)} of {len(sample)} files{why}")
         if row.measured and not whole:
             # Start-up is paid once, whatever the size: only the rest scales with the bytes.
             empty_file = self.scratch / "empty_module.py"
             empty_file.write_text("")
             startup = Row(f"{name}-startup", "start-up")
-            self.measure(startup, command_for([empty_file]), 1)
+            self.measure(startup, [str(executable), *options, str(empty_file)], 1)
             startup_s = min(startup.seconds, row.seconds) if startup.measured else 0.0
             sample_bytes = self.corpus.bytes_of(sample)
             row.seconds = startup_s + (row.seconds - startup_s) * self.corpus.total_bytes / sample_bytes
@@ -800,6 +838,23 @@ class CorpusBenchmark:
                 f"{startup_s:.2f} s start-up counted once; peak MB on the sample",
             )
         self.add(row)
+
+    def peer_copy(self, files: Sequence[Path]) -> Path:
+        """TorchFix's and Fixit's files, copied outside any git work tree.
+
+        Fixit skips whatever a .gitignore lists, even files named on its command line, and both
+        corpora sit in ignored folders (bench/.work/, .venv/); out there it checks every file.
+        """
+        if self._peer_copy is None:
+            workspace = Path(tempfile.mkdtemp(prefix="amp-lint-bench-"))
+            self._temporary_folders.append(workspace)
+            self._peer_copy = workspace / self.corpus.name
+            self.corpus.copy_to(self._peer_copy, files)
+        return self._peer_copy
+
+    def remove_temporary_folders(self) -> None:
+        for folder in self._temporary_folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def count_findings(stdout_path: Path) -> Optional[int]:
@@ -877,88 +932,57 @@ def markdown_table(header: Sequence[str], cells: Sequence[Sequence[str]]) -> str
     return "\n".join([line(header), line(["---"] * len(header))] + [line(values) for values in cells])
 
 
-@dataclass
-class Target:
-    description: str
-    verdicts: Dict[str, str] = field(default_factory=dict)  # corpus name -> "PASS (...)"
+# The issue's targets, stated for a cold check of torch's installed package on 2 cores.
+TARGETS = {
+    "ruff": "cold check no slower than `ruff check --select ALL --no-cache`",
+    "torchfix": "at least 50x faster than TorchFix",
+    "fixit": "at least 50x faster than Fixit",
+    "warm": "warm run (nothing changed) under 1 s",
+    "precommit": "pre-commit run (5 files) under 0.4 s, start-up included",
+    "memory": "peak memory under 400 MB (every amp-lint check and fix run)",
+    "fix": "`--fix --unsafe-fixes` no more than 2x the cold check",
+    "linear": "cold check's cost per MB that can hold a finding (info: compare across corpora)",
+}
 
 
-def evaluate_targets(results: Dict[str, List[Row]], prefiltered: Dict[str, Optional[int]], corpora: Dict[str, Corpus]) -> List[Target]:
-    """The issue's targets (stated for torch's package), judged on every corpus that was run."""
+def judge_targets(rows: Sequence[Row], corpus: Corpus, prefiltered_bytes: Optional[int]) -> Dict[str, str]:
+    """TARGETS key -> `PASS (detail)` / `FAIL (detail)` / info, for the rows that were measured."""
+    measured = {row.row_id: row for row in rows if row.measured}
+
+    def seconds(row_id: str) -> Optional[float]:
+        return measured[row_id].seconds if row_id in measured else None
 
     def verdict(ok: bool, detail: str) -> str:
         return f"{'PASS' if ok else 'FAIL'} ({detail})"
 
-    def compare(rows: Dict[str, Row], want: Callable[[Dict[str, Row]], Optional[str]]) -> str:
-        try:
-            return want(rows) or "n/a"
-        except (KeyError, TypeError, ZeroDivisionError):
-            return "n/a"
+    verdicts: Dict[str, str] = {}
+    cold = seconds("cold")
+    if cold and seconds("ruff"):
+        verdicts["ruff"] = verdict(cold <= seconds("ruff"), f"{cold:.2f} s vs {seconds('ruff'):.2f} s")
+    for peer in ("torchfix", "fixit"):
+        if cold and seconds(peer):
+            speedup = seconds(peer) / cold
+            verdicts[peer] = verdict(speedup >= 50, f"{speedup:.0f}x")
+    if seconds("warm") is not None:
+        verdicts["warm"] = verdict(seconds("warm") < 1.0, f"{seconds('warm'):.2f} s")
+    if seconds("precommit") is not None:
+        verdicts["precommit"] = verdict(seconds("precommit") < 0.4, f"{seconds('precommit'):.2f} s")
+    amp_lint_runs = [measured[row_id] for row_id in ("cold", "warm", "precommit", "fix") if row_id in measured]
+    if amp_lint_runs:
+        largest = max(amp_lint_runs, key=lambda row: row.peak_mb)
+        verdicts["memory"] = verdict(largest.peak_mb < 400, f"{largest.peak_mb:.0f} MB, {largest.row_id}")
+    if cold and seconds("fix"):
+        verdicts["fix"] = verdict(seconds("fix") <= 2 * cold, f"{seconds('fix') / cold:.2f}x the check")
+    candidate_bytes = prefiltered_bytes or corpus.candidate_bytes
+    if cold and candidate_bytes:
+        source = "passing amp-lint's prefilter" if prefiltered_bytes else "in files matching backward|autocast|GradScaler"
+        verdicts["linear"] = f"{cold / (candidate_bytes / 1e6):.2f} s/MB ({_megabytes(candidate_bytes)} {source})"
+    return verdicts
 
-    def measured(rows, *row_ids):
-        found = [rows[row_id] for row_id in row_ids]
-        if not all(row.measured for row in found):
-            raise KeyError("not measured")
-        return found
 
-    def as_fast_as_ruff(rows):
-        cold, ruff = measured(rows, "cold", "ruff")
-        return verdict(cold.seconds <= ruff.seconds, f"{cold.seconds:.2f} s vs {ruff.seconds:.2f} s")
-
-    def faster_than(peer):
-        def judge(rows):
-            cold, other = measured(rows, "cold", peer)
-            speedup = other.seconds / cold.seconds
-            return verdict(speedup >= 50, f"{speedup:.0f}x")
-
-        return judge
-
-    def warm_under_1s(rows):
-        (warm,) = measured(rows, "warm")
-        return verdict(warm.seconds < 1.0, f"{warm.seconds:.2f} s")
-
-    def precommit_under(rows):
-        (run,) = measured(rows, "precommit")
-        return verdict(run.seconds < 0.4, f"{run.seconds:.2f} s")
-
-    def memory(rows):
-        peaks = [(rows[r].peak_mb, rows[r].label) for r in ("cold", "warm", "precommit", "fix") if r in rows and rows[r].measured]
-        if not peaks:
-            return None
-        peak, label = max(peaks)
-        return verdict(peak < 400, f"{peak:.0f} MB, {label.split(' (')[0]}")
-
-    def fix_within_2x(rows):
-        cold, fix = measured(rows, "cold", "fix")
-        return verdict(fix.seconds <= 2 * cold.seconds, f"{fix.seconds / cold.seconds:.2f}x the check")
-
-    checks = [
-        ("cold check no slower than `ruff check --select ALL --no-cache`", as_fast_as_ruff),
-        ("at least 50x faster than TorchFix", faster_than("torchfix")),
-        ("at least 50x faster than Fixit", faster_than("fixit")),
-        ("warm run (nothing changed) under 1 s", warm_under_1s),
-        ("pre-commit run (5 files) under 0.4 s, start-up included", precommit_under),
-        ("peak memory under 400 MB (every amp-lint check and fix run)", memory),
-        ("`--fix --unsafe-fixes` no more than 2x the cold check", fix_within_2x),
-    ]
-    targets = []
-    for description, judge in checks:
-        target = Target(description)
-        for name, rows in results.items():
-            target.verdicts[name] = compare({row.row_id: row for row in rows}, judge)
-        targets.append(target)
-
-    # Linear in the bytes that can hold a finding: the cold check's cost per such byte, per corpus.
-    linear = Target("cost per MB that can hold a finding (cold check; info: compare across corpora)")
-    for name, rows in results.items():
-        cold = next((row for row in rows if row.row_id == "cold" and row.measured), None)
-        candidate = prefiltered.get(name) or corpora[name].candidate_bytes
-        source = "amp-lint's prefilter" if prefiltered.get(name) else "files matching backward|autocast|GradScaler"
-        linear.verdicts[name] = (
-            f"{cold.seconds / (candidate / 1e6):.3f} s/MB ({_megabytes(candidate)}, {source})" if cold and candidate else "n/a"
-        )
-    targets.append(linear)
-    return targets
+def targets_table(verdicts: Dict[str, Dict[str, str]]) -> List[List[str]]:
+    """One line per target: its description, then its verdict on each corpus."""
+    return [[description] + [by_corpus.get(key, "n/a") for by_corpus in verdicts.values()] for key, description in TARGETS.items()]
 
 
 def machine_description() -> Dict[str, str]:
@@ -991,7 +1015,7 @@ def write_markdown(
     command_line: str,
     corpora: Dict[str, Corpus],
     results: Dict[str, List[Row]],
-    targets: List[Target],
+    verdicts: Dict[str, Dict[str, str]],
     versions: Dict[str, str],
     notes: List[str],
 ) -> None:
@@ -1013,7 +1037,7 @@ def write_markdown(
             markdown_table(TABLE_HEADER, table_cells(rows)),
             "",
         ]
-    lines += ["## Targets", "", markdown_table(["target"] + list(results), [[t.description] + [t.verdicts[n] for n in results] for t in targets]), ""]
+    lines += ["## Targets", "", markdown_table(["target", *verdicts], targets_table(verdicts)), ""]
     lines += ["## How this was measured", ""] + [f"- {note}" for note in notes] + [""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
@@ -1066,12 +1090,54 @@ def pin_to_cpus(jobs: int) -> Optional[List[int]]:
     return chosen
 
 
+def load_corpora(arguments: argparse.Namespace, python: str, work_dir: Path, log) -> Dict[str, Corpus]:
+    corpora: Dict[str, Corpus] = {}
+    if arguments.corpus in ("torch", "both"):
+        torch_root = find_torch_package(python)
+        if torch_root is None:
+            log(f"no torch package found for {python}; skipping the torch corpus (try --python)")
+        else:
+            version = run_quietly([python, "-c", "import importlib.metadata as m; print(m.version('torch'))"])
+            description = f"torch {version.stdout.strip()} installed package ({torch_root})"
+            corpora["torch"] = Corpus.scan("torch", torch_root, description)
+    if arguments.corpus in ("generated", "both"):
+        generated_root = work_dir / "generated"
+        log(f"generating {arguments.generated_files:,} files under {generated_root} (reused when present) ...")
+        amp_every = 10 if arguments.self_test else 50  # a tiny corpus still gets a few AMP loops
+        generate_repository(generated_root, arguments.generated_files, seed=arguments.seed, amp_every=amp_every)
+        corpora["generated"] = Corpus.scan("generated", generated_root, "generated repository")
+    return corpora
+
+
+def measurement_notes(options: Options, pinned: Optional[List[int]]) -> List[str]:
+    """How to read the tables; printed under them and written into results.md."""
+    return [
+        "Every row is one process started by the benchmark; seconds are wall clock from start to exit, "
+        "interpreter start-up included; amp-lint and baseline rows are medians of repeated runs unless noted.",
+        MEMORY_METHOD + ".",
+        f"Workers: --jobs {options.jobs}" + (f"; every tool pinned to CPUs {pinned}" if pinned else "; no CPU pinning") + ".",
+        "`vs amp-lint cold` is the row's time divided by amp-lint's cold check: `0.80x amp-lint` took 0.8 of "
+        "amp-lint's time, `95x slower` took 95 times as long.",
+        "TorchFix and Fixit marked `~` ran on a sample (every file containing autocast or GradScaler plus "
+        f"{options.peer_sample} files chosen with seed {options.seed}); their time past start-up (timed on an "
+        "empty file) is scaled by the corpus's bytes over the sample's.",
+        f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}: both corpora sit in folders a parent .gitignore "
+        "lists (bench/.work/, .venv/), which amp-lint would otherwise skip whole; the corpora have no .gitignore "
+        "of their own.",
+        "TorchFix and Fixit check a copy of their files in a temporary folder outside any git work tree: "
+        "Fixit skips every file a parent .gitignore lists, even when named on its command line.",
+        "The warm row fills a fresh cache with one untimed run first; the --fix row times only the fix run on a "
+        "fresh copy of the corpus.",
+    ]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = parse_arguments(argv)
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    machine_cpu_before, own_cpu_before, started = busy_cpu_seconds(), own_cpu_seconds(), time.monotonic()
     work_dir = arguments.work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     pinned = pin_to_cpus(arguments.jobs)
@@ -1079,19 +1145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if amp_lint.command is None:
         log(f"amp-lint is {'broken' if amp_lint.explicit else 'unavailable'}: {amp_lint.problem}; its rows are marked so")
 
-    corpora: Dict[str, Corpus] = {}
-    if arguments.corpus in ("torch", "both"):
-        torch_root = find_torch_package(amp_lint.python)
-        if torch_root is None:
-            log(f"no torch package found for {amp_lint.python}; skipping the torch corpus (try --python)")
-        else:
-            torch_version = run_quietly([amp_lint.python, "-c", "import importlib.metadata as m; print(m.version('torch'))"]).stdout.strip()
-            corpora["torch"] = Corpus.scan("torch", torch_root, f"torch {torch_version} installed package ({torch_root})")
-    if arguments.corpus in ("generated", "both"):
-        generated_root = work_dir / "generated"
-        log(f"generating {arguments.generated_files:,} files under {generated_root} (reused when present) ...")
-        generate_repository(generated_root, arguments.generated_files, seed=arguments.seed, amp_every=10 if arguments.self_test else 50)
-        corpora["generated"] = Corpus.scan("generated", generated_root, "generated repository")
+    corpora = load_corpora(arguments, amp_lint.python, work_dir, log)
     if not corpora:
         log("no corpus to benchmark")
         return 2
@@ -1123,22 +1177,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         versions["libcst"] = libcst.stdout.strip()
     if peers:
         versions.update(peers.versions)
-    notes = [
-        "Every row is one process started by the benchmark; seconds are wall clock from start to exit, "
-        "interpreter start-up included; amp-lint and baseline rows are medians of repeated runs unless noted.",
-        MEMORY_METHOD + ".",
-        f"Workers: --jobs {options.jobs}" + (f"; every tool pinned to CPUs {pinned}" if pinned else "; no CPU pinning") + ".",
-        "`vs amp-lint cold` is the row's time divided by amp-lint's cold check: `0.80x amp-lint` took 0.8 of "
-        "amp-lint's time, `95x slower` took 95 times as long.",
-        "TorchFix and Fixit marked `~` ran on a sample (every file containing autocast or GradScaler plus "
-        f"{options.peer_sample} files chosen with seed {options.seed}); their time past start-up (timed on an "
-        "empty file) is scaled by the corpus's bytes over the sample's.",
-        f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}: both corpora sit in folders a parent .gitignore "
-        "lists (bench/.work/, .venv/), which amp-lint would otherwise skip whole; the corpora have no .gitignore "
-        "of their own.",
-        "The warm row fills a fresh cache with one untimed run first; the --fix row times only the fix run on a "
-        "fresh copy of the corpus.",
-    ]
+    notes = measurement_notes(options, pinned)
+    if machine_cpu_before is not None:
+        others = (busy_cpu_seconds() - machine_cpu_before) - (own_cpu_seconds() - own_cpu_before)
+        share = others / ((time.monotonic() - started) * (os.cpu_count() or 1))
+        if share > 0.1:
+            notes.insert(0, f"WARNING: other processes kept {share:.0%} of the machine's CPU time busy during this "
+                            "run, so these timings are inflated: rerun on a quiet machine before quoting them.")
 
     print()
     for name, rows in results.items():
@@ -1146,10 +1191,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{corpus.description or name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}")
         print(text_table(rows))
         print()
-    targets = evaluate_targets(results, prefiltered, corpora)
+    verdicts = {name: judge_targets(rows, corpora[name], prefiltered[name]) for name, rows in results.items()}
     print("Targets (stated for torch's package):")
-    for target in targets:
-        print(f"  {target.description}: " + "; ".join(f"{name}: {verdict}" for name, verdict in target.verdicts.items()))
+    for line in targets_table(verdicts):
+        print(f"  {line[0]}: " + "; ".join(f"{name}: {verdict}" for name, verdict in zip(verdicts, line[1:])))
     print()
     for note in notes:
         print(f"* {note}")
@@ -1158,7 +1203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_markdown(
         output,
         command_line="python bench/run.py " + " ".join(shlex.quote(arg) for arg in (argv if argv is not None else sys.argv[1:])),
-        corpora=corpora, results=results, targets=targets, versions=versions, notes=notes,
+        corpora=corpora, results=results, verdicts=verdicts, versions=versions, notes=notes,
     )
     print(f"\nwrote {output}")
 

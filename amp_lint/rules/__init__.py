@@ -20,6 +20,31 @@ from amp_lint.rules.amp07x_deprecated_spelling import (
     DeprecatedCustomFwdBwd,
     DeprecatedGradScaler,
 )
+from amp_lint.rules.amp025_closure_to_scaler_step import ClosureToScalerStep
+from amp_lint.rules.amp031_clip_error_if_nonfinite import ClipErrorIfNonfinite
+from amp_lint.rules.amp054_autocast_silently_disabled import AutocastSilentlyDisabled
+from amp_lint.rules.amp074_deprecated_autocast_state import DeprecatedAutocastState
+from amp_lint.rules.amp075_autocast_device_type import AutocastDeviceType
+from amp_lint.rules.amp076_invalid_scaler_factors import InvalidScalerFactors
+from amp_lint.rules.amp012_scaler_with_bf16 import ScalerWithBf16
+from amp_lint.rules.amp013_scaler_in_loop import ScalerBuiltInLoop
+from amp_lint.rules.amp014_scaler_device_mismatch import ScalerDeviceMismatch
+from amp_lint.rules.amp052_bce_in_autocast import BceInAutocast
+from amp_lint.rules.amp053_nested_disabled_autocast import NestedDisabledAutocast
+from amp_lint.rules.amp061_custom_fwd_bwd_unpaired import CustomFwdBwdUnpaired
+from amp_lint.rules.amp062_custom_fwd_without_device_type import CustomFwdWithoutDeviceType
+from amp_lint.rules.amp091_fsdp_plain_grad_scaler import FsdpPlainGradScaler
+from amp_lint.rules.amp024_unscale_twice import UnscaleTwice
+from amp_lint.rules.amp040_step_every_microbatch import StepEveryMicrobatch
+from amp_lint.rules.amp041_unscale_outside_boundary import UnscaleOutsideBoundary
+from amp_lint.rules.amp043_zero_grad_before_step import ZeroGradBeforeStep
+from amp_lint.rules.amp002_loss_outside_autocast import LossOutsideAutocast
+from amp_lint.rules.amp042_accumulated_loss_not_divided import AccumulatedLossNotDivided
+from amp_lint.rules.amp050_half_model_with_autocast import HalfModelWithAutocast
+from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
+from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
+from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
+from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
 
 ALL_RULES: List[Type[Rule]] = [
     BackwardInAutocast,
@@ -34,6 +59,31 @@ ALL_RULES: List[Type[Rule]] = [
     DeprecatedCpuAutocast,
     DeprecatedGradScaler,
     DeprecatedCustomFwdBwd,
+    ClosureToScalerStep,
+    ClipErrorIfNonfinite,
+    AutocastSilentlyDisabled,
+    DeprecatedAutocastState,
+    AutocastDeviceType,
+    InvalidScalerFactors,
+    ScalerWithBf16,
+    ScalerBuiltInLoop,
+    ScalerDeviceMismatch,
+    BceInAutocast,
+    NestedDisabledAutocast,
+    CustomFwdBwdUnpaired,
+    CustomFwdWithoutDeviceType,
+    FsdpPlainGradScaler,
+    UnscaleTwice,
+    StepEveryMicrobatch,
+    UnscaleOutsideBoundary,
+    ZeroGradBeforeStep,
+    LossOutsideAutocast,
+    AccumulatedLossNotDivided,
+    HalfModelWithAutocast,
+    ManualCastInAutocast,
+    CustomFunctionWithoutCustomFwd,
+    ScalerStateNotCheckpointed,
+    Fp32TrainingLoop,
 ]
 
 ALL_RULES.sort(key=lambda rule: rule.code)

@@ -370,3 +370,173 @@ def decorator_target(decorator: cst.Decorator) -> Tuple[cst.BaseExpression, Opti
 def call_sites_in(model: FileModel, function: cst.FunctionDef) -> List[CallSite]:
     scope = model.scope_of(function)
     return [site for site in model.call_sites if site.scope is scope]
+
+
+def scaler_may_be_custom(model: FileModel, key: str, scope: Scope) -> bool:
+    """Some assignment of the scaler builds it from a class that is not torch's (a project's subclass)."""
+    for site in model.assignment_sites:
+        if site.target != key:
+            continue
+        if key.startswith("self."):
+            if site.scope.class_name != scope.class_name:
+                continue
+        elif site.scope not in list(scope.chain()):
+            continue
+        for candidate in _alternatives(site.value):
+            if isinstance(candidate, cst.Call):
+                qualified = site.scope.names.qualify(candidate.func)
+                if qualified not in names.GRAD_SCALER and "Scaler" in (dotted_name(candidate.func) or ""):
+                    return True
+    return False
+
+
+def _alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    if isinstance(value, cst.IfExp):
+        yield from _alternatives(value.body)
+        yield from _alternatives(value.orelse)
+    elif isinstance(value, cst.BooleanOperation):
+        yield from _alternatives(value.left)
+        yield from _alternatives(value.right)
+    else:
+        yield value
+
+
+class Accumulation:
+    """A gradient-accumulation iteration: a scaled backward on every micro-batch and a boundary `if`."""
+
+    def __init__(self, step: TrainingStep, backward: Event, scaler: str, boundary: cst.If) -> None:
+        self.step = step
+        self.backward = backward
+        self.scaler = scaler
+        self.boundary = boundary
+
+    def unconditional(self, event: Event) -> bool:
+        """Runs on every micro-batch (under no `if` that the backward is not under)."""
+        return event.compatible(self.backward) and not extra_branches(event, self.backward)
+
+    def at_boundary(self, event: Event) -> bool:
+        return event.compatible(self.backward) and boundary_of(event, self.backward) is self.boundary
+
+    def protocol(self, *kinds: EventKind) -> List[Event]:
+        """Events of the scaler (or, for CLIP / ZERO_GRAD, of any receiver) in the iteration."""
+        return [
+            e
+            for e in self.step.events
+            if e.kind in kinds and (e.kind in (EventKind.CLIP, EventKind.ZERO_GRAD) or e.receiver == self.scaler)
+        ]
+
+
+def accumulation(model: FileModel, step: TrainingStep) -> Optional[Accumulation]:
+    if step.loop is None:
+        return None
+    backwards = [e for e in step.of(EventKind.BACKWARD) if e.scaled_by is not None]
+    if not backwards or any(b.in_helper for b in backwards):
+        return None
+    backward = backwards[0]
+    scaler = backward.scaled_by
+    assert scaler is not None
+    if any(b.scaled_by != scaler or b.branches != backward.branches for b in backwards):
+        return None
+    if not model.scaler_enabled(scaler, step.scope):
+        return None
+    protocol = [
+        e
+        for e in step.events
+        if e.compatible(backward) and e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+    ]
+    zeros = [e for e in step.events if e.kind is EventKind.ZERO_GRAD and e.compatible(backward)]
+    candidates = [e for e in protocol if boundary_of(e, backward) is not None]
+    if not candidates:
+        # Only zero_grad marks the boundary: no accumulation when the gradients are also cleared every pass.
+        if any(not extra_branches(z, backward) for z in zeros):
+            return None
+        candidates = zeros
+    boundaries = {id(b): b for b in (boundary_of(e, backward) for e in candidates) if b is not None}
+    if len(boundaries) != 1:
+        return None
+    boundary = next(iter(boundaries.values()))
+    if any(any(b.node is boundary and not b.taken for b in e.branches) for e in protocol + zeros):
+        return None  # `if step % N == 0: update(new_scale) else: update()`: both ways, not a boundary
+    return Accumulation(step, backward, scaler, boundary)
+
+
+def move_into_boundary_fix(
+    model: FileModel, acc: Accumulation, movers: Sequence[Event], message: str, key: object
+):
+    """Move the statements of `movers` (in the loop body, before the boundary `if`) into that `if`."""
+    from amp_lint.diagnostics import Applicability
+    from amp_lint.edits import FixBuilder
+
+    loop = acc.step.loop
+    if loop is None or not isinstance(loop.body, cst.IndentedBlock) or any(m.in_helper for m in movers):
+        return None
+    body = list(loop.body.body)
+    if acc.boundary not in body:
+        return None
+    mover_ids = {id(m.call) for m in movers}
+    statements: Dict[int, Tuple[cst.BaseStatement, EventKind]] = {}
+    for mover in movers:
+        statement = mover.statement
+        if statement not in body or not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        for small in statement.body:
+            value = getattr(small, "value", None)
+            if not isinstance(small, (cst.Expr, cst.Assign)) or id(value) not in mover_ids:
+                return None
+        previous = statements.get(id(statement))
+        kind = mover.kind if previous is None or rank(mover.kind) < rank(previous[1]) else previous[1]
+        statements[id(statement)] = (statement, kind)
+    if not statements:
+        return None
+    positions = sorted(body.index(s) for s, _ in statements.values())
+    boundary_at = body.index(acc.boundary)
+    backward_anchor = acc.step.anchor_statement(acc.backward)
+    if positions[-1] > boundary_at or (backward_anchor in body and body.index(backward_anchor) >= positions[0]):
+        return None
+    # Statements the move jumps over must not take part in the training step.
+    event_statements = {id(acc.step.anchor_statement(e)) for e in acc.step.events if not e.in_helper}
+    for position in range(positions[0], boundary_at):
+        statement = body[position]
+        if id(statement) not in {id(s) for s, _ in statements.values()} and id(statement) in event_statements:
+            return None
+    builder = FixBuilder(model.module)
+    ordered = sorted(statements.values(), key=lambda item: body.index(item[0]))
+    boundary_events = [e for e in acc.step.events if acc.at_boundary(e) and not e.in_helper]
+    if not move_into_boundary(builder, body, acc.boundary, ordered, boundary_events):
+        return None
+    return builder.build(message, Applicability.SAFE, key=key)
+
+
+def sites_compatible(a, b) -> bool:
+    """Can two sites (events, call or assignment sites) run in one pass (no `if`/`else` between them)?"""
+    mine = {branch.node: branch.taken for branch in a.branches}
+    for branch in b.branches:
+        if branch.node in mine and mine[branch.node] != branch.taken:
+            return False
+    tests = {}
+    for branch in a.branches:
+        key, polarity = branch.test.rsplit("|", 1)
+        tests[key] = (polarity == "1") == branch.taken
+    for branch in b.branches:
+        key, polarity = branch.test.rsplit("|", 1)
+        if key in tests and tests[key] != ((polarity == "1") == branch.taken):
+            return False
+    return True
+
+
+def same_binding(model: FileModel, key: str, first: Scope, second: Scope) -> bool:
+    """Does `key` in scope `first` name the same variable as in scope `second` (same function, enclosing
+    scope, or `self.x` of the same class)?"""
+    if key.startswith("self."):
+        return first.class_name is not None and first.class_name == second.class_name
+    head = key.split(".")[0]
+    for scope in (first, second):
+        other = second if scope is first else first
+        if scope in list(other.chain()):
+            # `scope` encloses `other`: the name must not be rebound in between.
+            for inner in other.chain():
+                if inner is scope:
+                    return True
+                if head in inner.params or head in inner.assignments:
+                    return False
+    return False

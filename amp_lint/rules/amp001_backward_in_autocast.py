@@ -267,7 +267,8 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Option
     backward_statements = {
         id(e.statement) for e in model.events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD) and e.statement in tail
     }
-    segments = _segments(tail, protocol_statements, backward_statements)
+    zero_grad_statements = {id(e.statement) for e in model.events if e.kind is EventKind.ZERO_GRAD and e.statement in tail}
+    segments = _segments(tail, protocol_statements, backward_statements, zero_grad_statements)
 
     def rewrite(updated: cst.CSTNode) -> cst.FlattenSentinel:
         assert isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock)
@@ -294,7 +295,7 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Option
     return builder.build("Move the backward pass out of the autocast block", Applicability.SAFE, key=("AMP001", node))
 
 
-def _segments(tail, protocol_statements, backward_statements):
+def _segments(tail, protocol_statements, backward_statements, zero_grad_statements):
     """Runs of the moved statements: (start, end, reopen) where reopen marks a later forward pass.
 
     A run of non-protocol statements that ends right before another backward is forward work (the
@@ -311,7 +312,10 @@ def _segments(tail, protocol_statements, backward_statements):
         end = index
         while end < len(tail) and id(tail[end]) not in protocol_statements:
             end += 1
-        reopen = end < len(tail) and id(tail[end]) in backward_statements
+        following = end
+        while following < len(tail) and id(tail[following]) in zero_grad_statements:
+            following += 1  # `opt_g.zero_grad()` between a forward and its backward
+        reopen = following < len(tail) and id(tail[following]) in backward_statements
         segments.append((index, end, reopen))
         index = end
     return segments

@@ -169,6 +169,28 @@ class Trainer:
         self.scaler.update()
 """,
         ),
+        # Several methods make one step: the analysis follows `self.backward()` and `self.optimizer_step()`.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        loss.backward()
+
+    def optimizer_step(self):
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def train(self, loader):
+        for batch in loader:
+            loss = self.model(batch).sum()
+            self.backward(loss)
+            self.optimizer_step()
+"""
+        ),
         Invalid(
             """
 import torch
@@ -210,8 +232,9 @@ for x in loader:
                     backward.call,
                     f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}.{_verb(scaler_event)}` "
                     f"unscales the gradients{note}; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
-                    fix=_scale_fix(model, backward, scaler, dangling),
+                    fix=None if backward.in_helper else _scale_fix(model, backward, scaler, dangling),
                     context=step.scope.name,
+                    related=self.through_helpers(backward) + self.through_helpers(scaler_event),
                 )
 
 

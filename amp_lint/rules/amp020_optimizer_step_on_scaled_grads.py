@@ -147,16 +147,18 @@ for x in loader:
                         optimizer_step.call,
                         f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
                         f"`{scaler}.step({optimizer})`; remove it",
-                        fix=_remove_fix(model, optimizer_step),
+                        fix=None if optimizer_step.in_helper else _remove_fix(model, optimizer_step),
                         context=step.scope.name,
+                        related=self.through_helpers(optimizer_step),
                     )
                 elif not scaler_steps:
                     yield self.finding(
                         optimizer_step.call,
                         f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
                         f"overflowing steps; use `{scaler}.step({optimizer})`",
-                        fix=_step_through_scaler_fix(model, optimizer_step, scaler),
+                        fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler),
                         context=step.scope.name,
+                        related=self.through_helpers(optimizer_step),
                     )
 
 

@@ -98,6 +98,16 @@ class Trainer:
     def after_step(self):
         self.scaler.update()
 """,
+        # A helper called from the loop updates, under its own parameter name.
+        """
+def finish_step(s, opt):
+    s.step(opt)
+    s.update()
+
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    finish_step(scaler, optimizer)
+""",
         # A helper called from the loop updates.
         """
 def finish_step(scaler):
@@ -165,6 +175,18 @@ for x in loader:
     scaler.update()
 """,
         ),
+        # A scaler passed to a helper under another name is still the scaler.
+        Invalid(
+            """
+def optimizer_step(s, opt):
+    s.step(opt)
+
+def train(loader, model, optimizer, scaler):
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        optimizer_step(scaler, optimizer)
+""",
+        ),
         # Created here, stepped in a helper, updated nowhere.
         Invalid(
             """
@@ -210,9 +232,15 @@ class Trainer:
                     last.call,
                     f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {where}; "
                     f"the next `{scaler}.step()` raises RuntimeError",
-                    fix=_insert_update_fix(model, step, last, scaler),
+                    fix=None if last.in_helper else _insert_update_fix(model, step, last, scaler),
                     context=step.scope.name,
+                    related=_created_at(model, step, scaler) + self.through_helpers(last),
                 )
+
+
+def _created_at(model: FileModel, step: TrainingStep, scaler: str):
+    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
+    return (("scaler created", built[0].call),) if built else ()
 
 
 def _scalers_stepped(step: TrainingStep) -> List[str]:

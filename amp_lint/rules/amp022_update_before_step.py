@@ -87,6 +87,25 @@ for x in loader:
 """,
     ]
     invalid = [
+        # Accumulation: update() on every micro-batch, step() only at the boundary.
+        Invalid(
+            """
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    scaler.update()
+""",
+            fixed="""
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        ),
         Invalid(
             """
 for x in loader:
@@ -121,7 +140,20 @@ for x in loader:
                 scaler = update.receiver
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
-                if step.before(update, _INF_CHECKS, scaler):
+                earlier = step.before(update, _INF_CHECKS, scaler)
+                if earlier and not any(_runs_whenever(e, update) for e in earlier):
+                    last = earlier[-1]
+                    yield self.finding(
+                        update.call,
+                        f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only under "
+                        f"`if {code_of(last.branches[-1].node.test)}`; update() without a step raises "
+                        "'No inf checks were recorded' (move it next to the step)",
+                        fix=None if update.in_helper or last.in_helper else _move_fix(model, step, update, last, scaler),
+                        context=step.scope.name,
+                        related=self.through_helpers(update),
+                    )
+                    continue
+                if earlier:
                     continue
                 later = step.after(update, [EventKind.SCALER_STEP], scaler)
                 if later:
@@ -129,8 +161,9 @@ for x in loader:
                         update.call,
                         f"`{code_of(update.call)}` runs before `{code_of(later[0].call)}`; "
                         "update() must come after every step() of the iteration",
-                        fix=_move_fix(model, step, update, later[-1], scaler),
+                        fix=None if update.in_helper or later[-1].in_helper else _move_fix(model, step, update, later[-1], scaler),
                         context=step.scope.name,
+                        related=self.through_helpers(update),
                     )
                 elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
                     yield self.finding(
@@ -139,6 +172,12 @@ for x in loader:
                         f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
                         context=step.scope.name,
                     )
+
+
+def _runs_whenever(event: Event, update: Event) -> bool:
+    """Is `event` sure to run on every pass that reaches `update` (no `if` of its own around it)?"""
+    taken = {(b.node, b.taken) for b in update.branches}
+    return all((b.node, b.taken) in taken for b in event.branches)
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
@@ -156,8 +195,10 @@ def _move_fix(model: FileModel, step: TrainingStep, update: Event, last_step: Ev
     builder = FixBuilder(model.module)
     builder.remove(target)
     has_later_update = any(
-        e.index > last_step.index for e in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+        e.index > last_step.index and e is not update for e in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     )
     if not has_later_update:
-        builder.insert_after(anchor, builder.statement(f"{code_of(update.call)}\n"))
+        # The same statement, trailing comment included (a copy: the original is marked for removal).
+        moved = update.statement.deep_clone() if target is update.statement else builder.statement(f"{code_of(update.call)}\n")
+        builder.insert_after(anchor, moved.with_changes(leading_lines=()))
     return builder.build(f"Move `{scaler}.update()` after the last `{scaler}.step(...)`", Applicability.SAFE)

@@ -131,8 +131,9 @@ for x in loader:
                         update.call,
                         f"`{code_of(update.call)}` runs again later in the same iteration; "
                         "update() once, after the last step()",
-                        fix=_remove_fix(model, update),
+                        fix=None if update.in_helper or later[-1].in_helper else _remove_fix(model, update),
                         context=step.scope.name,
+                        related=self.through_helpers(update),
                     )
                 elif _inside_inner_loop_with_step(step, update):
                     yield self.finding(

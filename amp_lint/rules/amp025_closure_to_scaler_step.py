@@ -4,7 +4,7 @@ from typing import Iterator
 
 from amp_lint.diagnostics import Severity
 from amp_lint.model import EventKind, FileModel, code_of
-from amp_lint.rules._helpers import has_star_args, short
+from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -74,6 +74,17 @@ for x in loader:
     scaler.step(lbfgs, closure)
     scaler.update()
 """,
+        # A project's scaler subclass that supports closures (Composer).
+        """
+from composer.trainer._scaler import ClosureGradScaler
+from torch.amp import GradScaler
+class Trainer:
+    def __init__(self):
+        self.scaler = ClosureGradScaler() if self.use_closures() else GradScaler()
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer, closure=lambda **kwargs: self.train_microbatches(**kwargs))
+""",
         # Forwarded arguments: unknown.
         """
 def step(scaler, optimizer, *args):
@@ -112,6 +123,8 @@ scaler.update()
                 continue
             if not model.scaler_enabled(event.receiver, event.scope):
                 continue
+            if scaler_may_be_custom(model, event.receiver, event.scope):
+                continue  # a project's own scaler class may support closures (Composer's ClosureGradScaler)
             extra = closure[0] if closure else positional[1]
             how = (
                 "raises 'Closure use is not currently supported'"

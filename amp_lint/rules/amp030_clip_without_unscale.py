@@ -4,7 +4,7 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.edits import FixBuilder
 from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -55,7 +55,7 @@ class ClipWithoutUnscale(Rule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"[Ss]caler", r"clip_grad")
+    needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b")
 
     valid = [
         """
@@ -106,6 +106,28 @@ for x in loader:
 """,
     ]
     invalid = [
+        # Reading `.grad` of the parameters sees scaled values too (medium confidence).
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.data.clamp_(-1.0, 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.data.clamp_(-1.0, 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -153,7 +175,7 @@ def train_step(self, batch):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
-            for clip in step.of(EventKind.CLIP):
+            for clip in step.of(EventKind.CLIP, EventKind.GRAD_READ):
                 backwards = step.before(clip, [EventKind.BACKWARD])
                 if not backwards or backwards[-1].scaled_by is None:
                     continue
@@ -163,15 +185,22 @@ def train_step(self, batch):
                     continue
                 if _unscaled_between(step, backward, clip, scaler):
                     continue
+                if clip.kind is EventKind.GRAD_READ and any(
+                    e.kind is EventKind.GRAD_READ and e.index < clip.index and e.loops == clip.loops for e in step.events
+                ):
+                    continue  # one finding per loop over the parameters
                 steps = step.after(clip, [EventKind.SCALER_STEP], scaler)
                 if not steps:
                     continue
+                what = "clips" if clip.kind is EventKind.CLIP else "reads"
                 yield self.finding(
                     clip.call,
-                    f"`{_short(clip)}` clips gradients still scaled by `{scaler}`; "
+                    f"`{_short(clip)}` {what} gradients still scaled by `{scaler}`; "
                     f"call `{scaler}.unscale_({steps[0].target or 'optimizer'})` first",
-                    fix=_unscale_fix(model, clip, scaler, steps),
+                    confidence=Confidence.HIGH if clip.kind is EventKind.CLIP else Confidence.MEDIUM,
+                    fix=None if clip.in_helper else _unscale_fix(model, step, clip, scaler, steps),
                     context=step.scope.name,
+                    related=self.through_helpers(clip),
                 )
 
 
@@ -191,15 +220,16 @@ def _unscaled_between(step: TrainingStep, backward: Event, clip: Event, scaler: 
     return False
 
 
-def _unscale_fix(model: FileModel, clip: Event, scaler: str, steps: List[Event]) -> Optional[Fix]:
+def _unscale_fix(model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event]) -> Optional[Fix]:
     optimizers: List[str] = []
     for event in steps:
-        if event.target is None:
-            return None
+        if event.target is None or len(event.loops) > len(clip.loops):
+            return None  # no name, or one bound by a later `for opt in optimizers:` loop
         if event.target not in optimizers:
             optimizers.append(event.target)
-    if not isinstance(clip.statement, cst.SimpleStatementLine):
+    anchor = step.anchor_statement(clip)  # before the `for p in model.parameters():` loop, not inside it
+    if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
         return None
     builder = FixBuilder(model.module)
-    builder.insert_before(clip.statement, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
+    builder.insert_before(anchor, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
     return builder.build(f"Insert `{scaler}.unscale_(...)` before clipping", Applicability.SAFE)

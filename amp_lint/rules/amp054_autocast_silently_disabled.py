@@ -36,14 +36,16 @@ class AutocastSilentlyDisabled(Rule):
     ## What it does
     Finds `torch.autocast(...)` / `torch.amp.autocast(...)` calls whose dtype cannot work: a `True` or
     `False` in the second position (that is the `dtype` parameter, not `enabled`), another literal that
-    is not a dtype, or a dtype other than `torch.float16` / `torch.bfloat16`.
+    is not a dtype, or, on a device other than CUDA, a dtype other than `torch.float16` /
+    `torch.bfloat16`.
 
     ## Why is this bad?
     `torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)`: the second positional
     parameter is `dtype`. `torch.amp.autocast("cpu", True)`, the old `torch.cuda.amp.autocast(enabled)`
     order carried over, sets `dtype=True`. On every non-CUDA device an unsupported dtype warns "In CPU
     autocast, but the target dtype is not supported. Disabling autocast." and autocast is silently off;
-    on CUDA the bad dtype reaches `set_autocast_dtype`. `dtype=torch.float32` makes autocast a no-op.
+    on CUDA the bad dtype reaches `set_autocast_dtype`. (On CUDA `dtype=torch.float32` is accepted and
+    upcasts the autocast op lists, an idiom for forcing float32; it is not reported.)
 
     ## Example
     ```python
@@ -93,6 +95,14 @@ import torch
 with torch.autocast("cuda", dtype=torch.float32, enabled=False):
     out = model(x)
 """,
+        # On CUDA a float32 autocast forces float32 inside an outer region (diffusers does this).
+        """
+import torch
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    h = model(x)
+    with torch.autocast(h.device.type, torch.float32):
+        freqs = torch.outer(pos, inv_freq)
+""",
         # A dtype chosen at run time.
         """
 import torch
@@ -129,15 +139,15 @@ with autocast("cuda", enabled=False, cache_enabled=False):
         Invalid(
             """
 import torch
-with torch.autocast(device_type="cuda", dtype=torch.float32):
+with torch.autocast(device_type="cpu", dtype=torch.float32):
     out = model(x)
 """
         ),
         Invalid(
             """
 import torch
-AMP_DTYPE = torch.float32
-with torch.autocast("cuda", dtype=AMP_DTYPE):
+AMP_DTYPE = torch.float64
+with torch.autocast("cpu", dtype=AMP_DTYPE):
     out = model(x)
 """
         ),
@@ -180,12 +190,25 @@ with torch.autocast("cuda", "float16"):
                     context=scope.name,
                 )
             elif value is not None and scope.names.qualify(value) in _NOT_LOW_PRECISION:
+                # On CUDA a float32 autocast still upcasts the low-precision op lists (a way to force
+                # float32 inside an outer region); only a known non-CUDA device disables it for sure.
+                device = names.IMPLIED_DEVICE.get(qualified) or _device_literal(call, scope)
+                if device is None or device.split(":")[0] == "cuda":
+                    continue
                 yield self.finding(
                     dtype,
-                    f"`{short(call)}`: autocast to `{short(value, 30)}` does nothing useful (non-CUDA devices "
-                    "warn and disable autocast); use torch.float16 or torch.bfloat16, or enabled=False",
+                    f"`{short(call)}`: {device} autocast does not support `{short(value, 30)}`: it warns "
+                    "and disables autocast; use torch.float16 or torch.bfloat16, or enabled=False",
                     context=scope.name,
                 )
+
+
+def _device_literal(call: cst.Call, scope) -> Optional[str]:
+    device = argument(call, 0, "device_type")
+    if device is None:
+        return None
+    value = resolve_constant(device.value, scope)
+    return value.evaluated_value if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str) else None
 
 
 def _keywordize_fix(model: FileModel, call: cst.Call, dtype: cst.Arg) -> Optional[Fix]:

@@ -207,8 +207,9 @@ def step(model, x):
             yield from self._check_device(model, call, device.value, scope)
         for region in model.regions:
             if region.is_decorator and region.spec.call is None and region.spec.qualified_name not in names.IMPLIED_DEVICE:
+                bare = [d for d in region.node.decorators if not isinstance(d.decorator, cst.Call) and "autocast" in code_of(d)]
                 yield self.finding(
-                    region.node.decorators[0] if region.node.decorators else region.node,
+                    bare[0] if bare else region.node,
                     "a bare `@autocast` decorator passes the function as device_type: ValueError; "
                     "write `@torch.autocast(\"cuda\")` (the device type)",
                     context=region.scope.name if region.scope else "",

@@ -51,7 +51,7 @@ class InvalidScalerFactors(Rule):
     name = "invalid-scaler-factors"
     summary = "GradScaler growth_factor <= 1 or backoff_factor >= 1"
     severity = Severity.ERROR
-    needs = (r"Scaler", r"growth_factor|backoff_factor|Scaler\(")
+    needs = (r"Scaler",)
 
     valid = [
         """

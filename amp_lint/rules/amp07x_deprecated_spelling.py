@@ -565,33 +565,56 @@ def _can_rewrite(use: DeprecatedUse, modern: str) -> bool:
 
 
 def _rewrite_use(builder: FixBuilder, updated: cst.CSTNode, modern: str, device: str, new_func) -> cst.CSTNode:
-    """Add the device argument (and keywordize the old autocast positionals) to a call or decorator."""
+    """Add the device argument (and keywordize the old autocast positionals) to a call or decorator.
+
+    Existing arguments keep their commas and line breaks; the new device argument copies the layout of
+    the argument it goes in front of.
+    """
     device_string = cst.SimpleString(builder.string(device))
     if isinstance(updated, cst.Decorator):  # bare @custom_fwd
         func = new_func if new_func is not None else updated.decorator
         return updated.with_changes(decorator=cst.Call(func=func, args=(keyword_arg("device_type", device_string),)))
     assert isinstance(updated, cst.Call)
     func = new_func if new_func is not None else updated.func
-    positional, keywords, _ = split_args(updated)
-    if modern == "autocast":
-        mapped = [keyword_arg(_OLD_AUTOCAST_PARAMS[i], arg.value) for i, arg in enumerate(positional)]
-        args = [cst.Arg(value=device_string), *mapped, *keywords]
-    elif modern == "GradScaler":
-        args = [cst.Arg(value=device_string), *positional, *keywords]
-    else:
-        if any(k.keyword is not None and k.keyword.value == "device_type" for k in keywords):
-            return updated.with_changes(func=func)
-        args = [*keywords, keyword_arg("device_type", device_string)]
-    return updated.with_changes(func=func, args=_with_commas(args))
+    args = list(updated.args)
+    if modern in ("autocast", "GradScaler"):
+        if modern == "autocast":
+            position = 0
+            for index, arg in enumerate(args):
+                if arg.keyword is None and not arg.star:
+                    args[index] = arg.with_changes(
+                        keyword=cst.Name(_OLD_AUTOCAST_PARAMS[position]),
+                        equal=keyword_arg("x", arg.value).equal,
+                    )
+                    position += 1
+        first = cst.Arg(value=device_string)
+        if args:
+            first = first.with_changes(comma=_separator(args))
+        args.insert(0, first)
+    elif not any(a.keyword is not None and a.keyword.value == "device_type" for a in args):
+        device_arg = keyword_arg("device_type", device_string)
+        if args:
+            last = args[-1]
+            trailing = last.comma if isinstance(last.comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
+            args[-1] = last.with_changes(comma=last.comma if isinstance(last.comma, cst.Comma) else _separator(args))
+            device_arg = device_arg.with_changes(comma=trailing)
+        args.append(device_arg)
+    return updated.with_changes(func=func, args=tuple(args))
 
 
-def _with_commas(args: List[cst.Arg]) -> Tuple[cst.Arg, ...]:
-    out = []
-    for index, arg in enumerate(args):
-        if index < len(args) - 1:
-            if not isinstance(arg.comma, cst.Comma):
-                arg = arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        else:
-            arg = arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        out.append(arg)
-    return tuple(out)
+def _separator(args) -> cst.Comma:
+    """The call's own argument separator: a line break in a one-per-line call, else ", ".
+
+    Borrowed from an argument whose comma carries no comment (a comment belongs to its own argument).
+    """
+    for arg in args:
+        comma = arg.comma
+        if not isinstance(comma, cst.Comma):
+            continue
+        after = comma.whitespace_after
+        if isinstance(after, cst.ParenthesizedWhitespace):
+            if after.first_line.comment is None and not any(line.comment for line in after.empty_lines):
+                return comma
+        elif isinstance(after, cst.SimpleWhitespace):
+            return comma.with_changes(whitespace_before=cst.SimpleWhitespace(""))
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

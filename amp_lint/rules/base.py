@@ -56,6 +56,14 @@ class Finding:
     fix: Optional[Fix] = None
     confidence: Confidence = Confidence.HIGH
     context: str = ""  # the enclosing function's qualified name
+    # The path the analysis followed, shown after the message with line numbers:
+    # (("scaler created", <node>), ("called from the loop through `self.step()`", <node>)).
+    related: Tuple[Tuple[str, cst.CSTNode], ...] = ()
+
+
+def _short(node: cst.CSTNode) -> str:
+    text = cst.Module([]).code_for_node(node)
+    return text if len(text) <= 50 else text[:47] + "..."
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,11 @@ class Rule:
 
     def finding(self, node: cst.CSTNode, message: str, **kwargs) -> Finding:
         return Finding(rule=type(self), node=node, message=message, **kwargs)
+
+    @staticmethod
+    def through_helpers(event) -> Tuple[Tuple[str, cst.CSTNode], ...]:
+        """The helper calls an inlined event was reached through, as `related` entries."""
+        return tuple((f"reached through `{_short(call.call)}`", call.call) for call in event.trail())
 
     # --- documentation ---
     @classmethod

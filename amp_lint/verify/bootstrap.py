@@ -37,7 +37,6 @@ import json
 import math
 import os
 import random
-import resource
 import runpy
 import sys
 import time
@@ -67,7 +66,7 @@ class RunRecord:
     status: str
     """``"ok"`` or ``"crashed"``."""
     losses: list[float | None] = field(default_factory=list)
-    """The loss of each training step; ``None`` where it was not finite (JSON has no NaN)."""
+    """The loss of each training step; ``None`` where it was not finite (JSON has no NaN) or none was recorded."""
     skipped_steps: list[int] = field(default_factory=list)
     """0-based indices of the training steps the GradScaler skipped."""
     optimizer_steps: int = 0
@@ -164,7 +163,7 @@ class TrainingRecorder:
             raise _StopTraining
 
     def _synchronize(self) -> None:
-        if self._torch.cuda.is_available() and self._torch.cuda.is_initialized():
+        if self._torch.cuda.is_initialized():
             self._torch.cuda.synchronize()
 
     def finish(self, error: dict[str, Any] | None) -> RunRecord:
@@ -175,20 +174,23 @@ class TrainingRecorder:
         if error is not None:
             record.status, record.error = "crashed", error
         try:
-            record.losses = [_finite_or_none(sum(float(loss) for loss in losses)) for losses in self._step_losses]
+            record.losses = [_summed_loss(losses) for losses in self._step_losses]
         except RuntimeError as exc:  # the device itself failed (e.g. a CUDA error): no loss can be read back
             record.losses = [None] * len(self._step_losses)
-            record.status, record.error = "crashed", record.error or _describe(exc)
+            record.status, record.error = "crashed", record.error or describe_exception(exc)
         measured = len(self._step_times) - self._warmup
         if measured > 0:
             record.seconds_per_step = (self._step_times[-1] - self._step_times[self._warmup - 1]) / measured
         record.peak_memory_bytes, record.memory_source = self._peak_memory()
         return record
 
-    def _peak_memory(self) -> tuple[int, str]:
-        torch = self._torch
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            return int(torch.cuda.max_memory_allocated()), "cuda max_memory_allocated"
+    def _peak_memory(self) -> tuple[int | None, str]:
+        if self._torch.cuda.is_initialized():
+            return int(self._torch.cuda.max_memory_allocated()), "cuda max_memory_allocated"
+        try:
+            import resource
+        except ImportError:  # Windows
+            return None, ""
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return (peak if sys.platform == "darwin" else peak * 1024), "peak RSS"
 
@@ -273,11 +275,14 @@ def _parameter_device(optimizer: Any) -> str | None:
     return None
 
 
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _summed_loss(losses: list[Any]) -> float | None:
+    """One training step's loss: the sum of its backpropagated losses; None when not finite or none was seen."""
+    total = sum(float(loss) for loss in losses)
+    return total if losses and math.isfinite(total) else None
 
 
-def _describe(exc: BaseException) -> dict[str, Any]:
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """The exception's type, message and last traceback lines: what a crash report shows."""
     lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
     return {"type": type(exc).__name__, "message": str(exc), "traceback_tail": lines[-_TRACEBACK_TAIL_LINES:]}
 
@@ -309,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(SEED)
     torch.manual_seed(SEED)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Filling every new tensor with NaN guards only against reading uninitialised memory, and its cost (per
+    # tensor, memory-bound) would skew the fp32 vs AMP timing.
+    torch.utils.deterministic.fill_uninitialized_memory = False
     recorder = TrainingRecorder(torch, steps=args.steps, warmup=args.warmup)
     install_hooks(torch, recorder)
 
@@ -319,9 +327,9 @@ def main(argv: list[str] | None = None) -> int:
         pass
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            error = _describe(exc)
-    except BaseException as exc:  # noqa: BLE001 - any failure of the user's script is the result to report
-        error = _describe(exc)
+            error = describe_exception(exc)
+    except BaseException as exc:  # any failure of the script, even KeyboardInterrupt, is the result to report
+        error = describe_exception(exc)
     record = recorder.finish(error)
     record.write(args.out)
     return 0 if record.status == "ok" else 1

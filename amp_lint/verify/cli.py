@@ -23,7 +23,7 @@ class _CommandWithScriptArgs(click.Command):
         return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return super().collect_usage_pieces(ctx) + ["[-- SCRIPT_ARGS...]"]
+        return [*super().collect_usage_pieces(ctx), "[-- SCRIPT_ARGS...]"]
 
 
 @click.command("verify", cls=_CommandWithScriptArgs)
@@ -130,3 +130,4 @@ def verify(
         for path in write_loss_plots(report, plot_dir):
             click.echo(f"wrote {path}", err=True)
     ctx.exit(report.exit_code)
+

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amp_lint.verify.bootstrap import PROGRESS_PREFIX, RunRecord
+from amp_lint.verify.bootstrap import PROGRESS_PREFIX, RunRecord, describe_exception
 
 #: The fp32 training scripts shipped with amp-lint, verified when no script is named.
 BUNDLED_SCRIPTS = Path(__file__).with_name("scripts")
@@ -71,6 +71,8 @@ class ScriptResult:
 
 @dataclass
 class VerifyReport:
+    """What :func:`verify_scripts` found: the settings it ran with and one :class:`ScriptResult` per script."""
+
     device: str
     dtype: str
     steps: int
@@ -104,10 +106,10 @@ class VerifyReport:
         }
 
 
-def collect_scripts(paths: Sequence[Path]) -> list[Path]:
+def collect_scripts(paths: Sequence[str | Path]) -> list[Path]:
     """The scripts to verify: each file as given, each folder's ``*.py`` files; the bundled scripts by default."""
     scripts = []
-    for path in paths or [BUNDLED_SCRIPTS]:
+    for path in map(Path, paths or [BUNDLED_SCRIPTS]):
         scripts += sorted(path.glob("*.py")) if path.is_dir() else [path]
     if not scripts:
         raise VerifyError(f"no *.py scripts found in {', '.join(map(str, paths))}")
@@ -127,7 +129,7 @@ def distinct_stems(scripts: Sequence[Path]) -> list[str]:
 
 
 def verify_scripts(
-    paths: Sequence[Path],
+    paths: Sequence[str | Path],
     *,
     device: str = "auto",
     dtype: str | None = None,
@@ -163,9 +165,7 @@ def verify_scripts(
                 "--dtype float16 checks float16 autocast with GradScaler('cpu')."
             )
     if device == "cpu":
-        notes.append(
-            "CPU runs use CPU autocast: their speed-up and memory (peak RSS) are not GPU AMP numbers."
-        )
+        notes.append("CPU runs use CPU autocast: their speed-up and memory (peak RSS) are not GPU AMP numbers.")
     converter = converter or _load_converter()
     scripts = collect_scripts(paths)
     if keep_converted is not None:
@@ -214,14 +214,16 @@ class _ScriptVerifier:
     def run(self, converter: Converter) -> ScriptResult:
         result = ScriptResult(self.script, status=CRASHED)
         self._report("converting")
+        source = self.script.read_text(encoding="utf-8")
         try:
-            conversion = converter(self.script.read_text(encoding="utf-8"), amp_dtype=self.dtype, amp_device=self.device)
-        except Exception as exc:  # noqa: BLE001 - a failing conversion is this script's verdict, not the run's end
-            result.crash = f"conversion failed: {type(exc).__name__}: {exc}"
+            conversion = converter(source, amp_dtype=self.dtype, amp_device=self.device)
+        except Exception as exc:  # a failing conversion is this script's verdict, not the run's end
+            result.crash = _crash_text("the conversion", describe_exception(exc))
             return result
         if not conversion.converted:
             result.status = NOT_EQUIVALENT
-            result.reasons.append("the conversion converted nothing: " + ("; ".join(conversion.reasons) or "no reason given"))
+            why = "; ".join(conversion.reasons) or "no reason given"
+            result.reasons.append(f"the conversion converted nothing: {why}")
             return result
         self.converted_code = conversion.code
         converted = self.workdir / self.script.name
@@ -259,21 +261,23 @@ class _ScriptVerifier:
                 else:
                     output_tail.append(line.rstrip("\n"))
         if not out.exists():
-            tail = "\n".join(f"  {line}" for line in output_tail)
-            return None, f"{phase} run crashed (exit code {child.returncode}) without a result; its last output:\n{tail}"
+            lost = {"type": f"exit code {child.returncode}", "message": "no result written", "traceback_tail": []}
+            return None, _crash_text(f"the {phase} run", lost, output_tail)
         record = RunRecord.read(out)
         if record.status == "ok":
             return record, None
-        error = record.error or {}
-        details = error.get("traceback_tail") or list(output_tail)
-        crash = f"{phase} run crashed: {error.get('type')}: {error.get('message')}\n" + "\n".join(
-            f"  {line}" for line in details
-        )
-        return record, crash
+        return record, _crash_text(f"the {phase} run", record.error or {}, output_tail)
 
     def _report(self, message: str) -> None:
         if self.progress is not None:
             self.progress(f"{self.label}: {message}")
+
+
+def _crash_text(phase: str, error: dict[str, Any], output_tail: Sequence[str] = ()) -> str:
+    """``<phase> crashed: Type: message`` and the traceback's last lines (else the program's last output)."""
+    details = error.get("traceback_tail") or list(output_tail)
+    headline = f"{phase} crashed: {error.get('type')}: {error.get('message')}"
+    return "\n".join([headline] + [f"  {line}" for line in details])
 
 
 def judge(result: ScriptResult, *, rtol: float, last_k: int, dtype: str) -> None:
@@ -314,7 +318,8 @@ def judge(result: ScriptResult, *, rtol: float, last_k: int, dtype: str) -> None
         late_nonfinite = _nonfinite_after_scaler_warmup(record)
         if late_nonfinite:
             reasons.append(
-                f"{len(late_nonfinite)} non-finite loss(es) in the {name} run, the first at step {late_nonfinite[0]}"
+                f"{len(late_nonfinite)} non-finite (or unrecorded) loss(es) in the {name} run, "
+                f"the first at step {late_nonfinite[0]}"
             )
 
     enabled = [entry for entry in amp.autocast if entry["enabled"]]

@@ -2,8 +2,8 @@
 
 A plain fp32 training script, one of the fixtures `amp-lint verify` converts to AMP and runs both ways.
 Each class is a fixed random pattern; an image is its class pattern, randomly dimmed or brightened, plus
-noise, and 10% of the labels are shuffled so the loss levels off above zero. VERIFY_SCALE (default 1) widens the network and the batch for a
-GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
+noise, and 10% of the labels are shuffled so the loss levels off above zero. VERIFY_SCALE (default 1) widens
+the network and the batch for a GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
 import argparse
 import os

@@ -20,7 +20,7 @@ def make_dataset(n_samples, generator):
     x = torch.randn(n_samples, N_FEATURES, generator=generator)
     w_cls = torch.randn(N_FEATURES, N_CLASSES, generator=generator)
     w_reg = torch.randn(N_FEATURES, 2, generator=generator) / N_FEATURES**0.5
-    logits = x @ w_cls + 2.0 * torch.randn(n_samples, N_CLASSES, generator=generator)
+    logits = x @ w_cls + torch.randn(n_samples, N_CLASSES, generator=generator)
     labels = logits.argmax(dim=1)
     values = torch.cos(x @ w_reg) + 0.1 * torch.randn(n_samples, 2, generator=generator)
     return TensorDataset(x, labels, values)
@@ -43,7 +43,7 @@ class TwoHeadNet(nn.Module):
 def main():
     parser = argparse.ArgumentParser(description="Train a two-headed network with two losses.")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=0.03)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -68,7 +68,7 @@ def main():
             optimizer.zero_grad()
             class_logits, predicted_values = model(x)
             loss_cls = classification_loss(class_logits, labels)
-            loss_reg = 5.0 * regression_loss(predicted_values, values)
+            loss_reg = regression_loss(predicted_values, values)
             loss_cls.backward(retain_graph=True)
             loss_reg.backward()
             optimizer.step()

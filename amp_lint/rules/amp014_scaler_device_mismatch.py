@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint import names
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, with_call_args
+from amp_lint.model import AutocastRegion, FileModel, ScalerBinding
+from amp_lint.rules._helpers import argument, forward_regions, short
+from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class ScalerDeviceMismatch(Rule):
+    """
+    ## What it does
+    Finds a `GradScaler` whose device differs from the device type of the autocast regions feeding the
+    losses it scales, including the default `"cuda"` of `GradScaler()` next to `torch.autocast("cpu")`.
+
+    ## Why is this bad?
+    `GradScaler()` defaults to `device="cuda"`. On a host without CUDA it disables itself with
+    `UserWarning: torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.`, so
+    `scale()` becomes a no-op and float16 underflow protection is silently gone. On a CUDA host the same
+    code happens to work, so the bug only shows when the script moves to another machine.
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cpu")
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    ```
+
+    ## Fix safety
+    Safe: the scaler's device argument is set to the autocast's device type. Only literal devices are
+    compared. A deprecated `torch.cuda.amp.GradScaler` is reported without a fix (AMP072 modernises it
+    first).
+
+    ## References
+    - `torch/amp/grad_scaler.py`: `GradScaler.__init__`
+    """
+
+    code = "AMP014"
+    name = "grad-scaler-device-mismatch"
+    summary = "GradScaler device differs from the autocast device"
+    severity = Severity.WARNING
+    fix_applicability = Applicability.SAFE
+    needs = (r"Scaler", r"autocast")
+
+    valid = [
+        """
+import torch
+scaler = torch.amp.GradScaler("cpu")
+for x in loader:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The same variable on both sides.
+        """
+import torch
+scaler = torch.amp.GradScaler(device_type)
+for x in loader:
+    with torch.autocast(device_type, dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A device chosen at run time.
+        """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+scaler = torch.amp.GradScaler()
+for x in loader:
+    with torch.autocast(device.type):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler()
+for x in loader:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cpu")
+for x in loader:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.GradScaler(device="cuda", init_scale=1024.0)
+    for x in loader:
+        with torch.autocast("xpu"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            fixed="""
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.GradScaler(device="xpu", init_scale=1024.0)
+    for x in loader:
+        with torch.autocast("xpu"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
+        # The deprecated CUDA scaler next to CPU autocast: reported, fixed through AMP072.
+        Invalid(
+            """
+import torch
+scaler = torch.cuda.amp.GradScaler()
+for x in loader:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for bindings, backwards in scaler_uses(model).values():
+            if not any(b.is_enabled for b in bindings):
+                continue
+            devices = {b.device for b in bindings}
+            if len(devices) != 1 or None in devices:
+                continue
+            scaler_device = next(iter(devices)).split(":")[0]
+            regions = []
+            for step, backward in backwards:
+                feeding = forward_regions(step, backward)
+                if not feeding:
+                    regions = []
+                    break
+                regions += feeding
+            region_devices = {r.spec.device.split(":")[0] if r.spec.device else None for r in regions}
+            if len(region_devices) != 1 or None in region_devices:
+                continue
+            autocast_device = next(iter(region_devices))
+            if autocast_device == scaler_device:
+                continue
+            for binding in bindings:
+                yield self.finding(
+                    binding.call,
+                    f"`{short(binding.call)}` is a {scaler_device!r} scaler but the losses it scales come from "
+                    f"{autocast_device!r} autocast (`{short(regions[0].item.item if regions[0].item else regions[0].node, 40)}`); "
+                    f"without CUDA it disables itself and stops scaling",
+                    fix=_device_fix(model, binding, regions[0]),
+                    context=binding.scope.name if binding.scope else "",
+                )
+
+
+def _device_fix(model: FileModel, binding: ScalerBinding, region: AutocastRegion) -> Optional[Fix]:
+    call = binding.call
+    if call is None or binding.qualified_name in names.IMPLIED_DEVICE or any(a.star for a in call.args):
+        return None
+    builder = FixBuilder(model.module)
+    if isinstance(region.spec.device_node, cst.SimpleString):
+        new: cst.BaseExpression = region.spec.device_node
+    else:
+        new = cst.SimpleString(builder.string(region.spec.device or ""))
+    current = argument(call, 0, "device")
+    if current is not None:
+        builder.replace(current.value, lambda updated: new)
+    else:
+        builder.replace(call, lambda updated: with_call_args(updated, [cst.Arg(value=new), *updated.args]))
+    return builder.build(f"Build the scaler for the autocast device", Applicability.SAFE)

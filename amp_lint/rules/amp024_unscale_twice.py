@@ -1,0 +1,222 @@
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Set
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.edits import FixBuilder, removal_target
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules._helpers import short
+from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+class UnscaleTwice(Rule):
+    """
+    ## What it does
+    Finds `scaler.unscale_(optimizer)` called a second time for the same optimizer in one iteration (no
+    `scaler.update()` in between), or called after `scaler.step(optimizer)`.
+
+    ## Why is this bad?
+    "unscale_ should only be called once per optimizer per step call." GradScaler records the state
+    per optimizer and raises `RuntimeError: unscale_() has already been called on this optimizer since
+    the last update().` or `RuntimeError: unscale_() is being called after step().`
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The second `unscale_` is removed (the gradients are already unscaled); an `unscale_` after the
+    step with none before it moves to right before the step. No fix when the call is not a statement of
+    its own or sits in a helper function.
+
+    ## References
+    - [AMP examples: gradient clipping](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping)
+    - `torch/amp/grad_scaler.py`: `GradScaler.unscale_`
+    """
+
+    code = "AMP024"
+    name = "unscale-twice"
+    summary = "scaler.unscale_() twice per optimizer per iteration, or after step()"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"unscale_",)
+
+    valid = [
+        """
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # One unscale_ per optimizer.
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt_a)
+    scaler.unscale_(opt_b)
+    scaler.step(opt_a)
+    scaler.step(opt_b)
+    scaler.update()
+""",
+        # Two phases, each updated.
+        """
+for x in loader:
+    scaler.scale(d_loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    scaler.scale(g_loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+""",
+        # Exclusive branches.
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    if clip:
+        scaler.unscale_(opt)
+        clip_grads(model)
+    else:
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        Invalid(
+            """
+def train_step(self, loss):
+    self.scaler.scale(loss).backward()
+    self.scaler.step(self.optimizer)
+    self.scaler.unscale_(self.optimizer)
+    self.scaler.update()
+""",
+            fixed="""
+def train_step(self, loss):
+    self.scaler.scale(loss).backward()
+    self.scaler.unscale_(self.optimizer)
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+""",
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        reported: Set[int] = set()
+        for step in model.steps:
+            for unscale in step.of(EventKind.SCALER_UNSCALE):
+                if id(unscale.call) in reported or not unscale.call.args:
+                    continue
+                scaler = unscale.receiver
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
+                key = _optimizer(unscale)
+                earlier = _since_update(step, unscale, scaler, key)
+                if not earlier:
+                    continue
+                previous = earlier[-1]
+                reported.add(id(unscale.call))
+                if previous.kind is EventKind.SCALER_UNSCALE:
+                    message = (
+                        f"`{short(unscale.call)}` runs again after `{short(previous.call)}` with no "
+                        f"`{scaler}.update()` between: RuntimeError 'unscale_() has already been called'"
+                    )
+                    fix = _remove_fix(model, unscale)
+                else:
+                    message = (
+                        f"`{short(unscale.call)}` runs after `{short(previous.call)}`: RuntimeError "
+                        "'unscale_() is being called after step()'; unscale before stepping"
+                    )
+                    unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
+                    fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
+                yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+
+
+def _optimizer(event: Event) -> str:
+    return code_of(event.call.args[0].value) if event.call.args else ""
+
+
+def _since_update(step: TrainingStep, unscale: Event, scaler: str, key: str) -> List[Event]:
+    """unscale_/step of the same optimizer earlier in the iteration, after the last update()."""
+    found: List[Event] = []
+    for event in step.events:
+        if event.index >= unscale.index or event.receiver != scaler or not event.compatible(unscale):
+            continue
+        if event.kind is EventKind.SCALER_UPDATE:
+            found = []
+        elif event.kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.call.args and _optimizer(event) == key:
+            if event.loops != unscale.loops:
+                continue  # `for opt in optimizers:` loops: not the same call per iteration
+            found.append(event)
+    return found
+
+
+def _own_statement(event: Event) -> bool:
+    return (
+        not event.in_helper
+        and isinstance(event.small_statement, cst.Expr)
+        and event.small_statement.value is event.call
+    )
+
+
+def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:
+    if not _own_statement(event):
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(removal_target(event.statement, event.small_statement))
+    return builder.build("Remove the second `unscale_`", Applicability.SAFE)
+
+
+def _move_before_fix(model: FileModel, step: TrainingStep, unscale: Event, scaler_step: Event) -> Optional[Fix]:
+    if not _own_statement(unscale) or scaler_step.in_helper:
+        return None
+    anchor = step.anchor_statement(scaler_step)
+    target = removal_target(unscale.statement, unscale.small_statement)
+    if target is anchor or unscale.statement is anchor or not isinstance(anchor, cst.BaseStatement):
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(target)
+    builder.insert_before(anchor, builder.statement(f"{code_of(unscale.call)}\n"))
+    return builder.build("Move `unscale_` before the step", Applicability.SAFE)

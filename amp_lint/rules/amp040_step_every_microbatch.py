@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amp_lint.diagnostics import Severity, Applicability
+from amp_lint.model import EventKind, FileModel
+from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+
+class StepEveryMicrobatch(Rule):
+    """
+    ## What it does
+    Finds gradient-accumulation loops (a scaled backward on every micro-batch, and an accumulation
+    boundary `if (i + 1) % accum == 0:` holding `zero_grad`, `scaler.step` or `scaler.update`) where
+    `scaler.step()` still runs on every micro-batch. (`update()` on every micro-batch with `step()` at
+    the boundary is AMP022's finding.)
+
+    ## Why is this bad?
+    "Grads should remain scaled, and the scale factor should remain constant, while grads for a given
+    effective batch are accumulated." Depending on which call is outside the boundary:
+    - `step()` every micro-batch, `update()` at the boundary: `RuntimeError: step() has already been
+      called since the last update().` on the second micro-batch;
+    - both every micro-batch, `zero_grad()` at the boundary: silent. The optimizer steps N times per
+      effective batch on gradients that mix unscaled and newly scaled values (2.19x the correct Adam
+      update in a CPU reproduction).
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y) / accum
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        if (i + 1) % accum == 0:
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y) / accum
+        scaler.scale(loss).backward()
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Safe. The per-micro-batch `unscale_`, clipping, `step` and `update` statements move into the
+    boundary `if`, in that order, before its `zero_grad`. No fix when other training statements sit
+    between them and the boundary, when the boundary `if` comes before the backward, or when a moved
+    statement assigns a name used outside the block.
+
+    ## References
+    - [AMP examples: gradient accumulation](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation)
+    - `torch/amp/grad_scaler.py`: `GradScaler.unscale_`, `step`, `update`
+    """
+
+    code = "AMP040"
+    name = "scaler-step-every-microbatch"
+    summary = "Accumulation loop: scaler.step()/update() on every micro-batch"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", r"step|update")
+
+    valid = [
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y) / accum
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # No accumulation: zero_grad every iteration, a periodic log.
+        """
+for i, x in enumerate(loader):
+    optimizer.zero_grad()
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    if i % 100 == 0:
+        log(i)
+""",
+        # update() every micro-batch with step() at the boundary is AMP022's.
+        """
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    scaler.update()
+""",
+        # A periodic branch that updates both ways is no accumulation boundary.
+        """
+for x, y in loader:
+    optimizer.zero_grad()
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    step += 1
+    if step % reset_scale_every == 0:
+        scaler.update(2.0**12)
+    else:
+        scaler.update()
+""",
+        # An unrelated condition (AMP on or off).
+        """
+for i, x in enumerate(loader):
+    loss = model(x).sum()
+    scaler.scale(loss).backward()
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+    optimizer.zero_grad()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y) / accum
+    scaler.scale(loss).backward()
+    scaler.step(optimizer); scaler.update()
+    if (i + 1) % accum == 0:
+        optimizer.zero_grad()
+""",
+            fixed="""
+import torch
+for i, (x, y) in enumerate(loader):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y) / accum
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer); scaler.update()
+        optimizer.zero_grad()
+""",
+        ),
+        Invalid(
+            """
+for step, batch in enumerate(loader):
+    scaler.scale(model(batch).sum() / args.grad_accum).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    if (step + 1) % args.grad_accum == 0:
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            fixed="""
+for step, batch in enumerate(loader):
+    scaler.scale(model(batch).sum() / args.grad_accum).backward()
+    if (step + 1) % args.grad_accum == 0:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        ),
+        # The boundary comes first: reported, not fixed.
+        Invalid(
+            """
+for i, batch in enumerate(loader):
+    if i % accum == 0:
+        optimizer.zero_grad()
+    scaler.scale(model(batch).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            acc = accumulation(model, step)
+            if acc is None:
+                continue
+            pair = acc.protocol(EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+            every = [e for e in pair if acc.unconditional(e)]
+            if not every or any(e.in_helper for e in every):
+                continue
+            at_boundary = [e for e in pair if acc.at_boundary(e)]
+            zeros = acc.protocol(EventKind.ZERO_GRAD)
+            test = short(acc.boundary.test, 40)
+            kinds = {e.kind for e in every}
+            if at_boundary:
+                if EventKind.SCALER_STEP not in kinds:
+                    continue  # update() every micro-batch, step() at the boundary: AMP022 reports it
+                why = "RuntimeError 'step() has already been called since the last update()' on the second micro-batch"
+            elif any(acc.at_boundary(z) for z in zeros) and not any(acc.unconditional(z) for z in zeros):
+                why = (
+                    "the optimizer steps on every micro-batch while gradients accumulate, "
+                    "mixing unscaled and newly scaled values"
+                )
+            else:
+                continue
+            movers = [
+                e
+                for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+                if acc.unconditional(e) and e.index > acc.backward.index
+            ]
+            first = every[0]
+            yield self.finding(
+                first.call,
+                f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
+                f"`if {test}`: {why}; move it into that block",
+                fix=move_into_boundary_fix(model, acc, movers, "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))),
+                context=step.scope.name,
+            )

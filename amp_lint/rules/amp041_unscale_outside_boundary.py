@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+from typing import Iterator
+
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.model import EventKind, FileModel
+from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+
+class UnscaleOutsideBoundary(Rule):
+    """
+    ## What it does
+    Finds, in a gradient-accumulation loop whose `scaler.step()` sits in the boundary `if`,
+    `scaler.unscale_()` or gradient clipping that runs on every micro-batch instead.
+
+    ## Why is this bad?
+    "Call unscale_ just before step, after all (scaled) grads for the upcoming step have been
+    accumulated." `unscale_` on every micro-batch raises `RuntimeError: unscale_() has already been
+    called on this optimizer since the last update().` on the second micro-batch; run once too early,
+    the next backward adds scaled gradients to unscaled ones and the result cannot be recovered.
+    Clipping every micro-batch clips partial (and still scaled) sums.
+
+    ## Example
+    ```python
+    for i, (x, y) in enumerate(loader):
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for i, (x, y) in enumerate(loader):
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        if (i + 1) % accum == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Safe. The `unscale_` and clipping statements move into the boundary block, right before
+    `scaler.step`. No fix when other training statements sit between them and the boundary, or when a
+    moved statement assigns a name (a gradient norm) that code outside the block reads.
+
+    ## References
+    - [AMP examples: gradient accumulation](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation)
+    - `torch/amp/grad_scaler.py`: `GradScaler.unscale_`
+    """
+
+    code = "AMP041"
+    name = "unscale-outside-accumulation-boundary"
+    summary = "Accumulation loop: unscale_()/clipping outside the step boundary"
+    severity = Severity.ERROR
+    fix_applicability = Applicability.SAFE
+    needs = (r"scal", r"unscale_|clip_grad")
+
+    valid = [
+        """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+        # No accumulation.
+        """
+import torch
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    running_loss += 1
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            fixed="""
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    running_loss += 1
+    if (i + 1) % accum == 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            count=2,
+        ),
+        # The norm is logged outside: reported, not moved.
+        Invalid(
+            """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    log(norm)
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            count=2,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for step in model.steps:
+            acc = accumulation(model, step)
+            if acc is None:
+                continue
+            if not any(acc.at_boundary(e) for e in acc.protocol(EventKind.SCALER_STEP)):
+                continue
+            offenders = [
+                e
+                for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP)
+                if acc.unconditional(e) and not e.in_helper
+            ]
+            if not offenders:
+                continue
+            fix = move_into_boundary_fix(
+                model, acc, offenders, "Move unscale_/clipping into the accumulation boundary", ("AMP041", id(acc.boundary))
+            )
+            test = short(acc.boundary.test, 40)
+            for event in offenders:
+                if event.kind is EventKind.SCALER_UNSCALE:
+                    why = "RuntimeError 'unscale_() has already been called' on the second micro-batch"
+                else:
+                    why = "it clips partial, still-scaled gradient sums"
+                yield self.finding(
+                    event.call,
+                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for `if {test}`: "
+                    f"{why}; move it into that block, before the step",
+                    fix=fix,
+                    context=step.scope.name,
+                )

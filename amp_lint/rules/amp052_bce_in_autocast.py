@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.diagnostics import Confidence, Severity
+from amp_lint.model import AutocastRegion, CallSite, FileModel, code_of, dotted_name
+from amp_lint.rules._helpers import short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+_BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
+_BCE_MODULES = frozenset({"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.modules.BCELoss"})
+_SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid"})
+
+
+class BceInAutocast(Rule):
+    """
+    ## What it does
+    Finds `torch.nn.functional.binary_cross_entropy(...)` and calls of a `torch.nn.BCELoss()` instance
+    inside an enabled autocast region whose device is not the CPU.
+
+    ## Why is this bad?
+    On CUDA (and the out-of-tree backends that register the same ban) these ops are banned under
+    autocast: `RuntimeError: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe
+    to autocast. ... combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits
+    or torch.nn.BCEWithLogitsLoss.` CPU autocast simply runs them in float32, so CPU-only tests do not
+    catch it.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = F.binary_cross_entropy(torch.sigmoid(logits), y)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.autocast("cuda"):
+        loss = F.binary_cross_entropy_with_logits(logits, y)
+    ```
+
+    ## Fix safety
+    No automatic fix: `binary_cross_entropy_with_logits` takes the logits, not the probabilities, so
+    the code before the loss changes too (and its numerics, for the better).
+
+    ## References
+    - [AMP: Prefer binary_cross_entropy_with_logits over binary_cross_entropy](https://docs.pytorch.org/docs/stable/amp.html#prefer-binary-cross-entropy-with-logits-over-binary-cross-entropy)
+    - `aten/src/ATen/autocast_mode.cpp`: `binary_cross_entropy_banned`
+    """
+
+    code = "AMP052"
+    name = "bce-inside-cuda-autocast"
+    summary = "binary_cross_entropy / BCELoss inside CUDA autocast (banned)"
+    severity = Severity.ERROR
+    needs = (r"autocast", r"binary_cross_entropy|BCELoss")
+
+    valid = [
+        """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    logits = model(x)
+    loss = F.binary_cross_entropy_with_logits(logits, y)
+""",
+        # CPU autocast runs binary_cross_entropy in float32.
+        """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+""",
+        # The documented way out: a nested disabled region.
+        """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    probs = torch.sigmoid(model(x))
+    with torch.autocast("cuda", enabled=False):
+        loss = F.binary_cross_entropy(probs.float(), y)
+""",
+        # Outside the region.
+        """
+import torch
+from torch import nn
+criterion = nn.BCELoss()
+with torch.autocast("cuda"):
+    probs = torch.sigmoid(model(x))
+loss = criterion(probs.float(), y)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+"""
+        ),
+        Invalid(
+            """
+import torch
+from torch import nn
+class Trainer:
+    def __init__(self):
+        self.criterion = nn.BCELoss()
+
+    def step(self, x, y):
+        with torch.cuda.amp.autocast():
+            loss = self.criterion(self.model(x), y)
+        return loss
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        for site in model.call_sites:
+            what = _bce_kind(model, site)
+            if what is None:
+                continue
+            region = site.in_enabled_autocast()
+            if region is None or region.spec.device == "cpu":
+                continue
+            known = region.spec.device is not None
+            advice = "use binary_cross_entropy_with_logits on the logits"
+            arg = site.call.args[0].value if site.call.args else None
+            if arg is not None and _is_sigmoid(site, arg):
+                advice = f"drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
+            yield self.finding(
+                site.call,
+                f"`{short(site.call)}` ({what}) inside `{_region_text(region)}` raises RuntimeError on CUDA: "
+                f"it is unsafe to autocast; {advice}",
+                confidence=Confidence.HIGH if known else Confidence.MEDIUM,
+                context=site.scope.name,
+            )
+
+
+def _bce_kind(model: FileModel, site: CallSite) -> Optional[str]:
+    if site.qualified_name in _BCE_FUNCTIONS:
+        return "binary_cross_entropy"
+    func = site.call.func
+    if isinstance(func, cst.Call) and site.scope.names.qualify(func.func) in _BCE_MODULES:
+        return "BCELoss"
+    key = dotted_name(func)
+    if key is None:
+        return None
+    for assignment in model.assignment_sites:
+        if assignment.target != key or not isinstance(assignment.value, cst.Call):
+            continue
+        if key.startswith("self."):
+            if assignment.scope.class_name != site.scope.class_name:
+                continue
+        elif assignment.scope not in list(site.scope.chain()):
+            continue
+        if assignment.scope.names.qualify(assignment.value.func) in _BCE_MODULES:
+            return "a BCELoss instance"
+    return None
+
+
+def _is_sigmoid(site: CallSite, arg: cst.BaseExpression) -> bool:
+    if not isinstance(arg, cst.Call):
+        return False
+    if site.scope.names.qualify(arg.func) in _SIGMOID:
+        return True
+    return isinstance(arg.func, cst.Attribute) and arg.func.attr.value == "sigmoid" and not arg.args
+
+
+def _region_text(region: AutocastRegion) -> str:
+    node = region.item.item if region.item is not None else region.spec.call
+    return short(node, 40) if node is not None else "autocast"

@@ -1,0 +1,334 @@
+"""The fp32 -> AMP conversion (rule AMP100): golden fixtures through the real command line, then the
+converted scripts run.
+
+- `fixtures/convert/NAME.in.py` + `NAME.out.py`: the first line, `# amp-lint-fix: --select AMP100
+  --unsafe-fixes [--amp-dtype bfloat16] [--amp-device cpu]`, gives the flags; the test runs
+  `amp-lint --isolated --no-cache --fix FLAGS` on a copy and compares the bytes with `NAME.out.py`. It then
+  checks that the output parses, that a second conversion changes nothing, that AMP100 no longer fires and
+  that every default rule is silent on it. A `refuse_*` fixture must come out unchanged, still reported by
+  AMP100 with the reason.
+- A fixture with an `# amp-lint-run[: LABEL]` line is a complete script. It is converted for the CPU in
+  both modes (bfloat16 autocast; float16 autocast with `GradScaler("cpu")`) and run; the values it prints
+  after LABEL (default `loss`) must fall, autocast must have run with the requested dtype, and no autocast
+  or GradScaler warning may say it disabled itself. The bundled `amp-lint verify` scripts run the same way
+  for one epoch.
+
+`AMP_LINT_UPDATE_SNAPSHOTS=1 pytest tests/test_convert.py` rewrites the `.out.py` files of the fixtures
+that are not refusals.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from amp_lint.cli import main
+from amp_lint.convert import convert_source
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "convert"
+CONVERT_FIXTURES = sorted(FIXTURES.glob("*.in.py"))
+VERIFY_SCRIPTS = sorted((ROOT / "amp_lint" / "verify" / "scripts").glob("*.py"))
+
+UPDATE = os.environ.get("AMP_LINT_UPDATE_SNAPSHOTS") == "1"
+BASE_OPTIONS = ["--isolated", "--no-cache", "--color", "never"]
+_FIX_HEADER = re.compile(r"^# amp-lint-fix: (?P<flags>.+?)\r?$", re.M)
+_RUN_HEADER = re.compile(r"^# amp-lint-run(?::[ \t]*(?P<label>\S+))?\r?$", re.M)
+MODES = ("bfloat16", "float16")
+
+
+def amp_lint(*args: str) -> Tuple[int, str]:
+    """The real command line, in-process (the same entry point as `python -m amp_lint`)."""
+    result = CliRunner().invoke(main, [*BASE_OPTIONS, *args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def fix_flags(source: str) -> List[str]:
+    match = _FIX_HEADER.search("\n".join(source.splitlines()[:3]))
+    assert match, "no `# amp-lint-fix: FLAGS` line at the top"
+    return shlex.split(match.group("flags"))
+
+
+def select_flags(flags: List[str]) -> List[str]:
+    """The flags without --unsafe-fixes (for a plain check)."""
+    return [f for f in flags if f != "--unsafe-fixes"]
+
+
+def byte_diff(expected: bytes, actual: bytes) -> str:
+    show = lambda data: [repr(line)[2:-1] + "\n" for line in data.splitlines(keepends=True)]  # noqa: E731
+    return "".join(difflib.unified_diff(show(expected), show(actual), "expected", "actual"))
+
+
+def findings(path: Path, *flags: str) -> List[str]:
+    code, out = amp_lint("--output-format", "concise", *flags, str(path))
+    assert code in (0, 1), f"amp-lint failed (exit {code}):\n{out}"
+    prefix = f"{path}:"
+    return [line[len(prefix) :] for line in out.splitlines() if line.startswith(prefix)]
+
+
+# --- golden fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CONVERT_FIXTURES, ids=[p.name[: -len(".in.py")] for p in CONVERT_FIXTURES])
+def test_conversion_matches_golden_output(path: Path, tmp_path: Path):
+    source = path.read_bytes()
+    flags = fix_flags(source.decode("utf-8"))
+    refusal = path.name.startswith("refuse_")
+    expected_path = path.with_name(path.name[: -len(".in.py")] + ".out.py")
+    target = tmp_path / (path.name[: -len(".in.py")] + ".py")
+    shutil.copyfile(path, target)
+
+    code, out = amp_lint("--fix", *flags, str(target))
+    assert code in (0, 1), f"amp-lint --fix failed (exit {code}):\n{out}"
+    converted = target.read_bytes()
+    if UPDATE and not refusal:
+        expected_path.write_bytes(converted)
+    assert expected_path.exists(), f"{expected_path.name} is missing (AMP_LINT_UPDATE_SNAPSHOTS=1 writes it)"
+    expected = expected_path.read_bytes()
+    assert converted == expected, byte_diff(expected, converted)
+    cst.parse_module(converted)
+
+    remaining = [line for line in findings(target, *select_flags(flags)) if " AMP100 " in line]
+    if refusal:
+        assert expected == source, f"{expected_path.name} must equal its input: a refusal changes nothing"
+        assert remaining and all("not converted: " in line for line in remaining), remaining
+        assert all(" [*] " not in line for line in remaining), "a refusal must not offer a fix"
+    else:
+        assert converted != source, "nothing was converted"
+        assert remaining == [], "AMP100 still fires after the conversion:\n" + "\n".join(remaining)
+
+    # Idempotent: a second conversion changes nothing.
+    code, out = amp_lint("--fix", *flags, str(target))
+    assert code in (0, 1), out
+    assert target.read_bytes() == converted, "a second conversion changed the file again"
+
+    # Every default rule is silent on the result.
+    assert findings(target) == [], "default rules fire on the converted code"
+
+
+@pytest.mark.parametrize("path", CONVERT_FIXTURES, ids=[p.name[: -len(".in.py")] for p in CONVERT_FIXTURES])
+def test_fixture_input_is_plain_fp32_python(path: Path):
+    source = path.read_text(encoding="utf-8")
+    fix_flags(source)
+    names = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            names.add(node.value)
+
+    cst.parse_module(source).visit(Names())
+    assert not names & {"autocast", "GradScaler"}, "an input fixture must be fp32 code"
+
+
+def test_python_dash_m_entry_point(tmp_path: Path):
+    """The same conversion through `python -m amp_lint`, in a real subprocess."""
+    path = FIXTURES / "typical.in.py"
+    target = tmp_path / "typical.py"
+    shutil.copyfile(path, target)
+    flags = fix_flags(path.read_text(encoding="utf-8"))
+    run = subprocess.run(
+        [sys.executable, "-m", "amp_lint", *BASE_OPTIONS, "--fix", *flags, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    assert target.read_bytes() == (FIXTURES / "typical.out.py").read_bytes()
+
+
+# --- the library function -----------------------------------------------------------------------------
+
+
+def test_convert_source_converts_and_reports():
+    source = (FIXTURES / "typical.in.py").read_text(encoding="utf-8")
+    result = convert_source(source)
+    assert result.converted and result.reasons == []
+    assert result.code == (FIXTURES / "typical.out.py").read_text(encoding="utf-8")
+    again = convert_source(result.code)
+    assert not again.converted and again.code == result.code
+
+
+def test_convert_source_explains_a_refusal():
+    source = (FIXTURES / "refuse_model_half.in.py").read_text(encoding="utf-8")
+    result = convert_source(source)
+    assert not result.converted and result.code == source
+    assert len(result.reasons) == 1 and ".half()" in result.reasons[0]
+
+
+def test_convert_source_without_a_training_loop():
+    result = convert_source("import torch\nprint(torch.__version__)\n")
+    assert not result.converted and result.reasons
+
+
+def test_convert_source_bfloat16_cpu_has_no_scaler():
+    source = textwrap.dedent(
+        """
+        import torch
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    result = convert_source(source, amp_dtype="bfloat16", amp_device="cpu")
+    assert result.converted
+    assert 'torch.amp.autocast("cpu", dtype=torch.bfloat16)' in result.code
+    assert "GradScaler" not in result.code and "loss.backward()" in result.code
+
+
+def test_convert_source_rejects_unknown_dtype():
+    with pytest.raises(ValueError):
+        convert_source("", amp_dtype="float8")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("script", VERIFY_SCRIPTS, ids=[p.name for p in VERIFY_SCRIPTS])
+def test_verify_scripts_convert_cleanly(script: Path, mode: str, tmp_path: Path):
+    """`amp-lint verify` converts its bundled scripts with `convert_source`: each must convert, cleanly."""
+    result = convert_source(script.read_text(encoding="utf-8"), amp_dtype=mode, amp_device="cpu")
+    assert result.converted, result.reasons
+    assert result.reasons == []
+    cst.parse_module(result.code)
+    target = tmp_path / script.name
+    target.write_text(result.code, encoding="utf-8")
+    assert findings(target) == []
+    assert ("GradScaler" in result.code) == (mode == "float16")
+
+
+# --- the converted scripts run ------------------------------------------------------------------------
+
+RUNNABLE = [p for p in CONVERT_FIXTURES if _RUN_HEADER.search(p.read_text(encoding="utf-8"))]
+
+# Runs every converted script in one interpreter (importing torch once), each with its own argv, working
+# directory, captured output and warnings; records which autocast configurations were entered.
+_RUNNER = r'''
+import contextlib, io, json, os, runpy, sys, traceback, warnings
+import torch
+
+torch.set_num_threads(2)
+entered = []
+_original_enter = torch.amp.autocast_mode.autocast.__enter__
+
+def _enter(self):
+    entered.append([str(self.device), str(self.fast_dtype).replace("torch.", ""), bool(self._enabled)])
+    return _original_enter(self)
+
+torch.amp.autocast_mode.autocast.__enter__ = _enter
+jobs = json.load(open(sys.argv[1]))
+results = {}
+for job in jobs:
+    entered.clear()
+    out = io.StringIO()
+    error = None
+    os.chdir(job["cwd"])
+    sys.argv = [job["script"], *job["args"]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(out):
+                runpy.run_path(job["script"], run_name="__main__")
+        except SystemExit as exit:
+            if exit.code not in (None, 0):
+                error = f"SystemExit({exit.code})"
+        except BaseException:
+            error = traceback.format_exc()
+    results[job["key"]] = {
+        "stdout": out.getvalue(),
+        "error": error,
+        "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
+        "autocast": [list(e) for e in {tuple(e) for e in entered}],
+    }
+json.dump(results, open(sys.argv[2], "w"))
+'''
+
+
+def _run_label(path: Path) -> str:
+    match = _RUN_HEADER.search(path.read_text(encoding="utf-8"))
+    assert match
+    return match.group("label") or "loss"
+
+
+def _values(stdout: str, label: str) -> List[float]:
+    pattern = re.compile(rf"(?<![\w]){re.escape(label)}[ =:]+(?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))", re.I)
+    return [float(m.group("value")) for m in pattern.finditer(stdout)]
+
+
+@pytest.fixture(scope="module")
+def script_runs(tmp_path_factory) -> Dict[str, dict]:
+    """Convert every runnable fixture (and the verify scripts) in both modes, then run them all at once."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    work = tmp_path_factory.mktemp("converted")
+    jobs = []
+    sources = [(p.name[: -len(".in.py")], p, []) for p in RUNNABLE]
+    sources += [(f"verify-{p.stem}", p, ["--epochs", "1"]) for p in VERIFY_SCRIPTS]
+    for name, path, args in sources:
+        for mode in MODES:
+            result = convert_source(path.read_text(encoding="utf-8"), amp_dtype=mode, amp_device="cpu")
+            assert result.converted, (name, result.reasons)
+            folder = work / f"{name}-{mode}"
+            folder.mkdir()
+            script = folder / f"{name}.py"
+            script.write_text(result.code, encoding="utf-8")
+            jobs.append({"key": f"{name}-{mode}", "script": str(script), "cwd": str(folder), "args": args})
+    (work / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    (work / "runner.py").write_text(_RUNNER, encoding="utf-8")
+    env = {**os.environ, "AMP_LINT_VERIFY_DEVICE": "cpu", "OMP_NUM_THREADS": "2", "PYTHONHASHSEED": "0"}
+    run = subprocess.run(
+        [sys.executable, str(work / "runner.py"), str(work / "jobs.json"), str(work / "results.json")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=work,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads((work / "results.json").read_text(encoding="utf-8"))
+
+
+def _check_run(record: dict, mode: str) -> None:
+    assert record["error"] is None, record["stdout"][-2000:] + "\n" + record["error"]
+    disabling = [w for w in record["warnings"] if "Disabling" in w or "disabling" in w]
+    assert disabling == [], disabling
+    enabled = [entry for entry in record["autocast"] if entry[2]]
+    assert enabled, "the converted script never entered an enabled autocast region"
+    assert {tuple(entry[:2]) for entry in enabled} == {("cpu", mode)}, record["autocast"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", RUNNABLE, ids=[p.name[: -len(".in.py")] for p in RUNNABLE])
+def test_converted_script_runs_and_learns(script_runs, path: Path, mode: str):
+    name = path.name[: -len(".in.py")]
+    record = script_runs[f"{name}-{mode}"]
+    _check_run(record, mode)
+    label = _run_label(path)
+    values = _values(record["stdout"], label)
+    assert len(values) >= 4, f"too few `{label}` values printed:\n{record['stdout']}"
+    assert all(math.isfinite(v) for v in values), values
+    first, last = sum(values[:2]) / 2, sum(values[-2:]) / 2
+    assert last < first, f"`{label}` did not fall: {values}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("script", VERIFY_SCRIPTS, ids=[p.name for p in VERIFY_SCRIPTS])
+def test_converted_verify_script_runs(script_runs, script: Path, mode: str):
+    record = script_runs[f"verify-{script.stem}-{mode}"]
+    _check_run(record, mode)
+    assert record["stdout"].strip(), "the script printed nothing"
