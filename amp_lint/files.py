@@ -216,6 +216,10 @@ class _Walker:
         for folder in reversed(above):
             if folder == repository or repository in folder.parents:
                 rules += self._load_gitignore(folder / ".gitignore", folder)
+        if rules and _gitignored(self._absolute(top), True, rules):
+            # A folder named on the command line is checked even if git ignores it (`.venv/.../torch`):
+            # naming it says so. Ignore files inside it still apply.
+            return None
         return rules
 
     def _folder_gitignores(self, folder: Path, names: Set[str], inherited: _IgnoreRules) -> _IgnoreRules:

@@ -18,7 +18,7 @@ import ast
 import re
 import warnings
 from functools import lru_cache
-from typing import Iterable, Iterator, Tuple
+from typing import Iterable, Iterator, Optional, Tuple
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
@@ -47,11 +47,13 @@ def literal_hints(pattern: str) -> Tuple[str, ...]:
 
 class Prefilter:
     def __init__(self, rules: Iterable[type]) -> None:
+        rules = list(rules)
         needs = tuple(sorted({tuple(rule.needs) for rule in rules}))
         self._groups = _compile(needs)
+        self._code_groups = _compile(tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules})))
         self._always = any(not n for n in needs)
 
-    def _matches(self, text: str) -> bool:
+    def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
 
         def found(pattern, hints) -> bool:
@@ -59,7 +61,7 @@ class Prefilter:
                 seen[pattern] = _found(pattern, hints, text)
             return seen[pattern]
 
-        return any(all(found(pattern, hints) for pattern, hints in group) for group in self._groups)
+        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups or self._groups)
 
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
@@ -72,8 +74,10 @@ class Prefilter:
             return False
         if len(text) < _SECOND_STEP_MIN_CHARS and not always_second_step:
             return True
-        names = code_identifiers(text)
-        return names is None or self._matches(names)
+        tree = _parse(text)
+        if tree is None:
+            return True
+        return self._matches(code_identifiers(tree), self._code_groups)
 
 
 def _found(pattern, hints: Tuple[str, ...], text: str) -> bool:
@@ -82,25 +86,33 @@ def _found(pattern, hints: Tuple[str, ...], text: str) -> bool:
     return pattern.search(text) is not None
 
 
-def code_identifiers(text: str):
+def _parse(text: str):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+
+
+def code_identifiers(tree):
     """The identifiers in the positions the analysis model reads, space-separated.
 
     Those positions: everything in a call's callee (receivers included) and its keyword names, `with`
     items, decorators, class bases, imports, annotations, and the names an assignment binds or copies (`ctx = torch.autocast(...)`, `amp_cm = autocast if amp else nullcontext`). A name that
     only appears elsewhere (in a string, a comment, a dict of API references) cannot make a finding.
-    None when Python cannot parse the file; the caller must then assume anything.
+    `tree` is the module's Python `ast`.
     """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return None
     names: set = set()
+    autocast_calls = []
+    device_objects = set()  # names bound to torch.device(...) or annotated torch.device
+    copies = []
     for node in ast.walk(tree):
         kind = type(node)
         if kind is ast.Call:
             _add_names(node.func, names)
+            if _callee_name(node.func) == "autocast":
+                autocast_calls.append(node)
             for keyword in node.keywords:
                 if keyword.arg:
                     names.add(keyword.arg)
@@ -112,6 +124,8 @@ def code_identifiers(text: str):
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
             for decorator in node.decorator_list:
                 _add_names(decorator, names)
+                if not isinstance(decorator, ast.Call) and _callee_name(decorator) == "autocast":
+                    names.add("autocast_bare_decorator")
         elif kind is ast.ClassDef:
             for expression in (*node.bases, *node.decorator_list):
                 _add_names(expression, names)
@@ -129,10 +143,54 @@ def code_identifiers(text: str):
                 _add_names(node.annotation, names)
             for alternative in _alternatives(node.value):
                 _add_names(alternative, names)
+            targets = getattr(node, "targets", None) or [node.target]
+            bound = [t.id for t in targets if isinstance(t, ast.Name)]
+            if isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "device":
+                device_objects.update(bound)
+            elif isinstance(node.value, ast.Name):
+                copies.extend((name, node.value.id) for name in bound)
+            if _callee_name(getattr(node, "annotation", None)) == "device":
+                device_objects.update(bound)
         elif kind is ast.arg:
             if node.annotation is not None:
                 _add_names(node.annotation, names)
+                if _callee_name(node.annotation) == "device":
+                    device_objects.add(node.arg)
+    for _ in range(5):  # `dev = torch.device(...)`, `d = dev`: d is one too
+        device_objects.update(name for name, source in copies if source in device_objects)
+    names.update(_autocast_facts(autocast_calls, device_objects))
     return " ".join(names)
+
+
+def _autocast_facts(calls, device_objects) -> set:
+    """Tokens that say what the file's autocast calls look like, for rules' `ast_needs`."""
+    facts = set()
+    if len(calls) >= 2:
+        facts.add("autocast_twice")
+    for call in calls:
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        if len(positional) >= 2:
+            facts.add("autocast_second_positional")
+        if any(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in positional):
+            facts.add("autocast_bool_arg")
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        device = positional[0] if positional else keywords.get("device_type")
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            facts.add("autocast_device_missing")  # cannot tell: assume the worst
+        elif device is None:
+            facts.add("autocast_device_missing")
+        elif isinstance(device, ast.Constant):
+            if not isinstance(device.value, str) or ":" in device.value:
+                facts.add("autocast_device_indexed")
+        elif isinstance(device, ast.JoinedStr):
+            facts.add("autocast_device_indexed")
+        elif isinstance(device, ast.Call):
+            facts.add("autocast_device_call")
+        elif isinstance(device, ast.Name) and device.id in device_objects:
+            facts.add("autocast_device_object")
+        elif isinstance(device, ast.Attribute) and "device" in device.attr:
+            facts.add("autocast_device_object")  # `x.device` is a torch.device
+    return facts
 
 
 def _add_names(expression, names: set) -> None:
@@ -160,6 +218,8 @@ def _alternatives(value) -> Iterator:
 
 
 def _callee_name(func) -> str:
+    if isinstance(func, ast.Call):
+        func = func.func
     if isinstance(func, ast.Name):
         return func.id
     if isinstance(func, ast.Attribute):

@@ -219,7 +219,7 @@ RUNNABLE = [p for p in CONVERT_FIXTURES if _RUN_HEADER.search(p.read_text(encodi
 # Runs every converted script in one interpreter (importing torch once), each with its own argv, working
 # directory, captured output and warnings; records which autocast configurations were entered.
 _RUNNER = r'''
-import contextlib, io, json, os, runpy, sys, traceback, warnings
+import contextlib, io, json, os, runpy, sys, time, traceback, warnings
 import torch
 
 torch.set_num_threads(2)
@@ -231,10 +231,12 @@ def _enter(self):
     return _original_enter(self)
 
 torch.amp.autocast_mode.autocast.__enter__ = _enter
-jobs = json.load(open(sys.argv[1]))
+jobs_path, results_path = sys.argv[1], sys.argv[2]
+jobs = json.load(open(jobs_path))
 results = {}
 for job in jobs:
     entered.clear()
+    started = time.perf_counter()
     out = io.StringIO()
     error = None
     os.chdir(job["cwd"])
@@ -254,8 +256,9 @@ for job in jobs:
         "error": error,
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         "autocast": [list(e) for e in {tuple(e) for e in entered}],
+        "seconds": time.perf_counter() - started,
     }
-json.dump(results, open(sys.argv[2], "w"))
+json.dump(results, open(results_path, "w"))
 '''
 
 

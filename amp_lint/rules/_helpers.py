@@ -11,7 +11,6 @@ from amp_lint import names
 from amp_lint.model import (
     AutocastRegion,
     Branch,
-    CallSite,
     Event,
     EventKind,
     FileModel,
@@ -158,14 +157,6 @@ def is_torch_device(expr: Optional[cst.BaseExpression], scope: Scope) -> bool:
     return isinstance(resolved, cst.Call) and scope.names.qualify(resolved.func) in _TORCH_DEVICE
 
 
-def enabled_scaler_built(model: FileModel, key: str, scope: Scope, literal_only: bool = False) -> bool:
-    """The scaler is built in this file and enabled (literal_only: enabled by a literal, not an expression)."""
-    bindings = [b for b in model.scaler_bindings(key, scope) if b.call is not None]
-    if not bindings:
-        return False
-    if literal_only:
-        return all(b.enabled is True for b in bindings)
-    return any(b.is_enabled for b in bindings)
 
 
 def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]:
@@ -180,20 +171,8 @@ def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]
     return [r for r in found if r.spec.is_enabled]
 
 
-def scaled_backwards(model: FileModel, scaler: str, scope: Scope) -> List[Event]:
-    """Backward calls on a loss scaled by `scaler`, in every scope that sees the same scaler binding."""
-    bindings = model.scaler_bindings(scaler, scope)
-    out = []
-    for event in model.events:
-        if event.kind is not EventKind.BACKWARD or event.scaled_by is None:
-            continue
-        if event.scaled_by == scaler and model.scaler_bindings(event.scaled_by, event.scope) == bindings:
-            out.append(event)
-    return out
 
 
-def steps_with(model: FileModel, event: Event) -> List[TrainingStep]:
-    return [step for step in model.steps if event in step.events]
 
 
 # --- gradient accumulation ---------------------------------------------------------------------------
@@ -352,14 +331,6 @@ def methods(cls: cst.ClassDef) -> Dict[str, cst.FunctionDef]:
     return found
 
 
-def all_classes(model: FileModel) -> Iterator[cst.ClassDef]:
-    """Every class of the file (the model's `classes` keeps the first of each name)."""
-    seen = set()
-    for cls in model.classes.values():
-        seen.add(id(cls))
-        yield cls
-
-
 def decorator_target(decorator: cst.Decorator) -> Tuple[cst.BaseExpression, Optional[cst.Call]]:
     expr = decorator.decorator
     if isinstance(expr, cst.Call):
@@ -367,9 +338,6 @@ def decorator_target(decorator: cst.Decorator) -> Tuple[cst.BaseExpression, Opti
     return expr, None
 
 
-def call_sites_in(model: FileModel, function: cst.FunctionDef) -> List[CallSite]:
-    scope = model.scope_of(function)
-    return [site for site in model.call_sites if site.scope is scope]
 
 
 def scaler_may_be_custom(model: FileModel, key: str, scope: Scope) -> bool:

@@ -56,7 +56,7 @@ class LossOutsideAutocast(Rule):
     summary = "Loss computed outside the autocast region"
     severity = Severity.WARNING
     default_enabled = False
-    needs = (r"autocast", r"backward")
+    needs = (r"\bautocast\b", r"\bbackward\b")
 
     valid = [
         """
@@ -188,7 +188,6 @@ def _produced_in_autocast(model: FileModel, step: TrainingStep, site: Assignment
 
 
 def _torch_loss_call(model: FileModel, site: AssignmentSite) -> Optional[Confidence]:
-    value = site.value
     for call_site in model.call_sites:
         if call_site.statement is not site.statement or call_site.scope is not site.scope:
             continue
@@ -200,7 +199,6 @@ def _torch_loss_call(model: FileModel, site: AssignmentSite) -> Optional[Confide
         key = call_site.func
         if key is not None and _is_loss_module(model, key, call_site.scope):
             return Confidence.HIGH
-    del value
     return None
 
 

@@ -230,12 +230,10 @@ def _lazy(model: FileModel, binding: ScalerBinding) -> bool:
     """`if scaler is None: scaler = GradScaler()`: built once, on first use."""
     for site in model.assignment_sites:
         if site.statement is binding.statement and site.target == binding.key:
-            loop = binding.loops[-1]
             for branch in site.branches:
                 test = code_of(branch.node.test) if isinstance(branch.node, cst.If) else ""
                 if _LAZY_TEST.search(test) or binding.key.split(".")[-1] in test:
                     return True
-            del loop
     return False
 
 

@@ -77,6 +77,17 @@ class Trainer:
     def end_of_iteration(self):
         self.scaler.update()
 """,
+        # A step in each branch of an if/else (open_clip's Horovod switch).
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if args.horovod:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+    else:
+        scaler.step(optimizer)
+    scaler.update()
+""",
         # `dict.update` on something that is not a scaler.
         """
 for x in loader:
@@ -141,7 +152,7 @@ for x in loader:
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
                 earlier = step.before(update, _INF_CHECKS, scaler)
-                if earlier and not any(_runs_whenever(e, update) for e in earlier):
+                if earlier and not _covered(earlier, update):
                     last = earlier[-1]
                     yield self.finding(
                         update.call,
@@ -174,10 +185,23 @@ for x in loader:
                     )
 
 
-def _runs_whenever(event: Event, update: Event) -> bool:
-    """Is `event` sure to run on every pass that reaches `update` (no `if` of its own around it)?"""
+def _covered(earlier, update: Event) -> bool:
+    """Does some step/unscale_ run on every pass that reaches `update`?
+
+    Either one of them has no `if` of its own around it, or an `if`/`else` has one in each branch
+    (`if args.horovod: ...; scaler.step(opt)` / `else: scaler.step(opt)`). Anything more tangled counts
+    as covered: when in doubt, stay silent.
+    """
     taken = {(b.node, b.taken) for b in update.branches}
-    return all((b.node, b.taken) in taken for b in event.branches)
+    sides = {}
+    for event in earlier:
+        extra = [b for b in event.branches if (b.node, b.taken) not in taken]
+        if not extra:
+            return True
+        if len(extra) > 1:
+            return True
+        sides.setdefault(extra[0].node, set()).add(extra[0].taken)
+    return any(len(both) == 2 for both in sides.values())
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from amp_lint.diagnostics import Severity
-from amp_lint.model import EventKind, FileModel, code_of
+from amp_lint.model import EventKind, FileModel
 from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -52,7 +52,7 @@ class ClosureToScalerStep(Rule):
     name = "closure-to-scaler-step"
     summary = "Closure passed to scaler.step()"
     severity = Severity.ERROR
-    needs = (r"scal", r"step")
+    needs = (r"[Ss]caler", r"\bstep\b")
 
     valid = [
         """

@@ -67,7 +67,7 @@ class ClipErrorIfNonfinite(Rule):
     summary = "clip_grad_norm_(error_if_nonfinite=True) in a GradScaler loop"
     severity = Severity.WARNING
     fix_applicability = Applicability.SAFE
-    needs = (r"clip_grad_norm", r"scal")
+    needs = (r"clip_grad_norm", r"[Ss]caler")
 
     valid = [
         """

@@ -65,7 +65,7 @@ class StepEveryMicrobatch(Rule):
     summary = "Accumulation loop: scaler.step()/update() on every micro-batch"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", r"step|update")
+    needs = (r"[Ss]caler", r"\bstep\b|\bupdate\b")
 
     valid = [
         """

@@ -60,7 +60,7 @@ class UnscaleOutsideBoundary(Rule):
     summary = "Accumulation loop: unscale_()/clipping outside the step boundary"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"scal", r"unscale_|clip_grad")
+    needs = (r"[Ss]caler", r"unscale_|clip_grad")
 
     valid = [
         """

@@ -63,7 +63,7 @@ class AccumulatedLossNotDivided(Rule):
     summary = "Accumulation loop: loss not divided by the number of accumulation steps"
     severity = Severity.WARNING
     default_enabled = False
-    needs = (r"scal", r"backward")
+    needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
         """

@@ -55,7 +55,7 @@ class ZeroGradBeforeStep(Rule):
     summary = "zero_grad() between the scaled backward and scaler.step()"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"zero_grad", r"scal")
+    needs = (r"zero_grad", r"[Ss]caler")
 
     valid = [
         """

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 
 from amp_lint import names
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.model import CallSite, FileModel
-from amp_lint.rules._helpers import argument, same_binding, short, sites_compatible
+from amp_lint.rules._helpers import same_binding, short, sites_compatible
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -51,7 +51,7 @@ class HalfModelWithAutocast(Rule):
     summary = "Model converted with .half()/.bfloat16() and also run under autocast"
     severity = Severity.WARNING
     default_enabled = False
-    needs = (r"autocast", r"half|bfloat16|float16|\bto\b")
+    needs = (r"\bautocast\b", r"half|bfloat16|float16|\bto\b")
 
     valid = [
         """
@@ -118,7 +118,6 @@ class Trainer:
                     continue
                 if site.scope is cast_site.scope and not sites_compatible(site, cast_site):
                     continue
-                region = site.in_enabled_autocast()
                 yield self.finding(
                     cast_site.call,
                     f"`{short(cast_site.call)}` turns `{key}` to {how}, and `{short(site.call, 40)}` runs it under "
@@ -126,7 +125,6 @@ class Trainer:
                     confidence=Confidence.HIGH if site.scope is cast_site.scope else Confidence.MEDIUM,
                     context=cast_site.scope.name,
                 )
-                del region
                 break
 
 

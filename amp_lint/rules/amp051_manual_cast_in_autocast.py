@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set
+from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
@@ -51,7 +51,7 @@ class ManualCastInAutocast(Rule):
     summary = "Manual .float()/.half() casts inside autocast that autocast overrides"
     severity = Severity.INFO
     default_enabled = False
-    needs = (r"autocast", r"float|half|\bto\b")
+    needs = (r"\bautocast\b", r"float|half|\bto\b")
 
     valid = [
         """

@@ -5,7 +5,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import AutocastRegion, CallSite, FileModel, code_of, dotted_name
+from amp_lint.model import AutocastRegion, CallSite, FileModel, dotted_name
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -52,7 +52,7 @@ class BceInAutocast(Rule):
     name = "bce-inside-cuda-autocast"
     summary = "binary_cross_entropy / BCELoss inside CUDA autocast (banned)"
     severity = Severity.ERROR
-    needs = (r"autocast", r"binary_cross_entropy|BCELoss")
+    needs = (r"\bautocast\b", r"binary_cross_entropy|BCELoss")
 
     valid = [
         """
@@ -125,7 +125,7 @@ class Trainer:
             advice = "use binary_cross_entropy_with_logits on the logits"
             arg = site.call.args[0].value if site.call.args else None
             if arg is not None and _is_sigmoid(site, arg):
-                advice = f"drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
+                advice = "drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
             yield self.finding(
                 site.call,
                 f"`{short(site.call)}` ({what}) inside `{_region_text(region)}` raises RuntimeError on CUDA: "

@@ -57,7 +57,9 @@ class NestedDisabledAutocast(Rule):
     summary = "Nested autocast(enabled=False): wrong device type, or inputs not cast"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"autocast", r"enabled")
+    needs = (r"\bautocast\b", r"enabled|False")
+    # Two autocast calls (an outer region and a disabled inner one), one switched off.
+    ast_needs = (r"autocast_twice", r"\benabled\b|autocast_bool_arg")
 
     valid = [
         """

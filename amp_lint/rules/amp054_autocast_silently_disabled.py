@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, Optional
 
 import libcst as cst
 
 from amp_lint import names
-from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.edits import FixBuilder, keyword_arg, with_call_args
-from amp_lint.model import FileModel
+from amp_lint.model import FileModel, dotted_name
 from amp_lint.rules._helpers import argument, has_star_args, literal_bool, resolve_constant, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -61,7 +62,8 @@ class AutocastSilentlyDisabled(Rule):
 
     ## Fix safety
     Safe for a bool in the second position: it becomes `enabled=<bool>`, which is what the author wrote
-    it for. Other dtypes are reported without a fix.
+    it for. A flag-like name there (`use_amp`, `args.fp16`) is reported at medium confidence with an
+    unsafe fix. Other dtypes are reported without a fix.
 
     ## References
     - `torch/amp/autocast_mode.py`: `autocast.__init__` (the supported dtypes per device)
@@ -73,7 +75,9 @@ class AutocastSilentlyDisabled(Rule):
     summary = "autocast dtype is a bool/float32/non-dtype: autocast is disabled or a no-op"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"autocast",)
+    needs = (r"\bautocast\b",)
+    # A second positional argument (the dtype slot) or a dtype= keyword.
+    ast_needs = (r"\bautocast\b", r"autocast_second_positional|\bdtype\b")
 
     valid = [
         """
@@ -136,6 +140,21 @@ with autocast("cuda", enabled=False, cache_enabled=False):
     out = model(x)
 """,
         ),
+        # A flag in the dtype position: medium confidence, unsafe fix.
+        Invalid(
+            """
+import torch
+def forward(model, x, args):
+    with torch.autocast("cuda", args.use_amp):
+        return model(x)
+""",
+            fixed="""
+import torch
+def forward(model, x, args):
+    with torch.autocast("cuda", enabled=args.use_amp):
+        return model(x)
+""",
+        ),
         Invalid(
             """
 import torch
@@ -172,12 +191,15 @@ with torch.autocast("cuda", "float16"):
             if dtype is None:
                 continue
             value = resolve_constant(dtype.value, scope)
-            if dtype.keyword is None and literal_bool(dtype.value) is not None and not deprecated:
+            positional_bool = dtype.keyword is None and not deprecated and literal_bool(value) is not None
+            bool_named = dtype.keyword is None and not deprecated and _looks_boolean(dtype.value)
+            if positional_bool or bool_named:
                 yield self.finding(
                     dtype,
-                    f"`{short(call)}` passes `{dtype.value.value}` as the dtype (the second parameter of "
+                    f"`{short(call)}` passes `{short(dtype.value, 30)}` as the dtype (the second parameter of "
                     "torch.autocast is `dtype`, not `enabled`): autocast is disabled or fails",
-                    fix=_keywordize_fix(model, call, dtype),
+                    fix=_keywordize_fix(model, call, dtype, Applicability.SAFE if positional_bool else Applicability.UNSAFE),
+                    confidence=Confidence.HIGH if positional_bool else Confidence.MEDIUM,
                     context=scope.name,
                 )
             elif isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString)) or literal_bool(
@@ -211,7 +233,19 @@ def _device_literal(call: cst.Call, scope) -> Optional[str]:
     return value.evaluated_value if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str) else None
 
 
-def _keywordize_fix(model: FileModel, call: cst.Call, dtype: cst.Arg) -> Optional[Fix]:
+_BOOLEAN_NAME = re.compile(r"^(use|enable|is|do|with)_|(^|_)(amp|enabled?|fp16|mixed_precision|autocast)$", re.IGNORECASE)
+
+
+def _looks_boolean(expr: cst.BaseExpression) -> bool:
+    """`use_amp`, `args.fp16`, `enabled`: a flag, not a dtype."""
+    key = dotted_name(expr)
+    if key is None:
+        return False
+    last = key.split(".")[-1]
+    return bool(_BOOLEAN_NAME.search(last)) and not re.search(r"dtype|type|precision|half|bf16|bfloat", last, re.I)
+
+
+def _keywordize_fix(model: FileModel, call: cst.Call, dtype: cst.Arg, applicability: Applicability) -> Optional[Fix]:
     positional = [a for a in call.args if a.keyword is None]
     if positional[-1] is not dtype or any(a.keyword is not None and a.keyword.value == "enabled" for a in call.args):
         return None
@@ -224,4 +258,4 @@ def _keywordize_fix(model: FileModel, call: cst.Call, dtype: cst.Arg) -> Optiona
         return with_call_args(updated, args)
 
     builder.replace(call, keywordize)
-    return builder.build("Pass the bool as `enabled=`", Applicability.SAFE)
+    return builder.build("Pass the bool as `enabled=`", applicability)

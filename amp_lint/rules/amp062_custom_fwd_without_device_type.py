@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional, Set
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.edits import FixBuilder, keyword_arg, with_call_args
-from amp_lint.model import FileModel
+from amp_lint.model import FileModel, dotted_name
 from amp_lint.rules._helpers import file_devices, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -83,6 +83,18 @@ class F(Function):
     def forward(ctx, x):
         return x
 """,
+        # A version switch between spellings: which import runs is unknown.
+        """
+try:
+    from torch.cuda.amp import custom_fwd
+except ImportError:
+    from torch.amp import custom_fwd
+class F(Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x):
+        return x
+""",
         # A version switch that binds the device with partial.
         """
 import functools
@@ -147,12 +159,16 @@ class F(Function):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         devices = file_devices(model)
+        ambiguous = _names_imported_twice(model)
         for functions in model.functions.values():
             for function in functions:
                 scope = model.scope_of(function)
                 table = scope.parent.names if scope is not None and scope.parent is not None else model.module_names
                 for decorator in function.decorators:
                     expr = decorator.decorator
+                    head = dotted_name(expr.func if isinstance(expr, cst.Call) else expr)
+                    if head is not None and head.split(".")[0] in ambiguous:
+                        continue  # `try: from torch.cuda.amp import ... except ImportError: from torch.amp import ...`
                     if isinstance(expr, cst.Call):
                         qualified = table.qualify(expr.func)
                         if qualified not in _NEEDS_DEVICE or _has_device(expr):
@@ -177,6 +193,21 @@ class F(Function):
             fix=_device_fix(model, decorator, devices),
             context=scope.parent.name if scope is not None and scope.parent is not None else "",
         )
+
+
+def _names_imported_twice(model: FileModel) -> Set[str]:
+    """Local names bound by more than one import (a version switch): which one runs is unknown."""
+    seen: Dict[str, int] = {}
+    for statement, _ in model.imports:
+        if isinstance(statement.names, cst.ImportStar):
+            continue
+        for alias in statement.names:
+            local = alias.asname.name if alias.asname is not None else alias.name
+            key = dotted_name(local) if isinstance(local, (cst.Name, cst.Attribute)) else None
+            if key is not None:
+                head = key.split(".")[0]
+                seen[head] = seen.get(head, 0) + 1
+    return {name for name, count in seen.items() if count > 1 and name != "torch"}
 
 
 def _has_device(call: cst.Call) -> bool:

@@ -58,7 +58,10 @@ class AutocastDeviceType(Rule):
     summary = "autocast device_type missing, not a string, or with a device index"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"autocast",)
+    needs = (r"\bautocast\b",)
+    # No device, an indexed string, a call (`str(device)`, `torch.device(...)`), a torch.device object, or a
+    # bare `@autocast` decorator: what the `ast` pass of the prefilter notes about each autocast call.
+    ast_needs = (r"autocast_device_(missing|indexed|call|object)|autocast_bare_decorator",)
 
     valid = [
         """

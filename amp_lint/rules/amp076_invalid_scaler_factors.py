@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator
 
 from amp_lint import names
 from amp_lint.diagnostics import Severity

@@ -87,6 +87,9 @@ class Rule:
     # Identifier patterns (regular expressions) a file must contain, all of them, for the rule to fire
     # there: the prefilter skips files that lack them. Must hold for every invalid example (tested).
     needs: ClassVar[Tuple[str, ...]] = ()
+    # Stricter patterns for the prefilter's second step, over identifiers plus the facts it notes about
+    # autocast calls (`autocast_device_missing`, ...; see amp_lint.prefilter). Default: `needs`.
+    ast_needs: ClassVar[Tuple[str, ...]] = ()
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
 
