@@ -285,6 +285,13 @@ def _facts(node: cst.CSTNode) -> _Facts:
     return facts
 
 
+def _target_names(target: cst.BaseExpression) -> Set[str]:
+    """Names an assignment target (`opt`, `(a, b)`, `x.y`) binds."""
+    facts = _Facts()
+    facts._target(target)
+    return facts.assigned
+
+
 def _plain_assignments(statement: cst.CSTNode) -> Set[str]:
     """Names a simple statement overwrites (`x = ...`): an earlier value of them no longer flows on."""
     killed: Set[str] = set()
@@ -344,9 +351,6 @@ class _FileContext:
                     return local
             table = table.parent
         return None
-
-    def qualify(self, scope: Scope, node: cst.BaseExpression) -> Optional[str]:
-        return scope.names.qualify(node)
 
     # modules (networks and loss functions)
     def _module_like_names(self) -> Set[str]:
@@ -950,6 +954,7 @@ class _Planner:
         self.before: Dict[int, Tuple[cst.CSTNode, List[Tuple[int, cst.BaseStatement]]]] = {}
         self.wrapped_first: Dict[int, cst.CSTNode] = {}
         self.slices: List[_Slice] = []
+        self.caller_devices: Dict[int, _Device] = {}  # by id of a step function's call site
 
     # spelling
     def _torch(self, scope: Scope) -> str:
@@ -1029,6 +1034,8 @@ class _Planner:
         if not isinstance(statement, cst.SimpleStatementLine) or self.tree.block_of(statement) is None:
             raise _Refusal(f"`{_short(backward)}` shares its line with other code; put it on a line of its own")
         hoist = self._needs_hoist(iteration.scope, loss)
+        if hoist and _is_function_form(backward) and (not backward.call.args or backward.call.args[0].keyword):
+            raise _Refusal(f"`{_short(backward)}`: pass the loss positionally to convert it")
         if hoist and len(statement.body) != 1:
             raise _Refusal(f"`{_short(backward)}` shares its line with other code; put it on a line of its own")
         targets = self._targets(backward)
@@ -1138,6 +1145,9 @@ class _Planner:
     def _rename_loss(self, backward: Event, name: str) -> None:
         def change(call: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            if _is_function_form(backward):
+                first = call.args[0]
+                return call.with_changes(args=[first.with_changes(value=cst.Name(name)), *call.args[1:]])
             return call.with_changes(func=call.func.with_changes(value=cst.Name(name)))
 
         self.builder.replace(backward.call, change)
@@ -1195,7 +1205,7 @@ class _Planner:
                 args=[cst.Arg(value=_without_parens(expression))],
             )
 
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward":
+        if not _is_function_form(backward):
 
             def change(node: cst.CSTNode) -> cst.CSTNode:
                 assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -1251,7 +1261,7 @@ class _Planner:
                 continue
             anchor = iteration.step.anchor_statement(step)
             block = self.tree.block_of(anchor)
-            if anchor is not step.statement and isinstance(anchor, cst.For) and step.target in _facts(anchor.target).assigned:
+            if anchor is not step.statement and isinstance(anchor, cst.For) and step.target in _target_names(anchor.target):
                 raise _Refusal(f"gradients are clipped or read before `{_short(step)}`, which steps inside its own loop")
             if block is None:
                 raise _Refusal(f"`{_short(step)}` is not on a line of its own")
@@ -1401,7 +1411,6 @@ class _Planner:
         self, iteration: _Iteration, callers: List[Tuple[cst.Call, Scope]], transfers: Set[str]
     ) -> _Device:
         """The device inside the step function; each caller's scaler must agree with it."""
-        self.caller_devices: Dict[int, _Device] = {}
         if self.devices.explicit:
             device = self.devices.literal()
             for call, caller in callers:
@@ -1495,6 +1504,12 @@ class _Planner:
             self.builder.replace(target, prepend)
 
 
+def _is_function_form(backward: Event) -> bool:
+    """`torch.autograd.backward(loss)` rather than `loss.backward()`."""
+    qualified = backward.scope.names.qualify(backward.call.func)
+    return qualified is not None and qualified.startswith("torch.autograd")
+
+
 def _short(event: Event) -> str:
     text = code_of(event.call)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -1580,7 +1595,7 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
             manual = _manual_update(ctx, iteration)
             if manual is not None:
                 outcomes.append(
-                    Outcome(anchor, iteration.scope, False, reason=(
+                    Outcome(anchor, iteration.scope, iteration.is_step_function, reason=(
                         f"parameters are updated by hand (`{manual}`), not by a torch optimizer; "
                         "GradScaler can only step a `torch.optim` optimizer"
                     ))
@@ -1601,7 +1616,7 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
                         f"`{_short(anchor)}` and `{_short(where)}` (in {place}) are not in one function; "
                         "AMP100 converts a training step only when both are visible together"
                     )
-                outcomes.append(Outcome(anchor, iteration.scope, False, reason=reason))
+                outcomes.append(Outcome(anchor, iteration.scope, iteration.is_step_function, reason=reason))
             continue
         by_scope.setdefault(id(iteration.scope.node), []).append(iteration)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
-from amp_lint.settings import Settings, path_matches
+from amp_lint.settings import Settings, matches_any_glob
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 
@@ -191,7 +191,7 @@ class _Walker:
             relative = absolute.relative_to(self._root(settings)).as_posix()
         except ValueError:
             relative = absolute.name
-        return any(path_matches(relative, pattern) for pattern in settings.exclude + settings.extend_exclude)
+        return matches_any_glob(relative, absolute.name, settings.exclude + settings.extend_exclude)
 
     def _excluded_with_parents(self, path: Path) -> bool:
         """For --force-exclude: `build/x.py` is excluded by `build`, so the parents count too."""

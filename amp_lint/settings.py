@@ -7,6 +7,8 @@ Configuration files (`[tool.amp-lint]`, `amp-lint.toml`) are read by `amp_lint.c
 from __future__ import annotations
 
 import fnmatch
+import re
+from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
@@ -117,6 +119,18 @@ class RuleSelection:
             if path_matches(path, pattern, settings.root):
                 ignored |= expand_codes(codes, all_codes)
         return self.enabled - ignored
+
+
+@lru_cache(maxsize=64)
+def _globs_regex(patterns: Tuple[str, ...]) -> "re.Pattern":
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or r"(?!)")
+
+
+def matches_any_glob(relative: str, name: str, patterns: Tuple[str, ...]) -> bool:
+    """Does any glob match the relative path or the bare name? One compiled regex per pattern set
+    (a walk over thousands of files asks this for every entry)."""
+    regex = _globs_regex(tuple(patterns))
+    return regex.match(relative) is not None or regex.match(name) is not None
 
 
 def path_matches(path: str, pattern: str, root: Optional[str] = None) -> bool:

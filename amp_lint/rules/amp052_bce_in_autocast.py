@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import AutocastRegion, CallSite, FileModel, dotted_name
+from amp_lint.model import AssignmentSite, AutocastRegion, CallSite, FileModel, dotted_name
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -114,8 +114,15 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
+        instances = [
+            a
+            for a in model.assignment_sites
+            if isinstance(a.value, cst.Call) and a.scope.names.qualify(a.value.func) in _BCE_MODULES
+        ]
         for site in model.call_sites:
-            what = _bce_kind(model, site)
+            if not site.regions:
+                continue
+            what = _bce_kind(site, instances)
             if what is None:
                 continue
             region = site.in_enabled_autocast()
@@ -135,7 +142,7 @@ class Trainer:
             )
 
 
-def _bce_kind(model: FileModel, site: CallSite) -> Optional[str]:
+def _bce_kind(site: CallSite, instances: List[AssignmentSite]) -> Optional[str]:
     if site.qualified_name in _BCE_FUNCTIONS:
         return "binary_cross_entropy"
     func = site.call.func
@@ -144,16 +151,15 @@ def _bce_kind(model: FileModel, site: CallSite) -> Optional[str]:
     key = dotted_name(func)
     if key is None:
         return None
-    for assignment in model.assignment_sites:
-        if assignment.target != key or not isinstance(assignment.value, cst.Call):
+    for assignment in instances:
+        if assignment.target != key:
             continue
         if key.startswith("self."):
             if assignment.scope.class_name != site.scope.class_name:
                 continue
         elif assignment.scope not in list(site.scope.chain()):
             continue
-        if assignment.scope.names.qualify(assignment.value.func) in _BCE_MODULES:
-            return "a BCELoss instance"
+        return "a BCELoss instance"
     return None
 
 

@@ -117,7 +117,11 @@ class Trainer:
     def check(self, model: FileModel) -> Iterator[Finding]:
         saves_scaler = _scaler_method_called(model, "state_dict")
         loads_scaler = _scaler_method_called(model, "load_state_dict")
+        if saves_scaler and loads_scaler:
+            return
         for site in model.call_sites:
+            if site.qualified_name != "torch.save" and site.method != "load_state_dict":
+                continue
             if not _scaler_in_reach(model, site.scope):
                 continue
             if site.qualified_name == "torch.save" and not saves_scaler and site.call.args:
