@@ -20,7 +20,7 @@ statement sits in its block) is computed here from the CST, once per file.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
@@ -84,6 +84,7 @@ _TORCH_FACTORIES = frozenset(
     "enable_grad set_grad_enabled inference_mode get_default_dtype normal bernoulli multinomial Generator "
     "save load".split()
 )
+_TORCH_NON_COMPUTE_MODULES = ("torch.cuda.", "torch.backends.", "torch.distributed.")
 _LOGGING_ROOTS = frozenset({"logger", "logging", "log", "wandb", "writer", "tqdm", "pbar", "progress", "tb", "mlflow"})
 
 
@@ -312,6 +313,8 @@ def _plain_assignments(statement: cst.CSTNode) -> Set[str]:
 
 
 class _FileContext:
+    """What the conversion needs to know about the whole file, computed once."""
+
     def __init__(self, model: FileModel) -> None:
         self.model = model
         self.module = model.module
@@ -402,7 +405,9 @@ class _FileContext:
             return 2
         if key is not None and self.is_module_like(key):
             return 2
-        if isinstance(func, cst.Attribute) and func.attr.value == "forward" and self.is_module_like(dotted_name(func.value)):
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward" and self.is_module_like(
+            dotted_name(func.value)
+        ):
             return 2
         for arg in call.args:
             if self.is_module_like(dotted_name(arg.value)):
@@ -411,7 +416,7 @@ class _FileContext:
             return 0
         if qualified is not None and qualified.startswith("torch."):
             last = qualified.split(".")[-1]
-            if last in _TORCH_FACTORIES or qualified.startswith(("torch.cuda.", "torch.backends.", "torch.distributed.")):
+            if last in _TORCH_FACTORIES or qualified.startswith(_TORCH_NON_COMPUTE_MODULES):
                 return 0
             return 1
         if key is not None and key.split(".")[0] in _LOGGING_ROOTS:
@@ -681,6 +686,11 @@ def _call_sites(ctx: _FileContext, function: cst.FunctionDef) -> List[Tuple[cst.
 
 
 def _references(ctx: _FileContext, function: cst.FunctionDef) -> Tuple[List[Tuple[cst.Call, Optional[Scope]]], bool]:
+    """The calls of `function` in the file with their scopes, and whether they are all its references.
+
+    A plain function is called by name; a method by `self.name(...)`. Any other reference (passed as a
+    callback, `trainer.step(...)` from outside the class, a second definition) makes the list incomplete.
+    """
     name = function.name.value
     model = ctx.model
     tree = ctx.tree
@@ -804,6 +814,9 @@ def _amp_in_reach(model: FileModel, scope: Scope) -> bool:
 # --- refusals -----------------------------------------------------------------------------------------
 
 
+_FLOAT64 = "the script trains in float64 on purpose; AMP would drop that precision"
+
+
 def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
     """Things anywhere in the file that make the conversion unsafe."""
     model = ctx.model
@@ -827,7 +840,7 @@ def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
                         "remove the `.half()` and convert again"
                     )
                 elif method == "double":
-                    problems.append(f"`{code_of(node)}`: the script trains in float64 on purpose; AMP would drop that precision")
+                    problems.append(f"`{code_of(node)}`: {_FLOAT64}")
                 elif method in ("to", "type"):
                     for arg in node.args:
                         dtype = scope.names.qualify(arg.value)
@@ -836,13 +849,11 @@ def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
                                 f"`{code_of(node)}` makes the weights float16: autocast needs float32 weights (AMP050)"
                             )
                         elif dtype in ("torch.float64", "torch.double"):
-                            problems.append(
-                                f"`{code_of(node)}`: the script trains in float64 on purpose; AMP would drop that precision"
-                            )
+                            problems.append(f"`{code_of(node)}`: {_FLOAT64}")
             if qualified in ("torch.set_default_dtype", "torch.set_default_tensor_type"):
                 text = code_of(node)
                 if "64" in text or "double" in text.lower():
-                    problems.append(f"`{text}`: the script trains in float64 on purpose; AMP would drop that precision")
+                    problems.append(f"`{text}`: {_FLOAT64}")
             if device_may_be_cuda and qualified in (
                 "torch.nn.BCELoss",
                 "torch.nn.modules.loss.BCELoss",
@@ -857,9 +868,7 @@ def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
             function = tree.enclosing_function(node)
             scope = scopes.get(id(function)) if function is not None else model.scopes[0]
             if scope is not None and scope.names.qualify(node) in ("torch.float64", "torch.double"):
-                problems.append(
-                    f"`{code_of(node)}`: the script uses float64 on purpose; AMP would drop that precision"
-                )
+                problems.append(f"`{code_of(node)}`: {_FLOAT64}")
 
     ctx.module.visit(Scan())
     return problems[0] if problems else None
@@ -868,10 +877,10 @@ def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
 def _iteration_refusal(ctx: _FileContext, iteration: _Iteration) -> Optional[str]:
     model = ctx.model
     for event in _own(iteration.step, EventKind.AUTOGRAD_GRAD):
-        create_graph = next((a for a in event.call.args if a.keyword is not None and a.keyword.value == "create_graph"), None)
-        if create_graph is not None and not (isinstance(create_graph.value, cst.Name) and create_graph.value.value == "False"):
+        create_graph = next((a.value for a in event.call.args if a.keyword and a.keyword.value == "create_graph"), None)
+        if create_graph is not None and not (isinstance(create_graph, cst.Name) and create_graph.value == "False"):
             return (
-                f"`torch.autograd.grad(..., create_graph=True)` (a gradient penalty) needs the scaled-gradient "
+                "`torch.autograd.grad(..., create_graph=True)` (a gradient penalty) needs the scaled-gradient "
                 "pattern written by hand (scale the outputs, divide the gradients by the scale)"
             )
         return "`torch.autograd.grad(...)` gradients would be scaled; convert this step by hand"
@@ -938,7 +947,9 @@ class _Slice:
 class _Planner:
     """Builds the fix for every fp32 iteration of one scope (one scaler per scope)."""
 
-    def __init__(self, ctx: _FileContext, dtype: str, explicit_device: Optional[str], iterations: List[_Iteration]) -> None:
+    def __init__(
+        self, ctx: _FileContext, dtype: str, explicit_device: Optional[str], iterations: List[_Iteration]
+    ) -> None:
         self.ctx = ctx
         self.tree = ctx.tree
         self.model = ctx.model
@@ -1002,7 +1013,8 @@ class _Planner:
         if self.needs_torch_import:
             self.builder.need_import("torch")
         what = "autocast + GradScaler, float16" if fp16 else "autocast, bfloat16"
-        return self.builder.build(f"Convert the training loop to AMP ({what})", Applicability.UNSAFE, key=("AMP100", id(self.scope.node)))
+        key = ("AMP100", id(self.scope.node))
+        return self.builder.build(f"Convert the training loop to AMP ({what})", Applicability.UNSAFE, key=key)
 
     # --- forward slices ---
     def _wrap_forward(self, iteration: _Iteration, autocast: str) -> None:
@@ -1014,7 +1026,9 @@ class _Planner:
             piece = self._slice_for(iteration, backward, covered)
             if piece is None:
                 loss = code_of(backward.loss) if backward.loss is not None else "the loss"
-                raise _Refusal(f"no forward pass computing `{loss}` found before `{_short(backward)}` in the same block")
+                raise _Refusal(
+                    f"no forward pass computing `{loss}` found before `{_short(backward)}` in the same block"
+                )
             planned.append(piece)
         for piece in planned:
             self.slices.append(piece)
@@ -1129,8 +1143,9 @@ class _Planner:
             if later is backward or later.index < backward.index or id(later.call) in covered:
                 continue
             targets = self._targets(later)
+            later_position = self.tree.position(later.call)
             assigned_after = any(
-                _facts(s).assigned & targets for s in body[index + 1 :] if self.tree.position(s) < self.tree.position(later.call)
+                _facts(s).assigned & targets for s in body[index + 1 :] if self.tree.position(s) < later_position
             )
             if assigned_after:
                 continue
@@ -1156,7 +1171,8 @@ class _Planner:
         item = cst.WithItem(item=self.builder.expression(autocast))
         if piece.hoist_before is not None:
             assert piece.hoisted is not None
-            self._insert_before(piece.hoist_before, cst.With(items=[item], body=cst.IndentedBlock(body=[piece.hoisted])))
+            block = cst.IndentedBlock(body=[piece.hoisted])
+            self._insert_before(piece.hoist_before, cst.With(items=[item], body=block))
             return
         members = list(piece.block.body[piece.start : piece.end + 1])
         captured: Dict[int, cst.CSTNode] = {}
@@ -1261,8 +1277,11 @@ class _Planner:
                 continue
             anchor = iteration.step.anchor_statement(step)
             block = self.tree.block_of(anchor)
-            if anchor is not step.statement and isinstance(anchor, cst.For) and step.target in _target_names(anchor.target):
-                raise _Refusal(f"gradients are clipped or read before `{_short(step)}`, which steps inside its own loop")
+            in_own_loop = isinstance(anchor, cst.For) and step.target in _target_names(anchor.target)
+            if anchor is not step.statement and in_own_loop:
+                raise _Refusal(
+                    f"gradients are clipped or read before `{_short(step)}`, which steps inside its own loop"
+                )
             if block is None:
                 raise _Refusal(f"`{_short(step)}` is not on a line of its own")
             statement = self.tree.child_in(between[0], block)
@@ -1287,7 +1306,7 @@ class _Planner:
                 common = own
             else:
                 length = 0
-                while length < min(len(common), len(own)) and common[length][0] is own[length][0] and common[length][1] == own[length][1]:
+                while length < min(len(common), len(own)) and _same_branch(common[length], own[length]):
                     length += 1
                 common = common[:length]
         container: Optional[Block]
@@ -1297,7 +1316,8 @@ class _Planner:
                 container = node.body if isinstance(node.body, cst.IndentedBlock) else None
             else:
                 orelse = node.orelse
-                container = orelse.body if isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock) else None
+                is_block = isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock)
+                container = orelse.body if is_block else None
         elif iteration.step.loop is not None:
             body = iteration.step.loop.body
             container = body if isinstance(body, cst.IndentedBlock) else None
@@ -1322,7 +1342,7 @@ class _Planner:
             outer = backward.loops[0] if backward.loops else None
             if outer is None:
                 continue
-            if not any(outer is l for l in loops):
+            if not any(outer is loop for loop in loops):
                 loops.append(outer)
         return loops
 
@@ -1403,7 +1423,9 @@ class _Planner:
                     "the GradScaler must be created once, outside the training loop"
                 )
             if _amp_in_reach(self.model, caller):
-                raise _Refusal(f"`{name}` is called where AMP is already set up; fix that code with the other AMP rules")
+                raise _Refusal(
+                    f"`{name}` is called where AMP is already set up; fix that code with the other AMP rules"
+                )
             callers.append((call, caller))
         return callers
 
@@ -1462,7 +1484,7 @@ class _Planner:
             loops = []
             for call in calls:
                 outer = self.tree.loops_around(call)[0]
-                if not any(outer is l for l in loops):
+                if not any(outer is loop for loop in loops):
                     loops.append(outer)
             anchor = self._before_all(loops)
             device = self.caller_devices[id(calls[0])]
@@ -1470,7 +1492,9 @@ class _Planner:
                 device = self.devices.literal()
             if device.variable is not None:
                 if not self._bound_before(caller, device.variable, anchor):
-                    raise _Refusal(f"`{device.variable}` is not bound before the loop that calls `{function.name.value}`")
+                    raise _Refusal(
+                        f"`{device.variable}` is not bound before the loop that calls `{function.name.value}`"
+                    )
             torch_name = self._torch(caller)
             statement = self.builder.statement(f"{scaler} = {torch_name}.amp.GradScaler({device.code})\n")
             self._insert_before(anchor, statement, priority=0)
@@ -1497,11 +1521,18 @@ class _Planner:
 
             def prepend(node: cst.CSTNode, prefix: List[cst.BaseStatement] = prefix) -> cst.CSTNode:
                 if isinstance(node, cst.BaseStatement):
-                    first = prefix[0].with_changes(leading_lines=tuple(node.leading_lines) + tuple(prefix[0].leading_lines))
-                    return cst.FlattenSentinel([first, *prefix[1:], node.with_changes(leading_lines=())])  # type: ignore[return-value]
+                    # The comments above the wrapped statements stay above the new first statement.
+                    lines = tuple(node.leading_lines) + tuple(prefix[0].leading_lines)
+                    first = prefix[0].with_changes(leading_lines=lines)
+                    rest = [*prefix[1:], node.with_changes(leading_lines=())]
+                    return cst.FlattenSentinel([first, *rest])  # type: ignore[return-value]
                 return node
 
             self.builder.replace(target, prepend)
+
+
+def _same_branch(a: Tuple[cst.If, bool], b: Tuple[cst.If, bool]) -> bool:
+    return a[0] is b[0] and a[1] == b[1]
 
 
 def _is_function_form(backward: Event) -> bool:
@@ -1584,7 +1615,9 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
     outcomes: List[Outcome] = []
     stepping = [it for it in iterations if it.optimizer_steps]
     steps_elsewhere = [
-        e for e in model.events if e.kind is EventKind.OPTIMIZER_STEP and not any(e in it.optimizer_steps for it in stepping)
+        e
+        for e in model.events
+        if e.kind is EventKind.OPTIMIZER_STEP and not any(e in it.optimizer_steps for it in stepping)
     ]
     by_scope: Dict[int, List[_Iteration]] = {}
     for iteration in iterations:
@@ -1642,7 +1675,8 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
             except _Refusal as refusal:
                 reason = str(refusal)
         for iteration in group:
-            outcomes.append(Outcome(iteration.backwards[0], iteration.scope, iteration.is_step_function, fix=fix, reason=reason))
+            anchor = iteration.backwards[0]
+            outcomes.append(Outcome(anchor, iteration.scope, iteration.is_step_function, fix=fix, reason=reason))
     return outcomes
 
 

@@ -215,6 +215,10 @@ def test_verify_scripts_convert_cleanly(script: Path, mode: str, tmp_path: Path)
 # --- the converted scripts run ------------------------------------------------------------------------
 
 RUNNABLE = [p for p in CONVERT_FIXTURES if _RUN_HEADER.search(p.read_text(encoding="utf-8"))]
+# The verify scripts train for 32 steps an epoch (tens of seconds on a CPU): run them on request only.
+RUN_VERIFY_SCRIPTS = os.environ.get("AMP_LINT_RUN_VERIFY_SCRIPTS") == "1"
+# oneDNN has no float16 LSTM kernel on most CPUs: CPU float16 autocast cannot run an LSTM there (CUDA can).
+_NO_CPU_FP16_KERNEL = "could not create a primitive descriptor for the LSTM"
 
 # Runs every converted script in one interpreter (importing torch once), each with its own argv, working
 # directory, captured output and warnings; records which autocast configurations were entered.
@@ -269,7 +273,8 @@ def _run_label(path: Path) -> str:
 
 
 def _values(stdout: str, label: str) -> List[float]:
-    pattern = re.compile(rf"(?<![\w]){re.escape(label)}[ =:]+(?P<value>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))", re.I)
+    number = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
+    pattern = re.compile(rf"(?<![\w]){re.escape(label)}[ =:]+(?P<value>{number})", re.I)
     return [float(m.group("value")) for m in pattern.finditer(stdout)]
 
 
@@ -281,7 +286,8 @@ def script_runs(tmp_path_factory) -> Dict[str, dict]:
     work = tmp_path_factory.mktemp("converted")
     jobs = []
     sources = [(p.name[: -len(".in.py")], p, []) for p in RUNNABLE]
-    sources += [(f"verify-{p.stem}", p, ["--epochs", "1"]) for p in VERIFY_SCRIPTS]
+    if RUN_VERIFY_SCRIPTS:
+        sources += [(f"verify-{p.stem}", p, ["--epochs", "1"]) for p in VERIFY_SCRIPTS]
     for name, path, args in sources:
         for mode in MODES:
             result = convert_source(path.read_text(encoding="utf-8"), amp_dtype=mode, amp_device="cpu")
@@ -307,6 +313,8 @@ def script_runs(tmp_path_factory) -> Dict[str, dict]:
 
 
 def _check_run(record: dict, mode: str) -> None:
+    if mode == "float16" and record["error"] and _NO_CPU_FP16_KERNEL in record["error"]:
+        pytest.skip("this CPU has no float16 LSTM kernel (oneDNN): CPU float16 autocast cannot run an LSTM")
     assert record["error"] is None, record["stdout"][-2000:] + "\n" + record["error"]
     disabling = [w for w in record["warnings"] if "Disabling" in w or "disabling" in w]
     assert disabling == [], disabling
@@ -329,6 +337,7 @@ def test_converted_script_runs_and_learns(script_runs, path: Path, mode: str):
     assert last < first, f"`{label}` did not fall: {values}"
 
 
+@pytest.mark.skipif(not RUN_VERIFY_SCRIPTS, reason="set AMP_LINT_RUN_VERIFY_SCRIPTS=1 to run the verify scripts")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("script", VERIFY_SCRIPTS, ids=[p.name for p in VERIFY_SCRIPTS])
 def test_converted_verify_script_runs(script_runs, script: Path, mode: str):

@@ -3,6 +3,7 @@
 The runner tests feed hand-written AMP programs through `verify_scripts(converter=...)`, so they do not depend on
 `amp_lint.convert`; only the end-to-end test over the bundled scripts needs it (and is skipped without it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,6 +33,13 @@ from amp_lint.verify import runner
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="amp-lint verify runs training scripts, which needs torch"
 )
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_child(monkeypatch):
+    """The training runs here are tiny: one thread each is fastest, and steady on a busy machine."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
 
 # Two optimizers stepped in turn (GAN-style), two losses per step, fp16 CPU autocast and a GradScaler whose
 # initial scale is so large that the first steps overflow and are skipped. It logs its own losses so the test can
@@ -72,9 +80,9 @@ with torch.autocast("cpu", dtype=torch.float32):
 raise ValueError("deliberate failure")
 """
 
-# An fp32 regression whose loss is multiplied by 1e-5. Adam does not mind the scale, but in float16 the
-# gradients underflow: converted to fp16 autocast without a GradScaler, it stops learning.
-TINY_FP32_SCRIPT = """
+# A regression whose loss is multiplied by 1e-5: Adam does not mind the scale, but in float16 such gradients
+# underflow. {setup} and {step} are filled with the fp32 original's code or with an AMP version's.
+TINY_SCRIPT_TEMPLATE = """
 import torch
 
 torch.manual_seed(0)
@@ -82,36 +90,39 @@ x = torch.randn(256, 16)
 y = torch.sin(x @ torch.randn(16, 1))
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-for epoch in range(100):
+{setup}for epoch in range(100):
     optimizer.zero_grad()
+{step}"""
+
+TINY_FP32_SCRIPT = TINY_SCRIPT_TEMPLATE.format(
+    setup="",
+    step="""\
     loss = 1e-5 * torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
     optimizer.step()
-"""
+""",
+)
 
+_SCALER = 'scaler = torch.amp.GradScaler("cpu")\n'
 _FP16_FORWARD = """\
     with torch.autocast("cpu", dtype=torch.float16):
         loss = 1e-5 * torch.nn.functional.mse_loss(model(x), y)
 """
-_FP32_LOOP_BODY = """\
-    loss = 1e-5 * torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    optimizer.step()
-"""
-
 AMP_VARIANTS = {
     # The canonical conversion: the scaler lifts the tiny gradients out of float16's underflow range.
-    "correct": TINY_FP32_SCRIPT.replace("for epoch", 'scaler = torch.amp.GradScaler("cpu")\nfor epoch').replace(
-        _FP32_LOOP_BODY, _FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n"
-        "    scaler.update()\n"
+    "correct": TINY_SCRIPT_TEMPLATE.format(
+        setup=_SCALER,
+        step=_FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n",
     ),
     # float16 autocast without a GradScaler: the gradients underflow to zero and training stalls.
-    "no scaler": TINY_FP32_SCRIPT.replace(
-        _FP32_LOOP_BODY, _FP16_FORWARD + "    loss.backward()\n    optimizer.step()\n"
+    "no scaler": TINY_SCRIPT_TEMPLATE.format(
+        setup="",
+        step=_FP16_FORWARD + "    loss.backward()\n    optimizer.step()\n",
     ),
     # scaler.update() never called: the second scaler.step() raises.
-    "never updated": TINY_FP32_SCRIPT.replace("for epoch", 'scaler = torch.amp.GradScaler("cpu")\nfor epoch').replace(
-        _FP32_LOOP_BODY, _FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n"
+    "never updated": TINY_SCRIPT_TEMPLATE.format(
+        setup=_SCALER,
+        step=_FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n",
     ),
 }
 
@@ -119,7 +130,7 @@ AMP_VARIANTS = {
 def run_bootstrap(script: Path, out: Path, *args: str, steps: int = 12) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "amp_lint.verify.bootstrap", "--script", str(script), "--steps", str(steps),
                "--warmup", "2", "--out", str(out), "--", *args]  # fmt: skip
-    environment = runner._child_environment("cpu")  # what the runner gives its children: amp_lint importable
+    environment = runner.child_environment("cpu")  # what the runner gives its children: amp_lint importable
     return subprocess.run(command, capture_output=True, text=True, cwd=script.parent, env=environment)
 
 
@@ -185,9 +196,16 @@ def test_runner_judges_hand_converted_variants(tmp_path, variant, status, explan
         return SimpleNamespace(code=AMP_VARIANTS[variant], converted=True, reasons=[])
 
     report = verify_scripts(
-        [script], device="cpu", dtype="float16", steps=40, warmup=5, last_k=5, converter=converter,
-        keep_converted=tmp_path / "converted", progress=progress.append,
-    )  # fmt: skip
+        [script],
+        device="cpu",
+        dtype="float16",
+        steps=40,
+        warmup=5,
+        last_k=5,
+        converter=converter,
+        keep_converted=tmp_path / "converted",
+        progress=progress.append,
+    )
 
     assert requests == [(TINY_FP32_SCRIPT, "float16", "cpu")]
     assert (tmp_path / "converted" / "tiny_regression.py").read_text() == AMP_VARIANTS[variant]
@@ -207,6 +225,39 @@ def test_runner_judges_hand_converted_variants(tmp_path, variant, status, explan
         assert explanation in result.crash and explanation in text
 
 
+FALLING = [2.0] * 10 + [1.0] * 10  # first-10 mean 2.0, last-10 mean 1.0
+BF16_AUTOCAST = [{"device_type": "cpu", "dtype": "bfloat16", "enabled": True}]
+
+
+@pytest.mark.parametrize(
+    ("amp_run", "reason"),
+    [
+        (dict(losses=FALLING, autocast=BF16_AUTOCAST), None),
+        (dict(losses=[None, None, *FALLING[2:]], skipped_steps=[0, 1], autocast=BF16_AUTOCAST), None),
+        (dict(losses=[x * 1.06 for x in FALLING], autocast=BF16_AUTOCAST), "AMP final loss 1.06 differs"),
+        (dict(losses=[*FALLING[:12], None, *FALLING[13:]], autocast=BF16_AUTOCAST), "1 non-finite"),
+        (dict(losses=[1.0] * 20, autocast=BF16_AUTOCAST), "the AMP loss did not fall clearly"),
+        (dict(losses=FALLING), "the converted script never entered an enabled autocast region"),
+        (dict(losses=FALLING, autocast=[{**BF16_AUTOCAST[0], "dtype": "float16"}]), "autocast ran with float16"),
+        (
+            dict(losses=FALLING, autocast=BF16_AUTOCAST, disabling_warnings=["CUDA is not available. Disabling."]),
+            "AMP switched itself off: CUDA is not available. Disabling.",
+        ),
+    ],
+    ids=["same", "skipped-at-start", "rtol", "nan-later", "flat", "no-autocast", "wrong-dtype", "disabled"],
+)
+def test_judge(amp_run, reason):
+    result = ScriptResult(Path("s.py"), CRASHED, fp32=RunRecord("ok", losses=FALLING), amp=RunRecord("ok", **amp_run))
+
+    runner.judge(result, rtol=0.05, last_k=10, dtype="bfloat16")
+
+    if reason is None:
+        assert (result.status, result.reasons) == (EQUIVALENT, [])
+    else:
+        assert result.status == NOT_EQUIVALENT
+        assert any(line.startswith(reason) for line in result.reasons), result.reasons
+
+
 def test_runner_does_not_run_a_script_the_conversion_refused(tmp_path):
     script = tmp_path / "closure.py"
     script.write_text("raise AssertionError('must not run')\n")
@@ -220,8 +271,10 @@ def test_runner_does_not_run_a_script_the_conversion_refused(tmp_path):
 
 
 def _fake_report(*statuses: str) -> VerifyReport:
-    results = [ScriptResult(Path(f"script_{index}.py"), status, crash="boom" if status == CRASHED else None)
-               for index, status in enumerate(statuses)]  # fmt: skip
+    results = [
+        ScriptResult(Path(f"script_{index}.py"), status, crash="boom" if status == CRASHED else None)
+        for index, status in enumerate(statuses)
+    ]
     return VerifyReport("cpu", "bfloat16", 20, 2, 0.05, 5, results, notes=[])
 
 
@@ -302,8 +355,9 @@ def test_verify_bundled_scripts_end_to_end():
     )
 
     report = json.loads(result.stdout)
-    verdicts = {Path(entry["script"]).name: (entry["status"], entry["reasons"], entry["crash"])
-                for entry in report["scripts"]}  # fmt: skip
+    verdicts = {
+        Path(entry["script"]).name: (entry["status"], entry["reasons"], entry["crash"]) for entry in report["scripts"]
+    }
     assert len(verdicts) == len(list(BUNDLED_SCRIPTS.glob("*.py")))
     assert all(status == EQUIVALENT for status, _, _ in verdicts.values()), verdicts
     assert result.exit_code == 0

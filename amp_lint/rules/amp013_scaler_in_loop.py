@@ -7,7 +7,7 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.edits import FixBuilder
-from amp_lint.model import EventKind, FileModel, Loop, ScalerBinding, code_of
+from amp_lint.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -147,6 +147,21 @@ def train(model, loader, optimizer):
         scaler.update()
 """
         ),
+        # Handed to a step function every iteration.
+        Invalid(
+            """
+import torch
+for x in loader:
+    scaler = torch.amp.GradScaler("cuda")
+    train_step(model, x, optimizer, scaler)
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    train_step(model, x, optimizer, scaler)
+""",
+        ),
         # A step function called once per batch.
         Invalid(
             """
@@ -176,7 +191,7 @@ for x in loader:
     def _in_loop(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
         loop = binding.loops[-1]
         scope = binding.scope
-        events = [e for e in scope.events if e.kind in _TRAINING and loop in e.loops]
+        events = [e for e in scope.events if loop in e.loops and (e.kind in _TRAINING or _passes(e, binding.key))]
         if not events:
             return
         if _lazy(model, binding):
@@ -224,6 +239,11 @@ for x in loader:
             confidence=Confidence.MEDIUM,
             context=scope.name,
         )
+
+
+def _passes(event, key: str) -> bool:
+    """A call in the loop that hands the scaler to a step function: `train_step(batch, scaler)`."""
+    return event.kind is EventKind.CALL and any(dotted_name(arg.value) == key for arg in event.call.args)
 
 
 def _lazy(model: FileModel, binding: ScalerBinding) -> bool:

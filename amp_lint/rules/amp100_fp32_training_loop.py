@@ -67,7 +67,8 @@ class Fp32TrainingLoop(Rule):
     by hand without an optimizer, and a step function whose call sites are not all in the file.
 
     ## References
-    - [AMP examples](https://docs.pytorch.org/docs/stable/notes/amp_examples.html) (typical, accumulation, clipping, multiple optimizers)
+    - [AMP examples](https://docs.pytorch.org/docs/stable/notes/amp_examples.html): typical, accumulation, clipping,
+      several optimizers
     - [AMP recipe](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
     - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html)
     """

@@ -5,6 +5,7 @@ speed and memory are compared (see :mod:`amp_lint.verify.runner`). The children 
 :mod:`amp_lint.verify.bootstrap`, which records every training step without editing the script. Importing this
 package does not import torch: only the children do.
 """
+
 from amp_lint.verify.bootstrap import RunRecord
 from amp_lint.verify.runner import (
     BUNDLED_SCRIPTS,

@@ -29,6 +29,7 @@ Losses are kept as tensors and read once at the end, so recording them forces no
 on CUDA the device is synchronised only at the two instants that bound the timing (the end of step W and of the
 last step).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """``amp-lint verify``: the command line over :func:`amp_lint.verify.runner.verify_scripts`; it holds no logic."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -130,4 +131,3 @@ def verify(
         for path in write_loss_plots(report, plot_dir):
             click.echo(f"wrote {path}", err=True)
     ctx.exit(report.exit_code)
-

@@ -6,6 +6,7 @@ as :func:`amp_lint.convert.convert_source` rewrote it. The bootstrap records the
 this module compares the two runs (see :func:`judge`). This parent process never imports torch; even whether CUDA
 is available is asked of a child, so that ``amp-lint`` itself stays light.
 """
+
 from __future__ import annotations
 
 import math
@@ -126,6 +127,18 @@ def distinct_stems(scripts: Sequence[Path]) -> list[str]:
             stem = f"{script.stem}-{number}"
         stems.append(stem)
     return stems
+
+
+def child_environment(device: str) -> dict[str, str]:
+    """The parent's environment, plus the device, cuBLAS determinism and an import path to this amp_lint."""
+    import amp_lint
+
+    environment = dict(os.environ)
+    environment[DEVICE_ENVIRONMENT_VARIABLE] = device
+    environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    package_root = str(Path(amp_lint.__file__).resolve().parent.parent)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    return environment
 
 
 def verify_scripts(
@@ -252,12 +265,12 @@ class _ScriptVerifier:
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
-            env=_child_environment(self.device),
+            env=child_environment(self.device),
         ) as child:
             assert child.stdout is not None
             for line in child.stdout:
                 if line.startswith(PROGRESS_PREFIX):
-                    self._report(f"{phase} run, step {line[len(PROGRESS_PREFIX):].strip()}")
+                    self._report(f"{phase} run, step {line[len(PROGRESS_PREFIX) :].strip()}")
                 else:
                     output_tail.append(line.rstrip("\n"))
         if not out.exists():
@@ -283,11 +296,15 @@ def _crash_text(phase: str, error: dict[str, Any], output_tail: Sequence[str] = 
 def judge(result: ScriptResult, *, rtol: float, last_k: int, dtype: str) -> None:
     """Fill in ``result``'s numbers and verdict from its two completed runs.
 
-    Equivalent means all of: the AMP run's final loss (mean of the last ``last_k`` steps) is within ``rtol`` of
-    the fp32 run's, relative to fp32's; both losses fell clearly (final mean below :data:`REQUIRED_LOSS_DROP` times
-    the mean of the first ``last_k`` steps); no non-finite loss in either run, except in the steps the GradScaler
-    skipped at the start while it calibrated its scale; and AMP really ran: the converted script entered autocast
-    enabled, with the requested dtype, and no autocast or GradScaler warning said it was "Disabling" itself.
+    Equivalent means all of:
+
+    * the AMP run's final loss (mean of the last ``last_k`` steps) is within ``rtol`` of the fp32 run's,
+      relative to fp32's;
+    * both losses fell clearly: final mean below :data:`REQUIRED_LOSS_DROP` times the mean of the first
+      ``last_k`` steps (not counting the steps a GradScaler skipped at the start while calibrating its scale);
+    * no non-finite loss in either run, except in those calibration steps;
+    * AMP really ran: the converted script entered autocast enabled, with the requested dtype, and no autocast
+      or GradScaler warning said it was "Disabling" itself.
     """
     fp32, amp = result.fp32, result.amp
     assert fp32 is not None and amp is not None
@@ -309,13 +326,15 @@ def judge(result: ScriptResult, *, rtol: float, last_k: int, dtype: str) -> None
             f"by {result.relative_difference:.1%} (rtol {rtol:.1%})"
         )
     for name, record in (("fp32", fp32), ("AMP", amp)):
-        first, last = _mean(record.losses[:last_k]), _mean(record.losses[-last_k:])
+        calibrating = _scaler_calibration_steps(record)
+        first = _mean(record.losses[calibrating : calibrating + last_k])
+        last = _mean(record.losses[-last_k:])
         if not last < REQUIRED_LOSS_DROP * first:
             reasons.append(
                 f"the {name} loss did not fall clearly: last-{last_k} mean {last:.4g} is not below "
                 f"{REQUIRED_LOSS_DROP} x first-{last_k} mean {first:.4g}"
             )
-        late_nonfinite = _nonfinite_after_scaler_warmup(record)
+        late_nonfinite = [step for step, loss in enumerate(record.losses) if loss is None and step >= calibrating]
         if late_nonfinite:
             reasons.append(
                 f"{len(late_nonfinite)} non-finite (or unrecorded) loss(es) in the {name} run, "
@@ -416,12 +435,12 @@ def _relative_difference(value: float, reference: float) -> float:
     return abs(value - reference) / abs(reference)
 
 
-def _nonfinite_after_scaler_warmup(record: RunRecord) -> list[int]:
-    """Steps with a non-finite loss, except those in the run of skipped steps a GradScaler starts with."""
+def _scaler_calibration_steps(record: RunRecord) -> int:
+    """How many steps a GradScaler skipped right at the start, while it lowered its initial scale."""
     calibrating = 0
     while calibrating in record.skipped_steps:
         calibrating += 1
-    return [step for step, loss in enumerate(record.losses) if loss is None and step >= calibrating]
+    return calibrating
 
 
 def _resolve_device(device: str) -> str:
@@ -453,18 +472,6 @@ def _load_converter() -> Converter:
     except ImportError as exc:
         raise VerifyError(f"the fp32 -> AMP conversion (amp_lint.convert) is not available: {exc}") from exc
     return convert_source
-
-
-def _child_environment(device: str) -> dict[str, str]:
-    """The parent's environment, plus the device, cuBLAS determinism and an import path to this amp_lint."""
-    import amp_lint
-
-    environment = dict(os.environ)
-    environment[DEVICE_ENVIRONMENT_VARIABLE] = device
-    environment.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    package_root = str(Path(amp_lint.__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
-    return environment
 
 
 def _json_safe(value: Any) -> Any:

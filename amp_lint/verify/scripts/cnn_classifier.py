@@ -5,6 +5,7 @@ Each class is a fixed random pattern; an image is its class pattern, randomly di
 noise, and 10% of the labels are shuffled so the loss levels off above zero. VERIFY_SCALE (default 1) widens
 the network and the batch for a GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import os
 
@@ -61,7 +62,7 @@ def train(model, loader, optimizer, device, epochs):
 
 def main():
     parser = argparse.ArgumentParser(description="Train a CNN on synthetic images.")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.05)
     args = parser.parse_args()
 
@@ -70,7 +71,7 @@ def main():
     device = torch.device(os.environ.get("AMP_LINT_VERIFY_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu"))
 
     batch_size = 64 * scale
-    dataset = make_dataset(32 * batch_size, torch.Generator().manual_seed(0))
+    dataset = make_dataset(128 * batch_size, torch.Generator().manual_seed(0))
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(1))
     model = SmallCNN(width=16 * scale).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)

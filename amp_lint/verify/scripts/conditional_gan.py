@@ -7,6 +7,7 @@ generator's loss falls clearly while the two networks compete. Both adversarial 
 BCEWithLogitsLoss, which (unlike BCELoss) is safe under autocast. VERIFY_SCALE (default 1) widens the
 networks and the batch for a GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import os
 

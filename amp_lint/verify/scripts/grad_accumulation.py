@@ -6,6 +6,7 @@ by the accumulation count), and the gradient norm is clipped at each accumulatio
 Gaussian blobs with 10% shuffled labels. VERIFY_SCALE (default 1) widens the model and the batch for a GPU;
 AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import os
 

@@ -4,6 +4,7 @@ A plain fp32 training script, one of the fixtures `amp-lint verify` converts to 
 The data is generated here with a fixed seed; nothing is downloaded. VERIFY_SCALE (default 1) widens the
 model and the batch for a GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import os
 

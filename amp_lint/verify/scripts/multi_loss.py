@@ -5,6 +5,7 @@ A shared trunk feeds a classification head (cross-entropy) and a regression head
 backpropagated on its own (the first with retain_graph=True) before a single optimizer step. VERIFY_SCALE
 (default 1) widens the model and the batch for a GPU; AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import os
 
@@ -42,7 +43,7 @@ class TwoHeadNet(nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description="Train a two-headed network with two losses.")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.03)
     args = parser.parse_args()
 
@@ -52,7 +53,7 @@ def main():
 
     batch_size = 64 * scale
     loader = DataLoader(
-        make_dataset(32 * batch_size, torch.Generator().manual_seed(0)),
+        make_dataset(128 * batch_size, torch.Generator().manual_seed(0)),
         batch_size=batch_size,
         shuffle=True,
         generator=torch.Generator().manual_seed(1),

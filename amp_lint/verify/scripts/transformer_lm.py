@@ -7,6 +7,7 @@ nn.TransformerEncoder; the loss falls from log(vocab) towards the chain's entrop
 from a shuffled tensor. VERIFY_SCALE (default 1) widens the model and the batch for a GPU;
 AMP_LINT_VERIFY_DEVICE, when set, chooses the device.
 """
+
 import argparse
 import math
 import os
