@@ -497,6 +497,7 @@ class FileModel:
     autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
+    _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
 
     # --- scalers ---
     def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
@@ -529,6 +530,22 @@ class FileModel:
                 if _SCALER_NAME.search(param) or (annotation is not None and "Scaler" in code_of(annotation)):
                     return True
         return any(e.kind in _SCALER_KINDS for e in self.events if e.scope in set(scope.chain()))
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
+        """The statements of the block (module or indented body) that holds `statement`, itself included."""
+        if self._blocks is None:
+            blocks: Dict[int, Sequence[cst.BaseStatement]] = {}
+            stack: List[cst.CSTNode] = [self.module]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (cst.Module, cst.IndentedBlock)):
+                    for child in node.body:
+                        blocks[id(child)] = node.body
+                if isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)):
+                    continue  # no statement blocks inside
+                stack.extend(node.children)
+            self._blocks = blocks
+        return self._blocks.get(id(statement))
 
     def is_optimizer(self, key: str) -> bool:
         """Built from a torch.optim class, stepped through a scaler, or named like an optimizer."""

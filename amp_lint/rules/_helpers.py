@@ -201,16 +201,16 @@ def boundary_of(event: Event, reference: Event) -> Optional[cst.If]:
 # Canonical order of the protocol statements inside the boundary block.
 _RANK = {
     EventKind.SCALER_UNSCALE: 0,
-    EventKind.CLIP: 0,
-    EventKind.SCALER_STEP: 1,
-    EventKind.OPTIMIZER_STEP: 1,
-    EventKind.SCALER_UPDATE: 2,
-    EventKind.ZERO_GRAD: 3,
+    EventKind.CLIP: 1,
+    EventKind.SCALER_STEP: 2,
+    EventKind.OPTIMIZER_STEP: 2,
+    EventKind.SCALER_UPDATE: 3,
+    EventKind.ZERO_GRAD: 4,
 }
 
 
 def rank(kind: EventKind) -> int:
-    return _RANK.get(kind, 4)
+    return _RANK.get(kind, 5)
 
 
 def assigned_names(statement: cst.CSTNode) -> Set[str]:
@@ -270,7 +270,7 @@ def move_into_boundary(
     ranks: Dict[int, int] = {}
     for event in boundary_events:
         for statement in inside:
-            if statement is event.statement or _contains(statement, event.statement):
+            if statement is event.statement or contains(statement, event.statement):
                 ranks[id(statement)] = min(ranks.get(id(statement), 9), rank(event.kind))
     for statement, kind in movers:
         builder.remove(statement)
@@ -283,7 +283,7 @@ def move_into_boundary(
     return True
 
 
-def _contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
     if outer is inner:
         return True
     stack = list(outer.children)

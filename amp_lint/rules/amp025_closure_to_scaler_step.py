@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from amp_lint.diagnostics import Severity
 from amp_lint.model import EventKind, FileModel
 from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
@@ -85,6 +87,14 @@ class Trainer:
     def step(self, optimizer):
         self.scaler.step(optimizer, closure=lambda **kwargs: self.train_microbatches(**kwargs))
 """,
+        # A wrapper forwarding an optional closure (Accelerate's AcceleratedOptimizer.step).
+        """
+class AcceleratedOptimizer:
+    def step(self, closure=None):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer, closure)
+            self.scaler.update()
+""",
         # Forwarded arguments: unknown.
         """
 def step(scaler, optimizer, *args):
@@ -126,6 +136,8 @@ scaler.update()
             if scaler_may_be_custom(model, event.receiver, event.scope):
                 continue  # a project's own scaler class may support closures (Composer's ClosureGradScaler)
             extra = closure[0] if closure else positional[1]
+            if _forwarded_optional(event.scope, extra.value):
+                continue  # `def step(self, closure=None): self.scaler.step(self.optimizer, closure)`
             how = (
                 "raises 'Closure use is not currently supported'"
                 if closure
@@ -137,3 +149,15 @@ scaler.update()
                 "GradScaler does not support closure-based optimizers",
                 context=event.scope.name,
             )
+
+
+def _forwarded_optional(scope, value) -> bool:
+    """A parameter of the enclosing function that defaults to None: a wrapper forwarding its caller's closure."""
+    function = scope.node
+    if not isinstance(value, cst.Name) or not isinstance(function, cst.FunctionDef):
+        return False
+    params = [*function.params.params, *function.params.kwonly_params, *function.params.posonly_params]
+    for param in params:
+        if param.name.value == value.value:
+            return isinstance(param.default, cst.Name) and param.default.value == "None"
+    return False

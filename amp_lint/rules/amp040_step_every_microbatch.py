@@ -62,7 +62,7 @@ class StepEveryMicrobatch(Rule):
 
     code = "AMP040"
     name = "scaler-step-every-microbatch"
-    summary = "Accumulation loop: scaler.step()/update() on every micro-batch"
+    summary = "Accumulation loop: scaler.step() on every micro-batch"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
     needs = (r"[Ss]caler", r"\bstep\b|\bupdate\b")

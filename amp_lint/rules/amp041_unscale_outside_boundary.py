@@ -114,6 +114,35 @@ for i, (x, y) in enumerate(loader):
 """,
             count=2,
         ),
+        # Only the unscale_ is outside: it goes before the clipping (YOLOv5's loop, broken).
+        Invalid(
+            """
+import torch
+for i, (imgs, targets) in enumerate(loader):
+    ni = i + nb * epoch
+    scaler.scale(compute_loss(model(imgs), targets)).backward()
+    scaler.unscale_(optimizer)  # unscale gradients
+    if ni - last_opt_step >= accumulate:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        last_opt_step = ni
+""",
+            fixed="""
+import torch
+for i, (imgs, targets) in enumerate(loader):
+    ni = i + nb * epoch
+    scaler.scale(compute_loss(model(imgs), targets)).backward()
+    if ni - last_opt_step >= accumulate:
+        scaler.unscale_(optimizer)  # unscale gradients
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        last_opt_step = ni
+""",
+        ),
         # The norm is logged outside: reported, not moved.
         Invalid(
             """

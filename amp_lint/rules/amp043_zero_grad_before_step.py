@@ -7,7 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.edits import FixBuilder, removal_target
 from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import contains, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -94,6 +94,22 @@ for i, x in enumerate(loader):
         scaler.update()
         optimizer.zero_grad()
 """,
+        # An out-of-memory retry clears the gradients and leaves the loop (Ultralytics).
+        """
+for epoch in range(epochs):
+    for i, batch in enumerate(loader):
+        try:
+            scaler.scale(model(batch).sum()).backward()
+        except RuntimeError:
+            optimizer.zero_grad()
+            break
+        if i - last_opt_step >= accumulate:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+            last_opt_step = i
+""",
     ]
     invalid = [
         Invalid(
@@ -159,6 +175,8 @@ for i, x in enumerate(loader):
                         continue
                     if _stepped_between(step, backward, zero, consumer.target, scaler):
                         continue
+                    if _leaves_before(model, zero, consumer):
+                        continue
                     if zero.target == consumer.target:
                         confidence = Confidence.HIGH
                     elif zero.target is not None and not model.is_optimizer(zero.target) and len(stepped) == 1:
@@ -175,6 +193,29 @@ for i, x in enumerate(loader):
                         confidence=confidence,
                         context=step.scope.name,
                     )
+
+
+def _caller_statement(event: Event) -> cst.CSTNode:
+    """The statement of the iteration itself: for an event inside a helper, the call of the helper."""
+    trail = event.trail()
+    return trail[0].statement if trail else event.statement
+
+
+def _leaves_before(model: FileModel, zero: Event, consumer: Event) -> bool:
+    """`optimizer.zero_grad(); break` (an OOM retry in an `except`): the step never follows on that path."""
+    statement = _caller_statement(zero)
+    block = model.block_of(statement)
+    if block is None:
+        return False
+    target = _caller_statement(consumer)
+    for following in block[list(block).index(statement) + 1 :]:
+        if following is target or contains(following, target):
+            return False
+        if isinstance(following, cst.SimpleStatementLine) and any(
+            isinstance(small, (cst.Break, cst.Continue, cst.Return, cst.Raise)) for small in following.body
+        ):
+            return True
+    return False
 
 
 def _stepped_between(step: TrainingStep, backward: Event, zero: Event, optimizer: str, scaler: str) -> bool:

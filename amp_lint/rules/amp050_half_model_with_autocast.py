@@ -122,7 +122,9 @@ class Trainer:
                     cast_site.call,
                     f"`{short(cast_site.call)}` turns `{key}` to {how}, and `{short(site.call, 40)}` runs it under "
                     "autocast: keep the parameters in float32 and let autocast choose per-op dtypes",
-                    confidence=Confidence.HIGH if site.scope is cast_site.scope else Confidence.MEDIUM,
+                    confidence=Confidence.HIGH
+                    if site.scope is cast_site.scope and site.in_enabled_autocast().spec.enabled is True
+                    else Confidence.MEDIUM,
                     context=cast_site.scope.name,
                 )
                 break

@@ -75,6 +75,14 @@ with torch.autocast("cuda"):
     logits = model(x)
     probs = torch.softmax(logits.float(), dim=-1)
 """,
+        # A test harness switching between pure float16 and autocast.
+        """
+import torch
+with torch.autocast("cuda", enabled=use_autocast):
+    if use_pure_fp16:
+        x = x.half()
+    out = model(x)
+""",
     ]
     invalid = [
         Invalid(
@@ -108,7 +116,8 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
                     "inputs to the low precision anyway; use a nested autocast(enabled=False) for float32",
                     context=site.scope.name,
                 )
-            elif dtype == "float16" and site.method is not None:
+            elif dtype == "float16" and site.method is not None and region.spec.enabled is True:
+                # (A region switched on at run time often alternates with a pure-float16 mode.)
                 what = (
                     "forces float16 inside bfloat16 autocast"
                     if region.spec.dtype is DType.BF16

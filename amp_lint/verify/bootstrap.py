@@ -25,9 +25,13 @@ and the micro-batch losses of an accumulation step (which, divided by the accumu
 their mean). After ``--steps`` training steps the script is stopped by an exception derived from BaseException, so
 ``except Exception`` in the script cannot swallow it.
 
-Losses are kept as tensors and read once at the end, so recording them forces no extra device synchronisation;
-on CUDA the device is synchronised only at the two instants that bound the timing (the end of step W and of the
-last step).
+Before the script starts, the bootstrap seeds ``random`` and torch and turns on
+``torch.use_deterministic_algorithms(True, warn_only=True)`` (the runner also sets ``CUBLAS_WORKSPACE_CONFIG``), so
+the two runs differ only by what the conversion changed.
+
+Losses are kept as tensors and read once at the end, so recording them adds no device synchronisation (reading the
+scale in ``GradScaler.update`` adds one per step, where ``GradScaler.step`` already waits for its inf check); on
+CUDA the device is synchronised for the timing only at the end of step W and of the last step.
 """
 
 from __future__ import annotations

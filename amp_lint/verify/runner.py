@@ -381,9 +381,12 @@ def write_loss_plots(report: VerifyReport, directory: Path) -> list[Path]:
     written = []
     for result, stem in zip(report.results, distinct_stems([result.script for result in report.results])):
         runs = [(name, record) for name, record in (("fp32", result.fp32), ("AMP", result.amp)) if record]
+        if not runs:  # the conversion refused or failed: nothing ran
+            continue
         figure, axes = plt.subplots(figsize=(7, 4))
-        for name, record in runs:
-            axes.plot([math.nan if loss is None else loss for loss in record.losses], label=name)
+        for name, record in runs:  # AMP dashed: where the runs agree, both curves stay visible
+            losses = [math.nan if loss is None else loss for loss in record.losses]
+            axes.plot(losses, label=name, linestyle="--" if name == "AMP" else "-")
         axes.set(xlabel="training step", ylabel="loss", title=f"{result.script.name}: {result.status}")
         axes.legend()
         path = directory / f"{stem}.png"
