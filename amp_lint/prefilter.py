@@ -36,13 +36,43 @@ def literal_hints(pattern: str) -> Tuple[str, ...]:
     patterns without a literal prefix. The hints reject almost every file before any regex runs.
     """
     hints = []
-    for alternative in pattern.split("|"):
+    for alternative in _top_level_alternatives(pattern):
+        if "(" in alternative or "|" in alternative:
+            alternative = re.sub(r"\([^()]*\)[?*]?", " ", alternative)  # a group may match anything
+
         plain = re.sub(r"\\b|\[[^\]]*\]|\\.|[()?*+^$.]", " ", alternative)
         runs = [run for run in plain.split() if run]
         if not runs:
             return ()  # no literal part: the regex alone decides
         hints.append(max(runs, key=len))
     return tuple(hints)
+
+
+def _top_level_alternatives(pattern: str):
+    """`a|b(c|d)` -> ["a", "b(c|d)"]: split on `|` outside groups and character classes."""
+    parts, depth, current, escaped, in_class = [], 0, "", False, False
+    for char in pattern:
+        if escaped:
+            current += char
+            escaped = False
+            continue
+        if char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif not in_class and char == "(":
+            depth += 1
+        elif not in_class and char == ")":
+            depth -= 1
+        elif not in_class and depth == 0 and char == "|":
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    parts.append(current)
+    return parts
 
 
 class Prefilter:

@@ -56,7 +56,7 @@ class UnscaleTwice(Rule):
     summary = "scaler.unscale_() twice per optimizer per iteration, or after step()"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"unscale_",)
+    needs = (r"\bunscale_\b", r"[Ss]caler")
 
     valid = [
         """

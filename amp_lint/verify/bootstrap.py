@@ -287,9 +287,18 @@ def _summed_loss(losses: list[Any]) -> float | None:
 
 
 def describe_exception(exc: BaseException) -> dict[str, Any]:
-    """The exception's type, message and last traceback lines: what a crash report shows."""
-    lines = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
+    """The exception's type, message and last traceback lines: what a crash report shows.
+
+    The bootstrap's own frames (``main``, runpy, the hook wrappers) are left out: the user reads their script's.
+    """
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if not _is_bootstrap_frame(frame.filename)]
+    text = "".join(traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc))
+    lines = ["Traceback (most recent call last):", *text.rstrip().splitlines()]
     return {"type": type(exc).__name__, "message": str(exc), "traceback_tail": lines[-_TRACEBACK_TAIL_LINES:]}
+
+
+def _is_bootstrap_frame(filename: str) -> bool:
+    return filename in (__file__, runpy.__file__) or filename.startswith("<frozen runpy")
 
 
 def _positive_int(text: str) -> int:
