@@ -23,7 +23,7 @@ class _DefaultToCheck(click.Group):
     """A group whose default command is `check`, so `amp-lint src/` and `amp-lint --fix src/` work."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
+        if not args or (args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version")):
             args = ["check", *args]
         return super().parse_args(ctx, args)
 

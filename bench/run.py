@@ -60,9 +60,9 @@ ROW_IDS = ("read", "prefilter", "cold", "warm", "precommit", "fix", "ruff", "ruf
 PEER_ROWS = ("ruff", "ruff-silent", "torchfix", "fixit")
 REFERENCE_ROW = "cold"
 
-# amp-lint, like git, skips what a .gitignore in a parent folder lists, and both corpora sit in
-# ignored folders (bench/.work/, often a .venv/). Neither corpus has a .gitignore of its own, so
-# this flag changes nothing but that; Ruff checks such folders when named on the command line.
+# Both corpora sit in folders that a parent .gitignore lists (bench/.work/, often a .venv/), and
+# amp-lint builds before cf16334 skipped such folders even when named on the command line. Neither
+# corpus has a .gitignore of its own, so the flag only makes every build check the same files.
 AMP_LINT_WALK_FLAGS = ("--no-respect-gitignore",)
 
 SAMPLE_INTERVAL_S = 0.1
@@ -129,11 +129,11 @@ def _parent_map() -> Dict[int, List[int]]:
 
 def process_tree_rss_bytes(root_pid: int) -> int:
     """Summed RSS of a process and its descendants right now (0 where /proc is missing)."""
-    if _children_of(root_pid) is None:
-        parent_map = _parent_map()
-        children_of: Callable[[int], List[int]] = lambda pid: parent_map.get(pid, [])
-    else:
-        children_of = lambda pid: _children_of(pid) or []
+    parent_map = _parent_map() if _children_of(root_pid) is None else None
+
+    def children_of(pid: int) -> List[int]:
+        return parent_map.get(pid, []) if parent_map is not None else (_children_of(pid) or [])
+
     page_size = os.sysconf("SC_PAGE_SIZE")
     total, pending, seen = 0, [root_pid], set()
     while pending:
@@ -172,16 +172,18 @@ class TreeMemorySampler(threading.Thread):
         self.join()
 
 
-def run_measured(
-    command: Sequence[str], *, cwd: Path, timeout_s: float, log_dir: Path, label: str
-) -> Measurement:
+def run_measured(command: Sequence[str], *, cwd: Path, timeout_s: float, log_dir: Path, label: str) -> Measurement:
     """Run one command to completion; wall clock, peak tree memory, exit code; output to files."""
     log_dir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = log_dir / f"{label}.out", log_dir / f"{label}.err"
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
         started = time.perf_counter()
         process = subprocess.Popen(
-            list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+            list(command),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
             start_new_session=True,  # its own process group, so a timeout kills the whole tree
         )
         sampler = TreeMemorySampler(process.pid)
@@ -324,14 +326,49 @@ def find_torch_package(python: str) -> Optional[Path]:
 # -- the generated repository ------------------------------------------------------------------
 
 WORDS = (
-    "alpha", "batch", "cache", "delta", "epoch", "frame", "graph", "hidden", "index", "joint",
-    "kernel", "layer", "model", "node", "output", "param", "query", "record", "sample", "token",
-    "update", "value", "weight", "vector", "window", "buffer", "config", "loader", "metric", "shape",
+    "alpha",
+    "batch",
+    "cache",
+    "delta",
+    "epoch",
+    "frame",
+    "graph",
+    "hidden",
+    "index",
+    "joint",
+    "kernel",
+    "layer",
+    "model",
+    "node",
+    "output",
+    "param",
+    "query",
+    "record",
+    "sample",
+    "token",
+    "update",
+    "value",
+    "weight",
+    "vector",
+    "window",
+    "buffer",
+    "config",
+    "loader",
+    "metric",
+    "shape",
 )
 STDLIB_IMPORTS = (
-    "import os", "import re", "import json", "import math", "import logging", "import itertools",
-    "import functools", "from pathlib import Path", "from collections import defaultdict",
-    "from dataclasses import dataclass, field", "from typing import Dict, List, Optional",
+    "import os",
+    "import re",
+    "import json",
+    "import math",
+    "import logging",
+    "import itertools",
+    "import functools",
+    "from pathlib import Path",
+    "from collections import defaultdict",
+    "from dataclasses import dataclass, field",
+    "from typing import Dict, List, Optional",
 )
 
 
@@ -341,16 +378,18 @@ def _name(rng: random.Random, parts: int = 2) -> str:
 
 def _function(rng: random.Random) -> str:
     name, arg, other = _name(rng), rng.choice(WORDS), rng.choice(WORDS) + "s"
-    body = rng.choice([
-        f"    result = []\n    for item in {other}:\n        if item % {rng.randint(2, 9)}:\n"
-        f"            result.append(item * {arg})\n    return result\n",
-        f"    total = 0\n    for index, item in enumerate({other}):\n        total += index * item\n"
-        f"    return total / max(len({other}), 1) + {arg}\n",
-        f"    return {{key: value * {arg} for key, value in zip({other}, range(len({other})))}}\n",
-        f"    if not {other}:\n        raise ValueError(\"no {other} given\")\n"
-        f"    return max({other}) - min({other}) + {arg}\n",
-    ])
-    return f"def {name}({arg}, {other}):\n    \"\"\"Compute the {name.replace('_', ' ')}.\"\"\"\n{body}"
+    body = rng.choice(
+        [
+            f"    result = []\n    for item in {other}:\n        if item % {rng.randint(2, 9)}:\n"
+            f"            result.append(item * {arg})\n    return result\n",
+            f"    total = 0\n    for index, item in enumerate({other}):\n        total += index * item\n"
+            f"    return total / max(len({other}), 1) + {arg}\n",
+            f"    return {{key: value * {arg} for key, value in zip({other}, range(len({other})))}}\n",
+            f'    if not {other}:\n        raise ValueError("no {other} given")\n'
+            f"    return max({other}) - min({other}) + {arg}\n",
+        ]
+    )
+    return f'def {name}({arg}, {other}):\n    """Compute the {name.replace("_", " ")}."""\n{body}'
 
 
 def _class(rng: random.Random) -> str:
@@ -363,7 +402,7 @@ def _class(rng: random.Random) -> str:
         for attr in attributes
     )
     return (
-        f"class {name}:\n    \"\"\"A {name} holds {', '.join(attributes)}.\"\"\"\n\n"
+        f'class {name}:\n    """A {name} holds {", ".join(attributes)}."""\n\n'
         f"    def __init__(self, {', '.join(attributes)}):\n{init}{methods}"
     )
 
@@ -394,8 +433,8 @@ def plain_training_module(rng: random.Random) -> str:
 AMP_LOOPS = (
     # correct, modern API
     "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
-    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
-    "        optimizer.zero_grad()\n        with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+    '    scaler = torch.amp.GradScaler("cuda")\n    for inputs, targets in loader:\n'
+    '        optimizer.zero_grad()\n        with torch.autocast("cuda", dtype=torch.float16):\n'
     "            loss = loss_fn(model(inputs), targets)\n        scaler.scale(loss).backward()\n"
     "        scaler.unscale_(optimizer)\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
     "        scaler.step(optimizer)\n        scaler.update()\n",
@@ -407,12 +446,12 @@ AMP_LOOPS = (
     # scaler.update() missing
     "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
     "    scaler = torch.amp.GradScaler()\n    for inputs, targets in loader:\n"
-    "        with torch.autocast(device_type=\"cuda\"):\n            loss = loss_fn(model(inputs), targets)\n"
+    '        with torch.autocast(device_type="cuda"):\n            loss = loss_fn(model(inputs), targets)\n'
     "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        optimizer.zero_grad()\n",
     # backward on the unscaled loss
     "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
-    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
-    "        with torch.autocast(\"cuda\"):\n            loss = loss_fn(model(inputs), targets)\n"
+    '    scaler = torch.amp.GradScaler("cuda")\n    for inputs, targets in loader:\n'
+    '        with torch.autocast("cuda"):\n            loss = loss_fn(model(inputs), targets)\n'
     "        loss.backward()\n        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n",
     # clipping scaled gradients (no unscale_)
     "import torch\nimport torch.cuda.amp as tca\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
@@ -422,8 +461,8 @@ AMP_LOOPS = (
     "        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad()\n",
     # a GradScaler with bfloat16, where it is not needed
     "import torch\n\n\ndef train(model, loader, optimizer, loss_fn):\n"
-    "    scaler = torch.amp.GradScaler(\"cuda\")\n    for inputs, targets in loader:\n"
-    "        with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n"
+    '    scaler = torch.amp.GradScaler("cuda")\n    for inputs, targets in loader:\n'
+    '        with torch.autocast("cuda", dtype=torch.bfloat16):\n'
     "            loss = loss_fn(model(inputs), targets)\n        scaler.scale(loss).backward()\n"
     "        scaler.step(optimizer)\n        scaler.update()\n        optimizer.zero_grad(set_to_none=True)\n",
 )
@@ -622,8 +661,11 @@ class CorpusBenchmark:
             if prepare:
                 prepare()
             last = run_measured(
-                command, cwd=self.scratch, timeout_s=self.options.timeout_s,
-                log_dir=self.logs, label=f"{row.row_id}-{attempt}",
+                command,
+                cwd=self.scratch,
+                timeout_s=self.options.timeout_s,
+                log_dir=self.logs,
+                label=f"{row.row_id}-{attempt}",
             )
             if last.timed_out:
                 row.status, row.note = "error", f"timed out after {self.options.timeout_s:.0f} s"
@@ -717,7 +759,13 @@ class CorpusBenchmark:
         )
 
     def check_command(self, *, cache_dir: Optional[Path], extra: Sequence[str] = (), root: Optional[Path] = None):
-        command = list(self.amp_lint.command) + ["--exit-zero", "--output-format", "json", "--jobs", str(self.options.jobs)]
+        command = list(self.amp_lint.command) + [
+            "--exit-zero",
+            "--output-format",
+            "json",
+            "--jobs",
+            str(self.options.jobs),
+        ]
         if cache_dir is None:
             command += ["--no-cache", "--cache-dir", str(self.scratch / "unused-cache")]
         else:
@@ -756,7 +804,8 @@ class CorpusBenchmark:
             versions = [entry.name for entry in cache_dir.iterdir() if entry.is_dir()] if cache_dir.is_dir() else []
             if len(versions) > 1:
                 row.note = _join(
-                    row.note, f"WARNING: the cache's version changed between runs ({', '.join(sorted(versions))}): "
+                    row.note,
+                    f"WARNING: the cache's version changed between runs ({', '.join(sorted(versions))}): "
                     "amp-lint's code was edited meanwhile, so this was not a warm run",
                 )
         self.add(row)
@@ -781,7 +830,8 @@ class CorpusBenchmark:
         command = self.check_command(cache_dir=None, extra=["--fix", "--unsafe-fixes"], root=copy)
         last = self.measure(row, command, self.options.repeat_fast, prepare=lambda: self.corpus.copy_to(copy))
         if last is not None:
-            row.note = _join(row.note, f"{self.corpus.count_changed(copy)} files changed; copying not timed")
+            changed = self.corpus.count_changed(copy)
+            row.note = _join(row.note, f"{changed} file{'' if changed == 1 else 's'} changed; copying not timed")
         self.add(row)
 
     def ruff(self, silent: bool) -> None:
@@ -795,7 +845,16 @@ class CorpusBenchmark:
         root = str(self.corpus.root)
         shown = run_quietly([str(executable), "check", "--show-files", "--no-cache", root], cwd=self.scratch)
         row.files = len([line for line in shown.stdout.splitlines() if line.strip()]) or None
-        command = [str(executable), "check", "--select", "ALL", "--no-cache", "--exit-zero", "--output-format", "concise"]
+        command = [
+            str(executable),
+            "check",
+            "--select",
+            "ALL",
+            "--no-cache",
+            "--exit-zero",
+            "--output-format",
+            "concise",
+        ]
         command += ["--silent", root] if silent else [root]
         self.measure(row, command, self.options.repeat_peers, ok_codes=(0,))
         if row.files and row.files != len(self.corpus.files):
@@ -815,7 +874,9 @@ class CorpusBenchmark:
         last = self.measure(row, [str(executable), *options, str(self.peer_copy(sample))], self.options.repeat_peers)
         row.files = len(self.corpus.files)
         if last is not None:
-            checked = CHECKED_COUNT_PATTERNS[name].search(last.stdout_text() + last.stderr_path.read_text(errors="replace"))
+            checked = CHECKED_COUNT_PATTERNS[name].search(
+                last.stdout_text() + last.stderr_path.read_text(errors="replace")
+            )
             if checked and int(checked.group(1)) == 0:
                 row.status, row.note = "error", f"{label} checked no files"
             elif checked and int(checked.group(1)) != len(sample):
@@ -885,7 +946,7 @@ def ratio_text(row: Row, reference: Optional[Row]) -> str:
         return "n/a"
     ratio = row.seconds / reference.seconds
     if ratio < 1:
-        return f"{ratio:.2f}x amp-lint"
+        return f"{ratio:{'.2g' if ratio < 0.1 else '.2f'}}x amp-lint"
     return f"{ratio:.{0 if ratio >= 10 else 1}f}x slower"
 
 
@@ -975,14 +1036,19 @@ def judge_targets(rows: Sequence[Row], corpus: Corpus, prefiltered_bytes: Option
         verdicts["fix"] = verdict(seconds("fix") <= 2 * cold, f"{seconds('fix') / cold:.2f}x the check")
     candidate_bytes = prefiltered_bytes or corpus.candidate_bytes
     if cold and candidate_bytes:
-        source = "passing amp-lint's prefilter" if prefiltered_bytes else "in files matching backward|autocast|GradScaler"
+        source = (
+            "passing amp-lint's prefilter" if prefiltered_bytes else "in files matching backward|autocast|GradScaler"
+        )
         verdicts["linear"] = f"{cold / (candidate_bytes / 1e6):.2f} s/MB ({_megabytes(candidate_bytes)} {source})"
     return verdicts
 
 
 def targets_table(verdicts: Dict[str, Dict[str, str]]) -> List[List[str]]:
     """One line per target: its description, then its verdict on each corpus."""
-    return [[description] + [by_corpus.get(key, "n/a") for by_corpus in verdicts.values()] for key, description in TARGETS.items()]
+    return [
+        [description] + [by_corpus.get(key, "n/a") for by_corpus in verdicts.values()]
+        for key, description in TARGETS.items()
+    ]
 
 
 def machine_description() -> Dict[str, str]:
@@ -1047,21 +1113,52 @@ def write_markdown(
 
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--corpus", choices=("torch", "generated", "both"), default="both")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for every tool (default: all cores); fewer than the cores also pins every tool to that many CPUs")
-    parser.add_argument("--repeat", type=int, help="runs per row, the median reported (default: 3 for amp-lint and baseline rows, 1 for peers)")
-    parser.add_argument("--amp-lint", dest="amp_lint", help="the amp-lint command (default: the amp-lint next to this python, else on PATH, else `python -m amp_lint`)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes for every tool (default: all cores); fewer than the cores also pins every tool "
+        "to that many CPUs",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        help="runs per row, the median reported (default: 3 for amp-lint and baseline rows, 1 for peers)",
+    )
+    parser.add_argument(
+        "--amp-lint",
+        dest="amp_lint",
+        help="the amp-lint command (default: the amp-lint next to this python or in the repo's .venv, else on PATH, "
+        "else `python -m amp_lint`)",
+    )
     parser.add_argument("--python", help="the python whose torch is the corpus (default: amp-lint's)")
     parser.add_argument("--no-peers", action="store_true", help="skip ruff, TorchFix and Fixit (and their install)")
-    parser.add_argument("--peer-sample", type=int, default=40, help="TorchFix/Fixit: this many files by a fixed seed, plus every autocast/GradScaler file, extrapolated per byte (0: the whole corpus)")
+    parser.add_argument(
+        "--peer-sample",
+        type=int,
+        default=40,
+        help="TorchFix/Fixit: this many files by a fixed seed, plus every autocast/GradScaler file, extrapolated "
+        "per byte (0: the whole corpus)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rows", default=",".join(ROW_IDS), help="comma-separated rows to run: " + ",".join(ROW_IDS))
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before one run is killed (default: 3600)")
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="scratch space (default: bench/.work)")
-    parser.add_argument("--output", type=Path, help="Markdown results (default: bench/results.md; with --self-test, inside the work dir)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="Markdown results (default: bench/results.md; with --self-test, inside the work dir)",
+    )
     parser.add_argument("--generated-files", type=int, default=GENERATED_FILES, help=argparse.SUPPRESS)
-    parser.add_argument("--self-test", action="store_true", help="the whole pipeline on a 50-file generated corpus, no peers, one run each")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="the whole pipeline on a 50-file generated corpus, no peers, one run each",
+    )
     arguments = parser.parse_args(argv)
     unknown = set(arguments.rows.split(",")) - set(ROW_IDS)
     if unknown:
@@ -1115,15 +1212,17 @@ def measurement_notes(options: Options, pinned: Optional[List[int]]) -> List[str
         "Every row is one process started by the benchmark; seconds are wall clock from start to exit, "
         "interpreter start-up included; amp-lint and baseline rows are medians of repeated runs unless noted.",
         MEMORY_METHOD + ".",
-        f"Workers: --jobs {options.jobs}" + (f"; every tool pinned to CPUs {pinned}" if pinned else "; no CPU pinning") + ".",
+        f"Workers: --jobs {options.jobs}"
+        + (f"; every tool pinned to CPUs {pinned}" if pinned else "; no CPU pinning")
+        + ".",
         "`vs amp-lint cold` is the row's time divided by amp-lint's cold check: `0.80x amp-lint` took 0.8 of "
         "amp-lint's time, `95x slower` took 95 times as long.",
         "TorchFix and Fixit marked `~` ran on a sample (every file containing autocast or GradScaler plus "
         f"{options.peer_sample} files chosen with seed {options.seed}); their time past start-up (timed on an "
         "empty file) is scaled by the corpus's bytes over the sample's.",
-        f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}: both corpora sit in folders a parent .gitignore "
-        "lists (bench/.work/, .venv/), which amp-lint would otherwise skip whole; the corpora have no .gitignore "
-        "of their own.",
+        f"amp-lint runs with {' '.join(AMP_LINT_WALK_FLAGS)}, so that it checks every file of the corpus "
+        "whatever a parent folder's .gitignore says (bench/.work/ and .venv/ are ignored); the corpora have no "
+        ".gitignore of their own.",
         "TorchFix and Fixit check a copy of their files in a temporary folder outside any git work tree: "
         "Fixit skips every file a parent .gitignore lists, even when named on its command line.",
         "The warm row fills a fresh cache with one untimed run first; the --fix row times only the fix run on a "
@@ -1143,7 +1242,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pinned = pin_to_cpus(arguments.jobs)
     amp_lint = resolve_amp_lint(arguments.amp_lint, arguments.python)
     if amp_lint.command is None:
-        log(f"amp-lint is {'broken' if amp_lint.explicit else 'unavailable'}: {amp_lint.problem}; its rows are marked so")
+        log(
+            f"amp-lint is {'broken' if amp_lint.explicit else 'unavailable'}: {amp_lint.problem}; "
+            "its rows are marked so"
+        )
 
     corpora = load_corpora(arguments, amp_lint.python, work_dir, log)
     if not corpora:
@@ -1166,7 +1268,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results: Dict[str, List[Row]] = {}
     prefiltered: Dict[str, Optional[int]] = {}
     for name, corpus in corpora.items():
-        log(f"{name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}, {len(corpus.amp_files)} with autocast/GradScaler")
+        log(
+            f"{name}: {len(corpus.files):,} files, {_megabytes(corpus.total_bytes)}, "
+            f"{len(corpus.amp_files)} with autocast/GradScaler"
+        )
         benchmark = CorpusBenchmark(corpus, amp_lint, peers, options, log)
         results[name] = benchmark.run()
         prefiltered[name] = benchmark.prefiltered_bytes
@@ -1182,8 +1287,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         others = (busy_cpu_seconds() - machine_cpu_before) - (own_cpu_seconds() - own_cpu_before)
         share = others / ((time.monotonic() - started) * (os.cpu_count() or 1))
         if share > 0.1:
-            notes.insert(0, f"WARNING: other processes kept {share:.0%} of the machine's CPU time busy during this "
-                            "run, so these timings are inflated: rerun on a quiet machine before quoting them.")
+            notes.insert(
+                0,
+                f"WARNING: other processes kept {share:.0%} of the machine's CPU time busy during this "
+                "run, so these timings are inflated: rerun on a quiet machine before quoting them.",
+            )
 
     print()
     for name, rows in results.items():
@@ -1202,12 +1310,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output = arguments.output or (work_dir / "results.md" if arguments.self_test else DEFAULT_RESULTS)
     write_markdown(
         output,
-        command_line="python bench/run.py " + " ".join(shlex.quote(arg) for arg in (argv if argv is not None else sys.argv[1:])),
-        corpora=corpora, results=results, verdicts=verdicts, versions=versions, notes=notes,
+        command_line="python bench/run.py "
+        + " ".join(shlex.quote(arg) for arg in (argv if argv is not None else sys.argv[1:])),
+        corpora=corpora,
+        results=results,
+        verdicts=verdicts,
+        versions=versions,
+        notes=notes,
     )
     print(f"\nwrote {output}")
 
-    errors = [f"{name}: {row.label}: {row.note}" for name, rows in results.items() for row in rows if row.status == "error"]
+    errors = [
+        f"{name}: {row.label}: {row.note}" for name, rows in results.items() for row in rows if row.status == "error"
+    ]
     if arguments.self_test:
         if errors:
             print("self-test FAILED:\n  " + "\n  ".join(errors))

@@ -23,7 +23,7 @@ from pathlib import Path
 from amp_lint.verify.runner import VerifyError, format_text, verify_scripts
 
 steps, warmup, dtypes, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
-epochs = steps // 32 + 2  # the bundled scripts make 32 steps per epoch; stop inside the last one
+epochs = steps // 32 + 2  # the bundled scripts make at least 32 steps per epoch: enough epochs for `steps`
 
 import torch  # only to describe the machine; the runs themselves happen in child processes
 

@@ -14,7 +14,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
 # Stands in for amp-lint: understands the flags the benchmark passes, exits 1 on findings as
 # amp-lint does, and exits 2 with a message when FAKE_AMP_LINT_FAIL is set.
 FAKE_AMP_LINT = textwrap.dedent(
-    '''
+    """
     import json, os, re, sys
     from pathlib import Path
 
@@ -52,7 +52,7 @@ FAKE_AMP_LINT = textwrap.dedent(
                 f.write_text(text.replace("torch.cuda.amp.", "torch.amp."))
     print(json.dumps(findings))
     sys.exit(1 if findings else 0)
-    '''
+    """
 )
 
 
@@ -61,8 +61,19 @@ def run_self_test(tmp_path: Path, amp_lint_command: str, env_extra=None) -> subp
 
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run(
-        [sys.executable, str(BENCH), "--self-test", "--amp-lint", amp_lint_command, "--work-dir", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=300, env=env,
+        [
+            sys.executable,
+            str(BENCH),
+            "--self-test",
+            "--amp-lint",
+            amp_lint_command,
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 

@@ -219,11 +219,7 @@ def payload_for(index: int, writer: int) -> dict:
 
 
 def is_complete(payload: dict, index: int) -> bool:
-    return (
-        payload.get("index") == index
-        and payload.get("count") == 200
-        and len(payload.get("diagnostics", [])) == 200
-    )
+    return payload.get("index") == index and payload.get("count") == 200 and len(payload.get("diagnostics", [])) == 200
 
 
 def hammer(cache_dir: str, source_dir: str, writer: int, results) -> None:
@@ -255,8 +251,7 @@ def test_concurrent_writers_never_corrupt_or_tear(tmp_path):
     results = context.Queue()
     cache_dir = tmp_path / "cache"
     workers = [
-        context.Process(target=hammer, args=(str(cache_dir), str(tmp_path), writer, results))
-        for writer in range(2)
+        context.Process(target=hammer, args=(str(cache_dir), str(tmp_path), writer, results)) for writer in range(2)
     ]
     for worker in workers:
         worker.start()

@@ -202,3 +202,9 @@ def test_readme_rules_table_is_up_to_date():
     from amp_lint.docs import main
 
     assert main(["--check"]) == 0, "run `python -m amp_lint.docs`"
+
+
+def test_verify_subcommand_is_routed(project):
+    result = amp_lint("verify", "--help", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "--device" in result.stdout and "--rtol" in result.stdout

@@ -744,11 +744,12 @@ def _slow_to_parse(terms: int) -> str:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="watches the run's threads in /proc")
 @pytest.mark.xfail(
     strict=True,
-    reason="Ctrl-C while a file is being parsed kills amp-lint with SIGABRT (exit -6, 'Aborted!' then a core "
-    "dump; sometimes 'Fatal Python error: Aborted'): runner._run_with_large_stack leaves the check thread "
-    "running inside LibCST's native parser when the KeyboardInterrupt reaches thread.join(); the interpreter "
-    "finalizes, the thread's next GIL take calls pthread_exit, and unwinding through LibCST's Rust (pyo3) "
-    "frames aborts the process",
+    reason="Ctrl-C while a file is being parsed kills amp-lint with SIGABRT (exit -6 after 'Aborted!'; "
+    "sometimes 'Fatal Python error: Aborted'): the KeyboardInterrupt lands in thread.join() in "
+    "runner._run_with_large_stack, which CPython 3.11 answers by marking the still-running check thread "
+    "stopped (threading._wait_for_tstate_lock), so shutdown does not wait for it; the interpreter finalizes "
+    "while the thread is inside LibCST's native parser, its next GIL take calls pthread_exit, and unwinding "
+    "through LibCST's Rust (pyo3) frames aborts the process (core dump: take_gil -> PyThread_exit_thread -> abort)",
 )
 def test_ctrl_c_while_a_file_is_being_parsed_exits_cleanly(tmp_path):
     path = write(tmp_path / "slow.py", _slow_to_parse(3000))

@@ -326,6 +326,19 @@ def test_cli_explains_a_missing_dependency_and_exits_2(monkeypatch, missing, arg
     assert result.output.strip() == message
 
 
+def test_loss_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
+    ran = ScriptResult(Path("a/train.py"), EQUIVALENT, fp32=RunRecord("ok", losses=FALLING), amp=RunRecord("ok"))
+    refused = ScriptResult(Path("b/train.py"), NOT_EQUIVALENT)
+    same_name = ScriptResult(Path("c/train.py"), EQUIVALENT, fp32=RunRecord("ok", losses=FALLING))
+    report = VerifyReport("cpu", "bfloat16", 20, 2, 0.05, 10, [ran, refused, same_name], notes=[])
+
+    written = runner.write_loss_plots(report, tmp_path / "plots")
+
+    assert written == [tmp_path / "plots" / "train.png", tmp_path / "plots" / "train-3.png"]
+    assert all(path.read_bytes().startswith(b"\x89PNG") for path in written)
+
+
 def test_cli_usage_error_exits_2():
     result = CliRunner().invoke(verify_cli.verify, ["--device", "cpu", "--steps", "20", "--warmup", "20"])
 
