@@ -93,7 +93,13 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("--prefilter-only", is_flag=True, hidden=True, help="Print the files that pass the prefilter (benchmarks).")
 def check(paths, **options) -> None:
     """Check PATHS (default: the current folder) for AMP mistakes."""
-    sys.exit(_run_check(list(paths), options))
+    try:
+        code = _run_check(list(paths), options)
+    except KeyboardInterrupt:
+        # Each file is written atomically: every file is either untouched or completely fixed.
+        click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
+        code = 130
+    sys.exit(code)
 
 
 def _run_check(paths: List[str], options: dict) -> int:

@@ -6,10 +6,12 @@ parallelism and caching live in `amp_lint.runner`.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import difflib
 import gc
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -78,10 +80,16 @@ class Checker:
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError as error:
-            result.errors.append(FileError(filename, _syntax_message(error), _syntax_location(error)))
+            result.errors.append(_parse_failure(filename, source, error))
             return result
         result.parsed = True
-        if self.fix:
+        if self.fix and module.code != source:
+            # LibCST drops a few things (a lone trailing CR, some form feeds): writing its output would
+            # change bytes the fixes never touched, so this file is reported, not fixed.
+            result.errors.append(
+                FileError(filename, "not fixed: LibCST cannot reproduce this file byte for byte (form feeds or lone CR line endings)")
+            )
+        elif self.fix:
             module = self._fix_passes(module, source, filename, result, file_noqa or frozenset())
         findings, positions = self._findings(module, filename, result, file_noqa or frozenset())
         lines = source_lines(module.code)
@@ -126,6 +134,8 @@ class Checker:
         lines = source_lines(module.code)
         kept, positions = [], []
         reported = set()
+        # A helper's finding can come twice: from its own step (fixable) and through a caller (not).
+        findings.sort(key=lambda f: f.fix is None)
         for finding in findings:
             if (finding.rule.code, id(finding.node)) in reported:
                 continue  # seen from a helper's own step and from its caller's: report once
@@ -204,6 +214,22 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:
+    """A syntax error with the best location we can get; or LibCST's limit on valid Python, said so."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as python_error:
+        if python_error.lineno and "tokenizer error" in error.message:
+            column = python_error.offset or 1
+            return FileError(filename, f"syntax error: {python_error.msg}", Location(python_error.lineno, column))
+        return FileError(filename, _syntax_message(error), _syntax_location(error))
+    except (ValueError, RecursionError, MemoryError):
+        return FileError(filename, _syntax_message(error), _syntax_location(error))
+    return FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({_syntax_message(error)})")
+
+
 def _syntax_location(error: cst.ParserSyntaxError) -> Location:
     # The native parser names the offending token's position in its message; prefer it.
     match = re.search(r"error at (\d+):(\d+)", error.message)
@@ -233,7 +259,7 @@ def source_lines(code: str) -> List[str]:
 
 def _related_text(related, position_of) -> str:
     parts = []
-    for label, node in related:
+    for label, node in dict.fromkeys(related):
         code_range = position_of.get(node)
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
     return " (" + "; ".join(parts) + ")"

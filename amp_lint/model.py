@@ -498,6 +498,8 @@ class FileModel:
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
+    _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
+    _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
 
     # --- scalers ---
     def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
@@ -559,10 +561,9 @@ class FileModel:
         return self.functions.get(name, [])
 
     def scope_of(self, node: cst.FunctionDef) -> Optional[Scope]:
-        for scope in self.scopes:
-            if scope.node is node:
-                return scope
-        return None
+        if self._scope_by_node is None:
+            self._scope_by_node = {id(scope.node): scope for scope in self.scopes}
+        return self._scope_by_node.get(id(node))
 
 
 _SCALER_KINDS = frozenset(
@@ -1484,6 +1485,16 @@ def _rebased(via: Event, outer: Event) -> Event:
     return dataclasses.replace(via, via=_rebased(via.via, outer))
 
 
+def _scopes_named(model: FileModel, name: str) -> List[Scope]:
+    """Function scopes by name, indexed once per model (a file can have tens of thousands)."""
+    if model._scopes_by_name is None:
+        model._scopes_by_name = {}
+        for scope in model.scopes:
+            if scope.is_function:
+                model._scopes_by_name.setdefault(scope.node.name.value, []).append(scope)
+    return model._scopes_by_name.get(name, [])
+
+
 def _callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
     """The function or method of this file that a CALL event calls, when that is unambiguous."""
     target = call.target or ""
@@ -1491,7 +1502,7 @@ def _callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
         name = target[len("self.") :]
         candidates = [
             s
-            for s in model.scopes
+            for s in _scopes_named(model, name)
             if s.is_function
             and s.node.name.value == name
             and call.scope.class_name is not None
@@ -1503,7 +1514,7 @@ def _callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
         visible = set(call.scope.chain())
         candidates = [
             s
-            for s in model.scopes
+            for s in _scopes_named(model, target)
             if s.is_function
             and s.node.name.value == target
             and s.parent in visible

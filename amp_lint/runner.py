@@ -7,6 +7,7 @@ come back in a stable order whatever the scheduling.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import sys
@@ -115,7 +116,14 @@ def _run_with_large_stack(work: Callable[[], None]) -> None:
         sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
         thread = threading.Thread(target=work, name="amp-lint-check")
         thread.start()
-        thread.join()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except KeyboardInterrupt:
+            # Stopping while the thread is inside LibCST's native parser aborts the interpreter:
+            # let this file finish (no write has started), then stop.
+            thread.join()
+            raise
     finally:
         threading.stack_size(previous_size)
         sys.setrecursionlimit(previous_limit)
@@ -165,12 +173,14 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
         return outcome
     try:
         write_atomic(Path(path), new_text, source)
-    except SourceError as error:
-        outcome.errors.append(FileError(path, f"fixes not written: {error.message}"))
-        outcome.fixed = {}
-    except OSError as error:
-        outcome.errors.append(FileError(path, f"fixes not written: {error.strerror or error}"))
-        outcome.fixed = {}
+    except (SourceError, OSError) as error:
+        message = error.message if isinstance(error, SourceError) else (error.strerror or str(error))
+        # Nothing was written: report the findings of the file as it is.
+        unfixed = check_text(text, path, dataclasses.replace(config, fix=False))
+        if notebook is not None:
+            unfixed.diagnostics = [_in_cell(d, notebook) for d in unfixed.diagnostics]
+        unfixed.errors.append(FileError(path, f"fixes not written: {message}"))
+        return unfixed
     return outcome
 
 
@@ -259,10 +269,19 @@ def _run_pending(pending, jobs: Optional[int]):
     import multiprocessing
 
     context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
-    with ProcessPoolExecutor(max_workers=min(workers, len(ordered)), mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(ordered)), mp_context=context, initializer=_ignore_interrupts
+    ) as pool:
         futures = [(pool.submit(check_file, path, config), raw) for path, config, _, raw in ordered]
         for future, raw in futures:
             yield future.result(), raw
+
+
+def _ignore_interrupts() -> None:
+    """Workers ignore Ctrl-C: the main process stops the run and reports it once."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _payload(outcome: FileOutcome) -> dict:

@@ -4,11 +4,13 @@ Every generated program is a complete script that runs on CPU in a few seconds: 
 synthetic data, float16 CPU autocast and `GradScaler("cpu")`, three optimizer steps. Around that
 fixed core the grammar varies what real training code varies:
 
-- where the loop lives (module level or a `train(...)` function), an extra epoch loop, an `if` around
+- where the loop lives (module level, a `train(...)` function, a `Trainer.fit` method on `self.*`
+  state, or a `train_step(...)` function called from the loop), an extra epoch loop, an `if` around
   the optimizer step, gradient accumulation with an `if (i + 1) % accum == 0:` boundary;
 - how torch is spelled (`import torch`, `import torch as T`, `from torch import autocast`,
-  `from torch.amp import GradScaler, autocast`, aliases) and how the device is passed;
-- one or two optimizers (one scaler, one update), clipping after `scaler.unscale_`;
+  `from torch.amp import GradScaler`, aliases) and how the device is passed;
+- one or two optimizers (one scaler, one update), one or two losses, clipping (norm or value)
+  after `scaler.unscale_`, AMP switched by `enabled=use_amp`;
 - comments, trailing comments and blank lines sprinkled between the statements.
 
 Then at most one bug is injected (`BUGS`). Each `Program` carries the rule codes amp-lint must report
