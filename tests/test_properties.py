@@ -132,14 +132,7 @@ def test_every_injected_bug_is_fixed_in_a_training_loop(bug):
             assert same_code(fix(program.source), program.fixed_equivalent)
 
 
-HELPER_LOSES_FIX = pytest.mark.xfail(
-    strict=True,
-    reason="a finding in a helper called from the training loop (`def train_step(model, x, y, optimizer, scaler)` "
-    "+ `for x, y in loader: train_step(...)`) loses its fix: the copy reached through the call (rules build "
-    "it with fix=None when the event is in_helper) shadows the helper's own fixable finding in "
-    "engine._findings, which keeps the first finding per (code, node); without the caller the same "
-    "function gets the fix",
-)
+HELPER_LOSES_FIX = ()  # fixed: the fixable copy of a helper's finding wins
 
 
 @pytest.mark.parametrize(

@@ -157,12 +157,7 @@ def test_python2_file_is_reported_as_a_syntax_error_and_the_run_goes_on(project)
     assert (project / "legacy.py").read_bytes() == original
 
 
-TOKENIZER_ERROR_LOCATION = pytest.mark.xfail(
-    strict=True,
-    reason="tokenizer errors are reported at 1:1: LibCST's ParserSyntaxError for a tokenizer error carries "
-    "no position (raw_line=1, raw_column=0) and engine._syntax_location passes that on instead of asking "
-    "Python's own compile()/ast for the line",
-)
+TOKENIZER_ERROR_LOCATION = ()  # fixed: the location comes from Python's own parser
 
 
 @pytest.mark.parametrize(
@@ -367,13 +362,6 @@ def test_50000_line_file_of_data_finishes(tmp_path):
     assert time.monotonic() - started < SUBPROCESS_TIMEOUT
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=subprocess.TimeoutExpired,
-    reason="quadratic analysis: for every call in the file, model._callee_scope scans every function scope "
-    "(and AMP052's _bce_kind scans every assignment), so a 50,000-line file of 25,000 small functions "
-    "takes far more than 120 s (2,500 functions take ~4 s, 5,000 ~16 s)",
-)
 def test_50000_line_file_of_small_functions_finishes(tmp_path):
     functions = "".join(f"def helper_{i}(a):\n    return combine(a, {i})\n" for i in range(25_000))
     path = write(tmp_path / "big.py", BUGGY + functions)
@@ -520,8 +508,7 @@ def test_read_only_file_is_reported_not_written_and_the_rest_fixed(project):
     try:
         result = amp_lint("--fix", "--no-cache", cwd=project)
         assert_no_crash(result, 2)
-        [line] = lines_mentioning(result, "locked.py")
-        assert "read-only" in line and "not written" in line
+        assert any("read-only" in line and "not written" in line for line in lines_mentioning(result, "locked.py"))
         assert path.read_text() == BUGGY
         assert (project / "good.py").read_text() == FIXED
         assert temporary_files(project) == []
@@ -529,12 +516,6 @@ def test_read_only_file_is_reported_not_written_and_the_rest_fixed(project):
         path.chmod(0o644)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with --fix, a file whose fix could not be written (read-only) is reported only as an error: its "
-    "findings, still on disk, are dropped from the report (text: nothing; json: []), because the "
-    "diagnostics come from the fixed text that was never written",
-)
 def test_read_only_file_keeps_its_finding_in_the_fix_report(tmp_path):
     path = write(tmp_path / "locked.py", BUGGY)
     path.chmod(0o444)
@@ -757,12 +738,6 @@ def test_ctrl_c_while_a_file_is_being_parsed_exits_cleanly(tmp_path):
     assert process.returncode != 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Ctrl-C while a worker process waits for work prints a traceback ('Process ForkProcess-N: Traceback "
-    "... concurrent/futures/process.py _process_worker: call_item = call_queue.get(block=True) ... "
-    "KeyboardInterrupt'): runner._run_pending's ProcessPoolExecutor workers do not ignore SIGINT",
-)
 def test_ctrl_c_while_a_worker_waits_for_work_prints_no_traceback(tmp_path):
     # The slow file is the largest, so it goes to a worker first; the other worker fixes the small files,
     # then waits for work that never comes.
