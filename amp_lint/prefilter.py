@@ -224,13 +224,26 @@ def _autocast_facts(calls, device_objects) -> set:
 
 
 def _add_names(expression, names: set) -> None:
-    if expression is None:
-        return
-    for node in ast.walk(expression):
-        if type(node) is ast.Name:
-            names.add(node.id)
-        elif type(node) is ast.Attribute:
-            names.add(node.attr)
+    """The names of a dotted chain (`self.scaler.step`), the common case, without a generic walk."""
+    while expression is not None:
+        kind = type(expression)
+        if kind is ast.Attribute:
+            names.add(expression.attr)
+            expression = expression.value
+        elif kind is ast.Name:
+            names.add(expression.id)
+            return
+        elif kind is ast.Call:
+            expression = expression.func  # `a.b().c`: the call's own names are added where it is visited
+        elif kind is ast.Subscript:
+            expression = expression.value
+        else:
+            for node in ast.walk(expression):
+                if type(node) is ast.Name:
+                    names.add(node.id)
+                elif type(node) is ast.Attribute:
+                    names.add(node.attr)
+            return
 
 
 def _alternatives(value) -> Iterator:
