@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import os
 import sys
 import threading
@@ -215,6 +216,9 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     pending: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
+    # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
+    known_negatives = (cache.get(_NEGATIVES_KEY, b"") or {}).get("files", {}) if cache is not None else {}
+    negatives: Dict[str, str] = {}
     for path, config in plan.files:
         report.files_checked += 1
         try:
@@ -222,8 +226,14 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
         except OSError:
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
+            if digest is not None and known_negatives.get(path) == digest and not config.fix:
+                negatives[path] = digest
+                continue
             text = raw.decode("utf-8", errors="replace")
             if not path.endswith(".ipynb") and not text_may_match(text, config):
+                if digest is not None:
+                    negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
                 hit = cache.get(Path(path), raw)
@@ -235,6 +245,10 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
             cache.put(Path(outcome.path), raw, _payload(outcome))
+    if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
+        merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
+        merged.update(negatives)
+        cache.put(_NEGATIVES_KEY, b"", {"files": merged})
     diffs = []
     for path in sorted(outcomes):
         outcome = outcomes[path]
@@ -247,6 +261,10 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
             diffs.append(outcome.diff)
     report.sort()
     return report, diffs
+
+
+# The cache entry that lists files the prefilter ruled out (one entry, replaced atomically).
+_NEGATIVES_KEY = Path("<files that cannot hold a finding>")
 
 
 def _unique(errors: Sequence[FileError]) -> List[FileError]:
