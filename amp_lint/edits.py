@@ -147,10 +147,6 @@ def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
     )
 
 
-def positional_arg(value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value=value)
-
-
 def split_args(call: cst.Call) -> Tuple[List[cst.Arg], List[cst.Arg], bool]:
     """(positional, keyword, has_star): the call's arguments by kind."""
     positional = [a for a in call.args if a.keyword is None and not a.star]

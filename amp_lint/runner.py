@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, diagnostic_from_record, diagnostic_to_record
-from amp_lint.settings import Settings
 
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4

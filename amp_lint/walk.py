@@ -10,7 +10,7 @@ from `visit_<Type>` skips the node's children.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Tuple, Type
+from typing import Callable, Dict, Optional, Tuple
 
 import libcst as cst
 

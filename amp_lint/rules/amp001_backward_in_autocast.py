@@ -8,6 +8,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.edits import FixBuilder
 from amp_lint.model import AutocastRegion, Event, EventKind, FileModel, code_of
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _PROTOCOL = (
@@ -226,22 +227,16 @@ def step(model, x):
             where = "a function decorated with" if region.is_decorator else "the block of"
             yield self.finding(
                 event.call,
-                f"`{_short(event)}` runs inside {where} `{_autocast_text(region)}`; "
+                f"`{short(event.call)}` runs inside {where} `{_autocast_text(region)}`; "
                 "run the backward pass after leaving autocast",
                 fix=fixes[region.node],
                 context=event.scope.name,
             )
 
 
-def _short(event: Event) -> str:
-    text = code_of(event.call)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _autocast_text(region: AutocastRegion) -> str:
     node = region.item.item if region.item is not None else (region.spec.call or None)
-    text = code_of(node) if node is not None else "autocast"
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short(node) if node is not None else "autocast"
 
 
 def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Optional[Fix]:

@@ -200,4 +200,4 @@ def _device_fix(model: FileModel, binding: ScalerBinding, region: AutocastRegion
         builder.replace(current.value, lambda updated: new)
     else:
         builder.replace(call, lambda updated: with_call_args(updated, [cst.Arg(value=new), *updated.args]))
-    return builder.build(f"Build the scaler for the autocast device", Applicability.SAFE)
+    return builder.build("Build the scaler for the autocast device", Applicability.SAFE)

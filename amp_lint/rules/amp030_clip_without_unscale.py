@@ -6,7 +6,8 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.edits import FixBuilder
-from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.model import Event, EventKind, FileModel, TrainingStep
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -195,18 +196,13 @@ def train_step(self, batch):
                 what = "clips" if clip.kind is EventKind.CLIP else "reads"
                 yield self.finding(
                     clip.call,
-                    f"`{_short(clip)}` {what} gradients still scaled by `{scaler}`; "
+                    f"`{short(clip.call)}` {what} gradients still scaled by `{scaler}`; "
                     f"call `{scaler}.unscale_({steps[0].target or 'optimizer'})` first",
                     confidence=Confidence.HIGH if clip.kind is EventKind.CLIP else Confidence.MEDIUM,
                     fix=None if clip.in_helper else _unscale_fix(model, step, clip, scaler, steps),
                     context=step.scope.name,
                     related=self.through_helpers(clip),
                 )
-
-
-def _short(event: Event) -> str:
-    text = code_of(event.call)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _unscaled_between(step: TrainingStep, backward: Event, clip: Event, scaler: str) -> bool:
