@@ -99,6 +99,13 @@ def check(paths, **options) -> None:
         # Each file is written atomically: every file is either untouched or completely fixed.
         click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
         code = 130
+        from amp_lint.runner import check_in_progress
+
+        if check_in_progress():
+            # The check thread is busy in native code: finalizing the interpreter around it would abort.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
     sys.exit(code)
 
 

@@ -21,6 +21,17 @@ from amp_lint.rules.base import Fix, Import, Replacement
 _REMOVED: Dict[int, cst.CSTNode] = {}
 
 
+_QUOTE_OF_LAST_MODULE: List[Tuple[cst.Module, str]] = []
+
+
+def _quote_of(module: cst.Module) -> str:
+    """The quote the module mostly uses; remembered for the last module (its code costs a codegen)."""
+    if not _QUOTE_OF_LAST_MODULE or _QUOTE_OF_LAST_MODULE[0][0] is not module:
+        code = module.code
+        _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if code.count("'") > code.count('"') else '"')]
+    return _QUOTE_OF_LAST_MODULE[0][1]
+
+
 @dataclass
 class _NodeEdits:
     before: List[cst.BaseStatement] = field(default_factory=list)
@@ -46,9 +57,7 @@ class FixBuilder:
 
     def string(self, value: str) -> str:
         """A string literal quoted the way the file mostly quotes."""
-        code = self.module.code
-        quote = "'" if code.count("'") > code.count('"') else '"'
-        return f"{quote}{value}{quote}"
+        return f"{_quote_of(self.module)}{value}{_quote_of(self.module)}"
 
     # --- edits ---
     def _at(self, node: cst.CSTNode) -> _NodeEdits:

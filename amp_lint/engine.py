@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amp_lint import rules as registry
 from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
 from amp_lint.fixer import apply_fixes, select_compatible
 from amp_lint.model import build_model
+from amp_lint.positions import node_positions
 from amp_lint.prefilter import Prefilter
 from amp_lint.rules.base import Finding, Fix, Rule
 
@@ -91,8 +91,9 @@ class Checker:
             )
         elif self.fix:
             module = self._fix_passes(module, source, filename, result, file_noqa or frozenset())
-        findings, positions = self._findings(module, filename, result, file_noqa or frozenset())
-        lines = source_lines(module.code)
+        code = result.fixed_source if result.fixed_source is not None else source
+        findings, positions = self._findings(module, code, filename, result, file_noqa or frozenset())
+        lines = source_lines(code)
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
             if fix is not None and fix.applicability is Applicability.UNSAFE and not self.unsafe_fixes:
@@ -107,7 +108,7 @@ class Checker:
                     severity=finding.rule.severity,
                     rule_name=finding.rule.name,
                     confidence=finding.confidence,
-                    fix=self._fix_summary(module, fix) if fix is not None else None,
+                    fix=self._fix_summary(module, code, fix) if fix is not None else None,
                     source_line=lines[start.row - 1] if 0 < start.row <= len(lines) else "",
                     context=finding.context,
                 )
@@ -116,9 +117,12 @@ class Checker:
 
     # --- findings ---
     def _findings(
-        self, module: cst.Module, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
+        self, module: cst.Module, code: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
     ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
-        """The rules' findings with their positions, minus those that `# noqa` suppresses."""
+        """The rules' findings with their positions, minus those that `# noqa` suppresses.
+
+        `code` is the module's text (what `module.code` would generate, at a cost on big files).
+        """
         model = build_model(module)
         findings: List[Finding] = []
         for rule in self.rules:
@@ -130,8 +134,8 @@ class Checker:
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
         if not findings:
             return [], []
-        position_of = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        lines = source_lines(module.code)
+        position_of = node_positions(module, [f.node for f in findings] + [node for f in findings for _, node in f.related])
+        lines = source_lines(code)
         kept, positions = [], []
         reported = set()
         # A helper's finding can come twice: from its own step (fixable) and through a caller (not).
@@ -143,7 +147,7 @@ class Checker:
             if finding.related:
                 finding.message += _related_text(finding.related, position_of)
             finding.message = " ".join(finding.message.split())  # code quoted from several lines: one line
-            code_range = position_of[finding.node]
+            code_range = position_of[id(finding.node)]
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
             if _suppressed(finding.rule.code, lines, start.row, end.row):
@@ -160,8 +164,9 @@ class Checker:
     def _fix_passes(
         self, module: cst.Module, source: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
     ) -> cst.Module:
+        code = source  # the module's text: `_check` made sure LibCST reproduces the source
         for _ in range(MAX_FIX_PASSES):
-            findings, _ = self._findings(module, filename, result, file_ignored)
+            findings, _ = self._findings(module, code, filename, result, file_ignored)
             fixes = []
             owners: Dict[int, Finding] = {}
             for finding in findings:
@@ -180,22 +185,22 @@ class Checker:
                     FileError(filename, f"internal error: the fix for {codes} did not produce valid code ({error}); file left unchanged")
                 )
                 return cst.parse_module(source)
-            if new_code == module.code:
+            if new_code == code:
                 break
             for fix in chosen:
-                code = owners[id(fix)].rule.code
+                rule_code = owners[id(fix)].rule.code
                 shared = sum(1 for f in findings if f.fix is fix)
-                result.fixed[code] = result.fixed.get(code, 0) + shared
-            module = new_module
-        if module.code != source:
-            result.fixed_source = module.code
+                result.fixed[rule_code] = result.fixed.get(rule_code, 0) + shared
+            module, code = new_module, new_code
+        if code != source:
+            result.fixed_source = code
         return module
 
-    def _fix_summary(self, module: cst.Module, fix: Fix) -> FixSummary:
+    def _fix_summary(self, module: cst.Module, code: str, fix: Fix) -> FixSummary:
         edits: Tuple[Edit, ...] = ()
         if self.with_edits:
             try:
-                edits = text_edits(module.code, apply_fixes(module, [fix]).code)
+                edits = text_edits(code, apply_fixes(module, [fix]).code)
             except Exception:
                 edits = ()
         return FixSummary(fix.applicability, fix.message, edits)
@@ -260,9 +265,9 @@ def source_lines(code: str) -> List[str]:
 def _related_text(related, position_of) -> str:
     parts = []
     for label, node in dict.fromkeys(related):
-        code_range = position_of.get(node)
+        code_range = position_of.get(id(node))
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
-    return " (" + "; ".join(parts) + ")"
+    return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
 
 
 def text_edits(old: str, new: str) -> Tuple[Edit, ...]:

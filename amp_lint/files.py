@@ -121,12 +121,17 @@ class _Walker:
                 ignore_rules = self._folder_gitignores(folder, {entry.name for entry in entries}, ignore_rules)
             subfolders = []
             for entry in entries:
-                path = folder / entry.name
                 try:
                     is_folder = entry.is_dir()
-                    is_file = not is_folder and entry.is_file()
                 except OSError:  # a symlink loop, say; described below
-                    is_folder = is_file = False
+                    is_folder = False
+                if not is_folder and os.path.splitext(entry.name)[1] not in PYTHON_SUFFIXES:
+                    continue  # most entries of a tree: no need to ask the exclude globs about them
+                path = folder / entry.name
+                try:
+                    is_file = not is_folder and entry.is_file()
+                except OSError:
+                    is_file = False
                 if self._excluded(path, settings) or (
                     settings.respect_gitignore
                     and ignore_rules
@@ -135,7 +140,7 @@ class _Walker:
                     continue
                 if is_folder:
                     subfolders.append(self._enter(path, entry, ancestors, ignore_rules))
-                elif path.suffix in PYTHON_SUFFIXES:
+                else:
                     if is_file:
                         self._add_file(path, entry.stat())
                     elif entry.is_symlink():

@@ -4,6 +4,7 @@ Every rule declares identifier patterns (`Rule.needs`) that its findings cannot 
 can hold a finding when, for at least one selected rule, every one of that rule's patterns matches.
 
 1. On the raw text (microseconds per file): the text is a superset of the code's identifiers.
+   Before the second step, the first is run again without the lines that are only a comment.
 2. On the identifiers in the positions the analysis model reads, collected from Python's own `ast`
    (about a tenth of a LibCST parse): names in strings, comments, docstrings and plain data no longer
    count. A file `ast` rejects (newer syntax than this Python's, say) passes, so LibCST decides.
@@ -23,10 +24,39 @@ from typing import Iterable, Iterator, Tuple
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
 
+# A line whose first character past the indentation is `#` holds no code: it is a comment, or the
+# inside of a string that spans lines. Dropping those lines before the second step spares its parse of
+# a tenth of torch (the 1.4 MB `common_methods_invocations.py` names a scaler only in a comment).
+_COMMENT_LINES = re.compile(r"^[ \t\f]*#[^\r\n]*", re.M)  # not `.*`: it would run on past a lone \r
+
 
 @lru_cache(maxsize=32)
 def _compile(needs_per_rule: Tuple[Tuple[str, ...], ...]):
-    return tuple(tuple((re.compile(pattern), literal_hints(pattern)) for pattern in needs) for needs in needs_per_rule)
+    return tuple(
+        tuple((re.compile(literal_first(pattern)), literal_hints(pattern)) for pattern in needs) for needs in needs_per_rule
+    )
+
+
+# An alternative that starts with fixed-width, non-literal atoms (`\b`, `[Ss]`) and then a literal word.
+_LEADING_ATOMS_THEN_WORD = re.compile(r"^((?:\\b|\[[^\]\\]*\])+)(\w+)(.*)$", re.S)
+
+
+def literal_first(pattern: str) -> str:
+    r"""The same pattern, rewritten so that each alternative starts with its literal word.
+
+    Python's regex engine skips ahead with a fast substring search only when a pattern starts with a
+    literal; `\bautocast\b` is tried at every position of the text instead. `autocast(?<=\bautocast)\b`
+    matches exactly where the original does (the lookbehind re-checks the leading atoms) and searches
+    torch's 46 MB 30x faster. Alternatives of other shapes are kept as they are.
+    """
+    alternatives = []
+    for alternative in _top_level_alternatives(pattern):
+        match = _LEADING_ATOMS_THEN_WORD.match(alternative)
+        if match:
+            atoms, word, rest = match.groups()
+            alternative = f"{word}(?<={atoms}{word}){rest}"
+        alternatives.append(alternative)
+    return "|".join(alternatives)
 
 
 def literal_hints(pattern: str) -> Tuple[str, ...]:
@@ -104,6 +134,8 @@ class Prefilter:
             return False
         if len(text) < _SECOND_STEP_MIN_CHARS and not always_second_step:
             return True
+        if not self._matches(_COMMENT_LINES.sub("", text)):
+            return False  # the names are only in comments: no need for the second step's parse
         tree = _parse(text)
         if tree is None:
             return True

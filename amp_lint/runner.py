@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import hashlib
 import os
+import queue
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -105,28 +106,71 @@ def check_text(text: str, display_name: str, config: CheckConfig) -> FileOutcome
     return outcome
 
 
+class _LargeStackThread:
+    """One long-lived thread per process with a large stack, that runs the checks one at a time.
+
+    Starting a thread with a 512 MB stack costs about 15 ms: once per process, not once per file.
+    It is a daemon thread: an idle one must not keep the interpreter alive.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked worker inherits this object but not its thread
+        self.requests: "queue.SimpleQueue" = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="amp-lint-check", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            work, done = self.requests.get()
+            try:
+                work()
+            finally:
+                done.set()
+
+
+_CHECK_THREAD: Optional[_LargeStackThread] = None
+_RUNNING: Optional[threading.Event] = None  # set when the check in progress is done
+
+
+def _check_thread() -> Optional[_LargeStackThread]:
+    global _CHECK_THREAD
+    if _CHECK_THREAD is None or _CHECK_THREAD.pid != os.getpid():
+        try:
+            previous_size = threading.stack_size(_STACK_BYTES)
+        except (ValueError, RuntimeError):  # the platform refuses: run in the calling thread
+            return None
+        try:
+            _CHECK_THREAD = _LargeStackThread()
+        finally:
+            threading.stack_size(previous_size)
+    return _CHECK_THREAD
+
+
 def _run_with_large_stack(work: Callable[[], None]) -> None:
-    previous_limit = sys.getrecursionlimit()
-    try:
-        previous_size = threading.stack_size(_STACK_BYTES)
-    except (ValueError, RuntimeError):  # platform refuses: run here with the default limits
+    global _RUNNING
+    runner = _check_thread()
+    if runner is None:
         work()
         return
+    previous_limit = sys.getrecursionlimit()
+    done = threading.Event()
     try:
         sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
-        thread = threading.Thread(target=work, name="amp-lint-check")
-        thread.start()
-        try:
-            while thread.is_alive():
-                thread.join(0.2)
-        except KeyboardInterrupt:
-            # Stopping while the thread is inside LibCST's native parser aborts the interpreter:
-            # let this file finish (no write has started), then stop.
-            thread.join()
-            raise
+        _RUNNING = done
+        runner.requests.put((work, done))
+        while not done.wait(0.2):  # a timeout, so that Ctrl-C reaches this thread
+            pass
     finally:
-        threading.stack_size(previous_size)
         sys.setrecursionlimit(previous_limit)
+
+
+def check_in_progress() -> bool:
+    """Is the check thread busy (inside LibCST's parser, say)? The CLI then exits without waiting.
+
+    The check thread never writes files (`check_file` writes from the calling thread), so leaving it
+    behind loses nothing; letting the interpreter finalize around it would abort the process.
+    """
+    return _RUNNING is not None and not _RUNNING.is_set()
 
 
 def check_file(path: str, config: CheckConfig) -> FileOutcome:

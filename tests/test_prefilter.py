@@ -1,0 +1,66 @@
+"""The prefilter's speed tricks must never change what it keeps (the invalid examples are in test_rule_examples)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from amp_lint.prefilter import Prefilter, literal_first
+from amp_lint.rules import ALL_RULES, rule_by_code
+
+PATTERNS = sorted({pattern for rule in ALL_RULES for pattern in (*rule.needs, *(rule.ast_needs or ()))})
+WORDS = sorted({word for pattern in PATTERNS for word in re.findall(r"[A-Za-z_]{3,}", pattern)})
+
+
+def _texts():
+    """Texts where the words sit next to word characters, punctuation, line starts and ends."""
+    rng = random.Random(7)
+    glue = ["", " ", "_", "x", ".", "(", "\n", "\r\n", "#", "'", "9", "S", "s"]
+    texts = []
+    for _ in range(400):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            parts += [rng.choice(glue), rng.choice(WORDS), rng.choice(glue)]
+        texts.append("".join(parts))
+    return texts
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_literal_first_matches_where_the_pattern_matches(pattern):
+    original, rewritten = re.compile(pattern), re.compile(literal_first(pattern))
+    for text in _texts():
+        assert (original.search(text) is None) == (rewritten.search(text) is None), (pattern, text)
+
+
+def test_literal_first_rewrites_leading_boundaries_and_classes_only():
+    assert literal_first(r"\bautocast\b") == r"autocast(?<=\bautocast)\b"
+    assert literal_first(r"[Ss]caler") == r"caler(?<=[Ss]caler)"
+    assert literal_first(r"\bbackward\b|clip_grad") == r"backward(?<=\bbackward)\b|clip_grad"
+    assert literal_first(r"_autocast_(cpu|gpu)_") == r"_autocast_(cpu|gpu)_"
+
+
+def _big(body: str) -> str:
+    # The comment-line step runs where the second step would (files of 4,000 characters and more).
+    return body + "".join(f"value_{i} = {i}\n" for i in range(400))
+
+
+AMP011 = Prefilter([rule_by_code("AMP011")])
+
+
+def test_names_only_in_comment_lines_do_not_pass():
+    text = _big("import torch\n# the scaler is gone\n    # scaler.scale(loss)\nloss.backward()\n")
+    assert AMP011.text_may_match(text)
+    assert not AMP011.may_match(text)
+
+
+def test_a_name_after_code_on_the_same_line_still_counts_as_text():
+    # `#` after code on a line: the line is kept; the second step (Python's ast) decides.
+    text = _big("scaler = torch.amp.GradScaler('cuda')  # keep\nloss.backward()\n")
+    assert AMP011.may_match(text)
+
+
+def test_a_lone_cr_file_is_not_cut_at_its_first_comment():
+    text = _big("# comment\rscaler = torch.amp.GradScaler('cuda')\rloss.backward()\r").replace("\n", "\r")
+    assert AMP011.may_match(text)
