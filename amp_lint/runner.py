@@ -258,33 +258,16 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
     """Check every planned file; returns the report and the diffs (for --diff)."""
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
-    pending: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
     known_negatives = (cache.get(_NEGATIVES_KEY, b"") or {}).get("files", {}) if cache is not None else {}
     negatives: Dict[str, str] = {}
-    for path, config in plan.files:
-        report.files_checked += 1
-        try:
-            raw = Path(path).read_bytes()
-        except OSError:
-            raw = None  # the worker reports it properly
-        if raw is not None and b"\0" not in raw:
-            digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
-            if digest is not None and known_negatives.get(path) == digest and not config.fix:
-                negatives[path] = digest
-                continue
-            text = raw.decode("utf-8", errors="replace")
-            if not path.endswith(".ipynb") and not text_may_match(text, config):
-                if digest is not None:
-                    negatives[path] = digest
-                continue
-            if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw)
-                if hit is not None:
-                    outcomes[path] = _outcome_from_payload(path, hit)
-                    continue
-        pending.append((path, config, len(raw) if raw is not None else 0, raw))
-    for outcome, raw in _run_pending(pending, jobs):
+    scheduler = _Scheduler(jobs)
+    try:
+        _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives)
+    except BaseException:  # Ctrl-C while the prefilter runs: the workers must not go on writing fixes
+        scheduler.close()
+        raise
+    for outcome, raw in scheduler.results():
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
             cache.put(Path(outcome.path), raw, _payload(outcome))
@@ -306,6 +289,36 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
     return report, diffs
 
 
+def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives) -> None:
+    """Read each file, rule out what cannot hold a finding (or is cached), and schedule the rest.
+
+    Largest first: the files that take longest start first, and the workers are busy with them while
+    the prefilter still reads the small ones.
+    """
+    for path, config in sorted(plan.files, key=lambda item: -_size(item[0])):
+        report.files_checked += 1
+        try:
+            raw = Path(path).read_bytes()
+        except OSError:
+            raw = None  # the worker reports it properly
+        if raw is not None and b"\0" not in raw:
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
+            if digest is not None and known_negatives.get(path) == digest and not config.fix:
+                negatives[path] = digest
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            if not path.endswith(".ipynb") and not text_may_match(text, config):
+                if digest is not None:
+                    negatives[path] = digest
+                continue
+            if cache is not None and not config.fix:
+                hit = cache.get(Path(path), raw)
+                if hit is not None:
+                    outcomes[path] = _outcome_from_payload(path, hit)
+                    continue
+        scheduler.add(path, config, len(raw) if raw is not None else 0, raw)
+
+
 # The cache entry that lists files the prefilter ruled out (one entry, replaced atomically).
 _NEGATIVES_KEY = Path("<files that cannot hold a finding>")
 
@@ -319,23 +332,60 @@ def _unique(errors: Sequence[FileError]) -> List[FileError]:
     return out
 
 
-def _run_pending(pending, jobs: Optional[int]):
-    workers = jobs or os.cpu_count() or 1
-    total_bytes = sum(size for _, _, size, _ in pending)
-    if workers <= 1 or len(pending) < _PARALLEL_MIN_FILES or total_bytes < _PARALLEL_MIN_BYTES:
-        for path, config, _, raw in pending:
-            yield check_file(path, config), raw
-        return
-    ordered = sorted(pending, key=lambda item: -item[2])  # largest first: no straggler at the end
-    import multiprocessing
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
-    context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(ordered)), mp_context=context, initializer=_ignore_interrupts
-    ) as pool:
-        futures = [(pool.submit(check_file, path, config), raw) for path, config, _, raw in ordered]
-        for future, raw in futures:
-            yield future.result(), raw
+
+class _Scheduler:
+    """Hands files to worker processes as the prefilter lets them through.
+
+    The workers start once there is enough work to pay for them (`_PARALLEL_MIN_FILES` and
+    `_PARALLEL_MIN_BYTES`); below that, the files are checked here, one after the other. Results come
+    back in the order the files were added.
+    """
+
+    def __init__(self, jobs: Optional[int]) -> None:
+        self.workers = jobs or os.cpu_count() or 1
+        self.waiting: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
+        self.waiting_bytes = 0
+        self.futures: List[Tuple[object, Optional[bytes]]] = []
+        self.pool: Optional[ProcessPoolExecutor] = None
+
+    def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
+        if self.pool is not None:
+            self.futures.append((self.pool.submit(check_file, path, config), raw))
+            return
+        self.waiting.append((path, config, size, raw))
+        self.waiting_bytes += size
+        if self.workers > 1 and len(self.waiting) >= _PARALLEL_MIN_FILES and self.waiting_bytes >= _PARALLEL_MIN_BYTES:
+            self._start_pool()
+
+    def _start_pool(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else None
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_ignore_interrupts)
+        waiting, self.waiting = self.waiting, []
+        for path, config, _, raw in waiting:
+            self.futures.append((self.pool.submit(check_file, path, config), raw))
+
+    def results(self):
+        """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
+        try:
+            for path, config, _, raw in self.waiting:
+                yield check_file(path, config), raw
+            for future, raw in self.futures:
+                yield future.result(), raw
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _ignore_interrupts() -> None:
