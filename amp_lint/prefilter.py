@@ -115,10 +115,19 @@ class Prefilter:
 
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
+        absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
+
+        def has(hint: str) -> bool:
+            if any(missing in hint for missing in absent):
+                return False
+            if hint in text:
+                return True
+            absent.append(hint)
+            return False
 
         def found(pattern, hints) -> bool:
             if pattern not in seen:
-                seen[pattern] = _found(pattern, hints, text)
+                seen[pattern] = (not hints or any(has(hint) for hint in hints)) and pattern.search(text) is not None
             return seen[pattern]
 
         return any(all(found(pattern, hints) for pattern, hints in group) for group in groups or self._groups)
@@ -140,12 +149,6 @@ class Prefilter:
         if tree is None:
             return True
         return self._matches(code_identifiers(tree), self._code_groups)
-
-
-def _found(pattern, hints: Tuple[str, ...], text: str) -> bool:
-    if hints and not any(hint in text for hint in hints):
-        return False
-    return pattern.search(text) is not None
 
 
 def _parse(text: str):
