@@ -202,7 +202,15 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
 
     try:
         files, errors = discover(paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"])
-        planned = [(str(path), run.config_for(run.resolver.for_path(path), str(path))) for path in files]
+        settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
+
+        def settings_of(path: Path):
+            folder = os.path.dirname(os.path.abspath(path))
+            if folder not in settings_by_folder:
+                settings_by_folder[folder] = run.resolver.for_path(path)
+            return settings_by_folder[folder]
+
+        planned = [(str(path), run.config_for(settings_of(path), str(path))) for path in files]
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     if options["prefilter_only"]:

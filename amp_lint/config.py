@@ -35,16 +35,18 @@ class ConfigError(ValueError):
 
 def find_config(path: Path) -> Optional[Path]:
     """The configuration file that applies to `path` (a file or a folder), or None."""
-    path = Path(os.path.abspath(path))
-    return _config_above(path if path.is_dir() else path.parent)
+    absolute = os.path.abspath(path)
+    return _config_above(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
 
 
 @functools.lru_cache(maxsize=None)
-def _config_above(folder: Path) -> Optional[Path]:
-    # Cached per folder: a run asks for every file, and sibling files share every answer.
-    found = _config_in(folder)
-    if found is None and folder.parent != folder:
-        return _config_above(folder.parent)
+def _config_above(folder: str) -> Optional[Path]:
+    # Cached per folder (as a string: a run asks for every file, and pathlib objects cost more than
+    # the answer); sibling files share every answer.
+    found = _config_in(Path(folder))
+    parent = os.path.dirname(folder)
+    if found is None and parent != folder:
+        return _config_above(parent)
     return found
 
 

@@ -191,12 +191,16 @@ class _Walker:
 
         Never the absolute path: `*test*` must not exclude a whole project that lives in /tmp/tests.
         """
-        absolute = self._absolute(path)
-        try:
-            relative = absolute.relative_to(self._root(settings)).as_posix()
-        except ValueError:
-            relative = absolute.name
-        return matches_any_glob(relative, absolute.name, settings.exclude + settings.extend_exclude)
+        absolute = os.path.abspath(path)  # strings, not pathlib: a walk asks this for every file
+        root = str(self._root(settings))
+        name = os.path.basename(absolute)
+        if absolute == root:
+            relative = "."
+        elif absolute.startswith(root.rstrip(os.sep) + os.sep):
+            relative = absolute[len(root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
+        else:
+            relative = name
+        return matches_any_glob(relative, name, settings.exclude + settings.extend_exclude)
 
     def _excluded_with_parents(self, path: Path) -> bool:
         """For --force-exclude: `build/x.py` is excluded by `build`, so the parents count too."""
