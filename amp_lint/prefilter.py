@@ -16,10 +16,11 @@ test runs both over every rule's invalid examples.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import warnings
 from functools import lru_cache
-from typing import Iterable, Iterator, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
@@ -112,6 +113,7 @@ class Prefilter:
         self._groups = _compile(needs)
         self._code_groups = _compile(tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules})))
         self._always = any(not n for n in needs)
+        self._line_hints = _line_hints(self._groups + self._code_groups)
 
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
@@ -148,7 +150,7 @@ class Prefilter:
         tree = _parse(text)
         if tree is None:
             return True
-        return self._matches(code_identifiers(tree), self._code_groups)
+        return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
 
 
 def _parse(text: str):
@@ -160,19 +162,69 @@ def _parse(text: str):
         return None
 
 
-def code_identifiers(tree):
+def _line_hints(groups) -> Optional[Tuple[str, ...]]:
+    """The words whose lines the second step must read; None when a pattern has no literal part."""
+    hints = {"autocast", "device"}  # the lines autocast facts and device objects come from
+    for group in groups:
+        for _, pattern_hints in group:
+            if not pattern_hints:
+                return None
+            hints.update(pattern_hints)
+    return tuple(sorted(hints))
+
+
+def _lines_with(text: str, hints: Optional[Tuple[str, ...]]) -> Optional[List[int]]:
+    """The sorted line numbers (as `ast` counts them) of the lines that contain a hint; None: every line."""
+    if hints is None:
+        return None
+    starts = [match.end() for match in _LINE_BREAK.finditer(text)]
+    lines = set()
+    for match in re.finditer("|".join(map(re.escape, hints)), text):
+        lines.add(bisect.bisect_right(starts, match.start()) + 1)
+    return sorted(lines)
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _statements_to_read(tree, hint_lines: Optional[List[int]]) -> Iterator:
+    """`ast.walk`, minus the statements whose lines hold none of the hints (with all they contain).
+
+    A statement without a hint on its lines cannot add a name that a pattern needs: every pattern's
+    matches contain one of its hints, and the facts about autocast calls and device objects come from
+    lines with "autocast" or "device". (Names copied from a device object are the exception:
+    `code_identifiers` assumes the worst for them when something was skipped.)
+    """
+    if hint_lines is None:
+        yield from ast.walk(tree)
+        return
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                first = min([child.lineno] + [d.lineno for d in getattr(child, "decorator_list", ())])
+                index = bisect.bisect_left(hint_lines, first)
+                if index == len(hint_lines) or hint_lines[index] > child.end_lineno:
+                    continue
+            pending.append(child)
+
+
+def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
     """The identifiers in the positions the analysis model reads, space-separated.
 
     Those positions: everything in a call's callee (receivers included) and its keyword names, `with`
     items, decorators, class bases, imports, annotations, and the names an assignment binds or copies (`ctx = torch.autocast(...)`, `amp_cm = autocast if amp else nullcontext`). A name that
     only appears elsewhere (in a string, a comment, a dict of API references) cannot make a finding.
-    `tree` is the module's Python `ast`.
+    `tree` is the module's Python `ast`; with `hint_lines` (see `_lines_with`), only the statements
+    on those lines are read.
     """
     names: set = set()
     autocast_calls = []
     device_objects = set()  # names bound to torch.device(...) or annotated torch.device
     copies = []
-    for node in ast.walk(tree):
+    for node in _statements_to_read(tree, hint_lines):
         kind = type(node)
         if kind is ast.Call:
             _add_names(node.func, names)
@@ -223,11 +275,12 @@ def code_identifiers(tree):
                     device_objects.add(node.arg)
     for _ in range(5):  # `dev = torch.device(...)`, `d = dev`: d is one too
         device_objects.update(name for name, source in copies if source in device_objects)
-    names.update(_autocast_facts(autocast_calls, device_objects))
+    # A device name copied on a skipped line (`d = dev`) may be a device object: assume it is.
+    names.update(_autocast_facts(autocast_calls, device_objects, any_name_is_a_device=hint_lines is not None))
     return " ".join(names)
 
 
-def _autocast_facts(calls, device_objects) -> set:
+def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -> set:
     """Tokens that say what the file's autocast calls look like, for rules' `ast_needs`."""
     facts = set()
     if len(calls) >= 2:
@@ -251,7 +304,7 @@ def _autocast_facts(calls, device_objects) -> set:
             facts.add("autocast_device_indexed")
         elif isinstance(device, ast.Call):
             facts.add("autocast_device_call")
-        elif isinstance(device, ast.Name) and device.id in device_objects:
+        elif isinstance(device, ast.Name) and (device.id in device_objects or any_name_is_a_device):
             facts.add("autocast_device_object")
         elif isinstance(device, ast.Attribute) and "device" in device.attr:
             facts.add("autocast_device_object")  # `x.device` is a torch.device

@@ -64,3 +64,43 @@ def test_a_name_after_code_on_the_same_line_still_counts_as_text():
 def test_a_lone_cr_file_is_not_cut_at_its_first_comment():
     text = _big("# comment\rscaler = torch.amp.GradScaler('cuda')\rloss.backward()\r").replace("\n", "\r")
     assert AMP011.may_match(text)
+
+
+def _fixture_texts():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    return [path.read_text(encoding="utf-8") for path in sorted(root.rglob("*.py"))]
+
+
+def test_reading_only_the_hint_lines_keeps_every_decision():
+    """The second step skips statements without a hint; over every fixture it decides as a full read does."""
+    from amp_lint.prefilter import _lines_with, _parse, code_identifiers
+
+    prefilter = Prefilter(ALL_RULES)
+    for text in _fixture_texts():
+        tree = _parse(text)
+        if tree is None:
+            continue
+        full = code_identifiers(tree)
+        pruned = code_identifiers(tree, _lines_with(text, prefilter._line_hints))
+        assert set(pruned.split()) - {"autocast_device_object"} <= set(full.split())
+        assert prefilter._matches(pruned, prefilter._code_groups) == prefilter._matches(full, prefilter._code_groups)
+
+
+def test_a_device_copied_on_a_line_without_hints_still_counts():
+    text = _big(
+        "import torch\n"
+        "dev = torch.device('cuda:0')\n"
+        "d = dev\n"
+        "with torch.autocast(d):\n"
+        "    out = model(x)\n"
+    )
+    assert Prefilter([rule_by_code("AMP075")]).may_match(text)
+
+
+def test_lines_are_counted_as_python_counts_them():
+    from amp_lint.prefilter import _lines_with
+
+    assert _lines_with("a\r\nb\rstep\nc step\n", ("step",)) == [3, 4]
+    assert _lines_with("x\x0cstep\n", ("step",)) == [1]  # a form feed is not a line break
