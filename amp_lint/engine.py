@@ -21,8 +21,10 @@ from amp_lint import rules as registry
 from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
 from amp_lint.fixer import apply_fixes, select_compatible
 from amp_lint.model import build_model
+from amp_lint.parse_guard import check_parse_cost
 from amp_lint.positions import node_positions
 from amp_lint.prefilter import Prefilter
+from amp_lint.roundtrip import prepare
 from amp_lint.rules.base import Finding, Fix, Rule
 
 MAX_FIX_PASSES = 10
@@ -77,20 +79,26 @@ class Checker:
         file_noqa = _file_level_noqa(source)
         if file_noqa is not None and not file_noqa:
             return result  # `# amp-lint: noqa` for the whole file
+        refusal = check_parse_cost(source, filename)
+        if refusal is not None:
+            result.errors.append(refusal)
+            return result
+        prepared = prepare(source)  # without what LibCST would drop; put back at the end
         try:
-            module = cst.parse_module(source)
+            module = cst.parse_module(prepared.text)
         except cst.ParserSyntaxError as error:
-            result.errors.append(_parse_failure(filename, source, error))
+            result.errors.append(_parse_failure(filename, prepared.text, error))
             return result
         result.parsed = True
-        if self.fix and module.code != source:
-            # LibCST drops a few things (a lone trailing CR, some form feeds): writing its output would
-            # change bytes the fixes never touched, so this file is reported, not fixed.
+        if self.fix and prepared.restore(module.code).text != source:
+            # LibCST drops something we do not put back: writing its output would change bytes the
+            # fixes never touched, so this file is reported, not fixed.
             result.errors.append(
                 FileError(filename, "not fixed: LibCST cannot reproduce this file byte for byte (form feeds or lone CR line endings)")
             )
         elif self.fix:
-            module = self._fix_passes(module, source, filename, result, file_noqa or frozenset())
+            module = self._fix_passes(module, prepared.text, filename, result, file_noqa or frozenset())
+        source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
         findings, positions = self._findings(module, code, filename, result, file_noqa or frozenset())
         lines = source_lines(code)
@@ -113,6 +121,8 @@ class Checker:
                     context=finding.context,
                 )
             )
+        if prepared.changed:
+            result.fixed_source, result.diagnostics = prepared.put_back(result.fixed_source, result.diagnostics)
         return result
 
     # --- findings ---

@@ -970,15 +970,19 @@ class _ModelBuilder(Walker):
 
     @staticmethod
     def _alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-        """`a if c else b` may be either side; `(x)` is x."""
-        if isinstance(value, cst.IfExp):
-            yield from _ModelBuilder._alternatives(value.body)
-            yield from _ModelBuilder._alternatives(value.orelse)
-        elif isinstance(value, cst.BooleanOperation):
-            yield from _ModelBuilder._alternatives(value.left)
-            yield from _ModelBuilder._alternatives(value.right)
-        else:
-            yield value
+        """`a if c else b` may be either side; `(x)` is x.
+
+        A loop, not recursion: nested generators would cost the square of a long `a or b or ...` chain.
+        """
+        pending = [value]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, cst.IfExp):
+                pending += (node.orelse, node.body)
+            elif isinstance(node, cst.BooleanOperation):
+                pending += (node.right, node.left)
+            else:
+                yield node
 
     def _note_factory_positions(self, value: cst.BaseExpression) -> None:
         """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""
