@@ -121,7 +121,6 @@ def test_fix_parses_is_idempotent_and_removes_what_it_fixes(program):
         assert fixed == program.source
 
 
-# Some fixes are only offered when the bug is in the loop's own code: see the xfail tests below.
 @pytest.mark.parametrize("bug", [code for code in BUGS if code not in UNFIXABLE])
 def test_every_injected_bug_is_fixed_in_a_training_loop(bug):
     for level in ("module", "function", "method"):
@@ -201,7 +200,7 @@ def test_fixed_programs_train_on_cpu(batch):
         for index, program in enumerate(batch):
             result = check(program.source)
             if program.bug is not None and program.bug not in UNFIXABLE and not bug_is_fixable(program, result):
-                continue  # nothing to run: the fix is not offered (see the xfail tests above)
+                continue  # nothing to run: the fix is not offered
             path = Path(folder) / f"program_{index}_{program.bug or 'correct'}.py"
             path.write_text(fix(program.source))
             paths.append(str(path))
