@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import difflib
 import gc
 import re
 import warnings
@@ -19,7 +18,8 @@ import libcst as cst
 
 from amp_lint import rules as registry
 from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
-from amp_lint.fixer import apply_fixes, select_compatible
+from amp_lint.fix_edits import EditsOfFixes
+from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
 from amp_lint.model import build_model
 from amp_lint.parse_guard import check_parse_cost
 from amp_lint.positions import node_positions
@@ -102,6 +102,7 @@ class Checker:
         code = result.fixed_source if result.fixed_source is not None else source
         findings, positions = self._findings(module, code, filename, result, file_noqa or frozenset())
         lines = source_lines(code)
+        edits_of = EditsOfFixes(module, code, [f.fix for f in findings if f.fix is not None]) if self.with_edits else None
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
             if fix is not None and fix.applicability is Applicability.UNSAFE and not self.unsafe_fixes:
@@ -116,7 +117,7 @@ class Checker:
                     severity=finding.rule.severity,
                     rule_name=finding.rule.name,
                     confidence=finding.confidence,
-                    fix=self._fix_summary(module, code, fix) if fix is not None else None,
+                    fix=self._fix_summary(fix, edits_of) if fix is not None else None,
                     source_line=lines[start.row - 1] if 0 < start.row <= len(lines) else "",
                     context=finding.context,
                 )
@@ -183,11 +184,12 @@ class Checker:
                 if self._applicable(finding.fix) and id(finding.fix) not in owners:
                     owners[id(finding.fix)] = finding
                     fixes.append(finding.fix)
-            chosen = select_compatible(fixes, module)
+            ancestry = ancestry_of(module, fixes)
+            chosen = select_compatible(fixes, module, ancestry)
             if not chosen:
                 break
             try:
-                new_code = apply_fixes(module, chosen).code
+                new_code = apply_fixes(module, chosen, ancestry).code
                 new_module = cst.parse_module(new_code)
             except Exception as error:  # a fix that breaks the code is our bug: keep the file as it was
                 codes = ", ".join(sorted({owners[id(f)].rule.code for f in chosen}))
@@ -206,11 +208,11 @@ class Checker:
             result.fixed_source = code
         return module
 
-    def _fix_summary(self, module: cst.Module, code: str, fix: Fix) -> FixSummary:
+    def _fix_summary(self, fix: Fix, edits_of: Optional[EditsOfFixes]) -> FixSummary:
         edits: Tuple[Edit, ...] = ()
-        if self.with_edits:
+        if edits_of is not None:
             try:
-                edits = text_edits(code, apply_fixes(module, [fix]).code)
+                edits = edits_of.edits(fix)
             except Exception:
                 edits = ()
         return FixSummary(fix.applicability, fix.message, edits)
@@ -261,7 +263,6 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 def source_lines(code: str) -> List[str]:
@@ -278,19 +279,6 @@ def _related_text(related, position_of) -> str:
         code_range = position_of.get(id(node))
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
-
-
-def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
-    """Line-level edits that turn `old` into `new` (1-based; end exclusive)."""
-    old_lines = _LINE_WITH_END.findall(old)
-    new_lines = _LINE_WITH_END.findall(new)
-    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-    edits = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        edits.append(Edit(Location(i1 + 1, 1), Location(i2 + 1, 1), "".join(new_lines[j1:j2])))
-    return tuple(edits)
 
 
 def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> bool:

@@ -13,7 +13,7 @@ the whitespace-inclusive fallback); a test compares them over every node of real
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Set, Tuple
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
@@ -63,11 +63,12 @@ class _SyntacticRange:
 
 
 class _TargetedPositionState(CodegenState):
-    def __init__(self, module: cst.Module, targets: Iterable[cst.CSTNode]) -> None:
+    def __init__(self, module: cst.Module, target_ids: Iterable[int]) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
-        self.targets = {id(node) for node in targets}
+        self.targets = set(target_ids)
         self.wanted = set(self.targets)  # plus the start/end nodes their ranges are hoisted from
         self.ranges: Dict[int, CodeRange] = {}
+        self.inclusive: Dict[int, CodeRange] = {}  # whitespace and leading lines included
         self._starts: Dict[int, CodePosition] = {}
         self._remaining = len(self.targets)
         self._line, self._column, self._scanned = 1, 0, 0
@@ -100,8 +101,9 @@ class _TargetedPositionState(CodegenState):
         key = id(node)
         if key not in self.wanted:
             return
+        self.inclusive[key] = CodeRange(self._starts[key], self.here())
         if key not in self.ranges:  # no syntactic range: the whitespace-inclusive one
-            self.ranges[key] = CodeRange(self._starts[key], self.here())
+            self.ranges[key] = self.inclusive[key]
         if key in self.targets:
             self.targets.discard(key)
             self._remaining -= 1
@@ -121,12 +123,30 @@ class _TargetedPositionState(CodegenState):
 
 def node_positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[int, CodeRange]:
     """`{id(node): CodeRange}` for `nodes` (as PositionProvider computes them); nodes not in `module` are absent."""
-    nodes = list(nodes)
-    if not nodes:
-        return {}
-    state = _TargetedPositionState(module, nodes)
-    try:
-        module._codegen(state)
-    except _AllFound:
-        pass
-    return {key: state.ranges[key] for key in {id(node) for node in nodes} if key in state.ranges}
+    wanted = {id(node) for node in nodes}
+    state = _generate_until_found(module, wanted)
+    return {key: state.ranges[key] for key in wanted if key in state.ranges}
+
+
+def node_line_spans(module: cst.Module, node_ids: Iterable[int]) -> Dict[int, Tuple[int, int]]:
+    """`{id(node): (first line, line after the last)}` of the nodes (given by id) that span whole lines
+    (statements, with their leading blank and comment lines); nodes that start or end inside a line are
+    absent."""
+    wanted = set(node_ids)
+    state = _generate_until_found(module, wanted)
+    spans = {}
+    for key in wanted:
+        found = state.inclusive.get(key)
+        if found is not None and found.start.column == 0 and found.end.column == 0:
+            spans[key] = (found.start.line, found.end.line)
+    return spans
+
+
+def _generate_until_found(module: cst.Module, wanted: Set[int]) -> _TargetedPositionState:
+    state = _TargetedPositionState(module, wanted)
+    if wanted:
+        try:
+            module._codegen(state)
+        except _AllFound:
+            pass
+    return state

@@ -57,7 +57,7 @@ _SOURCE_ORDER: Dict[str, Tuple[str, ...]] = {
 _FIELDS_CACHE: Dict[type, Tuple[str, ...]] = {}
 
 
-def _code_fields(node_type: type) -> Tuple[str, ...]:
+def code_fields(node_type: type) -> Tuple[str, ...]:
     fields = _FIELDS_CACHE.get(node_type)
     if fields is None:
         names = [
@@ -85,7 +85,7 @@ class Walker:
             name = node_type.__name__
             fields = tuple(
                 (field, getattr(self, f"visit_{name}_{field}", None), getattr(self, f"leave_{name}_{field}", None))
-                for field in _code_fields(node_type)
+                for field in code_fields(node_type)
             )
             hooks = (getattr(self, f"visit_{name}", None), getattr(self, f"leave_{name}", None), fields)
             self._hooks[node_type] = hooks

@@ -1,0 +1,156 @@
+"""The text edits of one fix (what JSON and SARIF output carry), without regenerating the whole file.
+
+A fix rebuilds only the nodes on the paths down to its targets; every other node of the fixed tree is
+the very object of the original tree. So the fixed text is the original text with one statement's
+lines replaced: the lowest statement that holds every change. `EditsOfFixes.edits` finds that statement,
+regenerates it alone (with its blocks' indentation) and diffs that. On torch's 462 kB
+`distributed_test.py` this takes milliseconds where regenerating the file took 0.25 s per fix.
+
+Anything it cannot place that way (new imports, a changed module header, a statement inserted or
+removed at the top of a file) falls back to regenerating the whole fixed module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+from amp_lint.diagnostics import Edit, Location
+from amp_lint.fixer import ancestry_of, apply_fixes
+from amp_lint.positions import node_line_spans
+from amp_lint.rules.base import Fix
+
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+_STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
+
+
+class EditsOfFixes:
+    """`edits(fix)`: the line edits that turn `code` (the text of `module`) into the text with `fix` applied.
+
+    Made once for the fixes of one file: one walk finds where their targets sit, and one code
+    generation the lines of every statement above them.
+    """
+
+    def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix]) -> None:
+        self.module, self.code = module, code
+        self.ancestry = ancestry_of(module, fixes)
+        self._spans: Optional[Dict[int, Tuple[int, int]]] = None
+
+    def edits(self, fix: Fix) -> Tuple[Edit, ...]:
+        fixed = apply_fixes(self.module, [fix], self.ancestry)
+        spliced = None if fix.imports else self._splice(fixed)
+        return text_edits(self.code, spliced if spliced is not None else fixed.code)
+
+    def _line_spans(self) -> Dict[int, Tuple[int, int]]:
+        if self._spans is None:
+            self._spans = node_line_spans(self.module, set().union(*self.ancestry.values(), self.ancestry))
+        return self._spans
+
+    def _splice(self, fixed: cst.Module) -> Optional[str]:
+        return _splice(self.module, fixed, self.code, self._line_spans())
+
+
+def _splice(module: cst.Module, fixed: cst.Module, code: str, spans: Dict[int, Tuple[int, int]]) -> Optional[str]:
+    """`fixed`'s text, made from `code` and the statements that changed; None when that will not do."""
+    changed = _changed_statements(module.default_indent, module, fixed, [], None)
+    if not changed:
+        return None
+    lines = _LINE_WITH_END.findall(code)
+    pieces = []
+    for old, new, indents in changed:
+        if id(old) not in spans:
+            return None
+        first, end = spans[id(old)]
+        if "".join(lines[first - 1 : end - 1]) != _statement_code(module, old, indents):
+            return None  # the statement does not sit on whole lines as expected: regenerate everything
+        pieces.append((first, end, _statement_code(module, new, indents)))
+    pieces.sort()
+    out, done = [], 1
+    for first, end, text in pieces:
+        if first < done:
+            return None  # overlapping statements: cannot happen for disjoint subtrees, but never splice twice
+        out += lines[done - 1 : first - 1] + [text]
+        done = end
+    return "".join(out + lines[done - 1 :])
+
+
+_Change = Tuple[cst.CSTNode, cst.CSTNode, List[str]]  # old statement, new statement, its indentation
+
+
+def _changed_statements(
+    default_indent: str, old: cst.CSTNode, new: cst.CSTNode, indents: List[str], enclosing: Optional[_Change]
+) -> Optional[List[_Change]]:
+    """The lowest statements under which all the differences between `old` and `new` lie.
+
+    None when a difference lies outside every statement (the module's header or footer, a statement
+    added or removed at the top level).
+    """
+    if isinstance(old, _STATEMENT) and isinstance(new, _STATEMENT):
+        enclosing = (old, new, indents)
+    pairs = _differences(old, new)
+    if pairs is None:
+        return None if enclosing is None else [enclosing]
+    if isinstance(old, cst.IndentedBlock):
+        indents = indents + [old.indent if old.indent is not None else default_indent]
+    changes: List[_Change] = []
+    for before, after in pairs:
+        found = _changed_statements(default_indent, before, after, indents, enclosing)
+        if found is None:
+            return None
+        if enclosing is not None and any(change[0] is enclosing[0] for change in found):
+            return [enclosing]  # one difference needs the whole enclosing statement: it covers the others
+        changes += found
+    return changes
+
+
+def _differences(old: cst.CSTNode, new: cst.CSTNode) -> Optional[List[Tuple[cst.CSTNode, cst.CSTNode]]]:
+    """The child pairs in which `old` and `new` differ; None when they differ otherwise (a list that grew
+    or shrank, a changed name or value, another node type)."""
+    if type(old) is not type(new):
+        return None
+    differing = []
+    for name in old.__dataclass_fields__:
+        before, after = getattr(old, name), getattr(new, name)
+        if before is after:
+            continue
+        if isinstance(before, cst.CSTNode) and isinstance(after, cst.CSTNode):
+            differing.append((before, after))
+        elif isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after):
+            differing += [(b, a) for b, a in zip(before, after) if b is not a]
+        else:
+            return None
+    return differing
+
+
+def _statement_code(module: cst.Module, statement: cst.CSTNode, indents: List[str]) -> str:
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(indents)
+    statement._codegen(state)
+    return "".join(state.tokens)
+
+
+def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
+    """Line-level edits that turn `old` into `new` (1-based; end exclusive)."""
+    old_lines = _LINE_WITH_END.findall(old)
+    new_lines = _LINE_WITH_END.findall(new)
+    # A fix changes a few lines of a file: compare only what lies between the common head and tail.
+    head, most = 0, min(len(old_lines), len(new_lines))
+    while head < most and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < most - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    old_middle = old_lines[head : len(old_lines) - tail]
+    new_middle = new_lines[head : len(new_lines) - tail]
+    matcher = difflib.SequenceMatcher(a=old_middle, b=new_middle, autojunk=False)
+    edits = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        edits.append(Edit(Location(head + i1 + 1, 1), Location(head + i2 + 1, 1), "".join(new_middle[j1:j2])))
+    return tuple(edits)

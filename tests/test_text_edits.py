@@ -1,0 +1,99 @@
+"""`fix_edits.text_edits` (the edits JSON and SARIF output carry): applied to the old text, they give the new."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import amp_lint.engine  # noqa: F401 (imports the rules before the fixer: their modules import each other)
+from amp_lint.fix_edits import _LINE_WITH_END, text_edits
+
+
+def apply(old: str, edits) -> str:
+    lines = _LINE_WITH_END.findall(old)
+    for edit in sorted(edits, key=lambda e: e.location.row, reverse=True):
+        lines[edit.location.row - 1 : edit.end_location.row - 1] = [edit.content]
+    return "".join(lines)
+
+
+CASES = {
+    "same": ("a\nb\n", "a\nb\n"),
+    "insert-first": ("a\nb\n", "x\na\nb\n"),
+    "insert-last": ("a\nb\n", "a\nb\nx\n"),
+    "insert-middle": ("a\nb\nc\n", "a\nb\nx\nc\n"),
+    "delete": ("a\nb\nc\n", "a\nc\n"),
+    "replace": ("a\nb\nc\n", "a\nB\nc\n"),
+    "repeated-lines": ("x\nx\nx\n", "x\nx\nx\nx\n"),
+    "no-final-newline": ("a\nb", "a\nb\nc"),
+    "crlf": ("a\r\nb\r\n", "a\r\nx\r\nb\r\n"),
+    "everything": ("a\nb\n", "c\nd\ne\n"),
+    "empty-old": ("", "a\n"),
+}
+
+
+@pytest.mark.parametrize("old, new", CASES.values(), ids=list(CASES))
+def test_edits_turn_old_into_new(old, new):
+    edits = text_edits(old, new)
+    assert apply(old, edits) == new
+    assert (edits == ()) == (old == new)
+
+
+def test_one_changed_line_in_a_big_file_is_one_small_edit():
+    old = "".join(f"line_{i} = {i}\n" for i in range(20_000))
+    new = old.replace("line_12345 = 12345\n", "line_12345 = 12345\nscaler.update()\n")
+    [edit] = text_edits(old, new)
+    assert (edit.location.row, edit.end_location.row, edit.content) == (12347, 12347, "scaler.update()\n")
+
+
+def test_random_changes():
+    rng = random.Random(3)
+    for _ in range(200):
+        old_lines = [rng.choice("abc") + "\n" for _ in range(rng.randint(0, 12))]
+        new_lines = list(old_lines)
+        for _ in range(rng.randint(0, 3)):
+            position = rng.randint(0, len(new_lines))
+            if new_lines and rng.random() < 0.5:
+                del new_lines[min(position, len(new_lines) - 1)]
+            else:
+                new_lines.insert(position, rng.choice("abcd") + "\n")
+        old, new = "".join(old_lines), "".join(new_lines)
+        assert apply(old, text_edits(old, new)) == new
+
+
+def _fixable_sources():
+    import textwrap
+    from pathlib import Path
+
+    from amp_lint.rules import ALL_RULES
+
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    sources = [path.read_text(encoding="utf-8") for path in sorted(root.rglob("*.py"))]
+    sources += [textwrap.dedent(example.code) for rule in ALL_RULES for example in rule.invalid]
+    return sources
+
+
+def test_edits_spliced_from_changed_statements_equal_a_full_regeneration():
+    """`EditsOfFixes` regenerates only the statements a fix changed; the edits must be the same as a diff
+    against the whole regenerated file, for every fix of every fixture and rule example."""
+    import libcst as cst
+
+    from amp_lint.fix_edits import EditsOfFixes
+    from amp_lint.fixer import apply_fixes
+    from amp_lint.model import build_model
+    from amp_lint.rules import ALL_RULES
+
+    rules = [rule() for rule in ALL_RULES]
+    compared = 0
+    for source in _fixable_sources():
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError:
+            continue
+        model = build_model(module)
+        fixes = [finding.fix for rule in rules for finding in rule.check(model) if finding.fix is not None]
+        edits_of = EditsOfFixes(module, source, fixes)
+        for fix in fixes:
+            assert edits_of.edits(fix) == text_edits(source, apply_fixes(module, [fix]).code)
+            compared += 1
+    assert compared > 100
