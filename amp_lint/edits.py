@@ -24,11 +24,16 @@ _REMOVED: Dict[int, cst.CSTNode] = {}
 _QUOTE_OF_LAST_MODULE: List[Tuple[cst.Module, str]] = []
 
 
+def remember_text(module: cst.Module, code: str) -> None:
+    """Tell the builders the text of the module being analysed (the engine knows it; regenerating it
+    from the tree costs a quarter of a second on a 500 kB file)."""
+    _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if code.count("'") > code.count('"') else '"')]
+
+
 def _quote_of(module: cst.Module) -> str:
-    """The quote the module mostly uses; remembered for the last module (its code costs a codegen)."""
+    """The quote the module mostly uses; remembered for the last module."""
     if not _QUOTE_OF_LAST_MODULE or _QUOTE_OF_LAST_MODULE[0][0] is not module:
-        code = module.code
-        _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if code.count("'") > code.count('"') else '"')]
+        remember_text(module, module.code)
     return _QUOTE_OF_LAST_MODULE[0][1]
 
 

@@ -18,6 +18,7 @@ import libcst as cst
 
 from amp_lint import rules as registry
 from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
+from amp_lint.edits import remember_text
 from amp_lint.fix_edits import EditsOfFixes
 from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
 from amp_lint.model import build_model
@@ -134,6 +135,7 @@ class Checker:
 
         `code` is the module's text (what `module.code` would generate, at a cost on big files).
         """
+        remember_text(module, code)
         model = build_model(module)
         findings: List[Finding] = []
         for rule in self.rules:

@@ -32,35 +32,34 @@ _STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
 class EditsOfFixes:
     """`edits(fix)`: the line edits that turn `code` (the text of `module`) into the text with `fix` applied.
 
-    Made once for the fixes of one file: one walk finds where their targets sit, and one code
-    generation the lines of every statement above them.
+    Made once for the fixes of one file: one walk finds where their targets sit, each fix is applied
+    alone, and one code generation (which stops at the last of them) finds the lines of the statements
+    the fixes changed.
     """
 
     def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix]) -> None:
         self.module, self.code = module, code
-        self.ancestry = ancestry_of(module, fixes)
-        self._spans: Optional[Dict[int, Tuple[int, int]]] = None
+        fixes = list({id(fix): fix for fix in fixes}.values())  # a fix shared by several findings: once
+        ancestry = ancestry_of(module, fixes)
+        fixed = {id(fix): apply_fixes(module, [fix], ancestry) for fix in fixes}
+        changes = {
+            key: None if fix.imports else _changed_statements(module.default_indent, module, fixed[key], [], None)
+            for key, fix in ((id(fix), fix) for fix in fixes)
+        }
+        spans = node_line_spans(module, {id(old) for found in changes.values() for old, _, _ in found or ()})
+        lines = _LINE_WITH_END.findall(code)
+        self._edits = {}
+        for key, module_fixed in fixed.items():
+            spliced = _splice(module, lines, changes[key], spans) if changes[key] else None
+            self._edits[key] = text_edits(code, spliced if spliced is not None else module_fixed.code)
 
     def edits(self, fix: Fix) -> Tuple[Edit, ...]:
-        fixed = apply_fixes(self.module, [fix], self.ancestry)
-        spliced = None if fix.imports else self._splice(fixed)
-        return text_edits(self.code, spliced if spliced is not None else fixed.code)
-
-    def _line_spans(self) -> Dict[int, Tuple[int, int]]:
-        if self._spans is None:
-            self._spans = node_line_spans(self.module, set().union(*self.ancestry.values(), self.ancestry))
-        return self._spans
-
-    def _splice(self, fixed: cst.Module) -> Optional[str]:
-        return _splice(self.module, fixed, self.code, self._line_spans())
+        return self._edits[id(fix)]
 
 
-def _splice(module: cst.Module, fixed: cst.Module, code: str, spans: Dict[int, Tuple[int, int]]) -> Optional[str]:
-    """`fixed`'s text, made from `code` and the statements that changed; None when that will not do."""
-    changed = _changed_statements(module.default_indent, module, fixed, [], None)
-    if not changed:
-        return None
-    lines = _LINE_WITH_END.findall(code)
+def _splice(module: cst.Module, lines: List[str], changed: List["_Change"], spans: Dict[int, Tuple[int, int]]) -> Optional[str]:
+    """The fixed text, made from the original `lines` and the statements that changed; None when that
+    will not do."""
     pieces = []
     for old, new, indents in changed:
         if id(old) not in spans:
