@@ -222,19 +222,23 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
     """
     names: set = set()
     autocast_calls = []
+    # autocast under another name (`as ac`, `ac = torch.autocast`, `partial(torch.autocast, ...)`): the
+    # analysis follows those names, the facts below do not, so every fact is assumed.
+    aliased = False
     device_objects = set()  # names bound to torch.device(...) or annotated torch.device
     copies = []
     for node in _statements_to_read(tree, hint_lines):
         kind = type(node)
         if kind is ast.Call:
             _add_names(node.func, names)
-            if _callee_name(node.func) == "autocast":
+            if _callee_name(node.func) == "autocast" and not isinstance(node.func, ast.Call):
                 autocast_calls.append(node)
             for keyword in node.keywords:
                 if keyword.arg:
                     names.add(keyword.arg)
             if _callee_name(node.func) == "partial" and node.args:
                 _add_names(node.args[0], names)
+                aliased |= _callee_name(node.args[0]) == "autocast" and not isinstance(node.args[0], ast.Call)
         elif kind is ast.With or kind is ast.AsyncWith:
             for item in node.items:
                 _add_names(item.context_expr, names)
@@ -253,6 +257,7 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                 names.update(alias.name.split("."))
                 if alias.asname:
                     names.add(alias.asname)
+                    aliased |= alias.name.split(".")[-1] == "autocast"
         elif kind is ast.Assign or kind is ast.AnnAssign or kind is ast.AugAssign:
             for target in getattr(node, "targets", None) or [node.target]:
                 _add_names(target, names)
@@ -260,6 +265,7 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                 _add_names(node.annotation, names)
             for alternative in _alternatives(node.value):
                 _add_names(alternative, names)
+                aliased |= _callee_name(alternative) == "autocast" and not isinstance(alternative, ast.Call)
             targets = getattr(node, "targets", None) or [node.target]
             bound = [t.id for t in targets if isinstance(t, ast.Name)]
             if isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "device":
@@ -275,13 +281,28 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                     device_objects.add(node.arg)
     for _ in range(5):  # `dev = torch.device(...)`, `d = dev`: d is one too
         device_objects.update(name for name, source in copies if source in device_objects)
+    if aliased:
+        names.update(_ALL_AUTOCAST_FACTS)
     # A device name copied on a skipped line (`d = dev`) may be a device object: assume it is.
     names.update(_autocast_facts(autocast_calls, device_objects, any_name_is_a_device=hint_lines is not None))
     return " ".join(names)
 
 
+_ALL_AUTOCAST_FACTS = (
+    "autocast_twice",
+    "autocast_second_positional",
+    "autocast_bool_arg",
+    "autocast_dtype_arg",
+    "autocast_device_missing",
+)
+
+
 def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -> set:
-    """Tokens that say what the file's autocast calls look like, for rules' `ast_needs`."""
+    """Tokens that say what the file's autocast calls look like, for rules' `ast_needs`.
+
+    The rules that read the device and dtype arguments (AMP054, AMP075) skip a call with `*args` or
+    `**kwargs`, so such a call adds no device or dtype fact.
+    """
     facts = set()
     if len(calls) >= 2:
         facts.add("autocast_twice")
@@ -294,8 +315,10 @@ def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
         device = positional[0] if positional else keywords.get("device_type")
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            facts.add("autocast_device_missing")  # cannot tell: assume the worst
-        elif device is None:
+            continue
+        if len(positional) >= 2 or "dtype" in keywords:
+            facts.add("autocast_dtype_arg")
+        if device is None:
             facts.add("autocast_device_missing")
         elif isinstance(device, ast.Constant):
             if not isinstance(device.value, str) or ":" in device.value:

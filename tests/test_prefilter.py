@@ -104,3 +104,35 @@ def test_lines_are_counted_as_python_counts_them():
 
     assert _lines_with("a\r\nb\rstep\nc step\n", ("step",)) == [3, 4]
     assert _lines_with("x\x0cstep\n", ("step",)) == [1]  # a form feed is not a line break
+
+
+ALIASED_AUTOCAST = {
+    "import-alias": "from torch import autocast as ac\nwith ac('cpu', True):\n    out = model(x)\n",
+    "assigned": "import torch\nac = torch.autocast\nwith ac('cpu', True):\n    out = model(x)\n",
+    "partial": "import functools, torch\nac = functools.partial(torch.autocast, 'cpu')\nwith ac(True):\n    out = model(x)\n",
+}
+
+
+@pytest.mark.parametrize("text", ALIASED_AUTOCAST.values(), ids=list(ALIASED_AUTOCAST))
+def test_autocast_reached_through_another_name_keeps_every_autocast_rule(text):
+    for code in ("AMP054", "AMP075"):
+        assert Prefilter([rule_by_code(code)]).may_match(_big(text)), code
+
+
+def test_nested_autocast_through_an_alias_keeps_amp053():
+    text = "import torch\nac = torch.autocast\nwith ac('cuda'):\n    with ac('cpu', enabled=False):\n        y = f(x)\n"
+    assert Prefilter([rule_by_code("AMP053")]).may_match(_big(text))
+
+
+def test_autocast_calls_with_star_arguments_add_no_device_or_dtype_fact():
+    # AMP054 and AMP075 skip such calls: the file cannot hold their findings.
+    text = _big("import torch\nwith torch.autocast(*args, **kwargs):\n    out = model(x)\ndtype = torch.float16\n")
+    assert not Prefilter([rule_by_code("AMP054")]).may_match(text)
+    assert not Prefilter([rule_by_code("AMP075")]).may_match(text)
+
+
+def test_the_dtype_fact_needs_a_dtype_in_the_autocast_call():
+    other_call = _big("import torch\nwith torch.autocast('cuda'):\n    y = torch.zeros(3, dtype=torch.float16)\n")
+    assert not Prefilter([rule_by_code("AMP054")]).may_match(other_call)
+    in_the_call = _big("import torch\nwith torch.autocast('cuda', dtype=torch.float32):\n    y = model(x)\n")
+    assert Prefilter([rule_by_code("AMP054")]).may_match(in_the_call)

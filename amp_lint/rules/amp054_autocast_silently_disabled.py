@@ -76,8 +76,8 @@ class AutocastSilentlyDisabled(Rule):
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
     needs = (r"\bautocast\b",)
-    # A second positional argument (the dtype slot) or a dtype= keyword.
-    ast_needs = (r"\bautocast\b", r"autocast_second_positional|\bdtype\b")
+    # An autocast call with a second positional argument (the dtype slot) or a dtype= keyword.
+    ast_needs = (r"autocast_dtype_arg",)
 
     valid = [
         """
