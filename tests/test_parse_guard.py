@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import sys
-import textwrap
 import time
 
 import pytest
@@ -19,19 +18,9 @@ from amp_lint.diagnostics import Location
 from amp_lint.parse_guard import PARSE_COST_LIMIT, check_parse_cost, costliest_chain
 from amp_lint.runner import CheckConfig, check_text
 
-TRAIN = textwrap.dedent(
-    """\
-    import torch
+from snippets import MISSING_UPDATE
 
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        optimizer.zero_grad()
-    """
-)
+TRAIN = MISSING_UPDATE  # the AMP021 loop (tests/snippets.py)
 
 # Expressions of `links` links, one per shape that LibCST parses in time growing with the square of
 # the chain (with LibCST 1.9, 1,000 links take 0.1 s to 0.9 s, 2,000 four or five times as long).

@@ -23,21 +23,9 @@ from typing import Dict, Iterable, List
 
 import pytest
 
-# A training loop whose only bug is AMP021: the fix inserts one line, `    scaler.update()`, after line 8,
-# so every other byte of the file must come back exactly as it was.
-BUGGY = textwrap.dedent(
-    """\
-    import torch
+from snippets import MISSING_UPDATE
 
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        optimizer.zero_grad()
-    """
-)
+BUGGY = MISSING_UPDATE  # the AMP021 loop (tests/snippets.py)
 FIXED = BUGGY.replace("    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n    scaler.update()\n")
 FINDING = ":8:5: AMP021"
 INSERTED = b"scaler.update()"

@@ -15,19 +15,9 @@ from amp_lint.diagnostics import Location
 from amp_lint.engine import Checker
 from amp_lint.roundtrip import prepare
 
-TRAIN = textwrap.dedent(
-    """\
-    import torch
+from snippets import MISSING_UPDATE
 
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        optimizer.zero_grad()
-    """
-)
+TRAIN = MISSING_UPDATE  # the AMP021 loop (tests/snippets.py)
 STEP = "    scaler.step(optimizer)\n"
 UPDATE = "    scaler.update()\n"  # AMP021's fix inserts this line after STEP
 

@@ -1,0 +1,19 @@
+"""Source snippets that several test modules share."""
+
+import textwrap
+
+# A training loop whose only bug is AMP021: the fix inserts one line, `    scaler.update()`, after line 8,
+# so every other byte of the file must come back exactly as it was.
+MISSING_UPDATE = textwrap.dedent(
+    """\
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    """
+)
