@@ -21,6 +21,7 @@ from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, Fix
 from amp_lint.edits import remember_text
 from amp_lint.fix_edits import EditsOfFixes
 from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
+from amp_lint.lines import split_lines
 from amp_lint.model import build_model
 from amp_lint.parse_guard import check_parse_cost
 from amp_lint.positions import node_positions
@@ -102,7 +103,7 @@ class Checker:
         source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
         findings, positions = self._findings(module, code, filename, result, file_noqa or frozenset())
-        lines = source_lines(code)
+        lines = split_lines(code)
         edits_of = EditsOfFixes(module, code, [f.fix for f in findings if f.fix is not None]) if self.with_edits else None
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
@@ -148,7 +149,7 @@ class Checker:
         if not findings:
             return [], []
         position_of = node_positions(module, [f.node for f in findings] + [node for f in findings for _, node in f.related])
-        lines = source_lines(code)
+        lines = split_lines(code)
         kept, positions = [], []
         reported = set()
         # A helper's finding can come twice: from its own step (fixable) and through a caller (not).
@@ -262,17 +263,6 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
     if len(message) > 120:
         message = message[:117] + "..."
     return f"syntax error: {message}"
-
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-def source_lines(code: str) -> List[str]:
-    """Lines as Python counts them: split on \\n, \\r\\n and \\r only (not on form feeds and the like)."""
-    lines = _LINE_BREAK.split(code)
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 def _related_text(related, position_of) -> str:

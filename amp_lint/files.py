@@ -13,7 +13,6 @@ import contextlib
 import errno
 import io
 import os
-import re
 import stat
 import tokenize
 from dataclasses import dataclass
@@ -21,11 +20,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
+from amp_lint.lines import LINE_BREAK
 from amp_lint.settings import Settings, matches_any_glob
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what Python counts as a line break (not \f or \v)
 
 
 class SourceError(Exception):
@@ -371,7 +370,7 @@ def _is_ascii_compatible(encoding: str) -> bool:
 
 def _position(text_before: str) -> Tuple[int, int]:
     """1-based (line, column) of the character just after `text_before`."""
-    lines = _LINE_BREAK.split(text_before)
+    lines = LINE_BREAK.split(text_before)
     return len(lines), len(lines[-1]) + 1
 
 

@@ -13,7 +13,6 @@ removed at the top of a file) falls back to regenerating the whole fixed module.
 from __future__ import annotations
 
 import difflib
-import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
@@ -21,10 +20,9 @@ from libcst._nodes.internal import CodegenState
 
 from amp_lint.diagnostics import Edit, Location
 from amp_lint.fixer import ancestry_of, apply_fixes
+from amp_lint.lines import lines_with_ends
 from amp_lint.positions import node_line_spans
 from amp_lint.rules.base import Fix
-
-_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 _STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
 
@@ -38,16 +36,16 @@ class EditsOfFixes:
     """
 
     def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix]) -> None:
-        self.module, self.code = module, code
-        fixes = list({id(fix): fix for fix in fixes}.values())  # a fix shared by several findings: once
-        ancestry = ancestry_of(module, fixes)
-        fixed = {id(fix): apply_fixes(module, [fix], ancestry) for fix in fixes}
+        unique = {id(fix): fix for fix in fixes}  # a fix shared by several findings: once
+        ancestry = ancestry_of(module, unique.values())
+        fixed = {key: apply_fixes(module, [fix], ancestry) for key, fix in unique.items()}
+        # New imports change the module's top, which no statement holds: those fixes regenerate the file.
         changes = {
             key: None if fix.imports else _changed_statements(module.default_indent, module, fixed[key], [], None)
-            for key, fix in ((id(fix), fix) for fix in fixes)
+            for key, fix in unique.items()
         }
         spans = node_line_spans(module, {id(old) for found in changes.values() for old, _, _ in found or ()})
-        lines = _LINE_WITH_END.findall(code)
+        lines = lines_with_ends(code)
         self._edits = {}
         for key, module_fixed in fixed.items():
             spliced = _splice(module, lines, changes[key], spans) if changes[key] else None
@@ -135,8 +133,8 @@ def _statement_code(module: cst.Module, statement: cst.CSTNode, indents: List[st
 
 def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
     """Line-level edits that turn `old` into `new` (1-based; end exclusive)."""
-    old_lines = _LINE_WITH_END.findall(old)
-    new_lines = _LINE_WITH_END.findall(new)
+    old_lines = lines_with_ends(old)
+    new_lines = lines_with_ends(new)
     # A fix changes a few lines of a file: compare only what lies between the common head and tail.
     head, most = 0, min(len(old_lines), len(new_lines))
     while head < most and old_lines[head] == new_lines[head]:

@@ -22,11 +22,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report
 from amp_lint.files import SourceError, SourceText, read_source, write_atomic
+from amp_lint.lines import lines_with_ends
 
 # The checker's own pattern (amp_lint.engine): `# noqa` or `# noqa: A1, B2`.
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 _CODE_SEPARATOR = re.compile(r"[\s,]+")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line with its ending (Python's line breaks only)
 _LINE_END = re.compile(r"(\r\n|\r|\n)?\Z")
 
 
@@ -58,7 +58,7 @@ def _add_to_file(filename: str, diagnostics: Sequence[Diagnostic]) -> Tuple[int,
     source = read_source(path)
     if filename.endswith(".ipynb"):
         return _add_to_notebook(path, source, diagnostics)
-    lines = _split_lines(source.text)
+    lines = lines_with_ends(source.text)
     edited, skipped = _edit_lines(lines, [(d, d.location.row, d.end_location.row) for d in diagnostics], filename)
     if edited:
         write_atomic(path, "".join(lines), source)
@@ -70,7 +70,7 @@ def _add_to_notebook(path: Path, source: SourceText, diagnostics: Sequence[Diagn
     from amp_lint.notebook import Notebook
 
     notebook = Notebook.parse(source.text)
-    lines = _split_lines(notebook.source)
+    lines = lines_with_ends(notebook.source)
     # (cell, row in cell) -> program row. Rows ascend, so a cell's real first row overrides the
     # marker line above it, which `locate` clamps to the same place.
     program_row = {notebook.locate(row, 1)[:2]: row for row in range(1, len(lines) + 1)}
@@ -188,10 +188,6 @@ def _error(diagnostic: Diagnostic, reason: str) -> FileError:
         f"{where}{diagnostic.code} at line {diagnostic.location.row} not suppressed: {reason}",
         Location(diagnostic.location.row, diagnostic.location.column),
     )
-
-
-def _split_lines(text: str) -> List[str]:
-    return _LINE.findall(text)
 
 
 def _content(line: str) -> str:

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from amp_lint.files import SourceError
+from amp_lint.lines import lines_with_ends
 
 _CELL_MARKER = re.compile(r"# amp-lint: cell (\d+)")
 _PLACEHOLDER = re.compile(r"[ \t\f]*(?:pass  )?# amp-lint: ipython-magic (\d+)")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")  # a line with its ending (Python's line breaks only)
 _LINE_END = re.compile(r"(\r\n|\r|\n)?\Z")
 # At the start of a logical line these cannot begin Python code: IPython's escapes
 # (% magic, ! shell, ? help, / , ; autocall).
@@ -34,11 +34,6 @@ _ESCAPE = re.compile(r"[ \t\f]*[%!?/,;]")
 _HELP = re.compile(r"[ \t\f]*[\w.*\[\]]+\?\??[ \t\f]*")  # `obj?`, `obj.attr??`
 _MAGIC_ASSIGNMENT = re.compile(r"[ \t\f]*[\w.]+(?:[ \t\f]*,[ \t\f]*[\w.]+)*[ \t\f]*=[ \t\f]*[%!]")  # `x = !ls`
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
-def _split_lines(text: str) -> List[str]:
-    """Lines with their endings, split only where Python splits (str.splitlines also splits at \\f)."""
-    return _LINE.findall(text)
 
 
 def _content(line: str) -> str:
@@ -94,7 +89,7 @@ class Notebook:
             code_cell = _CodeCell(index, cell_text, isinstance(source, list))
             program.append(f"# amp-lint: cell {index}\n")
             code_cell.first_row = len(program) + 1
-            lines, next_magic_id = _hide_magics(_split_lines(cell_text), code_cell.magic_lines, next_magic_id)
+            lines, next_magic_id = _hide_magics(lines_with_ends(cell_text), code_cell.magic_lines, next_magic_id)
             if lines and not _ending(lines[-1]):
                 lines[-1] += "\n"
             program.extend(lines)
@@ -135,7 +130,7 @@ class Notebook:
         segments: List[List[str]] = []
         found: List[int] = []
         prefix: List[str] = []
-        for line in _split_lines(new_source):
+        for line in lines_with_ends(new_source):
             marker = _CELL_MARKER.fullmatch(_content(line))
             if marker:
                 found.append(int(marker.group(1)))
@@ -162,7 +157,7 @@ class Notebook:
             cell = self._cells[position]
             new_text = replacements[position]
             value_start, value_end, key_indent = spans[position]
-            value = _split_lines(new_text) if cell.source_is_list else new_text
+            value = lines_with_ends(new_text) if cell.source_is_list else new_text
             pieces.append(self.text[value_end:end])
             pieces.append(style.dump(value, key_indent))
             end = value_start

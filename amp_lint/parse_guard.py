@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from amp_lint.diagnostics import FileError, Location
+from amp_lint.lines import LINE_BREAK
 
 # The most a chain may cost, in the units above: under 1 s of parsing for the slowest shape (a
 # subscript chain of 1,000 links: 0.86 s), 0.15 s for a sum of 1,000 terms.
@@ -54,7 +55,6 @@ _SHORTEST_COSTLY_TEXT = math.isqrt(2 * PARSE_COST_LIMIT)
 # prefix the regex engine scans for quickly, take two thirds of the time of one with both.)
 _BREAK_AFTER_CHAIN_TOKEN = re.compile(r"[-+*/%@&|^<>\\(\[][ \t]*(?:#[^\n]*)?\n")
 _BREAK_BEFORE_CHAIN_TOKEN = re.compile(r"\n[ \t]*[-+*/%@&|^~<>.)\]]")
-_LINE_BREAK = re.compile(r"\r\n?|\n")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _may_hold_costly_chain(source: str) -> bool:
     if len(source) < _SHORTEST_COSTLY_TEXT:
         return False
     if "\r" in source:
-        source = _LINE_BREAK.sub("\n", source)
+        source = LINE_BREAK.sub("\n", source)
     joined = _BREAK_BEFORE_CHAIN_TOKEN.sub(" ", _BREAK_AFTER_CHAIN_TOKEN.sub(" ", source))
     return max(map(len, joined.split("\n"))) >= _SHORTEST_COSTLY_TEXT
 
@@ -147,6 +147,6 @@ def _children_first(tree: ast.AST) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
 
 def _location(source: str, node: ast.expr) -> Location:
     """Where `node` starts, with its column in characters (`ast` counts UTF-8 bytes)."""
-    line = _LINE_BREAK.split(source)[node.lineno - 1]
+    line = LINE_BREAK.split(source)[node.lineno - 1]
     prefix = line.encode("utf-8", "surrogatepass")[: node.col_offset]
     return Location(node.lineno, len(prefix.decode("utf-8", "ignore")) + 1)

@@ -12,15 +12,13 @@ the whitespace-inclusive fallback); a test compares them over every node of real
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange
 from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange
 
-# PositionProvider's own line-break pattern: \r\n, \r or \n.
-_LINE_BREAK = re.compile(r"\r\n?|\n")
+from amp_lint.lines import LINE_BREAK
 
 
 class _AllFound(Exception):
@@ -82,7 +80,7 @@ class _TargetedPositionState(CodegenState):
             if "\n" not in token and "\r" not in token:
                 column += len(token)
                 continue
-            segments = _LINE_BREAK.split(token)
+            segments = LINE_BREAK.split(token)  # PositionProvider's own pattern, \\r\\n?|\\n, in other words
             line += len(segments) - 1
             column = len(segments[-1])
         self._line, self._column, self._scanned = line, column, len(tokens)

@@ -22,6 +22,8 @@ import warnings
 from functools import lru_cache
 from typing import Iterable, Iterator, List, Optional, Tuple
 
+from amp_lint.lines import LINE_BREAK
+
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
 
@@ -177,14 +179,13 @@ def _lines_with(text: str, hints: Optional[Tuple[str, ...]]) -> Optional[List[in
     """The sorted line numbers (as `ast` counts them) of the lines that contain a hint; None: every line."""
     if hints is None:
         return None
-    starts = [match.end() for match in _LINE_BREAK.finditer(text)]
+    starts = [match.end() for match in LINE_BREAK.finditer(text)]
     lines = set()
     for match in re.finditer("|".join(map(re.escape, hints)), text):
         lines.add(bisect.bisect_right(starts, match.start()) + 1)
     return sorted(lines)
 
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _statements_to_read(tree, hint_lines: Optional[List[int]]) -> Iterator:

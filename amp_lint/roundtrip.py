@@ -26,10 +26,8 @@ from functools import cached_property
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, Location
+from amp_lint.lines import lines_with_ends, split_lines
 
-# Lines as Python counts them (broken at \r\n, \r and \n only), each with its line break.
-_LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
-_LINE_BREAK = re.compile(r"\r\n?|\n")
 # Form feeds that open a line with code on it; a line of only form feeds, blanks or a comment is
 # reproduced by LibCST as it is.
 _FORM_FEEDS_BEFORE_CODE = re.compile(r"(\x0c+)[ \t\x0c]*[^\s#]")
@@ -59,7 +57,7 @@ class Restored:
 
     @cached_property
     def _lines(self) -> List[str]:
-        return _LINE_BREAK.split(self.text)
+        return split_lines(self.text)
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ class PreparedSource:
         return restored
 
     def _with_form_feeds(self, code: str) -> Restored:
-        lines = _LINE.findall(code)
+        lines = lines_with_ends(code)
         put_back = {}
         for new_index, old_index in self._unchanged_lines(code, lines):
             feeds = self.form_feeds.get(old_index)
@@ -107,7 +105,7 @@ class PreparedSource:
         if code == self.text:
             yield from ((index, index) for index in range(len(new_lines)))
             return
-        old_lines = _LINE.findall(self.text)
+        old_lines = lines_with_ends(self.text)
         matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
         for old_start, new_start, length in matcher.get_matching_blocks():
             yield from ((new_start + offset, old_start + offset) for offset in range(length))
@@ -130,7 +128,7 @@ def _without_form_feeds_before_code(text: str, source: str) -> Tuple[str, Dict[i
 
     A line that starts inside a string literal keeps them: there they are the string's characters.
     """
-    lines = _LINE.findall(text)
+    lines = lines_with_ends(text)
     candidates = [index for index, line in enumerate(lines) if _FORM_FEEDS_BEFORE_CODE.match(line)]
     if not candidates:
         return text, {}

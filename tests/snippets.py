@@ -17,3 +17,18 @@ MISSING_UPDATE = textwrap.dedent(
         optimizer.zero_grad()
     """
 )
+
+# A training loop whose only bug is AMP001, fixed by moving one line: the backward leaves the autocast block.
+BACKWARD_IN_AUTOCAST = textwrap.dedent(
+    """\
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    """
+)

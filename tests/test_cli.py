@@ -10,19 +10,9 @@ from pathlib import Path
 
 import pytest
 
-BUGGY = textwrap.dedent(
-    """\
-    import torch
+from snippets import BACKWARD_IN_AUTOCAST
 
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
+BUGGY = BACKWARD_IN_AUTOCAST  # the AMP001 loop (tests/snippets.py)
 CLEAN = textwrap.dedent(
     """\
     import torch

@@ -23,27 +23,13 @@ from typing import Dict, Iterable, List
 
 import pytest
 
-from snippets import MISSING_UPDATE
+from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
 
 BUGGY = MISSING_UPDATE  # the AMP021 loop (tests/snippets.py)
 FIXED = BUGGY.replace("    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n    scaler.update()\n")
 FINDING = ":8:5: AMP021"
 INSERTED = b"scaler.update()"
 
-# A second bug, fixed by moving a line (AMP001): the backward leaves the autocast block.
-BACKWARD_IN_AUTOCAST = textwrap.dedent(
-    """\
-    import torch
-
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-            scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
 MOVED = b"scaler.scale(loss).backward()"
 
 SUBPROCESS_TIMEOUT = 120

@@ -7,11 +7,12 @@ import random
 import pytest
 
 import amp_lint.engine  # noqa: F401 (imports the rules before the fixer: their modules import each other)
-from amp_lint.fix_edits import _LINE_WITH_END, text_edits
+from amp_lint.fix_edits import text_edits
+from amp_lint.lines import lines_with_ends
 
 
 def apply(old: str, edits) -> str:
-    lines = _LINE_WITH_END.findall(old)
+    lines = lines_with_ends(old)
     for edit in sorted(edits, key=lambda e: e.location.row, reverse=True):
         lines[edit.location.row - 1 : edit.end_location.row - 1] = [edit.content]
     return "".join(lines)
