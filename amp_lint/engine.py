@@ -24,7 +24,7 @@ from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
 from amp_lint.lines import split_lines
 from amp_lint.model import build_model
 from amp_lint.parse_guard import check_parse_cost
-from amp_lint.positions import node_positions
+from amp_lint.positions import NodeLocator
 from amp_lint.prefilter import Prefilter
 from amp_lint.roundtrip import prepare
 from amp_lint.rules.base import Finding, Fix, Rule
@@ -102,9 +102,12 @@ class Checker:
             module = self._fix_passes(module, prepared.text, filename, result, file_noqa or frozenset())
         source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
-        findings, positions = self._findings(module, code, filename, result, file_noqa or frozenset())
+        found = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
+        locator = NodeLocator(module)  # one code generation places the findings and what their fixes change
+        fixes = [f.fix for f in found if f.fix is not None]
+        edits_of = EditsOfFixes(module, code, fixes, locator) if self.with_edits and fixes else None
+        findings, positions = self._placed(found, locator, code)
         lines = split_lines(code)
-        edits_of = EditsOfFixes(module, code, [f.fix for f in findings if f.fix is not None]) if self.with_edits else None
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
             if fix is not None and fix.applicability is Applicability.UNSAFE and not self.unsafe_fixes:
@@ -129,10 +132,10 @@ class Checker:
         return result
 
     # --- findings ---
-    def _findings(
+    def _rule_findings(
         self, module: cst.Module, code: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
-    ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
-        """The rules' findings with their positions, minus those that `# noqa` suppresses.
+    ) -> List[Finding]:
+        """What the enabled rules find in `module`, not yet placed nor filtered by `# noqa`.
 
         `code` is the module's text (what `module.code` would generate, at a cost on big files).
         """
@@ -146,9 +149,16 @@ class Checker:
                 findings.extend(rule.check(model))
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
+        return findings
+
+    def _placed(
+        self, findings: List[Finding], locator: NodeLocator, code: str
+    ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
+        """The findings with their positions, in source order, minus those that `# noqa` suppresses."""
         if not findings:
             return [], []
-        position_of = node_positions(module, [f.node for f in findings] + [node for f in findings for _, node in f.related])
+        locator.want(id(f.node) for f in findings)
+        locator.want(id(node) for f in findings for _, node in f.related)
         lines = split_lines(code)
         kept, positions = [], []
         reported = set()
@@ -159,9 +169,9 @@ class Checker:
                 continue  # seen from a helper's own step and from its caller's: report once
             reported.add((finding.rule.code, id(finding.node)))
             if finding.related:
-                finding.message += _related_text(finding.related, position_of)
+                finding.message += _related_text(finding.related, locator.range_of)
             finding.message = " ".join(finding.message.split())  # code quoted from several lines: one line
-            code_range = position_of[id(finding.node)]
+            code_range = locator.range_of(id(finding.node))
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
             if _suppressed(finding.rule.code, lines, start.row, end.row):
@@ -180,7 +190,7 @@ class Checker:
     ) -> cst.Module:
         code = source  # the module's text: `_check` made sure LibCST reproduces the source
         for _ in range(MAX_FIX_PASSES):
-            findings, _ = self._findings(module, code, filename, result, file_ignored)
+            findings, _ = self._placed(self._rule_findings(module, code, filename, result, file_ignored), NodeLocator(module), code)
             fixes = []
             owners: Dict[int, Finding] = {}
             for finding in findings:
@@ -265,10 +275,11 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
     return f"syntax error: {message}"
 
 
-def _related_text(related, position_of) -> str:
+def _related_text(related, range_of) -> str:
+    """The " (label at line N; ...)" suffix of a message; `range_of(id(node))` gives a node's CodeRange."""
     parts = []
     for label, node in dict.fromkeys(related):
-        code_range = position_of.get(id(node))
+        code_range = range_of(id(node))
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
 

@@ -1,10 +1,12 @@
 """The text edits of one fix (what JSON and SARIF output carry), without regenerating the whole file.
 
 A fix rebuilds only the nodes on the paths down to its targets; every other node of the fixed tree is
-the very object of the original tree. So the fixed text is the original text with one statement's
-lines replaced: the lowest statement that holds every change. `EditsOfFixes.edits` finds that statement,
-regenerates it alone (with its blocks' indentation) and diffs that. On torch's 462 kB
-`distributed_test.py` this takes milliseconds where regenerating the file took 0.25 s per fix.
+the very object of the original tree. So the fixed text is the original text with a few statements'
+lines replaced: the lowest statements that hold the changes. `EditsOfFixes` finds those statements,
+regenerates them alone (with their blocks' indentation) and diffs each against the lines it replaces.
+The statements' lines come from the engine's `NodeLocator`, in the same code generation pass that
+places the findings. On torch's 462 kB `distributed_test.py` this takes milliseconds where
+regenerating and diffing the file took 0.25 s per fix.
 
 Anything it cannot place that way (new imports, a changed module header, a statement inserted or
 removed at the top of a file) falls back to regenerating the whole fixed module.
@@ -21,7 +23,7 @@ from libcst._nodes.internal import CodegenState
 from amp_lint.diagnostics import Edit, Location
 from amp_lint.fixer import ancestry_of, apply_fixes
 from amp_lint.lines import lines_with_ends
-from amp_lint.positions import node_line_spans
+from amp_lint.positions import NodeLocator
 from amp_lint.rules.base import Fix
 
 _STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
@@ -30,50 +32,67 @@ _STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
 class EditsOfFixes:
     """`edits(fix)`: the line edits that turn `code` (the text of `module`) into the text with `fix` applied.
 
-    Made once for the fixes of one file: one walk finds where their targets sit, each fix is applied
-    alone, and one code generation (which stops at the last of them) finds the lines of the statements
-    the fixes changed.
+    Made once for the fixes of one file: one walk finds where their targets sit and each fix is applied
+    alone. The lines of the statements they change are asked of `locator` (which places them together
+    with the findings) when the first edits are wanted.
     """
 
-    def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix]) -> None:
+    def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix], locator: Optional[NodeLocator] = None) -> None:
+        self.module = module
+        self.code = code
+        self.locator = locator if locator is not None else NodeLocator(module)
         unique = {id(fix): fix for fix in fixes}  # a fix shared by several findings: once
         ancestry = ancestry_of(module, unique.values())
-        fixed = {key: apply_fixes(module, [fix], ancestry) for key, fix in unique.items()}
+        self._fixed = {key: apply_fixes(module, [fix], ancestry) for key, fix in unique.items()}
         # New imports change the module's top, which no statement holds: those fixes regenerate the file.
-        changes = {
-            key: None if fix.imports else _changed_statements(module.default_indent, module, fixed[key], [], None)
+        self._changes = {
+            key: None if fix.imports else _changed_statements(module.default_indent, module, self._fixed[key], [], None)
             for key, fix in unique.items()
         }
-        spans = node_line_spans(module, {id(old) for found in changes.values() for old, _, _ in found or ()})
-        lines = lines_with_ends(code)
-        self._edits = {}
-        for key, module_fixed in fixed.items():
-            spliced = _splice(module, lines, changes[key], spans) if changes[key] else None
-            self._edits[key] = text_edits(code, spliced if spliced is not None else module_fixed.code)
+        self.locator.want(id(old) for found in self._changes.values() for old, _, _ in found or ())
+        self._edits: Dict[int, Tuple[Edit, ...]] = {}
+        self._lines: Optional[List[str]] = None
 
     def edits(self, fix: Fix) -> Tuple[Edit, ...]:
-        return self._edits[id(fix)]
+        key = id(fix)
+        if key not in self._edits:
+            changes = self._changes[key]
+            found = self._statement_edits(changes) if changes else None
+            self._edits[key] = found if found is not None else text_edits(self.code, self._fixed[key].code)
+        return self._edits[key]
+
+    def _statement_edits(self, changed: List["_Change"]) -> Optional[Tuple[Edit, ...]]:
+        """The edits, made statement by statement from the original lines; None when that will not do."""
+        if self._lines is None:
+            self._lines = lines_with_ends(self.code)
+        lines = self._lines
+        pieces = []
+        for old, new, indents in changed:
+            span = self.locator.line_span_of(id(old))
+            if span is None:
+                return None
+            first, end = span
+            before = "".join(lines[first - 1 : end - 1])
+            if before != _statement_code(self.module, old, indents):
+                return None  # the statement does not sit on whole lines as expected: regenerate everything
+            pieces.append((first, end, before, _statement_code(self.module, new, indents)))
+        pieces.sort(key=lambda piece: piece[:2])
+        edits: List[Edit] = []
+        done = 1
+        for first, end, before, after in pieces:
+            if first < done:
+                return None  # overlapping statements: cannot happen for disjoint subtrees, but never splice twice
+            edits += [_shifted(edit, first - 1) for edit in text_edits(before, after)]
+            done = end
+        return tuple(edits)
 
 
-def _splice(module: cst.Module, lines: List[str], changed: List["_Change"], spans: Dict[int, Tuple[int, int]]) -> Optional[str]:
-    """The fixed text, made from the original `lines` and the statements that changed; None when that
-    will not do."""
-    pieces = []
-    for old, new, indents in changed:
-        if id(old) not in spans:
-            return None
-        first, end = spans[id(old)]
-        if "".join(lines[first - 1 : end - 1]) != _statement_code(module, old, indents):
-            return None  # the statement does not sit on whole lines as expected: regenerate everything
-        pieces.append((first, end, _statement_code(module, new, indents)))
-    pieces.sort()
-    out, done = [], 1
-    for first, end, text in pieces:
-        if first < done:
-            return None  # overlapping statements: cannot happen for disjoint subtrees, but never splice twice
-        out += lines[done - 1 : first - 1] + [text]
-        done = end
-    return "".join(out + lines[done - 1 :])
+def _shifted(edit: Edit, rows: int) -> Edit:
+    return Edit(
+        Location(edit.location.row + rows, edit.location.column),
+        Location(edit.end_location.row + rows, edit.end_location.column),
+        edit.content,
+    )
 
 
 _Change = Tuple[cst.CSTNode, cst.CSTNode, List[str]]  # old statement, new statement, its indentation

@@ -119,25 +119,61 @@ class _TargetedPositionState(CodegenState):
         return _SyntacticRange(self, node, start_node, end_node)
 
 
+class NodeLocator:
+    """The positions of chosen nodes of one module, found by one code generation for all of them.
+
+    Callers say which nodes they will ask about (`want`) before the first question; the findings'
+    nodes and the statements their fixes change are then placed by the same pass. A node wanted
+    after that pass costs a second one (correct, only slower).
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self._wanted: Set[int] = set()
+        self._state: Optional[_TargetedPositionState] = None
+        self._placed: Set[int] = set()  # what the last pass was asked for
+
+    def want(self, node_ids: Iterable[int]) -> None:
+        self._wanted.update(node_ids)
+
+    def range_of(self, node_id: int) -> Optional[CodeRange]:
+        """PositionProvider's range of the node; None when it is not in the module."""
+        return self._located(node_id).ranges.get(node_id)
+
+    def line_span_of(self, node_id: int) -> Optional[Tuple[int, int]]:
+        """(first line, line after the last) of a node that spans whole lines (a statement, with its
+        leading blank and comment lines); None for a node that starts or ends inside a line."""
+        found = self._located(node_id).inclusive.get(node_id)
+        if found is None or found.start.column != 0 or found.end.column != 0:
+            return None
+        return (found.start.line, found.end.line)
+
+    def _located(self, node_id: int) -> _TargetedPositionState:
+        self._wanted.add(node_id)
+        if self._state is None or not self._wanted <= self._placed:
+            self._placed = set(self._wanted)
+            self._state = _generate_until_found(self.module, self._placed)
+        return self._state
+
+
 def node_positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[int, CodeRange]:
     """`{id(node): CodeRange}` for `nodes` (as PositionProvider computes them); nodes not in `module` are absent."""
+    locator = NodeLocator(module)
     wanted = {id(node) for node in nodes}
-    state = _generate_until_found(module, wanted)
-    return {key: state.ranges[key] for key in wanted if key in state.ranges}
+    locator.want(wanted)
+    found = {key: locator.range_of(key) for key in wanted}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def node_line_spans(module: cst.Module, node_ids: Iterable[int]) -> Dict[int, Tuple[int, int]]:
     """`{id(node): (first line, line after the last)}` of the nodes (given by id) that span whole lines
     (statements, with their leading blank and comment lines); nodes that start or end inside a line are
     absent."""
+    locator = NodeLocator(module)
     wanted = set(node_ids)
-    state = _generate_until_found(module, wanted)
-    spans = {}
-    for key in wanted:
-        found = state.inclusive.get(key)
-        if found is not None and found.start.column == 0 and found.end.column == 0:
-            spans[key] = (found.start.line, found.end.line)
-    return spans
+    locator.want(wanted)
+    found = {key: locator.line_span_of(key) for key in wanted}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def _generate_until_found(module: cst.Module, wanted: Set[int]) -> _TargetedPositionState:

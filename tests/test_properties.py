@@ -165,7 +165,7 @@ def test_two_events_reached_through_one_call_name_it_once():
     backward, step = object(), object()  # two nodes of the same call line, inlined twice
     where = {id(n): CodeRange(CodePosition(20, 4), CodePosition(20, 30)) for n in (backward, step)}
     label = "reached through `train_step(model, x, y, optimizer, scaler)`"
-    text = _related_text([(label, backward), (label, step)], where)
+    text = _related_text([(label, backward), (label, step)], where.get)
     assert text == f" ({label} at line 20)"
 
 

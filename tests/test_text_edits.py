@@ -74,9 +74,10 @@ def _fixable_sources():
     return sources
 
 
-def test_edits_spliced_from_changed_statements_equal_a_full_regeneration():
-    """`EditsOfFixes` regenerates only the statements a fix changed; the edits must be the same as a diff
-    against the whole regenerated file, for every fix of every fixture and rule example."""
+def test_edits_made_statement_by_statement_give_the_fully_regenerated_text():
+    """`EditsOfFixes` regenerates only the statements a fix changed and diffs each alone. Applied to the
+    source, its edits must give exactly the whole regenerated file, and touch no line that a diff of the
+    whole file leaves alone, for every fix of every fixture and rule example."""
     import libcst as cst
 
     from amp_lint.fix_edits import EditsOfFixes
@@ -95,6 +96,40 @@ def test_edits_spliced_from_changed_statements_equal_a_full_regeneration():
         fixes = [finding.fix for rule in rules for finding in rule.check(model) if finding.fix is not None]
         edits_of = EditsOfFixes(module, source, fixes)
         for fix in fixes:
-            assert edits_of.edits(fix) == text_edits(source, apply_fixes(module, [fix]).code)
+            fixed = apply_fixes(module, [fix]).code
+            edits = edits_of.edits(fix)
+            assert apply(source, edits) == fixed
+            whole = text_edits(source, fixed)
+            assert bool(edits) == bool(whole)
+            if whole:
+                first, last = whole[0].location.row, max(edit.end_location.row for edit in whole)
+                assert all(first <= edit.location.row and edit.end_location.row <= last for edit in edits)
             compared += 1
     assert compared > 100
+
+
+def test_edits_of_two_statements_far_apart_are_two_small_edits():
+    """A fix that changes a statement at the top and one at the bottom of a long file: two edits of one
+    line each, not one edit over everything between them."""
+    import libcst as cst
+
+    from amp_lint.fix_edits import EditsOfFixes
+    from amp_lint.model import build_model
+    from amp_lint.rules import ALL_RULES
+
+    filler = "".join(f"value_{i} = {i}\n" for i in range(3_000))
+    source = (
+        "import torch\n"
+        "from torch.cuda.amp import GradScaler\n"
+        + filler
+        + "scaler = GradScaler()\n"
+    )
+    module = cst.parse_module(source)
+    model = build_model(module)
+    fixes = [f.fix for rule in ALL_RULES for f in rule().check(model) if f.fix is not None and rule.code == "AMP072"]
+    assert fixes
+    edits = EditsOfFixes(module, source, fixes).edits(fixes[0])
+    assert apply(source, edits) == source.replace("from torch.cuda.amp import GradScaler", "from torch.amp import GradScaler").replace(
+        "scaler = GradScaler()", 'scaler = GradScaler("cuda")'
+    )
+    assert [edit.end_location.row - edit.location.row for edit in edits] == [1, 1]
