@@ -22,7 +22,7 @@ from amp_lint.edits import remember_text
 from amp_lint.fix_edits import EditsOfFixes
 from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
 from amp_lint.lines import split_lines
-from amp_lint.model import build_model
+from amp_lint.model import FileModel, build_model
 from amp_lint.parse_guard import check_parse_cost
 from amp_lint.positions import NodeLocator
 from amp_lint.prefilter import Prefilter
@@ -102,10 +102,10 @@ class Checker:
             module = self._fix_passes(module, prepared.text, filename, result, file_noqa or frozenset())
         source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
-        found = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
+        found, model = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
         locator = NodeLocator(module)  # one code generation places the findings and what their fixes change
         fixes = [f.fix for f in found if f.fix is not None]
-        edits_of = EditsOfFixes(module, code, fixes, locator) if self.with_edits and fixes else None
+        edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         findings, positions = self._placed(found, locator, code)
         lines = split_lines(code)
         for finding, (start, end) in zip(findings, positions):
@@ -134,8 +134,8 @@ class Checker:
     # --- findings ---
     def _rule_findings(
         self, module: cst.Module, code: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
-    ) -> List[Finding]:
-        """What the enabled rules find in `module`, not yet placed nor filtered by `# noqa`.
+    ) -> Tuple[List[Finding], FileModel]:
+        """What the enabled rules find in `module` (not yet placed nor filtered by `# noqa`), and the model.
 
         `code` is the module's text (what `module.code` would generate, at a cost on big files).
         """
@@ -149,7 +149,7 @@ class Checker:
                 findings.extend(rule.check(model))
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
-        return findings
+        return findings, model
 
     def _placed(
         self, findings: List[Finding], locator: NodeLocator, code: str
@@ -190,14 +190,15 @@ class Checker:
     ) -> cst.Module:
         code = source  # the module's text: `_check` made sure LibCST reproduces the source
         for _ in range(MAX_FIX_PASSES):
-            findings, _ = self._placed(self._rule_findings(module, code, filename, result, file_ignored), NodeLocator(module), code)
+            found, model = self._rule_findings(module, code, filename, result, file_ignored)
+            findings, _ = self._placed(found, NodeLocator(module), code)
             fixes = []
             owners: Dict[int, Finding] = {}
             for finding in findings:
                 if self._applicable(finding.fix) and id(finding.fix) not in owners:
                     owners[id(finding.fix)] = finding
                     fixes.append(finding.fix)
-            ancestry = ancestry_of(module, fixes)
+            ancestry = ancestry_of(module, fixes, model.parents)
             chosen = select_compatible(fixes, module, ancestry)
             if not chosen:
                 break

@@ -15,7 +15,7 @@ removed at the top of a file) falls back to regenerating the whole fixed module.
 from __future__ import annotations
 
 import difflib
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -33,16 +33,24 @@ class EditsOfFixes:
     """`edits(fix)`: the line edits that turn `code` (the text of `module`) into the text with `fix` applied.
 
     Made once for the fixes of one file: one walk finds where their targets sit and each fix is applied
-    alone. The lines of the statements they change are asked of `locator` (which places them together
-    with the findings) when the first edits are wanted.
+    alone (`parents`, the analysis model's map of the tree, spares that walk). The lines of the
+    statements they change are asked of `locator` (which places them together with the findings) when
+    the first edits are wanted.
     """
 
-    def __init__(self, module: cst.Module, code: str, fixes: Iterable[Fix], locator: Optional[NodeLocator] = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        code: str,
+        fixes: Iterable[Fix],
+        locator: Optional[NodeLocator] = None,
+        parents: Optional[Mapping[int, cst.CSTNode]] = None,
+    ) -> None:
         self.module = module
         self.code = code
         self.locator = locator if locator is not None else NodeLocator(module)
         unique = {id(fix): fix for fix in fixes}  # a fix shared by several findings: once
-        ancestry = ancestry_of(module, unique.values())
+        ancestry = ancestry_of(module, unique.values(), parents)
         self._fixed = {key: apply_fixes(module, [fix], ancestry) for key, fix in unique.items()}
         # New imports change the module's top, which no statement holds: those fixes regenerate the file.
         self._changes = {

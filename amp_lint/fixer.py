@@ -8,7 +8,7 @@ engine re-parses the result, re-analyses it and runs another pass until nothing 
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -203,20 +203,43 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
 Ancestry = Dict[int, Set[int]]
 
 
-def ancestry_of(module: cst.Module, fixes: Iterable[Fix]) -> Ancestry:
-    return _ancestry(module, {node for fix in fixes for node in fix.replacements})
+def ancestry_of(module: cst.Module, fixes: Iterable[Fix], parents: Optional[Mapping[int, cst.CSTNode]] = None) -> Ancestry:
+    """For each target of `fixes` (by id), the ids of the nodes above it. `parents` (the analysis
+    model's `FileModel.parents`) answers for the targets the model's walk visited, without a walk."""
+    return _ancestry(module, {node for fix in fixes for node in fix.replacements}, parents)
 
 
-def _ancestry(module: cst.Module, targets: Set[cst.CSTNode]) -> Ancestry:
+def _ancestry(module: cst.Module, targets: Set[cst.CSTNode], parents: Optional[Mapping[int, cst.CSTNode]] = None) -> Ancestry:
     """For each target (by id), the ids of the nodes above it; one walk, which stops at the last target.
 
     The walk follows the fields that hold code (`walk.code_fields`); a target found nowhere there (none
-    is known) sends it through every field.
+    is known) sends it through every field. Targets whose chain of `parents` leads up to `module` need
+    no walk.
     """
-    found = _ancestry_through(module, {id(node) for node in targets}, code_fields)
-    if len(found) < len(targets):
-        found = _ancestry_through(module, {id(node) for node in targets}, _all_fields)
+    found: Ancestry = {}
+    if parents:
+        for node in targets:
+            above = _chain_above(id(node), parents)
+            if above is not None and id(module) in above:
+                found[id(node)] = above
+    missing = {id(node) for node in targets if id(node) not in found}
+    if missing:
+        walked = _ancestry_through(module, missing, code_fields)
+        if len(walked) < len(missing):
+            walked = _ancestry_through(module, missing, _all_fields)
+        found.update(walked)
     return found
+
+
+def _chain_above(key: int, parents: Mapping[int, cst.CSTNode]) -> Optional[Set[int]]:
+    parent = parents.get(key)
+    if parent is None:
+        return None
+    above = set()
+    while parent is not None:
+        above.add(id(parent))
+        parent = parents.get(id(parent))
+    return above
 
 
 def _ancestry_through(module: cst.Module, wanted: Set[int], fields_of) -> Ancestry:

@@ -497,6 +497,7 @@ class FileModel:
     autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
+    parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
     _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
@@ -1233,6 +1234,7 @@ class _ModelBuilder(Walker):
             autocast_calls=self.autocast_calls,
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
+            parents=self.parents,
         )
         self._propagate_through_calls(model)
         self._classify_raw_calls(model)

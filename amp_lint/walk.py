@@ -74,10 +74,15 @@ def code_fields(node_type: type) -> Tuple[str, ...]:
 
 
 class Walker:
-    """Subclass and define hooks, then call `walk(module)`."""
+    """Subclass and define hooks, then call `walk(module)`.
+
+    `parents` maps each visited node (by id) to the node above it: the fixer finds a fix target's
+    ancestors there instead of walking the tree again.
+    """
 
     def __init__(self) -> None:
         self._hooks: Dict[type, Tuple[Optional[Callable], Optional[Callable], Tuple[Tuple[str, Optional[Callable], Optional[Callable]], ...]]] = {}
+        self.parents: Dict[int, cst.CSTNode] = {}
 
     def _hooks_for(self, node_type: type):
         hooks = self._hooks.get(node_type)
@@ -95,15 +100,18 @@ class Walker:
         visit, leave, fields = self._hooks_for(type(node))
         if visit is not None and visit(node) is False:
             return
+        parents = self.parents
         for field, enter_field, leave_field in fields:
             value = getattr(node, field)
             if enter_field is not None:
                 enter_field(node)
             if isinstance(value, cst.CSTNode):
+                parents[id(value)] = node
                 self.walk(value)
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     if isinstance(item, cst.CSTNode):
+                        parents[id(item)] = node
                         self.walk(item)
             if leave_field is not None:
                 leave_field(node)

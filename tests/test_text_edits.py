@@ -133,3 +133,29 @@ def test_edits_of_two_statements_far_apart_are_two_small_edits():
         "scaler = GradScaler()", 'scaler = GradScaler("cuda")'
     )
     assert [edit.end_location.row - edit.location.row for edit in edits] == [1, 1]
+
+
+def test_fix_targets_ancestors_from_the_models_parent_map_equal_a_walk():
+    """The fixer takes a target's ancestors from the analysis model's parent map when it can; they must
+    be exactly what a walk of the tree finds, for every fix target of every fixture and rule example."""
+    import libcst as cst
+
+    from amp_lint.fixer import _ancestry
+    from amp_lint.model import build_model
+    from amp_lint.rules import ALL_RULES
+
+    rules = [rule() for rule in ALL_RULES]
+    answered = compared = 0
+    for source in _fixable_sources():
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError:
+            continue
+        model = build_model(module)
+        targets = {node for rule in rules for f in rule.check(model) if f.fix is not None for node in f.fix.replacements}
+        if not targets:
+            continue
+        assert _ancestry(module, targets, model.parents) == _ancestry(module, targets)
+        answered += sum(1 for node in targets if id(node) in model.parents)
+        compared += len(targets)
+    assert compared > 100 and answered > compared // 2
