@@ -103,7 +103,7 @@ class Checker:
         source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
         found, model = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
-        locator = NodeLocator(module)  # one code generation places the findings and what their fixes change
+        locator = NodeLocator(module, code, model.parents)  # places the findings and what their fixes change
         fixes = [f.fix for f in found if f.fix is not None]
         edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         findings, positions = self._placed(found, locator, code)
@@ -191,7 +191,7 @@ class Checker:
         code = source  # the module's text: `_check` made sure LibCST reproduces the source
         for _ in range(MAX_FIX_PASSES):
             found, model = self._rule_findings(module, code, filename, result, file_ignored)
-            findings, _ = self._placed(found, NodeLocator(module), code)
+            findings, _ = self._placed(found, NodeLocator(module, code, model.parents), code)
             fixes = []
             owners: Dict[int, Finding] = {}
             for finding in findings:

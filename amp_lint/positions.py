@@ -12,7 +12,8 @@ the whitespace-inclusive fallback); a test compares them over every node of real
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Set, Tuple
+import bisect
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -61,8 +62,9 @@ class _SyntacticRange:
 
 
 class _TargetedPositionState(CodegenState):
-    def __init__(self, module: cst.Module, target_ids: Iterable[int]) -> None:
+    def __init__(self, module: cst.Module, target_ids: Iterable[int], stop_when_found: bool = True) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.stop_when_found = stop_when_found
         self.targets = set(target_ids)
         self.wanted = set(self.targets)  # plus the start/end nodes their ranges are hoisted from
         self.ranges: Dict[int, CodeRange] = {}
@@ -105,7 +107,7 @@ class _TargetedPositionState(CodegenState):
         if key in self.targets:
             self.targets.discard(key)
             self._remaining -= 1
-            if not self._remaining:
+            if not self._remaining and self.stop_when_found:
                 raise _AllFound
 
     def record_syntactic_position(
@@ -120,40 +122,131 @@ class _TargetedPositionState(CodegenState):
 
 
 class NodeLocator:
-    """The positions of chosen nodes of one module, found by one code generation for all of them.
+    """The positions of chosen nodes of one module, placed together.
 
-    Callers say which nodes they will ask about (`want`) before the first question; the findings'
-    nodes and the statements their fixes change are then placed by the same pass. A node wanted
-    after that pass costs a second one (correct, only slower).
+    Callers say which nodes they will ask about (`want`) before the first question. Given the module's
+    text and the analysis model's parent map, a node is placed through the innermost statement above it
+    whose text occurs exactly once in the file: that statement alone is generated, its text found, and
+    the positions counted from there (a few kB of code generation instead of everything before the
+    node). Nodes that cannot be placed so (no parent known, no unique statement above them) are placed
+    by one code generation of the module that stops after the last of them. A node wanted after the
+    first question costs another placement (correct, only slower).
     """
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(
+        self, module: cst.Module, code: Optional[str] = None, parents: Optional[Mapping[int, cst.CSTNode]] = None
+    ) -> None:
         self.module = module
+        self.code = code
+        self.parents = parents or {}
         self._wanted: Set[int] = set()
-        self._state: Optional[_TargetedPositionState] = None
-        self._placed: Set[int] = set()  # what the last pass was asked for
+        self._placed: Set[int] = set()
+        self.ranges: Dict[int, CodeRange] = {}
+        self.inclusive: Dict[int, CodeRange] = {}  # whitespace and leading lines included
+        self._line_starts: Optional[List[int]] = None
 
     def want(self, node_ids: Iterable[int]) -> None:
         self._wanted.update(node_ids)
 
     def range_of(self, node_id: int) -> Optional[CodeRange]:
         """PositionProvider's range of the node; None when it is not in the module."""
-        return self._located(node_id).ranges.get(node_id)
+        self._place(node_id)
+        return self.ranges.get(node_id)
 
     def line_span_of(self, node_id: int) -> Optional[Tuple[int, int]]:
         """(first line, line after the last) of a node that spans whole lines (a statement, with its
         leading blank and comment lines); None for a node that starts or ends inside a line."""
-        found = self._located(node_id).inclusive.get(node_id)
+        self._place(node_id)
+        found = self.inclusive.get(node_id)
         if found is None or found.start.column != 0 or found.end.column != 0:
             return None
         return (found.start.line, found.end.line)
 
-    def _located(self, node_id: int) -> _TargetedPositionState:
+    def _place(self, node_id: int) -> None:
         self._wanted.add(node_id)
-        if self._state is None or not self._wanted <= self._placed:
-            self._placed = set(self._wanted)
-            self._state = _generate_until_found(self.module, self._placed)
-        return self._state
+        pending = self._wanted - self._placed
+        if not pending:
+            return
+        self._placed |= pending
+        by_statement: Dict[int, Tuple[cst.CSTNode, List[str], Set[int]]] = {}
+        if self.code is not None:
+            for key in pending:
+                found = self._statements_above(key)
+                if found:
+                    statement, indents = found[0]  # the innermost: grouped by it, widened below if not unique
+                    by_statement.setdefault(id(statement), (statement, indents, set()))[2].add(key)
+        left = set(pending)
+        for statement, indents, keys in by_statement.values():
+            if self._place_through(statement, indents, keys):
+                left -= keys
+        if left:
+            state = _generate_until_found(self.module, left)
+            self._keep(state, left, 0)
+
+    def _statements_above(self, key: int) -> List[Tuple[cst.CSTNode, List[str]]]:
+        """The whole-line statements above the node (innermost first), each with the indentation of the
+        blocks around it; empty when the chain of parents does not reach the module."""
+        above: List[cst.CSTNode] = []  # parent, grandparent, ..., the module
+        node = self.parents.get(key)
+        while node is not None:
+            above.append(node)
+            node = self.parents.get(id(node))
+        if not above or above[-1] is not self.module:
+            return []
+        statements = []
+        for index in range(len(above) - 1):
+            statement, holder = above[index], above[index + 1]
+            if isinstance(statement, _WHOLE_LINE_STATEMENTS) and isinstance(holder, (cst.IndentedBlock, cst.Module)):
+                blocks = [node for node in reversed(above[index + 1 :]) if isinstance(node, cst.IndentedBlock)]
+                statements.append((statement, [b.indent if b.indent is not None else self.module.default_indent for b in blocks]))
+        return statements
+
+    def _place_through(self, statement: cst.CSTNode, indents: List[str], keys: Set[int]) -> bool:
+        """Place `keys` through `statement` or, when its text is not unique in the file, a statement above."""
+        candidates = [(statement, indents)] + self._statements_above(id(statement))
+        for candidate, candidate_indents in candidates:
+            state = _TargetedPositionState(self.module, keys, stop_when_found=False)
+            state.indent_tokens = list(candidate_indents)
+            candidate._codegen(state)
+            text = "".join(state.tokens)
+            start = self.code.find(text)
+            if start < 0:
+                return False  # the statement alone does not generate what the file holds (the end of a file without a final newline, say)
+            if self.code.find(text, start + 1) >= 0:
+                continue  # not unique: try the statement above
+            if start and self.code[start - 1] not in "\r\n":
+                return False
+            if not all(key in state.inclusive for key in keys):
+                return False
+            self._keep(state, keys, self._line_of(start) - 1)
+            return True
+        return False
+
+    def _keep(self, state: "_TargetedPositionState", keys: Set[int], lines_before: int) -> None:
+        for key in keys:
+            for found, into in ((state.ranges, self.ranges), (state.inclusive, self.inclusive)):
+                if key in found:
+                    into[key] = _shifted(found[key], lines_before)
+
+    def _line_of(self, offset: int) -> int:
+        code = self.code
+        if "\r" not in code:
+            return code.count("\n", 0, offset) + 1
+        if self._line_starts is None:
+            self._line_starts = [0] + [match.end() for match in LINE_BREAK.finditer(code)]
+        return bisect.bisect_right(self._line_starts, offset)
+
+
+_WHOLE_LINE_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+def _shifted(code_range: CodeRange, lines: int) -> CodeRange:
+    if not lines:
+        return code_range
+    return CodeRange(
+        CodePosition(code_range.start.line + lines, code_range.start.column),
+        CodePosition(code_range.end.line + lines, code_range.end.column),
+    )
 
 
 def node_positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[int, CodeRange]:

@@ -118,6 +118,9 @@ class Prefilter:
         self._line_hints = _line_hints(self._groups + self._code_groups)
 
     def _matches(self, text: str, groups=None) -> bool:
+        groups = groups or self._groups
+        if len(text) < _SMALL_TEXT:
+            return _small_text_matches(text, groups)
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
 
@@ -134,7 +137,7 @@ class Prefilter:
                 seen[pattern] = (not hints or any(has(hint) for hint in hints)) and pattern.search(text) is not None
             return seen[pattern]
 
-        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups or self._groups)
+        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups)
 
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
@@ -153,6 +156,33 @@ class Prefilter:
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
+
+
+# Below this size, testing every hint once costs less than deciding which hints to test.
+_SMALL_TEXT = 16_000
+
+
+def _small_text_matches(text: str, groups) -> bool:
+    """`Prefilter._matches` for a small text: which hints it holds, in one go, then the groups."""
+    present = {hint for hint in _hints_of(groups) if hint in text}
+    searched: dict = {}  # several rules share patterns: search the text once per pattern
+    for group in groups:
+        if not all(not hints or not present.isdisjoint(hints) for _, hints in group):
+            continue  # a pattern none of whose hints is in the text cannot match: no regex needed
+        for pattern, _ in group:
+            found = searched.get(pattern)
+            if found is None:
+                found = searched[pattern] = pattern.search(text) is not None
+            if not found:
+                break
+        else:
+            return True
+    return False
+
+
+@lru_cache(maxsize=32)
+def _hints_of(groups) -> Tuple[str, ...]:
+    return tuple(sorted({hint for group in groups for _, hints in group for hint in hints}))
 
 
 def _parse(text: str):

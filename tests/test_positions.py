@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amp_lint.positions import node_positions
+from amp_lint.positions import NodeLocator, node_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,6 +24,9 @@ EDGE_CASES = {
     "strings": 'x = """line\nline"""\ny = f"{x!r:>{w}}"\nz = b"\\x00"\n',
     "tabs": "if x:\n\tif y:\n\t\tz = 1\n",
     "with-items": "with (a as b, c as d):\n    pass\nwith torch.autocast('cuda'):\n    loss.backward()\n",
+    "repeated-statements": "for x in y:\n    loss.backward()\nfor x in y:\n    loss.backward()\n"
+    "def f():\n    for x in y:\n        loss.backward()\n",
+    "nested-indents": "class A:\n  def f(self):\n      if x:\n       y = 1\n      else:\n          y = 2\n",
 }
 
 
@@ -72,3 +75,47 @@ def test_nodes_of_another_tree_have_no_position():
     stranger = cst.parse_expression("y")
     assert node_positions(module, [stranger]) == {}
     assert node_positions(module, []) == {}
+
+
+@pytest.mark.parametrize("text", list(_sources()))
+def test_placed_through_the_statements_above_them_every_node_has_position_providers_range(text, monkeypatch):
+    """With the module's text and the model's parent map, nodes are placed through a statement whose
+    text is unique in the file; the ranges and line spans must be the same as a whole-module pass."""
+    import amp_lint.engine  # noqa: F401 (the rules before the model: their modules import each other)
+    from amp_lint import positions
+    from amp_lint.model import build_model
+
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = _all_nodes(module)
+    through_module = set()
+    whole_pass = positions._generate_until_found
+
+    def counted(tree, wanted):
+        through_module.update(wanted)
+        return whole_pass(tree, wanted)
+
+    monkeypatch.setattr(positions, "_generate_until_found", counted)
+    parents = build_model(module).parents
+    locator = NodeLocator(module, text, parents)
+    locator.want(id(node) for node in nodes)
+    assert {id(node): locator.range_of(id(node)) for node in nodes} == {id(node): expected[node] for node in nodes}
+    code_nodes = {id(node) for node in nodes if id(node) in parents}  # what the model walked: what findings name
+    placed_by_a_whole_pass = len(through_module & code_nodes)
+    plain = NodeLocator(module)
+    plain.want(id(node) for node in nodes)
+    assert [locator.line_span_of(id(n)) for n in nodes] == [plain.line_span_of(id(n)) for n in nodes]
+    if module.code == text and len(nodes) > 200:
+        assert placed_by_a_whole_pass < len(code_nodes) // 10, "code nodes should be placed through a statement"
+
+
+def test_a_statement_repeated_in_the_file_is_placed_through_the_unique_one_above_it():
+    import amp_lint.engine  # noqa: F401
+    from amp_lint.model import build_model
+
+    text = "def f():\n    loss.backward()\n\n\ndef g():\n    loss.backward()\n"
+    module = cst.parse_module(text)
+    calls = [node for node in _all_nodes(module) if isinstance(node, cst.Call)]
+    locator = NodeLocator(module, text, build_model(module).parents)
+    locator.want(id(call) for call in calls)
+    assert [locator.range_of(id(call)).start.line for call in calls] == [2, 6]

@@ -1,0 +1,82 @@
+"""`amp_lint.runner`: work spread over worker processes in batches gives what one process gives."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import amp_lint.engine  # noqa: F401 (imports the rules before the fixer: their modules import each other)
+from amp_lint import runner
+from amp_lint.rules import ALL_RULES
+from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
+
+ENABLED = frozenset(rule.code for rule in ALL_RULES)
+
+
+def _config() -> runner.CheckConfig:
+    return runner.CheckConfig(ENABLED, fix=False, unsafe_fixes=False, with_edits=True, write=False)
+
+
+def _tree(folder: Path) -> list:
+    """Four big files (each a batch of its own) and 150 small ones (batched), all with findings, and some
+    files without any."""
+    files = []
+    for index in range(4):
+        padding = "".join(f"value_{i} = {i}\n" for i in range(8_000))  # about 120 kB
+        files.append((folder / f"big_{index}.py", BACKWARD_IN_AUTOCAST + padding))
+    for index in range(150):
+        snippet = MISSING_UPDATE if index % 2 else BACKWARD_IN_AUTOCAST
+        files.append((folder / f"small_{index:03}.py", snippet.replace("loss_fn", f"loss_fn_{index}")))
+    for index in range(30):
+        files.append((folder / f"plain_{index}.py", f"print({index})\n"))
+    for path, text in files:
+        path.write_text(text)
+    return sorted(str(path) for path, _ in files)
+
+
+def _run(paths, jobs: int):
+    plan = runner.RunPlan([(path, _config()) for path in paths], [])
+    report, _ = runner.execute(plan, jobs=jobs)
+    return report
+
+
+def test_batched_workers_report_what_one_process_reports(tmp_path):
+    paths = _tree(tmp_path)
+    alone = _run(paths, jobs=1)
+    spread = _run(paths, jobs=2)
+    assert spread.files_checked == alone.files_checked == len(paths)
+    assert spread.diagnostics == alone.diagnostics
+    assert spread.errors == alone.errors == []
+    assert {d.filename for d in spread.diagnostics} == {p for p in paths if "plain" not in p}
+
+
+def test_a_stopped_worker_takes_no_other_file(tmp_path, monkeypatch):
+    paths = _tree(tmp_path)[:3]
+    stop = threading.Event()
+    monkeypatch.setattr(runner, "_STOP", stop)
+    assert len(runner.check_files([(path, _config()) for path in paths])) == 3
+    stop.set()
+    assert runner.check_files([(path, _config()) for path in paths]) == []
+
+
+@pytest.mark.parametrize("sizes", [[10] * 200, [200_000, 100_000, 90_000, 80_000] + [1_000] * 100])
+def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
+    submitted = []
+
+    class Pool:
+        def submit(self, function, items):
+            submitted.append([path for path, _ in items])
+
+    scheduler = runner._Scheduler(jobs=2)
+    monkeypatch.setattr(scheduler, "_start_pool", lambda: setattr(scheduler, "pool", Pool()))
+    scheduler.pool = Pool()
+    for index, size in enumerate(sizes):
+        scheduler.add(f"f{index}", _config(), size, b"")
+    scheduler._submit_batch()
+    flat = [path for batch in submitted for path in batch]
+    assert flat == [f"f{index}" for index in range(len(sizes))]
+    assert all(len(batch) <= runner._BATCH_FILES for batch in submitted)
+    big = [batch for batch in submitted if any(sizes[int(path[1:])] >= runner._BATCH_BYTES for path in batch)]
+    assert all(len(batch) == 1 for batch in big)
