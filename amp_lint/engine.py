@@ -92,6 +92,7 @@ class Checker:
             result.errors.append(_parse_failure(filename, prepared.text, error))
             return result
         result.parsed = True
+        final: Optional[_Placed] = None
         if self.fix and prepared.restore(module.code).text != source:
             # LibCST drops something we do not put back: writing its output would change bytes the
             # fixes never touched, so this file is reported, not fixed.
@@ -99,14 +100,19 @@ class Checker:
                 FileError(filename, "not fixed: LibCST cannot reproduce this file byte for byte (form feeds or lone CR line endings)")
             )
         elif self.fix:
-            module = self._fix_passes(module, prepared.text, filename, result, file_noqa or frozenset())
+            module, final = self._fix_passes(module, prepared.text, filename, result, file_noqa or frozenset())
         source = prepared.text  # from here on: the text LibCST parsed, which the module's positions refer to
         code = result.fixed_source if result.fixed_source is not None else source
-        found, model = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
-        locator = NodeLocator(module, code, model.parents)  # places the findings and what their fixes change
-        fixes = [f.fix for f in found if f.fix is not None]
-        edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
-        findings, positions = self._placed(found, locator, code)
+        if final is None:
+            found, model = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
+            locator = NodeLocator(module, code, model.parents)  # places the findings and what their fixes change
+            fixes = [f.fix for f in found if f.fix is not None]
+            edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
+            findings, positions = self._placed(found, locator, code)
+        else:  # the last fix pass found nothing more to fix: its findings are those of the fixed file
+            findings, positions, locator, model = final
+            fixes = [f.fix for f in findings if f.fix is not None]
+            edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         lines = split_lines(code)
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix
@@ -187,11 +193,15 @@ class Checker:
 
     def _fix_passes(
         self, module: cst.Module, source: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
-    ) -> cst.Module:
+    ) -> Tuple[cst.Module, Optional["_Placed"]]:
+        """The module with the fixes applied, pass after pass until none is left; and the last pass's
+        placed findings when they are those of the returned module (no need to find them again)."""
         code = source  # the module's text: `_check` made sure LibCST reproduces the source
         for _ in range(MAX_FIX_PASSES):
             found, model = self._rule_findings(module, code, filename, result, file_ignored)
-            findings, _ = self._placed(found, NodeLocator(module, code, model.parents), code)
+            locator = NodeLocator(module, code, model.parents)
+            findings, positions = self._placed(found, locator, code)
+            final = (findings, positions, locator, model)
             fixes = []
             owners: Dict[int, Finding] = {}
             for finding in findings:
@@ -201,7 +211,7 @@ class Checker:
             ancestry = ancestry_of(module, fixes, model.parents)
             chosen = select_compatible(fixes, module, ancestry)
             if not chosen:
-                break
+                return module, final
             try:
                 new_code = apply_fixes(module, chosen, ancestry).code
                 new_module = cst.parse_module(new_code)
@@ -210,17 +220,17 @@ class Checker:
                 result.errors.append(
                     FileError(filename, f"internal error: the fix for {codes} did not produce valid code ({error}); file left unchanged")
                 )
-                return cst.parse_module(source)
+                result.fixed_source, result.fixed = None, {}
+                return cst.parse_module(source), None
             if new_code == code:
-                break
+                return module, final
             for fix in chosen:
                 rule_code = owners[id(fix)].rule.code
                 shared = sum(1 for f in findings if f.fix is fix)
                 result.fixed[rule_code] = result.fixed.get(rule_code, 0) + shared
             module, code = new_module, new_code
-        if code != source:
-            result.fixed_source = code
-        return module
+            result.fixed_source = code if code != source else None
+        return module, None  # out of passes: the last fixes' findings are still to be found
 
     def _fix_summary(self, fix: Fix, edits_of: Optional[EditsOfFixes]) -> FixSummary:
         edits: Tuple[Edit, ...] = ()
@@ -230,6 +240,10 @@ class Checker:
             except Exception:
                 edits = ()
         return FixSummary(fix.applicability, fix.message, edits)
+
+
+# Findings with their positions, the locator that placed them and the model they came from.
+_Placed = Tuple[List[Finding], List[Tuple[Location, Location]], NodeLocator, FileModel]
 
 
 @contextlib.contextmanager
