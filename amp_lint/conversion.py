@@ -19,6 +19,8 @@ statement sits in its block) is computed here from the CST, once per file.
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
@@ -29,6 +31,7 @@ from amp_lint.diagnostics import Applicability
 from amp_lint.edits import FixBuilder
 from amp_lint.model import Event, EventKind, FileModel, Scope, TrainingStep, code_of
 from amp_lint.names import dotted_name
+from amp_lint.walk import children_in_source_order, visit_read_only
 from amp_lint.rules.base import Fix
 
 FLOAT16 = "float16"
@@ -122,7 +125,7 @@ class _Tree:
             node = stack.pop()
             self.order[id(node)] = counter
             counter += 1
-            children = list(node.children)
+            children = children_in_source_order(node)
             for child in children:
                 self.parent[id(child)] = node
             stack.extend(reversed(children))
@@ -282,7 +285,7 @@ class _Facts(cst.CSTVisitor):
 
 def _facts(node: cst.CSTNode) -> _Facts:
     facts = _Facts()
-    node.visit(facts)
+    visit_read_only(node, facts)
     return facts
 
 
@@ -318,11 +321,28 @@ class _FileContext:
     def __init__(self, model: FileModel) -> None:
         self.model = model
         self.module = model.module
-        self.tree = _Tree(model.module)
-        self.identifiers = self._identifiers()
-        self.module_like = self._module_like_names()
-        self.boundary_statements = self._boundary_statements()
-        self.literal_device = self._literal_device()
+
+    # Each is a walk of the whole module: computed when first asked for, which for most files (every
+    # training loop already AMP) is never.
+    @functools.cached_property
+    def tree(self) -> "_Tree":
+        return _Tree(self.module)
+
+    @functools.cached_property
+    def identifiers(self) -> Set[str]:
+        return self._identifiers()
+
+    @functools.cached_property
+    def module_like(self) -> Set[str]:
+        return self._module_like_names()
+
+    @functools.cached_property
+    def boundary_statements(self) -> Set[int]:
+        return self._boundary_statements()
+
+    @functools.cached_property
+    def literal_device(self) -> Optional[str]:
+        return self._literal_device()
 
     # names
     def _identifiers(self) -> Set[str]:
@@ -332,7 +352,7 @@ class _FileContext:
             def visit_Name(self, node: cst.Name) -> None:
                 found.add(node.value)
 
-        self.module.visit(Collect())
+        visit_read_only(self.module, Collect())
         return found
 
     def fresh_name(self, candidates: Sequence[str], taken: Iterable[str] = ()) -> str:
@@ -383,7 +403,7 @@ class _FileContext:
                     if key is not None:
                         names.add(key)
 
-        self.module.visit(Usage())
+        visit_read_only(self.module, Usage())
         return {n for n in names if n not in self.model.optimizer_keys}
 
     def is_module_like(self, key: Optional[str]) -> bool:
@@ -477,7 +497,7 @@ class _FileContext:
                     if arg.keyword is not None and arg.keyword.value == "device":
                         note(arg.value)
 
-        self.module.visit(Literals())
+        visit_read_only(self.module, Literals())
         for kind in seen:
             if kind != "cpu":
                 return kind
@@ -702,7 +722,7 @@ def _references(ctx: _FileContext, function: cst.FunctionDef) -> Tuple[List[Tupl
             if node.value == name and node is not function.name:
                 found.append(node)
 
-    ctx.module.visit(Refs())
+    visit_read_only(ctx.module, Refs())
     sites: List[Tuple[cst.Call, Optional[Scope]]] = []
     complete = len(model.functions_named(name)) == 1
     for ref in found:
@@ -870,7 +890,7 @@ def _file_refusal(ctx: _FileContext, device_may_be_cuda: bool) -> Optional[str]:
             if scope is not None and scope.names.qualify(node) in ("torch.float64", "torch.double"):
                 problems.append(f"`{code_of(node)}`: {_FLOAT64}")
 
-    ctx.module.visit(Scan())
+    visit_read_only(ctx.module, Scan())
     return problems[0] if problems else None
 
 
@@ -928,7 +948,7 @@ def _manual_update(ctx: _FileContext, iteration: _Iteration) -> Optional[str]:
                 if any(mentions_grad(arg.value) for arg in node.args):
                     found.append(code_of(node))
 
-    root.visit(Scan())
+    visit_read_only(root, Scan())
     return found[0] if found else None
 
 
@@ -1256,7 +1276,7 @@ class _Planner:
                         return
                     consumers.append(node)
 
-        root.visit(Reads())
+        visit_read_only(root, Reads())
         return sorted(consumers, key=self.tree.position)
 
     def _unscale_before_gradient_reads(self, iteration: _Iteration, scaler: str) -> None:
@@ -1399,7 +1419,7 @@ class _Planner:
                     elif isinstance(func, cst.Attribute) and func.attr.value == "to" and arg.keyword is None:
                         names.add(key)
 
-        node.visit(Transfers())
+        visit_read_only(node, Transfers())
         return names
 
     # --- step functions ---
@@ -1653,11 +1673,13 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
             continue
         by_scope.setdefault(id(iteration.scope.node), []).append(iteration)
 
-    if device:
-        device_may_be_cuda = device.split(":")[0] != "cpu"
-    else:
-        device_may_be_cuda = ctx.literal_device != "cpu" or _has_dynamic_device(model)
-    file_reason = _file_refusal(ctx, device_may_be_cuda) if by_scope else None
+    file_reason = None
+    if by_scope:
+        if device:
+            device_may_be_cuda = device.split(":")[0] != "cpu"
+        else:
+            device_may_be_cuda = ctx.literal_device != "cpu" or _has_dynamic_device(model)
+        file_reason = _file_refusal(ctx, device_may_be_cuda)
     for group in by_scope.values():
         step_function = group[0].is_step_function
         reason = file_reason

@@ -262,6 +262,10 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
         kind = type(node)
         if kind is ast.Call:
             _add_names(node.func, names)
+            if _callee_name(node.func) in _IN_PLACE_UPDATES and any(
+                _reads_grad(value) for value in (*node.args, *(k.value for k in node.keywords))
+            ):
+                names.add("manual_grad_update")  # `p.data.add_(p.grad, alpha=-lr)`
             if _callee_name(node.func) == "autocast" and not isinstance(node.func, ast.Call):
                 autocast_calls.append(node)
             for keyword in node.keywords:
@@ -290,6 +294,8 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                     names.add(alias.asname)
                     aliased |= alias.name.split(".")[-1] == "autocast"
         elif kind is ast.Assign or kind is ast.AnnAssign or kind is ast.AugAssign:
+            if kind is ast.AugAssign and _reads_grad(node.value):
+                names.add("manual_grad_update")  # `p.data -= lr * p.grad` (AMP100's update without an optimizer)
             for target in getattr(node, "targets", None) or [node.target]:
                 _add_names(target, names)
             if getattr(node, "annotation", None) is not None:
@@ -317,6 +323,14 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
     # A device name copied on a skipped line (`d = dev`) may be a device object: assume it is.
     names.update(_autocast_facts(autocast_calls, device_objects, any_name_is_a_device=hint_lines is not None))
     return " ".join(names)
+
+
+# In-place tensor methods that update a parameter by hand from its gradient (as `conversion._manual_update` reads them).
+_IN_PLACE_UPDATES = frozenset({"add_", "sub_", "addcmul_", "addcdiv_", "copy_"})
+
+
+def _reads_grad(expression) -> bool:
+    return any(type(node) is ast.Attribute and node.attr == "grad" for node in ast.walk(expression))
 
 
 _ALL_AUTOCAST_FACTS = (

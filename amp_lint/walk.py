@@ -10,7 +10,9 @@ from `visit_<Type>` skips the node's children.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional, Tuple
+import inspect
+import re
+from typing import Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -117,3 +119,67 @@ class Walker:
                 leave_field(node)
         if leave is not None:
             leave(node)
+
+
+# --- read-only visits with LibCST's own visitors, without LibCST's rebuilding of every node ----------
+
+_VISITED_FIELD = re.compile(r'visit_\w+\(\s*self,\s*"(\w+)"')
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_ATTRIBUTE_HOOK = re.compile(r"^(?:visit|leave)_[A-Za-z]+_\w+$")
+
+
+def _child_fields(node_type: type) -> Tuple[str, ...]:
+    """The fields LibCST visits, in the order it visits them (read from `_visit_and_replace_children`)."""
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        try:
+            source = inspect.getsource(node_type._visit_and_replace_children)
+        except (OSError, TypeError):
+            source = ""
+        named = list(dict.fromkeys(_VISITED_FIELD.findall(source)))
+        declared = [f.name for f in dataclasses.fields(node_type)]
+        if not named or any(name not in declared for name in named):
+            named = declared  # an implementation we cannot read: every field, in declaration order
+        fields = _CHILD_FIELDS[node_type] = tuple(named)
+    return fields
+
+
+def children_in_source_order(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """`node.children` (every child, whitespace included, in LibCST's order) without LibCST's visitor."""
+    children: List[cst.CSTNode] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (list, tuple)):
+            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return children
+
+
+def visit_read_only(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
+    """`node.visit(visitor)` for a visitor that only reads: the same `visit_<Type>`/`leave_<Type>` calls
+    in the same order, several times faster. A visitor with attribute hooks (`visit_Call_func`) gets
+    LibCST's own visit."""
+    if _has_attribute_hooks(type(visitor)):
+        node.visit(visitor)
+        return
+    pending: List[Tuple[cst.CSTNode, bool]] = [(node, False)]
+    while pending:
+        current, leaving = pending.pop()
+        if leaving:
+            visitor.on_leave(current)
+            continue
+        pending.append((current, True))
+        if visitor.on_visit(current):
+            pending.extend((child, False) for child in reversed(children_in_source_order(current)))
+
+
+def _has_attribute_hooks(visitor_type: type) -> bool:
+    """Does the visitor define `visit_<Type>_<field>` hooks? (LibCST's base classes declare every hook as
+    a no-op: only the classes outside LibCST count.)"""
+    return any(
+        _ATTRIBUTE_HOOK.match(name)
+        for klass in visitor_type.__mro__
+        if not klass.__module__.startswith("libcst")
+        for name in vars(klass)
+    )

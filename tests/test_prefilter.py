@@ -155,3 +155,23 @@ def test_the_small_text_path_decides_as_the_big_text_path(monkeypatch):
         decisions[threshold] = [Prefilter(rules).text_may_match(text) for rules in selections for text in texts]
     assert decisions[0] == decisions[10**9]
     assert any(decisions[0]) and not all(decisions[0])
+
+
+def test_no_pattern_backtracks_catastrophically():
+    """Every rule's patterns run over adversarial texts (long runs of `#`, spaces, backslashes and dots
+    after a dot, as comments and separators have) in a child process: a pattern with nested repetition
+    that can split such a run in exponentially many ways would never finish."""
+    import subprocess
+    import sys
+
+    script = (
+        "import re, sys\n"
+        "patterns = sys.argv[1:]\n"
+        "pieces = ['#', ' ', '\\\\', '.', '# ', '\\n', '#.']\n"
+        "texts = ['x.' + piece * 60 + tail for piece in pieces for tail in ('', 'y', '\\n')]\n"
+        "for pattern in patterns:\n"
+        "    compiled = re.compile(pattern)\n"
+        "    for text in texts:\n"
+        "        compiled.search(text)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, *PATTERNS], check=True, timeout=120)

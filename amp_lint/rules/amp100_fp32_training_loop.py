@@ -79,7 +79,14 @@ class Fp32TrainingLoop(Rule):
     severity = Severity.INFO
     default_enabled = False
     fix_applicability = Applicability.UNSAFE
-    needs = ("backward",)
+    # A finding needs a backward (`x.backward()`, `torch.autograd.backward` or `torch.autograd.grad`,
+    # whose name always brings "autograd" into the file) and an update: an optimizer's `.step(...)` or
+    # a parameter updated by hand from its `.grad` (attributes: a dot, then maybe spaces, line breaks or
+    # whole comments, then the name; a comment must reach its line break, or a run of `#` could be
+    # split in exponentially many ways). The second step looks for the `step` call or the
+    # `manual_grad_update` fact (`p.data -= lr * p.grad`, `p.data.add_(p.grad, ...)`).
+    needs = (r"backward|autograd", r"\.(?:[\s\\]|#[^\r\n]*[\r\n])*step\b|\.(?:[\s\\]|#[^\r\n]*[\r\n])*grad\b")
+    ast_needs = (r"\bbackward\b|\bgrad\b", r"\bstep\b|\bmanual_grad_update\b")
 
     valid = [
         # Already AMP.
@@ -201,6 +208,44 @@ def train_step(model, batch, optimizer, scaler):
 scaler = torch.amp.GradScaler(device.type)
 for batch in loader:
     train_step(model, batch, optimizer, scaler=scaler)
+""",
+        ),
+        # Refused: gradients from torch.autograd.grad (no `backward` anywhere in the file).
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    for p, g in zip(model.parameters(), grads):
+        p.grad = g
+    optimizer.step()
+""",
+        ),
+        # Refused: parameters updated by hand, no optimizer to step through a GradScaler.
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+            p.grad = None
+""",
+        ),
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data.add_(p.  # the gradient
+                        grad, alpha=-0.01)
 """,
         ),
         # Refused: closure optimizers cannot step through a GradScaler.
