@@ -31,6 +31,7 @@ from amp_lint.diagnostics import Applicability
 from amp_lint.edits import FixBuilder
 from amp_lint.model import Event, EventKind, FileModel, Scope, TrainingStep, code_of
 from amp_lint.names import dotted_name
+from amp_lint.prefilter import MANUAL_UPDATE_METHODS
 from amp_lint.walk import children_in_source_order, visit_read_only
 from amp_lint.rules.base import Fix
 
@@ -322,30 +323,15 @@ class _FileContext:
         self.model = model
         self.module = model.module
 
-    # Each is a walk of the whole module: computed when first asked for, which for most files (every
-    # training loop already AMP) is never.
+    # The properties below each walk the whole module: computed when first asked for, which for most
+    # files (every training loop already AMP) is never.
     @functools.cached_property
     def tree(self) -> "_Tree":
         return _Tree(self.module)
 
+    # names
     @functools.cached_property
     def identifiers(self) -> Set[str]:
-        return self._identifiers()
-
-    @functools.cached_property
-    def module_like(self) -> Set[str]:
-        return self._module_like_names()
-
-    @functools.cached_property
-    def boundary_statements(self) -> Set[int]:
-        return self._boundary_statements()
-
-    @functools.cached_property
-    def literal_device(self) -> Optional[str]:
-        return self._literal_device()
-
-    # names
-    def _identifiers(self) -> Set[str]:
         found: Set[str] = set()
 
         class Collect(cst.CSTVisitor):
@@ -376,7 +362,8 @@ class _FileContext:
         return None
 
     # modules (networks and loss functions)
-    def _module_like_names(self) -> Set[str]:
+    @functools.cached_property
+    def module_like(self) -> Set[str]:
         names: Set[str] = set()
         local_modules = {
             name
@@ -449,7 +436,8 @@ class _FileContext:
         return max((self.call_tier(scope, call) for call in _facts(statement).calls), default=0)
 
     # where protocol calls sit
-    def _boundary_statements(self) -> Set[int]:
+    @functools.cached_property
+    def boundary_statements(self) -> Set[int]:
         marked: Set[int] = set()
         for event in self.model.events:
             if event.kind in _BOUNDARY_KINDS:
@@ -462,7 +450,8 @@ class _FileContext:
         return id(statement) in self.boundary_statements
 
     # devices
-    def _literal_device(self) -> Optional[str]:
+    @functools.cached_property
+    def literal_device(self) -> Optional[str]:
         """The device type the file's literals point at: the first non-CPU one, else "cpu", else None."""
         seen: List[str] = []
         model = self.model
@@ -944,7 +933,7 @@ def _manual_update(ctx: _FileContext, iteration: _Iteration) -> Optional[str]:
 
         def visit_Call(self, node: cst.Call) -> None:
             func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("add_", "sub_", "addcmul_", "addcdiv_", "copy_"):
+            if isinstance(func, cst.Attribute) and func.attr.value in MANUAL_UPDATE_METHODS:
                 if any(mentions_grad(arg.value) for arg in node.args):
                     found.append(code_of(node))
 

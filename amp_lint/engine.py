@@ -105,14 +105,12 @@ class Checker:
         code = result.fixed_source if result.fixed_source is not None else source
         if final is None:
             found, model = self._rule_findings(module, code, filename, result, file_noqa or frozenset())
-            locator = NodeLocator(module, code, model.parents)  # places the findings and what their fixes change
-            fixes = [f.fix for f in found if f.fix is not None]
-            edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
+            locator = NodeLocator(module, code, model.parents)
             findings, positions = self._placed(found, locator, code)
         else:  # the last fix pass found nothing more to fix: its findings are those of the fixed file
             findings, positions, locator, model = final
-            fixes = [f.fix for f in findings if f.fix is not None]
-            edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
+        fixes = [f.fix for f in findings if f.fix is not None]
+        edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         lines = split_lines(code)
         for finding, (start, end) in zip(findings, positions):
             fix = finding.fix

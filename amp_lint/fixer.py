@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from amp_lint.edits import clear_removal_marks, is_marked_removed, mark_removed
-from amp_lint.walk import code_fields
+from amp_lint.walk import children_through, code_fields
 from amp_lint.rules.base import Fix, Import
 
 
@@ -254,7 +254,7 @@ def _ancestry_through(module: cst.Module, wanted: Set[int], fields_of) -> Ancest
         if id(node) in wanted:
             found[id(node)] = set(path)
         path.append(id(node))
-        stack.extend((child, depth + 1) for child in reversed(_children(node, fields_of)))
+        stack.extend((child, depth + 1) for child in reversed(children_through(node, fields_of)))
     return found
 
 
@@ -266,15 +266,3 @@ def _all_fields(node_type: type) -> Tuple[str, ...]:
     if names is None:
         names = _ALL_FIELDS[node_type] = tuple(field.name for field in dataclasses.fields(node_type))
     return names
-
-
-def _children(node: cst.CSTNode, fields_of) -> List[cst.CSTNode]:
-    """A node's children, from its dataclass fields (LibCST's `children` runs a visitor per node)."""
-    children = []
-    for name in fields_of(type(node)):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            children.append(value)
-        elif isinstance(value, (list, tuple)):
-            children.extend(item for item in value if isinstance(item, cst.CSTNode))
-    return children

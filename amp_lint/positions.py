@@ -122,9 +122,9 @@ class _TargetedPositionState(CodegenState):
 
 
 class NodeLocator:
-    """The positions of chosen nodes of one module, placed together.
+    """The positions of chosen nodes of one module.
 
-    Callers say which nodes they will ask about (`want`) before the first question. Given the module's
+    Callers say which nodes they will ask about (`want`), so that one placement serves them all. Given the module's
     text and the analysis model's parent map, a node is placed through the innermost statement above it
     whose text occurs exactly once in the file: that statement alone is generated, its text found, and
     the positions counted from there (a few kB of code generation instead of everything before the
@@ -255,17 +255,6 @@ def node_positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[int
     wanted = {id(node) for node in nodes}
     locator.want(wanted)
     found = {key: locator.range_of(key) for key in wanted}
-    return {key: value for key, value in found.items() if value is not None}
-
-
-def node_line_spans(module: cst.Module, node_ids: Iterable[int]) -> Dict[int, Tuple[int, int]]:
-    """`{id(node): (first line, line after the last)}` of the nodes (given by id) that span whole lines
-    (statements, with their leading blank and comment lines); nodes that start or end inside a line are
-    absent."""
-    locator = NodeLocator(module)
-    wanted = set(node_ids)
-    locator.want(wanted)
-    found = {key: locator.line_span_of(key) for key in wanted}
     return {key: value for key, value in found.items() if value is not None}
 
 

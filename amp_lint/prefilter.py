@@ -118,9 +118,6 @@ class Prefilter:
         self._line_hints = _line_hints(self._groups + self._code_groups)
 
     def _matches(self, text: str, groups=None) -> bool:
-        groups = groups or self._groups
-        if len(text) < _SMALL_TEXT:
-            return _small_text_matches(text, groups)
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
 
@@ -137,7 +134,7 @@ class Prefilter:
                 seen[pattern] = (not hints or any(has(hint) for hint in hints)) and pattern.search(text) is not None
             return seen[pattern]
 
-        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups)
+        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups or self._groups)
 
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
@@ -156,33 +153,6 @@ class Prefilter:
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
-
-
-# Below this size, testing every hint once costs less than deciding which hints to test.
-_SMALL_TEXT = 16_000
-
-
-def _small_text_matches(text: str, groups) -> bool:
-    """`Prefilter._matches` for a small text: which hints it holds, in one go, then the groups."""
-    present = {hint for hint in _hints_of(groups) if hint in text}
-    searched: dict = {}  # several rules share patterns: search the text once per pattern
-    for group in groups:
-        if not all(not hints or not present.isdisjoint(hints) for _, hints in group):
-            continue  # a pattern none of whose hints is in the text cannot match: no regex needed
-        for pattern, _ in group:
-            found = searched.get(pattern)
-            if found is None:
-                found = searched[pattern] = pattern.search(text) is not None
-            if not found:
-                break
-        else:
-            return True
-    return False
-
-
-@lru_cache(maxsize=32)
-def _hints_of(groups) -> Tuple[str, ...]:
-    return tuple(sorted({hint for group in groups for _, hints in group for hint in hints}))
 
 
 def _parse(text: str):
@@ -262,7 +232,7 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
         kind = type(node)
         if kind is ast.Call:
             _add_names(node.func, names)
-            if _callee_name(node.func) in _IN_PLACE_UPDATES and any(
+            if _callee_name(node.func) in MANUAL_UPDATE_METHODS and any(
                 _reads_grad(value) for value in (*node.args, *(k.value for k in node.keywords))
             ):
                 names.add("manual_grad_update")  # `p.data.add_(p.grad, alpha=-lr)`
@@ -325,8 +295,9 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
     return " ".join(names)
 
 
-# In-place tensor methods that update a parameter by hand from its gradient (as `conversion._manual_update` reads them).
-_IN_PLACE_UPDATES = frozenset({"add_", "sub_", "addcmul_", "addcdiv_", "copy_"})
+# In-place tensor methods that update a parameter by hand from its gradient (`p.data.add_(p.grad, ...)`):
+# AMP100's conversion reads them too (`conversion._manual_update`).
+MANUAL_UPDATE_METHODS = frozenset({"add_", "sub_", "addcmul_", "addcdiv_", "copy_"})
 
 
 def _reads_grad(expression) -> bool:

@@ -146,8 +146,13 @@ def _child_fields(node_type: type) -> Tuple[str, ...]:
 
 def children_in_source_order(node: cst.CSTNode) -> List[cst.CSTNode]:
     """`node.children` (every child, whitespace included, in LibCST's order) without LibCST's visitor."""
+    return children_through(node, _child_fields)
+
+
+def children_through(node: cst.CSTNode, fields_of: Callable[[type], Tuple[str, ...]]) -> List[cst.CSTNode]:
+    """The nodes held by the fields `fields_of(type(node))` names, in that order (lists flattened)."""
     children: List[cst.CSTNode] = []
-    for name in _child_fields(type(node)):
+    for name in fields_of(type(node)):
         value = getattr(node, name)
         if isinstance(value, cst.CSTNode):
             children.append(value)

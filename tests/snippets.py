@@ -32,3 +32,8 @@ BACKWARD_IN_AUTOCAST = textwrap.dedent(
         scaler.update()
     """
 )
+
+# The same loop with the backward outside the autocast block, as AMP001's fix leaves it: no finding.
+BACKWARD_OUTSIDE_AUTOCAST = BACKWARD_IN_AUTOCAST.replace(
+    "        scaler.scale(loss).backward()\n", "    scaler.scale(loss).backward()\n"
+)

@@ -5,27 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from snippets import BACKWARD_IN_AUTOCAST
+from snippets import BACKWARD_IN_AUTOCAST, BACKWARD_OUTSIDE_AUTOCAST
 
 BUGGY = BACKWARD_IN_AUTOCAST  # the AMP001 loop (tests/snippets.py)
-CLEAN = textwrap.dedent(
-    """\
-    import torch
-
-    scaler = torch.amp.GradScaler("cuda")
-    for x, y in loader:
-        with torch.autocast("cuda"):
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    """
-)
+CLEAN = BACKWARD_OUTSIDE_AUTOCAST
 
 
 def amp_lint(*args, cwd: Path, stdin: str = None) -> subprocess.CompletedProcess:

@@ -138,25 +138,6 @@ def test_the_dtype_fact_needs_a_dtype_in_the_autocast_call():
     assert Prefilter([rule_by_code("AMP054")]).may_match(in_the_call)
 
 
-def test_the_small_text_path_decides_as_the_big_text_path(monkeypatch):
-    """Texts under `_SMALL_TEXT` test every hint at once; the same texts through the other path (which
-    picks the hints to test) must get the same answer, for every selection of one rule and for all."""
-    import textwrap
-
-    from amp_lint import prefilter
-
-    texts = _texts() + _fixture_texts()
-    texts += [textwrap.dedent(example.code) for rule in ALL_RULES for example in rule.invalid]
-    texts += [textwrap.dedent(getattr(example, "code", example)) for rule in ALL_RULES for example in rule.valid]
-    selections = [ALL_RULES] + [[rule] for rule in ALL_RULES]
-    decisions = {}
-    for threshold in (10**9, 0):  # every text small, then every text big
-        monkeypatch.setattr(prefilter, "_SMALL_TEXT", threshold)
-        decisions[threshold] = [Prefilter(rules).text_may_match(text) for rules in selections for text in texts]
-    assert decisions[0] == decisions[10**9]
-    assert any(decisions[0]) and not all(decisions[0])
-
-
 def test_no_pattern_backtracks_catastrophically():
     """Every rule's patterns run over adversarial texts (long runs of `#`, spaces, backslashes and dots
     after a dot, as comments and separators have) in a child process: a pattern with nested repetition

@@ -74,26 +74,33 @@ def _fixable_sources():
     return sources
 
 
-def test_edits_made_statement_by_statement_give_the_fully_regenerated_text():
-    """`EditsOfFixes` regenerates only the statements a fix changed and diffs each alone. Applied to the
-    source, its edits must give exactly the whole regenerated file, and touch no line that a diff of the
-    whole file leaves alone, for every fix of every fixture and rule example."""
+def _fixable_modules():
+    """(source, parsed module, its model, the fixes its findings carry) for every fixture and rule
+    example that LibCST parses."""
     import libcst as cst
 
-    from amp_lint.fix_edits import EditsOfFixes
-    from amp_lint.fixer import apply_fixes
     from amp_lint.model import build_model
     from amp_lint.rules import ALL_RULES
 
     rules = [rule() for rule in ALL_RULES]
-    compared = 0
     for source in _fixable_sources():
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError:
             continue
         model = build_model(module)
-        fixes = [finding.fix for rule in rules for finding in rule.check(model) if finding.fix is not None]
+        yield source, module, model, [f.fix for rule in rules for f in rule.check(model) if f.fix is not None]
+
+
+def test_edits_made_statement_by_statement_give_the_fully_regenerated_text():
+    """`EditsOfFixes` regenerates only the statements a fix changed and diffs each alone. Applied to the
+    source, its edits must give exactly the whole regenerated file, and touch no line that a diff of the
+    whole file leaves alone, for every fix of every fixture and rule example."""
+    from amp_lint.fix_edits import EditsOfFixes
+    from amp_lint.fixer import apply_fixes
+
+    compared = 0
+    for source, module, _, fixes in _fixable_modules():
         edits_of = EditsOfFixes(module, source, fixes)
         for fix in fixes:
             fixed = apply_fixes(module, [fix]).code
@@ -138,21 +145,11 @@ def test_edits_of_two_statements_far_apart_are_two_small_edits():
 def test_fix_targets_ancestors_from_the_models_parent_map_equal_a_walk():
     """The fixer takes a target's ancestors from the analysis model's parent map when it can; they must
     be exactly what a walk of the tree finds, for every fix target of every fixture and rule example."""
-    import libcst as cst
-
     from amp_lint.fixer import _ancestry
-    from amp_lint.model import build_model
-    from amp_lint.rules import ALL_RULES
 
-    rules = [rule() for rule in ALL_RULES]
     answered = compared = 0
-    for source in _fixable_sources():
-        try:
-            module = cst.parse_module(source)
-        except cst.ParserSyntaxError:
-            continue
-        model = build_model(module)
-        targets = {node for rule in rules for f in rule.check(model) if f.fix is not None for node in f.fix.replacements}
+    for _, module, model, fixes in _fixable_modules():
+        targets = {node for fix in fixes for node in fix.replacements}
         if not targets:
             continue
         assert _ancestry(module, targets, model.parents) == _ancestry(module, targets)
