@@ -99,7 +99,7 @@ def check(paths, **options) -> None:
         # Each file is written atomically: every file is either untouched or completely fixed.
         click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
         code = 130
-        from amp_lint.runner import check_in_progress
+        from amp_lint.engine.runner import check_in_progress
 
         if check_in_progress():
             # The check thread is busy in native code: finalizing the interpreter around it would abort.
@@ -111,8 +111,8 @@ def check(paths, **options) -> None:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
-    from amp_lint.config import ConfigError, SettingsResolver, describe
-    from amp_lint.settings import RuleSelection, UnknownRuleError
+    from amp_lint.files.config import ConfigError, SettingsResolver, describe
+    from amp_lint.files.settings import RuleSelection, UnknownRuleError
 
     overrides = {
         key: value
@@ -142,7 +142,7 @@ def _run_check(paths: List[str], options: dict) -> int:
         if options["show_settings"]:
             click.echo(describe(root), nl=False)
             return EXIT_CLEAN
-        from amp_lint.report import FORMATS
+        from amp_lint.reports import FORMATS
 
         if root.output_format not in FORMATS:
             raise click.UsageError(f"unknown output format {root.output_format!r} (choose from {', '.join(FORMATS)})")
@@ -172,8 +172,8 @@ class _RunSpec:
         self._configs = {}
 
     def config_for(self, settings, path: str):
-        from amp_lint.runner import CheckConfig
-        from amp_lint.settings import RuleSelection
+        from amp_lint.engine.runner import CheckConfig
+        from amp_lint.files.settings import RuleSelection
 
         key = (id(settings), path if settings.per_file_ignores else None)
         config = self._configs.get(key)
@@ -195,10 +195,10 @@ class _RunSpec:
 
 
 def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
-    from amp_lint.config import ConfigError
-    from amp_lint.files import discover
-    from amp_lint.runner import RunPlan, execute
-    from amp_lint.settings import UnknownRuleError
+    from amp_lint.files.config import ConfigError
+    from amp_lint.files.sources import discover
+    from amp_lint.engine.runner import RunPlan, execute
+    from amp_lint.files.settings import UnknownRuleError
 
     try:
         files, errors = discover(paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"])
@@ -214,7 +214,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     if options["prefilter_only"]:
-        from amp_lint.runner import may_match
+        from amp_lint.engine.runner import may_match
 
         for path, config in planned:
             try:
@@ -229,7 +229,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     if options["add_noqa"]:
         return _add_noqa(report)
     if options["write_baseline_path"]:
-        from amp_lint.baseline import BaselineError, write_baseline
+        from amp_lint.files.baseline import BaselineError, write_baseline
 
         try:
             write_baseline(Path(options["write_baseline_path"]), report)
@@ -238,7 +238,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
         return EXIT_ERROR if report.errors else EXIT_CLEAN
     if options["baseline_path"]:
-        from amp_lint.baseline import BaselineError, load_baseline
+        from amp_lint.files.baseline import BaselineError, load_baseline
 
         try:
             report = load_baseline(Path(options["baseline_path"])).filter(report)
@@ -257,7 +257,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
 
 
 def _add_noqa(report) -> int:
-    from amp_lint.noqa_writer import add_noqa
+    from amp_lint.fixes.noqa import add_noqa
 
     added, errors = add_noqa(report)
     for error in errors:
@@ -269,8 +269,8 @@ def _add_noqa(report) -> int:
 
 def _check_stdin(run: _RunSpec, root, options: dict) -> int:
     from amp_lint.diagnostics import Report
-    from amp_lint.files import SourceError, decode_source
-    from amp_lint.runner import check_text
+    from amp_lint.files.sources import SourceError, decode_source
+    from amp_lint.engine.runner import check_text
 
     name = options["stdin_filename"] or "-"
     try:
@@ -285,7 +285,7 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
     report.unsafe_fixable = outcome.unsafe_fixable
     report.sort()
     if options["baseline_path"]:
-        from amp_lint.baseline import BaselineError, load_baseline
+        from amp_lint.files.baseline import BaselineError, load_baseline
 
         try:
             report = load_baseline(Path(options["baseline_path"])).filter(report)
@@ -309,7 +309,7 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
 
 
 def _open_cache(options: dict, root):
-    from amp_lint.cache import ResultCache
+    from amp_lint.files.cache import ResultCache
 
     directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
     return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
@@ -328,7 +328,7 @@ def _code_fingerprint() -> str:
 
 
 def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
-    from amp_lint.report import TEXT_FORMATS, RenderOptions, render
+    from amp_lint.reports import TEXT_FORMATS, RenderOptions, render
 
     output_format = root.output_format
     to_file = options["output_file"]
@@ -358,7 +358,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
 
 
 def _error_lines(report) -> List[str]:
-    from amp_lint.report import error_lines
+    from amp_lint.reports import error_lines
 
     return error_lines(report)
 
@@ -458,7 +458,7 @@ def rules_command(output_format: str) -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR")
 def clean_command(cache_dir: Optional[str]) -> None:
     """Remove the result cache."""
-    from amp_lint.cache import ResultCache
+    from amp_lint.files.cache import ResultCache
 
     directory = Path(cache_dir or ".amp_lint_cache")
     removed = ResultCache.clean(directory)

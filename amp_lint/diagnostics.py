@@ -1,6 +1,6 @@
 """What a check produces: diagnostics with 1-based locations, optional fixes, and file errors.
 
-These are plain data. Every output format is a formatter over a `Report` (see `amp_lint.report`).
+These are plain data. Every output format is a formatter over a `Report` (see `amp_lint.reports`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_lint.cache import CACHEDIR_TAG_NAME, ResultCache
+from amp_lint.files.cache import CACHEDIR_TAG_NAME, ResultCache
 
 SOURCE = b"import torch\nscaler = torch.amp.GradScaler()\n"
 PAYLOAD = {"diagnostics": [{"code": "AMP001", "location": {"row": 2, "column": 10}}], "errors": []}

@@ -176,9 +176,9 @@ def test_version(project):
 
 
 def test_readme_rules_table_is_up_to_date():
-    from amp_lint.docs import main
+    from amp_lint.rules.docs import main
 
-    assert main(["--check"]) == 0, "run `python -m amp_lint.docs`"
+    assert main(["--check"]) == 0, "run `python -m amp_lint.rules.docs`"
 
 
 def test_verify_subcommand_is_routed(project):

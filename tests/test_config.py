@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from amp_lint import config
-from amp_lint.config import ConfigError, SettingsResolver, describe, find_config, load_config
-from amp_lint.settings import DEFAULT_EXCLUDES, RuleSelection, Settings
+from amp_lint.files import config
+from amp_lint.files.config import ConfigError, SettingsResolver, describe, find_config, load_config
+from amp_lint.files.settings import DEFAULT_EXCLUDES, RuleSelection, Settings
 
 CODES = ["AMP001", "AMP010", "AMP011", "AMP020", "AMP021", "AMP070", "AMP071"]
 

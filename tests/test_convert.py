@@ -38,7 +38,7 @@ import pytest
 from click.testing import CliRunner
 
 from amp_lint.cli import main
-from amp_lint.convert import convert_source
+from amp_lint.engine.convert import convert_source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "convert"

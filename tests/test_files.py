@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_lint.diagnostics import Location
-from amp_lint.files import FileChangedError, SourceError, decode_source, discover, read_source, write_atomic
-from amp_lint.settings import Settings
+from amp_lint.files.sources import FileChangedError, SourceError, decode_source, discover, read_source, write_atomic
+from amp_lint.files.settings import Settings
 
 
 @pytest.fixture

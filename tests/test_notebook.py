@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_lint.files import SourceError
-from amp_lint.notebook import Notebook
+from amp_lint.files.sources import SourceError
+from amp_lint.files.notebook import Notebook
 
 
 def code(source, outputs=(), execution_count=None):

@@ -1,4 +1,4 @@
-"""The guard against files that LibCST's parser would take minutes on (`amp_lint.parse_guard`).
+"""The guard against files that LibCST's parser would take minutes on (`amp_lint.parse.guard`).
 
 Every chain shape that LibCST parses in super-linear time is refused in well under a second once it
 is past the limit, and let through below it; long shapes that LibCST parses in linear time (lists,
@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from amp_lint import parse_guard
+from amp_lint.parse import guard as parse_guard
 from amp_lint.diagnostics import Location
-from amp_lint.parse_guard import PARSE_COST_LIMIT, check_parse_cost, costliest_chain
-from amp_lint.runner import CheckConfig, check_text
+from amp_lint.parse.guard import PARSE_COST_LIMIT, check_parse_cost, costliest_chain
+from amp_lint.engine.runner import CheckConfig, check_text
 
 from snippets import MISSING_UPDATE
 

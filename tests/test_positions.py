@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from amp_lint.positions import NodeLocator, node_positions
+from amp_lint.parse.positions import NodeLocator, node_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,7 @@ def _sources():
         yield pytest.param(text, id=name)
     for path in sorted((ROOT / "fixtures").rglob("*.py"))[::7]:
         yield pytest.param(path.read_text(encoding="utf-8"), id=str(path.relative_to(ROOT)))
-    yield pytest.param((ROOT / "amp_lint" / "model.py").read_text(encoding="utf-8"), id="amp_lint/model.py")
+    yield pytest.param((ROOT / "amp_lint" / "analysis" / "model.py").read_text(encoding="utf-8"), id="amp_lint/analysis/model.py")
 
 
 @pytest.mark.parametrize("text", list(_sources()))
@@ -81,9 +81,9 @@ def test_nodes_of_another_tree_have_no_position():
 def test_placed_through_the_statements_above_them_every_node_has_position_providers_range(text, monkeypatch):
     """With the module's text and the model's parent map, nodes are placed through a statement whose
     text is unique in the file; the ranges and line spans must be the same as a whole-module pass."""
-    import amp_lint.engine  # noqa: F401 (the rules before the model: their modules import each other)
-    from amp_lint import positions
-    from amp_lint.model import build_model
+    import amp_lint.engine.checker  # noqa: F401 (the rules before the model: their modules import each other)
+    from amp_lint.parse import positions
+    from amp_lint.analysis.model import build_model
 
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
@@ -110,8 +110,8 @@ def test_placed_through_the_statements_above_them_every_node_has_position_provid
 
 
 def test_a_statement_repeated_in_the_file_is_placed_through_the_unique_one_above_it():
-    import amp_lint.engine  # noqa: F401
-    from amp_lint.model import build_model
+    import amp_lint.engine.checker  # noqa: F401
+    from amp_lint.analysis.model import build_model
 
     text = "def f():\n    loss.backward()\n\n\ndef g():\n    loss.backward()\n"
     module = cst.parse_module(text)

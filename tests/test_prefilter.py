@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from amp_lint.prefilter import Prefilter, literal_first
+from amp_lint.parse.prefilter import Prefilter, literal_first
 from amp_lint.rules import ALL_RULES, rule_by_code
 
 PATTERNS = sorted({pattern for rule in ALL_RULES for pattern in (*rule.needs, *(rule.ast_needs or ()))})
@@ -75,7 +75,7 @@ def _fixture_texts():
 
 def test_reading_only_the_hint_lines_keeps_every_decision():
     """The second step skips statements without a hint; over every fixture it decides as a full read does."""
-    from amp_lint.prefilter import _lines_with, _parse, code_identifiers
+    from amp_lint.parse.prefilter import _lines_with, _parse, code_identifiers
 
     prefilter = Prefilter(ALL_RULES)
     for text in _fixture_texts():
@@ -100,7 +100,7 @@ def test_a_device_copied_on_a_line_without_hints_still_counts():
 
 
 def test_lines_are_counted_as_python_counts_them():
-    from amp_lint.prefilter import _lines_with
+    from amp_lint.parse.prefilter import _lines_with
 
     assert _lines_with("a\r\nb\rstep\nc step\n", ("step",)) == [3, 4]
     assert _lines_with("x\x0cstep\n", ("step",)) == [1]  # a form feed is not a line break

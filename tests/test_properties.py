@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from amp_lint import rules
 from amp_lint.diagnostics import Applicability
-from amp_lint.engine import Checker, SourceResult
+from amp_lint.engine.checker import Checker, SourceResult
 
 from amp_programs import BUGS, UNFIXABLE, Program, Shape, build, buggy_programs, correct_programs, one_program_per_kind, programs
 
@@ -160,7 +160,7 @@ def test_a_helper_call_is_named_once_in_a_message():
 def test_two_events_reached_through_one_call_name_it_once():
     from libcst.metadata import CodePosition, CodeRange
 
-    from amp_lint.engine import _related_text
+    from amp_lint.engine.checker import _related_text
 
     backward, step = object(), object()  # two nodes of the same call line, inlined twice
     where = {id(n): CodeRange(CodePosition(20, 4), CodePosition(20, 30)) for n in (backward, step)}

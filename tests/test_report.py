@@ -21,8 +21,8 @@ from amp_lint.diagnostics import (
     Report,
     Severity,
 )
-from amp_lint.report import FORMATS, RenderOptions, error_lines, render
-from amp_lint.report import sarif
+from amp_lint.reports import FORMATS, RenderOptions, error_lines, render
+from amp_lint.reports import sarif
 
 ANSI = re.compile(r"\x1b\[")
 SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-schema-2.1.0.json"

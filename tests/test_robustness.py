@@ -2,7 +2,7 @@
 
 amp-lint runs unattended in hooks and CI over code nobody has cleaned. Every test here runs the real
 command in a temporary folder (`python -m amp_lint ...`), except the few that must reach inside a run
-(a file edited between read and write, a full disk), which call `amp_lint.runner.check_file`, the
+(a file edited between read and write, a full disk), which call `amp_lint.engine.runner.check_file`, the
 function each worker runs per file. Each input file carries enough AMP code (an autocast block, a
 backward) to pass the prefilter, so that amp-lint really reads, decodes and parses it.
 """
@@ -482,7 +482,7 @@ def test_read_only_file_keeps_its_finding_in_the_fix_report(tmp_path):
 
 def _fix_config():
     from amp_lint import rules
-    from amp_lint.runner import CheckConfig
+    from amp_lint.engine.runner import CheckConfig
 
     return CheckConfig(
         enabled=frozenset(rules.default_codes()), fix=True, unsafe_fixes=False, with_edits=False, write=True
@@ -490,8 +490,8 @@ def _fix_config():
 
 
 def test_file_edited_between_read_and_write_is_not_overwritten(tmp_path, monkeypatch):
-    from amp_lint import files
-    from amp_lint.runner import check_file
+    from amp_lint.files import sources as files
+    from amp_lint.engine.runner import check_file
 
     path = write(tmp_path / "train.py", BUGGY)
     edited = BUGGY + "# the user saved this while amp-lint was working\n"
@@ -512,8 +512,8 @@ def test_file_edited_between_read_and_write_is_not_overwritten(tmp_path, monkeyp
 
 
 def test_file_removed_between_read_and_write_is_not_recreated(tmp_path, monkeypatch):
-    from amp_lint import files
-    from amp_lint.runner import check_file
+    from amp_lint.files import sources as files
+    from amp_lint.engine.runner import check_file
 
     path = write(tmp_path / "train.py", BUGGY)
     real_read_source = files.read_source
@@ -532,7 +532,7 @@ def test_file_removed_between_read_and_write_is_not_recreated(tmp_path, monkeypa
 
 @pytest.mark.parametrize("written_before_full", [0, 10])
 def test_full_disk_during_the_write_leaves_the_original(tmp_path, monkeypatch, written_before_full):
-    from amp_lint.runner import check_file
+    from amp_lint.engine.runner import check_file
 
     path = write(tmp_path / "train.py", BUGGY)
     real_write = os.write
@@ -650,7 +650,7 @@ def _slow_to_parse(helpers: int) -> str:
 
     Slow only because it is big (about 420 bytes a helper): 2,500 helpers make 1.1 MB that LibCST takes
     5.6 s to parse on a 2-CPU test machine (3,000: 1.3 MB, 6.4 s). No expression in it is long enough
-    for amp-lint's guard against slow parses (`amp_lint.parse_guard`) to refuse it.
+    for amp-lint's guard against slow parses (`amp_lint.parse.guard`) to refuse it.
     """
     step = (
         "def train_step_{index}(model, batch, optimizer, scale={index}):\n"

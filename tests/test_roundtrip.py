@@ -1,4 +1,4 @@
-"""LibCST gets a text it reproduces byte for byte; what it would drop comes back (`amp_lint.roundtrip`).
+"""LibCST gets a text it reproduces byte for byte; what it would drop comes back (`amp_lint.parse.roundtrip`).
 
 LibCST 1.9 drops a lone CR that ends a file and form feeds that open a line of code; before the first
 statement of a nested block its tokenizer refuses the file outright. CPython accepts all of these.
@@ -12,8 +12,8 @@ import libcst as cst
 import pytest
 
 from amp_lint.diagnostics import Location
-from amp_lint.engine import Checker
-from amp_lint.roundtrip import prepare
+from amp_lint.engine.checker import Checker
+from amp_lint.parse.roundtrip import prepare
 
 from snippets import MISSING_UPDATE
 

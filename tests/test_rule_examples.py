@@ -7,8 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amp_lint.engine import Checker
-from amp_lint.prefilter import Prefilter
+from amp_lint.engine.checker import Checker
+from amp_lint.parse.prefilter import Prefilter
 from amp_lint.rules import ALL_RULES
 
 VALID = [(rule, i, code) for rule in ALL_RULES for i, code in enumerate(rule.valid)]

@@ -1,4 +1,4 @@
-"""`amp_lint.runner`: work spread over worker processes in batches gives what one process gives."""
+"""`amp_lint.engine.runner`: work spread over worker processes in batches gives what one process gives."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import amp_lint.engine  # noqa: F401 (imports the rules before the fixer: their modules import each other)
-from amp_lint import runner
+import amp_lint.engine.checker  # noqa: F401 (imports the rules before the fixer: their modules import each other)
+from amp_lint.engine import runner
 from amp_lint.rules import ALL_RULES
 from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
 

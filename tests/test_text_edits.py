@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-import amp_lint.engine  # noqa: F401 (imports the rules before the fixer: their modules import each other)
-from amp_lint.fix_edits import text_edits
-from amp_lint.lines import lines_with_ends
+import amp_lint.engine.checker  # noqa: F401 (imports the rules before the fixer: their modules import each other)
+from amp_lint.fixes.text_edits import text_edits
+from amp_lint.files.lines import lines_with_ends
 
 
 def apply(old: str, edits) -> str:
@@ -79,7 +79,7 @@ def _fixable_modules():
     example that LibCST parses."""
     import libcst as cst
 
-    from amp_lint.model import build_model
+    from amp_lint.analysis.model import build_model
     from amp_lint.rules import ALL_RULES
 
     rules = [rule() for rule in ALL_RULES]
@@ -96,8 +96,8 @@ def test_edits_made_statement_by_statement_give_the_fully_regenerated_text():
     """`EditsOfFixes` regenerates only the statements a fix changed and diffs each alone. Applied to the
     source, its edits must give exactly the whole regenerated file, and touch no line that a diff of the
     whole file leaves alone, for every fix of every fixture and rule example."""
-    from amp_lint.fix_edits import EditsOfFixes
-    from amp_lint.fixer import apply_fixes
+    from amp_lint.fixes.text_edits import EditsOfFixes
+    from amp_lint.fixes.apply import apply_fixes
 
     compared = 0
     for source, module, _, fixes in _fixable_modules():
@@ -120,8 +120,8 @@ def test_edits_of_two_statements_far_apart_are_two_small_edits():
     line each, not one edit over everything between them."""
     import libcst as cst
 
-    from amp_lint.fix_edits import EditsOfFixes
-    from amp_lint.model import build_model
+    from amp_lint.fixes.text_edits import EditsOfFixes
+    from amp_lint.analysis.model import build_model
     from amp_lint.rules import ALL_RULES
 
     filler = "".join(f"value_{i} = {i}\n" for i in range(3_000))
@@ -145,7 +145,7 @@ def test_edits_of_two_statements_far_apart_are_two_small_edits():
 def test_fix_targets_ancestors_from_the_models_parent_map_equal_a_walk():
     """The fixer takes a target's ancestors from the analysis model's parent map when it can; they must
     be exactly what a walk of the tree finds, for every fix target of every fixture and rule example."""
-    from amp_lint.fixer import _ancestry
+    from amp_lint.fixes.apply import _ancestry
 
     answered = compared = 0
     for _, module, model, fixes in _fixable_modules():

@@ -1,7 +1,7 @@
 """Tests for `amp-lint verify`: the bootstrap's step recording, the runner's verdicts, and the command line.
 
 The runner tests feed hand-written AMP programs through `verify_scripts(converter=...)`, so they do not depend on
-`amp_lint.convert`; only the end-to-end test over the bundled scripts needs it (and is skipped without it).
+`amp_lint.engine.convert`; only the end-to-end test over the bundled scripts needs it (and is skipped without it).
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def test_bundled_scripts_are_plain_fp32_training_scripts():
 
 @needs_torch
 def test_verify_bundled_scripts_end_to_end():
-    pytest.importorskip("amp_lint.convert", reason="the fp32 -> AMP conversion (amp_lint.convert) is not written yet")
+    pytest.importorskip("amp_lint.engine.convert", reason="the fp32 -> AMP conversion (amp_lint.engine.convert) is not written yet")
 
     result = CliRunner().invoke(
         verify_cli.verify, ["--device", "cpu", "--steps", "60", "--warmup", "5", "--output-format", "json"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amp_lint.walk import children_in_source_order, visit_read_only
+from amp_lint.analysis.walk import children_in_source_order, visit_read_only
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def _sources():
     yield pytest.param(EVERYTHING, id="everything")
     for path in sorted((ROOT / "fixtures").rglob("*.py"))[::5]:
         yield pytest.param(path.read_text(encoding="utf-8"), id=str(path.relative_to(ROOT)))
-    yield pytest.param((ROOT / "amp_lint" / "conversion.py").read_text(encoding="utf-8"), id="amp_lint/conversion.py")
+    yield pytest.param((ROOT / "amp_lint" / "conversion" / "planner.py").read_text(encoding="utf-8"), id="amp_lint/conversion/planner.py")
 
 
 def _nodes(module: cst.Module):

@@ -1,4 +1,10 @@
-"""The rule registry: every rule class, in code order. Adding a rule is one file and one line here."""
+"""Stage 6, rules: the rule API (`base`) and the registry, every rule class in code order. Adding a rule is
+one file and one line here. A rule is a predicate over the analysis model; it builds fixes with
+`amp_lint.fixes.builder` and never walks the tree itself.
+
+May import: `amp_lint.conversion`, `amp_lint.fixes`, `amp_lint.analysis`, `amp_lint.parse`, `amp_lint.files`,
+`amp_lint.diagnostics`.
+"""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint import names
-from amp_lint.model import (
+from amp_lint.analysis import names
+from amp_lint.analysis.model import (
     AutocastRegion,
     Branch,
     Event,
@@ -433,7 +433,7 @@ def move_into_boundary_fix(
 ):
     """Move the statements of `movers` (in the loop body, before the boundary `if`) into that `if`."""
     from amp_lint.diagnostics import Applicability
-    from amp_lint.edits import FixBuilder
+    from amp_lint.fixes.builder import FixBuilder
 
     loop = acc.step.loop
     if loop is None or not isinstance(loop.body, cst.IndentedBlock) or any(m.in_helper for m in movers):

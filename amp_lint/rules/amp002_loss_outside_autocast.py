@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import AssignmentSite, EventKind, FileModel, TrainingStep, code_of, dotted_name
+from amp_lint.analysis.model import AssignmentSite, EventKind, FileModel, TrainingStep, code_of, dotted_name
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from amp_lint.diagnostics import Severity
-from amp_lint.model import AutocastRegion, DType, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.model import AutocastRegion, DType, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 

@@ -6,8 +6,8 @@ from typing import Iterator, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.edits import FixBuilder
-from amp_lint.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
+from amp_lint.fixes.builder import FixBuilder
+from amp_lint.analysis.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

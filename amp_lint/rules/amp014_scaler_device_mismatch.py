@@ -4,10 +4,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.edits import FixBuilder, with_call_args
-from amp_lint.model import AutocastRegion, FileModel, ScalerBinding
+from amp_lint.fixes.builder import FixBuilder, with_call_args
+from amp_lint.analysis.model import AutocastRegion, FileModel, ScalerBinding
 from amp_lint.rules._helpers import argument, forward_regions, short
 from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule

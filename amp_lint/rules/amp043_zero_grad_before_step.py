@@ -5,8 +5,8 @@ from typing import Iterator, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.edits import FixBuilder, removal_target
-from amp_lint.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules._helpers import contains, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -4,9 +4,9 @@ from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import CallSite, FileModel
+from amp_lint.analysis.model import CallSite, FileModel
 from amp_lint.rules._helpers import same_binding, short, sites_compatible
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -4,9 +4,9 @@ from typing import Dict, Iterator, Optional
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import CallSite, DType, FileModel
+from amp_lint.analysis.model import CallSite, DType, FileModel
 from amp_lint.rules._helpers import LOWER_PRECISION_METHODS, LOWER_PRECISION_OPS, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -5,8 +5,8 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.edits import FixBuilder
-from amp_lint.model import AutocastRegion, FileModel, code_of
+from amp_lint.fixes.builder import FixBuilder
+from amp_lint.analysis.model import AutocastRegion, FileModel, code_of
 from amp_lint.rules._helpers import LOWER_PRECISION_OPS, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -4,9 +4,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.model import FileModel
+from amp_lint.analysis.model import FileModel
 from amp_lint.rules._helpers import LOWER_PRECISION_METHODS, LOWER_PRECISION_OPS, class_bases, methods, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

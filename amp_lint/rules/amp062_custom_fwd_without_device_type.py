@@ -5,8 +5,8 @@ from typing import Dict, Iterator, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.edits import FixBuilder, keyword_arg, with_call_args
-from amp_lint.model import FileModel, dotted_name
+from amp_lint.fixes.builder import FixBuilder, keyword_arg, with_call_args
+from amp_lint.analysis.model import FileModel, dotted_name
 from amp_lint.rules._helpers import file_devices, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -5,8 +5,8 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.edits import FixBuilder, with_call_args
-from amp_lint.model import CallSite, FileModel
+from amp_lint.fixes.builder import FixBuilder, with_call_args
+from amp_lint.analysis.model import CallSite, FileModel
 from amp_lint.rules._helpers import has_star_args, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -4,10 +4,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.edits import FixBuilder, with_call_args
-from amp_lint.model import FileModel, Scope, code_of, dotted_name
+from amp_lint.fixes.builder import FixBuilder, with_call_args
+from amp_lint.analysis.model import FileModel, Scope, code_of, dotted_name
 from amp_lint.rules._helpers import argument, file_devices, has_star_args, is_torch_device, literal_string, resolve_constant, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

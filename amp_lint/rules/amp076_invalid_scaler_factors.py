@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Dict, Iterator
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Severity
-from amp_lint.model import FileModel
+from amp_lint.analysis.model import FileModel
 from amp_lint.rules._helpers import argument, literal_bool, literal_number, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

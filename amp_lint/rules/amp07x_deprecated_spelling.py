@@ -15,10 +15,10 @@ from typing import ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple, U
 
 import libcst as cst
 
-from amp_lint import names
+from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.edits import FixBuilder, keyword_arg, split_args
-from amp_lint.model import DeprecatedUse, FileModel, Scope, dotted_name
+from amp_lint.fixes.builder import FixBuilder, keyword_arg, split_args
+from amp_lint.analysis.model import DeprecatedUse, FileModel, Scope, dotted_name
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 # Names that exist in torch.amp under the same name.

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amp_lint.conversion import BFLOAT16, FLOAT16, plan_conversions
+from amp_lint.conversion.planner import BFLOAT16, FLOAT16, plan_conversions
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.model import FileModel, code_of
+from amp_lint.analysis.model import FileModel, code_of
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 

@@ -16,37 +16,8 @@ from typing import Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.model import FileModel
-
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
-
-
-@dataclass(frozen=True)
-class Import:
-    """An import a fix's new code needs: `import torch` (name=None) or `from module import name`."""
-
-    module: str
-    name: Optional[str] = None
-
-
-@dataclass(eq=False)
-class Fix:
-    """A change to the syntax tree, made of node replacements keyed by the original nodes.
-
-    Each replacement is a function from the (possibly already updated) node to its replacement: a node,
-    `cst.RemoveFromParent()` or a `cst.FlattenSentinel` of several statements.
-    """
-
-    message: str
-    applicability: Applicability
-    replacements: Dict[cst.CSTNode, Callable[[cst.CSTNode], Replacement]] = field(default_factory=dict)
-    imports: Tuple[Import, ...] = ()
-    # Fixes with the same key are one fix shared by several findings (applied once).
-    key: Optional[object] = None
-
-    def nodes(self) -> Sequence[cst.CSTNode]:
-        return list(self.replacements)
-
+from amp_lint.analysis.model import FileModel
+from amp_lint.fixes.types import Fix, Import, Replacement  # noqa: F401  (re-exported for rules)
 
 @dataclass(eq=False)
 class Finding:
@@ -88,7 +59,7 @@ class Rule:
     # there: the prefilter skips files that lack them. Must hold for every invalid example (tested).
     needs: ClassVar[Tuple[str, ...]] = ()
     # Stricter patterns for the prefilter's second step, over identifiers plus the facts it notes about
-    # autocast calls (`autocast_device_missing`, ...; see amp_lint.prefilter). Default: `needs`.
+    # autocast calls (`autocast_device_missing`, ...; see amp_lint.parse.prefilter). Default: `needs`.
     ast_needs: ClassVar[Tuple[str, ...]] = ()
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()

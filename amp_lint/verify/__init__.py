@@ -4,6 +4,8 @@ Each script runs twice in child processes, as written and as converted, with the
 speed and memory are compared (see :mod:`amp_lint.verify.runner`). The children run under
 :mod:`amp_lint.verify.bootstrap`, which records every training step without editing the script. Importing this
 package does not import torch: only the children do.
+
+Stage 9. May import: `amp_lint.engine` (to convert) and every stage below it.
 """
 
 from amp_lint.verify.bootstrap import RunRecord

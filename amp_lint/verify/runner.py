@@ -2,7 +2,7 @@
 
 Each script runs twice, each time in a fresh interpreter (``python -m amp_lint.verify.bootstrap``) with the same
 seed, the same deterministic settings, the same working directory, arguments and device: once as written and once
-as :func:`amp_lint.convert.convert_source` rewrote it. The bootstrap records the loss of every training step, and
+as :func:`amp_lint.engine.convert.convert_source` rewrote it. The bootstrap records the loss of every training step, and
 this module compares the two runs (see :func:`judge`). This parent process never imports torch; even whether CUDA
 is available is asked of a child, so that ``amp-lint`` itself stays light.
 """
@@ -159,7 +159,7 @@ def verify_scripts(
 
     ``device`` is ``"auto"`` (CUDA when torch sees it, else CPU), ``"cuda"`` or ``"cpu"``. ``dtype`` defaults to
     float16 on CUDA (autocast + GradScaler) and to bfloat16 on CPU (autocast only); float16 on CPU is allowed and
-    then converts with ``GradScaler("cpu")``. ``converter`` replaces :func:`amp_lint.convert.convert_source` (tests
+    then converts with ``GradScaler("cpu")``. ``converter`` replaces :func:`amp_lint.engine.convert.convert_source` (tests
     feed ready-made AMP programs through it); ``keep_converted`` is a folder to save the converted scripts in.
     """
     if not 1 <= warmup < steps:
@@ -471,9 +471,9 @@ def _cuda_available() -> bool:
 
 def _load_converter() -> Converter:
     try:
-        from amp_lint.convert import convert_source
+        from amp_lint.engine.convert import convert_source
     except ImportError as exc:
-        raise VerifyError(f"the fp32 -> AMP conversion (amp_lint.convert) is not available: {exc}") from exc
+        raise VerifyError(f"the fp32 -> AMP conversion (amp_lint.engine.convert) is not available: {exc}") from exc
     return convert_source
 
 

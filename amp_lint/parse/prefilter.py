@@ -22,7 +22,7 @@ import warnings
 from functools import lru_cache
 from typing import Iterable, Iterator, List, Optional, Tuple
 
-from amp_lint.lines import LINE_BREAK
+from amp_lint.files.lines import LINE_BREAK
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000

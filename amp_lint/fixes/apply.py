@@ -12,9 +12,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.edits import clear_removal_marks, is_marked_removed, mark_removed
-from amp_lint.walk import children_through, code_fields
-from amp_lint.rules.base import Fix, Import
+from amp_lint.fixes.builder import clear_removal_marks, is_marked_removed, mark_removed
+from amp_lint.analysis.walk import children_through, code_fields
+from amp_lint.fixes.types import Fix, Import
 
 
 def select_compatible(fixes: Sequence[Fix], module: cst.Module, ancestry: Optional[Ancestry] = None) -> List[Fix]:

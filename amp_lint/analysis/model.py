@@ -19,9 +19,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from amp_lint import names
-from amp_lint.names import NameTable, dotted_name
-from amp_lint.walk import Walker
+from amp_lint.analysis import names
+from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.walk import Walker
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 Loop = Union[cst.For, cst.While]

@@ -22,8 +22,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from amp_lint.files import SourceError
-from amp_lint.lines import lines_with_ends
+from amp_lint.files.sources import SourceError
+from amp_lint.files.lines import lines_with_ends
 
 _CELL_MARKER = re.compile(r"# amp-lint: cell (\d+)")
 _PLACEHOLDER = re.compile(r"[ \t\f]*(?:pass  )?# amp-lint: ipython-magic (\d+)")

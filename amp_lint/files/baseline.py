@@ -26,7 +26,7 @@ from pathlib import Path, PurePath
 from typing import Dict, Iterable, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Report
-from amp_lint.files import SourceError, SourceText, write_atomic
+from amp_lint.files.sources import SourceError, SourceText, write_atomic
 
 BASELINE_VERSION = 1
 

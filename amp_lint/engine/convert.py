@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from amp_lint.engine import Checker
+from amp_lint.engine.checker import Checker
 
 CODE = "AMP100"
 

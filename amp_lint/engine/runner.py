@@ -64,7 +64,7 @@ _CHECKERS: Dict[CheckConfig, object] = {}
 def _checker(config: CheckConfig):
     checker = _CHECKERS.get(config)
     if checker is None:
-        from amp_lint.engine import Checker
+        from amp_lint.engine.checker import Checker
 
         checker = Checker(
             config.enabled,
@@ -180,7 +180,7 @@ def check_in_progress() -> bool:
 
 def check_file(path: str, config: CheckConfig) -> FileOutcome:
     """Read, check and (with --fix) rewrite one file. Runs in a worker process."""
-    from amp_lint.files import SourceError, read_source, write_atomic
+    from amp_lint.files.sources import SourceError, read_source, write_atomic
 
     try:
         source = read_source(Path(path))
@@ -189,7 +189,7 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
     notebook = None
     text = source.text
     if path.endswith(".ipynb"):
-        from amp_lint.notebook import Notebook
+        from amp_lint.files.notebook import Notebook
 
         try:
             notebook = Notebook.parse(source.text)

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report
-from amp_lint.files import SourceError, SourceText, read_source, write_atomic
-from amp_lint.lines import lines_with_ends
+from amp_lint.files.sources import SourceError, SourceText, read_source, write_atomic
+from amp_lint.files.lines import lines_with_ends
 
-# The checker's own pattern (amp_lint.engine): `# noqa` or `# noqa: A1, B2`.
+# The checker's own pattern (amp_lint.engine.checker): `# noqa` or `# noqa: A1, B2`.
 _NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 _CODE_SEPARATOR = re.compile(r"[\s,]+")
 _LINE_END = re.compile(r"(\r\n|\r|\n)?\Z")
@@ -67,7 +67,7 @@ def _add_to_file(filename: str, diagnostics: Sequence[Diagnostic]) -> Tuple[int,
 
 def _add_to_notebook(path: Path, source: SourceText, diagnostics: Sequence[Diagnostic]) -> Tuple[int, List[FileError]]:
     """Edit the notebook's program (its code cells joined), then splice the changed cells back."""
-    from amp_lint.notebook import Notebook
+    from amp_lint.files.notebook import Notebook
 
     notebook = Notebook.parse(source.text)
     lines = lines_with_ends(notebook.source)

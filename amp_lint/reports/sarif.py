@@ -7,7 +7,7 @@ from pathlib import PurePath
 from typing import Dict, List, Sequence
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
-from amp_lint.report import RenderOptions
+from amp_lint.reports import RenderOptions
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://github.com/amp-lint/amp-lint"

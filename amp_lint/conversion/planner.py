@@ -28,12 +28,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability
-from amp_lint.edits import FixBuilder
-from amp_lint.model import Event, EventKind, FileModel, Scope, TrainingStep, code_of
-from amp_lint.names import dotted_name
-from amp_lint.prefilter import MANUAL_UPDATE_METHODS
-from amp_lint.walk import children_in_source_order, visit_read_only
-from amp_lint.rules.base import Fix
+from amp_lint.fixes.builder import FixBuilder
+from amp_lint.analysis.model import Event, EventKind, FileModel, Scope, TrainingStep, code_of
+from amp_lint.analysis.names import dotted_name
+from amp_lint.parse.prefilter import MANUAL_UPDATE_METHODS
+from amp_lint.analysis.walk import children_in_source_order, visit_read_only
+from amp_lint.fixes.types import Fix
 
 FLOAT16 = "float16"
 BFLOAT16 = "bfloat16"

@@ -1,8 +1,10 @@
-"""Output formats: each one is a pure function from a `Report` to text.
+"""Stage 8, reports. Output formats: each one is a pure function from a `Report` to text.
 
 `render` picks the format. The text formats (`full`, `concise`, `grouped`) include file errors and a
 summary; the machine formats carry only what their consumer reads, so the command line prints
 `error_lines(report)` to stderr for them.
+
+May import: `amp_lint.rules` (for rule metadata) and every stage below it; never the engine.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from dataclasses import dataclass
 from typing import List
 
 from amp_lint.diagnostics import Report
-
-FORMATS = ("full", "concise", "grouped", "json", "json-lines", "github", "sarif", "junit", "gitlab", "pylint")
+from amp_lint.files.settings import OUTPUT_FORMATS as FORMATS
 
 # Formats meant for people: they show file errors and a summary themselves.
 TEXT_FORMATS = ("full", "concise", "grouped")
@@ -61,18 +62,18 @@ def render(report: Report, output_format: str, options: RenderOptions) -> str:
 
 def error_lines(report: Report) -> List[str]:
     """One `path[:row:col]: error: message` line per file that could not be checked."""
-    from amp_lint.report.text import error_line
+    from amp_lint.reports.text import error_line
 
     return [error_line(error, RenderOptions()) for error in report.errors]
 
 
 def _render_statistics(report: Report, output_format: str, options: RenderOptions) -> str:
     if output_format in TEXT_FORMATS:
-        from amp_lint.report.text import render_statistics
+        from amp_lint.reports.text import render_statistics
 
         return render_statistics(report, options)
     if output_format == "json":
-        from amp_lint.report.machine import render_json_statistics
+        from amp_lint.reports.machine import render_json_statistics
 
         return render_json_statistics(report, options)
     raise ValueError(f"--statistics is not supported with output format {output_format!r}")

@@ -20,10 +20,10 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 
 from amp_lint.diagnostics import Edit, Location
-from amp_lint.fixer import ancestry_of, apply_fixes
-from amp_lint.lines import lines_with_ends
-from amp_lint.positions import NodeLocator
-from amp_lint.rules.base import Fix
+from amp_lint.fixes.apply import ancestry_of, apply_fixes
+from amp_lint.files.lines import lines_with_ends
+from amp_lint.parse.positions import NodeLocator
+from amp_lint.fixes.types import Fix
 
 _STATEMENT = (cst.BaseCompoundStatement, cst.SimpleStatementLine)
 

@@ -1,7 +1,7 @@
 """Generate the README's rules table from the rule registry.
 
-`python -m amp_lint.docs` rewrites the table between the markers in README.md;
-`python -m amp_lint.docs --check` exits 1 when the README is out of date (a test runs it).
+`python -m amp_lint.rules.docs` rewrites the table between the markers in README.md;
+`python -m amp_lint.rules.docs --check` exits 1 when the README is out of date (a test runs it).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     new = updated_readme(text)
     if "--check" in argv:
         if new != text:
-            print("README.md's rules table is out of date: run `python -m amp_lint.docs`", file=sys.stderr)
+            print("README.md's rules table is out of date: run `python -m amp_lint.rules.docs`", file=sys.stderr)
             return 1
         return 0
     if new != text:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
-from amp_lint.lines import LINE_BREAK
-from amp_lint.settings import Settings, matches_any_glob
+from amp_lint.files.lines import LINE_BREAK
+from amp_lint.files.settings import Settings, matches_any_glob
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability
-from amp_lint.rules.base import Fix, Import, Replacement
+from amp_lint.fixes.types import Fix, Import, Replacement
 
 # Statements that the fixer must drop while keeping their comment lines (see fixer._Applier), by id.
 # LibCST nodes have slots, so they cannot carry a flag; the fixer clears this around each pass.

@@ -1,6 +1,6 @@
 """Resolved settings for a run, and which rules apply to which file.
 
-Configuration files (`[tool.amp-lint]`, `amp-lint.toml`) are read by `amp_lint.config`, which produces
+Configuration files (`[tool.amp-lint]`, `amp-lint.toml`) are read by `amp_lint.files.config`, which produces
 `Settings`; the command line overrides them. Everything downstream reads `Settings` only.
 """
 
@@ -12,6 +12,9 @@ from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+# The report formats `--output-format` and `output-format` accept (amp_lint.reports renders them).
+OUTPUT_FORMATS = ("full", "concise", "grouped", "json", "json-lines", "github", "sarif", "junit", "gitlab", "pylint")
 
 DEFAULT_EXCLUDES: Tuple[str, ...] = (
     ".git",

@@ -1,7 +1,7 @@
 """Check (and fix) one source text: prefilter -> parse -> model -> rules -> fixes -> diagnostics.
 
 `Checker.check` is pure: text in, diagnostics (and the fixed text) out. Reading and writing files,
-parallelism and caching live in `amp_lint.runner`.
+parallelism and caching live in `amp_lint.engine.runner`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import libcst as cst
 
 from amp_lint import rules as registry
 from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
-from amp_lint.edits import remember_text
-from amp_lint.fix_edits import EditsOfFixes
-from amp_lint.fixer import ancestry_of, apply_fixes, select_compatible
-from amp_lint.lines import split_lines
-from amp_lint.model import FileModel, build_model
-from amp_lint.parse_guard import check_parse_cost
-from amp_lint.positions import NodeLocator
-from amp_lint.prefilter import Prefilter
-from amp_lint.roundtrip import prepare
+from amp_lint.fixes.builder import remember_text
+from amp_lint.fixes.text_edits import EditsOfFixes
+from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
+from amp_lint.files.lines import split_lines
+from amp_lint.analysis.model import FileModel, build_model
+from amp_lint.parse.guard import check_parse_cost
+from amp_lint.parse.positions import NodeLocator
+from amp_lint.parse.prefilter import Prefilter
+from amp_lint.parse.roundtrip import prepare
 from amp_lint.rules.base import Finding, Fix, Rule
 
 MAX_FIX_PASSES = 10

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from amp_lint.diagnostics import FileError, Location
-from amp_lint.lines import LINE_BREAK
+from amp_lint.files.lines import LINE_BREAK
 
 # The most a chain may cost, in the units above: under 1 s of parsing for the slowest shape (a
 # subscript chain of 1,000 links: 0.86 s), 0.15 s for a sum of 1,000 terms.

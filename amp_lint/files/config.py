@@ -14,8 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from amp_lint.report import FORMATS
-from amp_lint.settings import Settings, UnknownRuleError, expand_codes
+from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -201,7 +200,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "force-exclude": ("force_exclude", _boolean),
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
-    "output-format": ("output_format", _one_of(FORMATS)),
+    "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),
 }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Dict
 
 from amp_lint.diagnostics import Diagnostic, Location, Report, Severity
-from amp_lint.report import RenderOptions
-from amp_lint.report.text import rule_statistics
+from amp_lint.reports import RenderOptions
+from amp_lint.reports.text import rule_statistics
 
 # --- json, json-lines --------------------------------------------------------------------------
 

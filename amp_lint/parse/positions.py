@@ -19,7 +19,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange
 
-from amp_lint.lines import LINE_BREAK
+from amp_lint.files.lines import LINE_BREAK
 
 
 class _AllFound(Exception):

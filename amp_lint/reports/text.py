@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, FileError, Location, Report
-from amp_lint.report import RenderOptions
+from amp_lint.reports import RenderOptions
 
 
 @dataclass(frozen=True)

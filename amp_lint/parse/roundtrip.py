@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, Location
-from amp_lint.lines import lines_with_ends, split_lines
+from amp_lint.files.lines import lines_with_ends, split_lines
 
 # Form feeds that open a line with code on it; a line of only form feeds, blanks or a comment is
 # reproduced by LibCST as it is.

@@ -1,0 +1,43 @@
+"""The types a fix is made of: node replacements keyed by the original nodes, and the imports they need.
+
+Rules build these (usually through `amp_lint.fixes.builder.FixBuilder`); `amp_lint.fixes.apply` applies them.
+They sit below the rules so that the fixer never needs to know what a rule is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint.diagnostics import Applicability
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Import:
+    """An import a fix's new code needs: `import torch` (name=None) or `from module import name`."""
+
+    module: str
+    name: Optional[str] = None
+
+
+@dataclass(eq=False)
+class Fix:
+    """A change to the syntax tree, made of node replacements keyed by the original nodes.
+
+    Each replacement is a function from the (possibly already updated) node to its replacement: a node,
+    `cst.RemoveFromParent()` or a `cst.FlattenSentinel` of several statements.
+    """
+
+    message: str
+    applicability: Applicability
+    replacements: Dict[cst.CSTNode, Callable[[cst.CSTNode], Replacement]] = field(default_factory=dict)
+    imports: Tuple[Import, ...] = ()
+    # Fixes with the same key are one fix shared by several findings (applied once).
+    key: Optional[object] = None
+
+    def nodes(self) -> Sequence[cst.CSTNode]:
+        return list(self.replacements)
