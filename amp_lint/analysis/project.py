@@ -1,0 +1,288 @@
+"""The project index: which modules the checked tree holds, what each defines at top level, what it imports.
+
+A training step is often split over modules (the scaler built in one, stepped in another; clipping in a
+callback). To follow calls there, the analysis of one file must find the project's own module a name comes
+from. This index answers that cheaply:
+
+- A file's module name comes from its folder: walk up while the folder is a package (has `__init__.py`); the
+  first folder that is not is a *source root* (as mypy and Ruff find them). `src/` layouts need no setting.
+- A module's facts (top-level functions and classes, class bases, imports) come from Python's own `ast`, about
+  a tenth of a LibCST parse, and are kept per (path, size, mtime) for the run.
+- `dependencies(path)` lists the project files a file's analysis may read, with their digests: the result
+  cache keys a file's result on them, so an edit in a helper module invalidates the files that import it.
+
+Only modules inside the source roots are resolved: `torch`, `numpy` and other installed packages are not
+project code, and the analysis treats calls into them through its own tables.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+# Bound the work one file can cause: how many import hops `dependencies` follows, and how large a module the
+# index reads (a generated 50 MB module is not a training helper).
+MAX_DEPENDENCY_DEPTH = 2
+MAX_MODULE_BYTES = 2_000_000
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """What one module of the project defines and imports, read from its text."""
+
+    name: str  # dotted module name ("pkg.train"); "" when the file is not importable by a plain name
+    path: str
+    digest: str  # sha256 of the bytes read
+    is_package: bool = False  # an `__init__.py`
+    functions: FrozenSet[str] = frozenset()  # top-level `def` / `async def`
+    classes: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # class -> its bases as written (dotted)
+    # Local name -> what it names: "pkg.mod" for a module, "pkg.mod.attr" for a name from a module.
+    imports: Dict[str, str] = field(default_factory=dict)
+    star_imports: Tuple[str, ...] = ()  # modules imported with `from m import *`
+
+    def defines(self, name: str) -> bool:
+        return name in self.functions or name in self.classes
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _package_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _absolute(module: Optional[str], level: int, current: str, is_package: bool) -> Optional[str]:
+    """`from ..a import b` in `pkg.sub.mod` -> "pkg.a"; None when the import climbs out of the package."""
+    if level == 0:
+        return module
+    package = _package_of(current, is_package)
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts) or (level - 1 == len(parts) and not module):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    if module:
+        base.append(module)
+    return ".".join(base) if base else None
+
+
+def read_module_facts(text: str, name: str, path: str, digest: str, is_package: bool) -> ModuleInfo:
+    """The top-level facts of a module's text; a module `ast` cannot read has none (never an error)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ModuleInfo(name=name, path=path, digest=digest, is_package=is_package)
+    functions = set()
+    classes: Dict[str, Tuple[str, ...]] = {}
+    imports: Dict[str, str] = {}
+    stars: List[str] = []
+    for statement in _top_level(tree.body):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.add(statement.name)
+        elif isinstance(statement, ast.ClassDef):
+            classes[statement.name] = tuple(filter(None, (_dotted(base) for base in statement.bases)))
+        elif isinstance(statement, ast.Import):
+            for alias in statement.names:
+                if alias.asname:
+                    imports[alias.asname] = alias.name
+                else:  # `import a.b` binds `a`
+                    head = alias.name.split(".")[0]
+                    imports.setdefault(head, head)
+        elif isinstance(statement, ast.ImportFrom):
+            source = _absolute(statement.module, statement.level, name, is_package)
+            if source is None:
+                continue
+            for alias in statement.names:
+                if alias.name == "*":
+                    stars.append(source)
+                else:
+                    imports[alias.asname or alias.name] = f"{source}.{alias.name}"
+    return ModuleInfo(
+        name=name,
+        path=path,
+        digest=digest,
+        is_package=is_package,
+        functions=frozenset(functions),
+        classes=classes,
+        imports=imports,
+        star_imports=tuple(stars),
+    )
+
+
+def _top_level(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
+    """Top-level statements, looking into `if`/`try` (TYPE_CHECKING guards, version shims) but not into defs."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If):
+            yield from _top_level(statement.body)
+            yield from _top_level(statement.orelse)
+        elif isinstance(statement, ast.Try):
+            yield from _top_level(statement.body)
+            for handler in statement.handlers:
+                yield from _top_level(handler.body)
+            yield from _top_level(statement.orelse)
+            yield from _top_level(statement.finalbody)
+
+
+def source_root_of(path: Path) -> Tuple[Path, str]:
+    """The folder a file is imported from, and its dotted module name (`src/pkg/a/b.py` -> (`src`, "pkg.a.b"))."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.append(folder.name)
+        folder = folder.parent
+    return folder, ".".join(reversed(parts))
+
+
+class ProjectIndex:
+    """The modules of the checked tree, found from the files being checked and the project's root.
+
+    One instance per run (and per worker process); everything it reads is kept for the run.
+    """
+
+    def __init__(self, roots: Iterable[Path] = ()) -> None:
+        self._roots: List[Path] = []
+        for root in roots:
+            self.add_root(root)
+        self._by_path: Dict[str, Tuple[Tuple[int, int], Optional[ModuleInfo]]] = {}
+        self._path_of_module: Dict[str, Optional[str]] = {}
+
+    @property
+    def roots(self) -> Tuple[Path, ...]:
+        return tuple(self._roots)
+
+    def add_root(self, root: Path) -> None:
+        root = Path(root).resolve()
+        if root not in self._roots:
+            self._roots.append(root)
+            self._path_of_module = {}
+
+    def add_file(self, path: Path) -> ModuleInfo:
+        """Index a file being checked; its source root becomes a place to resolve imports from."""
+        root, _ = source_root_of(Path(path))
+        self.add_root(root)
+        info = self.module_at(Path(path))
+        return info if info is not None else ModuleInfo(name="", path=str(path), digest="")
+
+    # --- reading modules ---
+    def module_at(self, path: Path) -> Optional[ModuleInfo]:
+        """The facts of the module at `path` (None when it cannot be read as a regular, small file)."""
+        key = os.path.abspath(path)
+        try:
+            stat = os.stat(key)
+        except OSError:
+            return None
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._by_path.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        info = self._read(Path(key), stat)
+        self._by_path[key] = (stamp, info)
+        return info
+
+    def _read(self, path: Path, stat: os.stat_result) -> Optional[ModuleInfo]:
+        import stat as stat_module
+
+        if not stat_module.S_ISREG(stat.st_mode) or stat.st_size > MAX_MODULE_BYTES:
+            return None
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_MODULE_BYTES + 1)
+        except OSError:
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            return ModuleInfo(name="", path=str(path), digest=digest)
+        _, name = source_root_of(path)
+        return read_module_facts(text, name, str(path), digest, path.name == "__init__.py")
+
+    # --- resolving names ---
+    def path_of_module(self, module: str) -> Optional[str]:
+        """The project file that `import module` loads, searching the source roots in order."""
+        if module in self._path_of_module:
+            return self._path_of_module[module]
+        found: Optional[str] = None
+        relative = Path(*module.split("."))
+        for root in self._roots:
+            for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
+                if candidate.is_file():
+                    found = str(candidate)
+                    break
+            if found:
+                break
+        self._path_of_module[module] = found
+        return found
+
+    def resolve(self, qualified: str, _depth: int = 0) -> Optional[Tuple[ModuleInfo, str]]:
+        """Where a qualified name is defined in the project: `pkg.train.make_scaler` -> (module of
+        `pkg.train`, "make_scaler"), following re-exports (`from .impl import make_scaler` in a package's
+        `__init__`) a few steps. None for names outside the project or not defined at top level."""
+        if _depth > 4:
+            return None
+        module, _, attr = qualified.rpartition(".")
+        while module:
+            path = self.path_of_module(module)
+            if path is not None:
+                info = self.module_at(Path(path))
+                if info is None:
+                    return None
+                if info.defines(attr):
+                    return info, attr
+                target = info.imports.get(attr)
+                if target is not None and target != qualified:
+                    return self.resolve(target, _depth + 1)
+                for star in info.star_imports:
+                    found = self.resolve(f"{star}.{attr}", _depth + 1)
+                    if found is not None:
+                        return found
+                return None
+            # `pkg.mod.Class.method`: the module is shorter than it looks
+            module, _, head = module.rpartition(".")
+            attr = f"{head}.{attr}"
+            if "." in attr:
+                return None  # attributes of classes are the analysis' business, not the index's
+        return None
+
+    def dependencies(self, path: Path) -> List[Tuple[str, str]]:
+        """The project files a file's analysis may read, `(path, digest)`, sorted: the modules it imports
+        (and those they import, MAX_DEPENDENCY_DEPTH hops), without the file itself."""
+        start = self.module_at(Path(path))
+        if start is None:
+            return []
+        own = os.path.abspath(path)
+        seen: Dict[str, str] = {}
+        frontier = [start]
+        for _ in range(MAX_DEPENDENCY_DEPTH):
+            following: List[ModuleInfo] = []
+            for info in frontier:
+                for target in list(info.imports.values()) + list(info.star_imports):
+                    for candidate in (target, target.rpartition(".")[0]):
+                        if not candidate:
+                            continue
+                        module_path = self.path_of_module(candidate)
+                        if module_path is None:
+                            continue
+                        key = os.path.abspath(module_path)
+                        if key == own or key in seen:
+                            break
+                        module = self.module_at(Path(module_path))
+                        if module is not None:
+                            seen[key] = module.digest
+                            following.append(module)
+                        break
+            frontier = following
+        return sorted(seen.items())
