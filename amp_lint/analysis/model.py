@@ -266,6 +266,8 @@ class Event:
     index: float = 0  # position in the iteration's order (source order; helpers' events sit at their call)
     # For an event of a helper function inlined into the iteration that calls it: the call it came through.
     via: Optional["Event"] = None
+    # The flow-graph statement: `statement`, or the one-line suite (`if x: step()`) that holds the call.
+    flow_statement: Optional[cst.CSTNode] = None
 
     @property
     def in_helper(self) -> bool:
@@ -589,6 +591,7 @@ class _RawCall:
     branches: Tuple[Branch, ...]
     regions: Tuple[AutocastRegion, ...]
     index: int
+    flow_statement: Optional[cst.CSTNode] = None
 
 
 class _ModelBuilder(Walker):
@@ -600,6 +603,7 @@ class _ModelBuilder(Walker):
         self.scope_stack: List[Scope] = [self.module_scope]
         self.class_stack: List[str] = []
         self.statement_stack: List[Statement] = []
+        self.flow_stack: List[cst.CSTNode] = []  # statements and one-line suites: the flow graph's nodes
         self.small_statement: Optional[cst.BaseSmallStatement] = None
         self.loop_stack: List[List[Loop]] = [[]]  # per scope
         self.branch_stack: List[List[Branch]] = [[]]
@@ -744,15 +748,31 @@ class _ModelBuilder(Walker):
     # --- statements, blocks, branches, loops ---
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self.statement_stack.append(node)
+        self.flow_stack.append(node)
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         self.statement_stack.pop()
+        self.flow_stack.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.append(node)
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.flow_stack.append(node)
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.flow_stack.pop()
 
     def _enter_compound(self, node: Statement) -> None:
         self.statement_stack.append(node)
+        self.flow_stack.append(node)
 
     def _leave_compound(self) -> None:
         self.statement_stack.pop()
+        self.flow_stack.pop()
 
     def visit_Expr(self, node: cst.Expr) -> None:
         self.small_statement = node
@@ -1021,6 +1041,7 @@ class _ModelBuilder(Walker):
             branches=branches,
             regions=regions,
             index=self.counter,
+            flow_statement=self.flow_stack[-1] if self.flow_stack else None,
             **fields,
         )
         scope.events.append(event)
@@ -1080,7 +1101,19 @@ class _ModelBuilder(Walker):
                 statement, small, scope, loops, branches, regions = self._context()
                 self.counter += 1
                 self.raw_calls.append(
-                    _RawCall(node, receiver, method, statement, small, scope, loops, branches, regions, self.counter)
+                    _RawCall(
+                        node,
+                        receiver,
+                        method,
+                        statement,
+                        small,
+                        scope,
+                        loops,
+                        branches,
+                        regions,
+                        self.counter,
+                        self.flow_stack[-1] if self.flow_stack else None,
+                    )
                 )
                 return
             if "unscale" in method:
@@ -1278,6 +1311,7 @@ class _ModelBuilder(Walker):
                 regions=raw.regions,
                 index=raw.index,
                 receiver=raw.receiver,
+                flow_statement=raw.flow_statement,
             )
             if self._is_scaler(raw.receiver, raw.scope, model):
                 if raw.method == "step":
