@@ -500,6 +500,9 @@ class FileModel:
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
     parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
+    # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
+    # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
+    wrapper_backwards: List[Event] = field(default_factory=list)
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
     _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
@@ -609,6 +612,7 @@ class _ModelBuilder(Walker):
         self.branch_stack: List[List[Branch]] = [[]]
         self.region_stack: List[List[AutocastRegion]] = [[]]
         self.events: List[Event] = []
+        self.wrapper_backwards: List[Event] = []
         self.raw_calls: List[_RawCall] = []
         self.regions: List[AutocastRegion] = []
         self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
@@ -793,6 +797,9 @@ class _ModelBuilder(Walker):
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self.small_statement = node
+        # `p.grad /= n` rescales linearly: whatever the scale, it does not read the values (issue 14, fairseq).
+        if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and _is_grad(node.target):
+            self.skip_reference.add(node.target)
 
     def visit_Return(self, node: cst.Return) -> None:
         self.small_statement = node
@@ -1057,6 +1064,7 @@ class _ModelBuilder(Walker):
                     for element in elements:
                         self.skip_reference.add(getattr(element, "value", element))
         qualified = self.qualify(func)
+        self._skip_scale_independent_grad_use(node, func, qualified)
         statement, small, scope, loops, branches, regions = self._context()
         self.call_sites.append(
             CallSite(
@@ -1124,6 +1132,18 @@ class _ModelBuilder(Walker):
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
 
+    def _skip_scale_independent_grad_use(self, call: cst.Call, func: cst.BaseExpression, qualified: Optional[str]) -> None:
+        """`p.grad.isnan()`, `torch.isfinite(p.grad)`, `p.grad.div_(n)`: true whatever the scale (torch's
+        own distributed_test.py checks `p.grad.isnan().any()` right after a scaled backward)."""
+        if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_INDEPENDENT_METHODS:
+            inner = func.value
+            if isinstance(inner, cst.Attribute) and inner.attr.value == "data":
+                inner = inner.value
+            if _is_grad(inner):
+                self.skip_reference.add(inner)
+        if qualified in _SCALE_INDEPENDENT_FUNCTIONS and call.args and _is_grad(call.args[0].value):
+            self.skip_reference.add(call.args[0].value)
+
     def _maybe_backward(self, call: cst.Call, receiver: cst.BaseExpression) -> None:
         """`loss.backward()` is a backward site; `accelerator.backward(loss)` is a framework's wrapper."""
         if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
@@ -1138,6 +1158,8 @@ class _ModelBuilder(Walker):
         if key is not None:
             last = key.split(".")[-1]
             if _WRAPPER_RECEIVER.search(last) and "loss" not in last.lower():
+                if positional and last != "self":
+                    self._add_wrapper_backward(call, positional[0].value)
                 return
             if positional and "loss" not in last.lower():
                 # Tensor.backward's first parameter is `gradient`; `x.backward(loss)` is someone's wrapper.
@@ -1145,6 +1167,27 @@ class _ModelBuilder(Walker):
         elif positional:
             return
         self._add_backward(EventKind.BACKWARD, call, receiver)
+
+    def _add_wrapper_backward(self, call: cst.Call, loss: cst.BaseExpression) -> None:
+        """`accelerator.backward(loss)`: the framework scales and steps, but it is still a backward pass."""
+        statement, small, scope, loops, branches, regions = self._context()
+        self.counter += 1
+        self.wrapper_backwards.append(
+            Event(
+                kind=EventKind.BACKWARD,
+                call=call,
+                statement=statement,
+                small_statement=small,
+                scope=scope,
+                loops=loops,
+                branches=branches,
+                regions=regions,
+                index=self.counter,
+                loss=loss,
+                target=code_of(loss),
+                flow_statement=self.flow_stack[-1] if self.flow_stack else None,
+            )
+        )
 
     def _add_backward(
         self,
@@ -1154,14 +1197,17 @@ class _ModelBuilder(Walker):
         scaler: Optional[str] = None,
         scale_call: Optional[cst.Call] = None,
     ) -> None:
-        if scaler is None and isinstance(loss, cst.Call) and isinstance(loss.func, cst.Attribute):
-            if loss.func.attr.value == "scale" and loss.args:
-                scaler = dotted_name(loss.func.value)
-                scale_call = loss
-                self.consumed_scale_calls.add(loss)
+        # `loss.mean().backward()` and `cast(Tensor, scaler.scale(loss)).backward()` backpropagate the
+        # same (scaled or not) tensor as `loss` / `scaler.scale(loss)` (issue 14: alf, ignite).
+        core = self._tensor_source(loss) if loss is not None else None
+        if scaler is None and isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute):
+            if core.func.attr.value == "scale" and core.args:
+                scaler = dotted_name(core.func.value)
+                scale_call = core
+                self.consumed_scale_calls.add(core)
         target = code_of(loss) if loss is not None else None
-        if scaler is None and scale_call is None and loss is not None:
-            key = dotted_name(loss)
+        if scaler is None and scale_call is None and core is not None:
+            key = dotted_name(core)
             if key is not None:
                 # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
                 for value, _ in self.scope.assignments.get(key, []):
@@ -1175,6 +1221,22 @@ class _ModelBuilder(Walker):
                             scale_call = candidate
                             self.consumed_scale_calls.add(candidate)
         self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`."""
+        for _ in range(8):
+            if isinstance(expr, cst.Call):
+                func = expr.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_PRESERVING_METHODS:
+                    expr = func.value
+                    continue
+                if len(expr.args) == 2 and (
+                    self.qualify(func) == "typing.cast" or (isinstance(func, cst.Name) and func.value == "cast")
+                ):
+                    expr = expr.args[1].value
+                    continue
+            break
+        return expr
 
     def _add_deprecated(self, func: cst.BaseExpression, qualified: str, call: Optional[cst.Call]) -> None:
         self.skip_reference.add(func)
@@ -1268,6 +1330,7 @@ class _ModelBuilder(Walker):
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
             parents=self.parents,
+            wrapper_backwards=self.wrapper_backwards,
         )
         self._propagate_through_calls(model)
         self._classify_raw_calls(model)
@@ -1606,6 +1669,20 @@ def _parameter_loop_names(loop: cst.For) -> frozenset:
     if isinstance(target, cst.Tuple) and target.elements:
         target = target.elements[-1].value
     return frozenset({target.value}) if isinstance(target, cst.Name) else frozenset()
+
+
+# Methods whose result is a tensor scaled exactly as their receiver (a mean of a scaled loss is scaled).
+_SCALE_PRESERVING_METHODS = frozenset(
+    {"mean", "sum", "float", "half", "double", "to", "squeeze", "view", "reshape", "contiguous", "clone", "type_as"}
+)
+
+# Questions about gradients whose answer does not depend on the loss scale, and linear rescales.
+_SCALE_INDEPENDENT_METHODS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "div_", "mul_", "zero_"})
+_SCALE_INDEPENDENT_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isneginf", "torch.isposinf"})
+
+
+def _is_grad(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
 
 
 def _ends_in_jump(body: cst.BaseSuite) -> bool:

@@ -112,6 +112,28 @@ def train_step(loss, optimizer, scaler=None):
         loss.backward()
         optimizer.step()
 """,
+        # The scaled loss under its old name, reduced before the backward (alf's trainer).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    loss = model(x)
+    loss = scaler.scale(loss)
+    loss.mean().backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A typing cast around the scaled loss (ignite's supervised_training_step_amp).
+        """
+from typing import cast
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    loss = model(x).sum()
+    cast(torch.Tensor, scaler.scale(loss)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
         # A disabled scaler is a no-op, so an unscaled backward is correct.
         """
 import torch

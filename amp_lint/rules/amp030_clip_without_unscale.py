@@ -59,6 +59,33 @@ class ClipWithoutUnscale(Rule):
     needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b")
 
     valid = [
+        # Checks that hold whatever the scale, right after a scaled backward (torch's distributed_test.py).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.requires_grad:
+            assert p.grad is not None
+            assert not p.grad.isnan().any()
+            assert not p.grad.isinf().any()
+            assert torch.isfinite(p.grad).all()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A linear rescale of the gradients is not an inspection of their values (fairseq).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= world_size
+    scaler.step(optimizer)
+    scaler.update()
+""",
         """
 import torch
 for x in loader:
