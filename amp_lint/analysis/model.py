@@ -1522,9 +1522,17 @@ def _training_steps(model: FileModel) -> List[TrainingStep]:
                 steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
+        steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
         for anchor in anchors:
-            if anchor.loop not in loops:
-                loops.append(anchor.loop)
+            loop = anchor.loop
+            # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
+            # steps is part of that loop's iteration (miles-credit PR #141).
+            if loop is not None and steppers and not any(loop in e.loops for e in steppers):
+                outer = [l for l in anchor.loops[:-1] if any(l in e.loops for e in steppers)]
+                if outer:
+                    loop = outer[-1]
+            if loop not in loops:
+                loops.append(loop)
         # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
         for loop in loops:
             if loop is None:

@@ -8,6 +8,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules._helpers import short
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -155,6 +156,17 @@ def train_step(self, loss):
                 key = _optimizer(unscale)
                 earlier = _since_update(step, unscale, scaler, key)
                 if not earlier:
+                    skipped = _next_iteration_without_update(model, step, unscale, scaler)
+                    if skipped is not None:
+                        reported.add(id(unscale.call))
+                        yield self.finding(
+                            unscale.call,
+                            f"`{short(unscale.call)}` can run again in the next iteration with no "
+                            f"`{scaler}.update()` since it ran (a path skips the update): RuntimeError "
+                            "'unscale_() has already been called'",
+                            context=step.scope.name,
+                            assumption=assumption_text(skipped),
+                        )
                     continue
                 previous = earlier[-1]
                 reported.add(id(unscale.call))
@@ -172,6 +184,18 @@ def train_step(self, loss):
                     unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
                     fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
                 yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+
+
+def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str):
+    """A path from `unscale` to the end of the iteration that skips every update (`if not finite: continue`,
+    LVSM PR #19, espnet #2362), so the next iteration's unscale_ finds the optimizer already unscaled."""
+    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    if not updates or unscale.in_helper:
+        return None
+    if step.loop is None or unscale.loop is not step.loop:
+        return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
+    flow = flow_of(model, step)
+    return flow.next_iteration(unscale, unscale, updates)
 
 
 def _optimizer(event: Event) -> str:
