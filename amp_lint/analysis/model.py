@@ -1557,35 +1557,36 @@ _MAX_INLINE_DEPTH = 3
 def _with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
     """Put the events of helper functions and methods (of this file) where the iteration calls them.
 
+    Each callee's effect is its `Summary` (`amp_lint.analysis.scaler_flow`): its events, helpers of its
+    own included, applied at the call with its parameters renamed to the caller's arguments.
     `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
-    step and update in it, their parameters renamed to the caller's arguments. A helper that runs a loop
-    of its own is a training loop, not a step part, and is not inlined; recursion is cut off.
+    step and update in it. A helper that runs a loop of its own is a training loop, not a step part, and
+    is not inlined; recursion is cut off.
     """
+    from amp_lint.analysis.scaler_flow import SUMMARIES, Summary
+
     out: List[Event] = []
     for event in events:
         out.append(event)
         if event.kind is not EventKind.CALL or depth >= _MAX_INLINE_DEPTH:
             continue
         callee = _callee_scope(model, event)
-        if callee is None or callee in active or any(e.loops for e in callee.events):
-            continue
-        names = _argument_names(callee, event.call)
-        inner = _with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
-        step = 10.0 ** (-3 * (depth + 1))
-        for position, helper_event in enumerate(inner, start=1):
-            out.append(
-                dataclasses.replace(
-                    helper_event,
-                    index=event.index + position * step,
-                    loops=event.loops + helper_event.loops,
-                    branches=event.branches + helper_event.branches,
-                    regions=event.regions + helper_event.regions,
-                    receiver=_renamed(helper_event.receiver, names),
-                    target=_renamed(helper_event.target, names),
-                    scaled_by=_renamed(helper_event.scaled_by, names),
-                    via=event if helper_event.via is None else _rebased(helper_event.via, event),
-                )
-            )
+        summary: Optional[Summary] = None
+        if callee is not None:
+            if callee in active or any(e.loops for e in callee.events):
+                continue
+            inner = _with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
+            params = list(callee.params)
+            if callee.class_name and params and params[0] in ("self", "cls"):
+                params = params[1:]
+            summary = Summary(scope=callee, events=tuple(inner), params=tuple(params))
+        else:
+            for provider in SUMMARIES:  # functions of other files, from a project index
+                summary = provider(model, event)
+                if summary is not None:
+                    break
+        if summary is not None:
+            out.extend(summary.applied_at(event, depth, _rebased))
     return out
 
 

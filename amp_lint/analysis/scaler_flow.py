@@ -46,9 +46,15 @@ class Summary:
     def applied_at(self, call: "Event", depth: int, trail_of: Callable[["Event", "Event"], "Event"]) -> List["Event"]:
         """The callee's events as they happen at `call`, renamed to the caller's arguments."""
         names = self.argument_names(call)
+        scaled = self.scaled_arguments(call)
         step = 10.0 ** (-3 * (depth + 1))
         out = []
         for position, event in enumerate(self.events, start=1):
+            scaled_by, scale_call = _renamed(event.scaled_by, names), event.scale_call
+            if scaled_by is None and event.loss is not None and _head(event.loss) in scaled:
+                # `self._backward(scaler.scale(loss))` and `def _backward(self, loss): loss.backward()`
+                # (flair): the helper's backward runs on the scaled loss.
+                scaled_by, scale_call = scaled[_head(event.loss)]
             out.append(
                 dataclasses.replace(
                     event,
@@ -58,11 +64,35 @@ class Summary:
                     regions=call.regions + event.regions,
                     receiver=_renamed(event.receiver, names),
                     target=_renamed(event.target, names),
-                    scaled_by=_renamed(event.scaled_by, names),
+                    scaled_by=scaled_by,
+                    scale_call=scale_call,
                     via=call if event.via is None else trail_of(event.via, call),
                 )
             )
         return out
+
+    def scaled_arguments(self, call: "Event") -> Dict[str, Tuple[str, object]]:
+        """Callee parameter -> (scaler, scale call) for arguments written `scaler.scale(x)`."""
+        import libcst as cst
+
+        from amp_lint.analysis.names import dotted_name
+
+        found: Dict[str, Tuple[str, object]] = {}
+        position = 0
+        for arg in call.call.args:
+            if arg.star:
+                break
+            value = arg.value
+            param = arg.keyword.value if arg.keyword is not None else (self.params[position] if position < len(self.params) else None)
+            if arg.keyword is None:
+                position += 1
+            if param is None:
+                continue
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "scale":
+                scaler = dotted_name(value.func.value)
+                if scaler is not None and value.args:
+                    found[param] = (scaler, value)
+        return found
 
     def argument_names(self, call: "Event") -> Dict[str, str]:
         """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
@@ -82,6 +112,22 @@ class Summary:
                 mapping[self.params[position]] = value
             position += 1
         return mapping
+
+
+def _head(expr) -> Optional[str]:
+    """The plain name an expression starts from (`loss` for `loss`, `loss.mean()`), else None."""
+    import libcst as cst
+
+    for _ in range(8):
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Call):
+            expr = expr.func
+        elif isinstance(expr, cst.Attribute):
+            expr = expr.value
+        else:
+            return None
+    return None
 
 
 def _renamed(key: Optional[str], names: Dict[str, str]) -> Optional[str]:

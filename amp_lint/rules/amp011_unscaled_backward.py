@@ -56,6 +56,21 @@ class UnscaledBackward(Rule):
     needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
+        # The scaled loss passed to a helper that backpropagates it (flair's `self._backward`).
+        """
+import torch
+class Trainer:
+    def _backward(self, loss):
+        loss.backward()
+    def train(self, loader, scaler):
+        for batch in loader:
+            for step in batch:
+                loss = self.model(step)
+                self._backward(scaler.scale(loss))
+            scaler.unscale_(self.optimizer)
+            scaler.step(self.optimizer)
+            scaler.update()
+""",
         """
 import torch
 scaler = torch.amp.GradScaler("cuda")

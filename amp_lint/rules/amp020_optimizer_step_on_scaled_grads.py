@@ -42,8 +42,9 @@ class OptimizerStepOnScaledGrads(Rule):
     Safe for the redundant `optimizer.step()` after `scaler.step(optimizer)`: it is removed, but only
     when every path to it passes `scaler.step(optimizer)` (an `optimizer.step()` that also serves the
     fp32 path of an `if scaler: ... else: ...` keeps it). Unsafe for a direct `optimizer.step()` that
-    bypasses the scaler: `scaler.step(optimizer)` skips overflowing steps and unscales, which changes
-    the numerics of code that steps directly on purpose. No fix when the step takes a closure (AMP025).
+    bypasses the scaler when nothing else of the protocol follows: `scaler.step(optimizer)` skips
+    overflowing steps and unscales, which changes the numerics of code that steps directly on purpose;
+    safe when `scaler.update()` follows (that update raises today, finding no step). No fix when the step takes a closure (AMP025).
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -169,7 +170,9 @@ for x in loader:
                         optimizer_step.call,
                         f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
                         f"overflowing steps; use `{scaler}.step({optimizer})`",
-                        fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler),
+                        fix=None
+                        if optimizer_step.in_helper
+                        else _step_through_scaler_fix(model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler)),
                         context=step.scope.name,
                         related=self.through_helpers(optimizer_step),
                     )
@@ -202,7 +205,16 @@ def _latest_backward(step: TrainingStep, event: Event) -> Optional[Event]:
     return earlier[-1] if earlier else None
 
 
-def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str) -> Optional[Fix]:
+def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
+    """Does `scaler.update()` follow the direct step on a path? Then the code means the scaler protocol
+    (and raises today: update() finds no inf checks); without it the direct step may be deliberate."""
+    flow = flow_of(model, step)
+    return any(
+        flow.path(optimizer_step, update) is not None for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    )
+
+
+def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str, protocol: bool) -> Optional[Fix]:
     if any(arg.keyword is not None and arg.keyword.value == "closure" for arg in event.call.args):
         return None
     if event.call.args:
@@ -215,9 +227,11 @@ def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str) -> Opt
         return new.with_changes(args=(cst.Arg(value=optimizer_node),), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
-    # Unsafe: stepping through the scaler skips steps on overflow and unscales first, which changes what
-    # a deliberate direct step computes (nerfacc steps its optimizer directly on purpose, issue #307).
-    return builder.build(f"Step through `{scaler}.step(...)`", Applicability.UNSAFE)
+    # Stepping through the scaler skips steps on overflow and unscales first. Safe where the iteration
+    # already runs the rest of the protocol (its update() needs the step); otherwise the direct step may
+    # be deliberate (nerfacc steps its optimizer directly on purpose, issue #307): unsafe.
+    applicability = Applicability.SAFE if protocol else Applicability.UNSAFE
+    return builder.build(f"Step through `{scaler}.step(...)`", applicability)
 
 
 def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, List, Optional, Set
 
 import libcst as cst
@@ -60,6 +61,26 @@ class UnscaleTwice(Rule):
     needs = (r"\bunscale_\b", r"[Ss]caler")
 
     valid = [
+        # The scaler's own state decides (allennlp's gradient_descent_trainer: rescale, then clip).
+        """
+from torch.amp.grad_scaler import OptState
+class Trainer:
+    def rescale_gradients(self):
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+    def clip_gradient(self):
+        if self._scaler is not None:
+            state = self._scaler._per_optimizer_states[id(self.optimizer)]
+            if state["stage"] is not OptState.UNSCALED:
+                self._scaler.unscale_(self.optimizer)
+    def train(self, loader):
+        for batch in loader:
+            self._scaler.scale(self.model(batch)).backward()
+            self.rescale_gradients()
+            self.clip_gradient()
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+""",
         """
 import torch
 for x in loader:
@@ -148,7 +169,7 @@ def train_step(self, loss):
         reported: Set[int] = set()
         for step in model.steps:
             for unscale in step.of(EventKind.SCALER_UNSCALE):
-                if id(unscale.call) in reported or not unscale.call.args:
+                if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale):
                     continue
                 scaler = unscale.receiver
                 if not model.scaler_enabled(scaler, step.scope):
@@ -184,6 +205,15 @@ def train_step(self, loss):
                     unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
                     fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
                 yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+
+
+def _guarded_by_scaler_state(unscale: Event) -> bool:
+    """`if scaler._per_optimizer_states[id(opt)]["stage"] is not OptState.UNSCALED: scaler.unscale_(opt)`
+    (allennlp's trainer): the code asks the scaler whether it already unscaled."""
+    return any(_STATE_TEST.search(code_of(branch.node.test)) for branch in unscale.branches)
+
+
+_STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")
 
 
 def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str):
