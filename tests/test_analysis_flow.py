@@ -169,6 +169,51 @@ def train(scaler, optimizer):
     assert _codes(source, "AMP024") == ["AMP024"]
 
 
+def test_unscale_under_its_own_flag_on_every_micro_batch():
+    # Swin-Transformer #311: `if clip_grad: unscale_ + clip` on every micro-batch, the step at the boundary.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for idx, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum
+    scaler.scale(loss).backward()
+    if clip_grad:
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+    if (idx + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP041") == ["AMP041", "AMP041"]
+    assert _codes(source, "AMP024") == []  # the same bug, reported once, by the more specific rule
+
+
+def test_oom_handler_that_falls_through_is_an_assumption():
+    # fairseq's ddp_trainer: the handler counts the OOM, zero-grads and the step still follows.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    try:
+        loss = model(x).sum()
+        scaler.scale(loss).backward()
+    except RuntimeError as e:
+        if "out of memory" in str(e):
+            ooms += 1
+            optimizer.zero_grad()
+        else:
+            raise e
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP043") == []
+    shown = _check(source, "AMP043", show_assumed=True).diagnostics
+    assert [d.code for d in shown] == ["AMP043"] and "exception handler" in shown[0].message
+    _fix_leaves_unchanged(source, "AMP043")
+
+
 def test_oom_handler_is_not_the_normal_path():
     # fairseq's ddp_trainer: an `except RuntimeError` that zero-grads and drops the batch.
     source = """
@@ -247,6 +292,25 @@ for i, x in enumerate(loader):
     diagnostics = _check(source, "AMP022").diagnostics
     assert [d.code for d in diagnostics] == ["AMP022"]
     assert diagnostics[0].confidence.value == "high"
+
+
+def test_scaler_used_exactly_when_bf16_is_on():
+    # ijepa: `autocast(dtype=bfloat16, enabled=use_bfloat16)` and `if use_bfloat16: scaler...`: AMP012.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda") if use_bfloat16 else None
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bfloat16):
+        loss = model(x).sum()
+    if use_bfloat16:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+"""
+    assert _codes(source, "AMP012") == ["AMP012"]
 
 
 # --- point 3: values -------------------------------------------------------------------------------

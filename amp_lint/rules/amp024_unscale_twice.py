@@ -8,7 +8,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import accumulation, short
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -220,8 +220,8 @@ def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale
     """A path from `unscale` to the end of the iteration that skips every update (`if not finite: continue`,
     LVSM PR #19, espnet #2362), so the next iteration's unscale_ finds the optimizer already unscaled."""
     updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
-    if not updates or unscale.in_helper:
-        return None
+    if not updates or unscale.in_helper or accumulation(model, step) is not None:
+        return None  # an unscale_ on every micro-batch of an accumulation loop is AMP041's
     if step.loop is None or unscale.loop is not step.loop:
         return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
     flow = flow_of(model, step)
