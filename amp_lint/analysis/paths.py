@@ -63,6 +63,14 @@ class Paths:
                 continue
             self.unknown_branch[node] = True
         self._cache: Dict[tuple, List[bool]] = {}
+        # Where each enumerated key decides a branch: a query only enumerates the keys between its ends.
+        self._key_nodes: Dict[str, List[int]] = {}
+        for node, edges in enumerate(graph.succ):
+            for _, atom in edges:
+                if atom is not None and atom.key in enumerated:
+                    nodes = self._key_nodes.setdefault(atom.key, [])
+                    if not nodes or nodes[-1] != node:
+                        nodes.append(node)
 
     # --- one pass per (target, avoided nodes, assignment, mode) ---
     def _successors(self, node: int, assignment: Dict[str, bool], exceptions: bool) -> Iterable[int]:
@@ -115,9 +123,16 @@ class Paths:
         self._cache[key] = must
         return must
 
-    def _assignments(self) -> Iterable[Tuple[Assignment, Assignment]]:
-        varying = [tuple(zip(self.varying_keys, bits)) for bits in itertools.product((True, False), repeat=len(self.varying_keys))]
-        unknown = [tuple(zip(self.unknown_keys, bits)) for bits in itertools.product((True, False), repeat=len(self.unknown_keys))]
+    def _assignments(self, low: int, high: int) -> Iterable[Tuple[Assignment, Assignment]]:
+        """Assignments of the correlated keys deciding some branch with a node number in [low, high]."""
+
+        def inside(key: str) -> bool:
+            return any(low <= n <= high for n in self._key_nodes.get(key, ()))
+
+        varying_keys = [k for k in self.varying_keys if inside(k)]
+        unknown_keys = [k for k in self.unknown_keys if inside(k)]
+        varying = [tuple(zip(varying_keys, bits)) for bits in itertools.product((True, False), repeat=len(varying_keys))]
+        unknown = [tuple(zip(unknown_keys, bits)) for bits in itertools.product((True, False), repeat=len(unknown_keys))]
         for v in varying:
             yield v, unknown  # type: ignore[misc]
 
@@ -127,7 +142,7 @@ class Paths:
         origin = self.graph.entry if start is None else start
         found = False
         proved = False
-        for varying, unknowns in self._assignments():
+        for varying, unknowns in self._assignments(min(src, dst), max(origin, src)):
             here = False
             every = True
             for unknown in unknowns:  # type: ignore[attr-defined]

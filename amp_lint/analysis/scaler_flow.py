@@ -172,7 +172,7 @@ class ScopeFlow:
             return PROVED
         return None
 
-    def path(self, first, second, avoid: Sequence = ()) -> Optional[Proof]:
+    def path(self, first, second, avoid: Sequence = (), start: Optional[int] = None) -> Optional[Proof]:
         """Can `second` run after `first` on one forward path (one iteration), with no `avoid` event between?"""
         a, b = self.node(first), self.node(second)
         if a is None or b is None:
@@ -182,7 +182,9 @@ class ScopeFlow:
             return None
         if a == b:
             return self._same_node_order(first, second)
-        return self.paths.query(a, b, blocked)
+        if start is not None and start < a:
+            start = None  # `first` is not inside the iteration that starts there
+        return self.paths.query(a, b, blocked, start)
 
     def path_from(self, start: int, event, avoid: Sequence = ()) -> Optional[Proof]:
         node = self.node(event)
@@ -246,7 +248,7 @@ class StepFlow:
         return self.flow.node(event)
 
     def path(self, first, second, avoid: Sequence = ()) -> Optional[Proof]:
-        return self.flow.path(first, second, avoid)
+        return self.flow.path(first, second, avoid, self.start)
 
     def from_start(self, event, avoid: Sequence = ()) -> Optional[Proof]:
         """A path from the iteration's start to `event` that passes no `avoid` event."""
