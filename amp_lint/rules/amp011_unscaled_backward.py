@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -281,11 +282,13 @@ def _verb(event: Event) -> str:
 
 def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Optional[Event]:
     """The enabled scaler's step/unscale_ that will consume this backward's gradients, if any."""
+    flow = flow_of(model, step)
     for scaled in step.of(EventKind.BACKWARD):
         if scaled.scaled_by is not None and not scaled.compatible(backward):
             return None  # the unscaled backward is the fp32 alternative of a scaled one
-    for event in step.after(backward, [EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE]):
-        if model.scaler_enabled(event.receiver, step.scope):
+    for event in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+        # The scaler consumes these gradients on some path (not on the other side of an if/else).
+        if flow.path(backward, event) is not None and model.scaler_enabled(event.receiver, step.scope):
             return event
     return None
 
