@@ -177,6 +177,10 @@ class ScopeFlow:
         a, b = self.node(first), self.node(second)
         if a is None or b is None:
             return None
+        if not first.compatible(second):
+            # Branches inside helpers are not in this graph (a helper's events sit at its call): their
+            # tests still correlate with the caller's (`if self._scaler is not None:` in both, allennlp).
+            return None
         blocked = self._blocked_nodes(first, second, a, b, avoid)
         if blocked is None:
             return None

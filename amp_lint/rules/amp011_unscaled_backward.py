@@ -57,6 +57,27 @@ class UnscaledBackward(Rule):
     needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
+        # The fp32 backward in the else of `if self._scaler is not None`, the unscale_ in a helper under the
+        # same test (allennlp's gradient_descent_trainer).
+        """
+class Trainer:
+    def rescale_gradients(self):
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+    def train(self, loader):
+        for batch in loader:
+            loss = self.model(batch)
+            if self._scaler is not None:
+                MixedPrecisionBackwardCallback().on_backward(self, loss)
+            else:
+                loss.backward()
+            self.rescale_gradients()
+            if self._scaler is not None:
+                self._scaler.step(self.optimizer)
+                self._scaler.update()
+            else:
+                self.optimizer.step()
+""",
         # The scaled loss passed to a helper that backpropagates it (flair's `self._backward`).
         """
 import torch
