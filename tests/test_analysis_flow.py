@@ -488,3 +488,77 @@ for x in loader:
     assert result.fixed_source is not None
     assert result.fixed_source.count("scaler.unscale_(optimizer)") == 1
     assert _check(result.fixed_source, "AMP030", fix=True).fixed_source is None
+
+
+# --- the confidence policy through the command line and the configuration ------------------------------
+
+_DLRM = """\
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if train_dense:
+        scaler.step(dense_optimizer)
+    if train_sparse:
+        scaler.step(sparse_optimizer)
+    scaler.update()
+"""
+
+
+def _cli(*args, cwd):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--output-format", "concise", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
+
+
+def test_show_assumed_flag_and_setting(tmp_path):
+    (tmp_path / "train.py").write_text(_DLRM)
+    assert _cli("--select", "AMP022", "train.py", cwd=tmp_path).returncode == 0
+    shown = _cli("--select", "AMP022", "--show-assumed", "train.py", cwd=tmp_path)
+    assert shown.returncode == 1 and "AMP022" in shown.stdout and "assumes" in shown.stdout
+    (tmp_path / "pyproject.toml").write_text("[tool.amp-lint]\nshow-assumed = true\n")
+    configured = _cli("--select", "AMP022", "train.py", cwd=tmp_path)
+    assert configured.returncode == 1 and "AMP022" in configured.stdout
+    assert _cli("--select", "AMP022", "--no-show-assumed", "train.py", cwd=tmp_path).returncode == 0
+
+
+def test_a_summary_from_another_file_plugs_in_at_the_call():
+    # Issue 15 will give summaries of other files' functions; the hook is `scaler_flow.SUMMARIES`.
+    from amp_lint.analysis import scaler_flow
+
+    helper_model = build_model(
+        cst.parse_module("def step_helper(scaler, opt):\n    scaler.step(opt)\n    scaler.update()\n")
+    )
+    helper = next(s for s in helper_model.scopes if s.name == "step_helper")
+
+    def provider(model, call):
+        if call.target == "step_helper":
+            return scaler_flow.Summary(scope=helper, events=tuple(helper.events), params=("scaler", "opt"))
+        return None
+
+    source = """
+from helpers import step_helper
+for x in loader:
+    loss = model(x).sum()
+    loss.backward()
+    step_helper(grad_scaler, optimizer)
+"""
+    assert _codes(source, "AMP011") == []
+    scaler_flow.SUMMARIES.append(provider)
+    try:
+        model = build_model(cst.parse_module(textwrap.dedent(source)))
+        [step] = [s for s in model.steps if s.loop is not None]
+        stepped = step.of(EventKind.SCALER_STEP)
+        assert [e.receiver for e in stepped] == ["grad_scaler"] and stepped[0].target == "optimizer"
+        assert stepped[0].in_helper
+        assert flow_of(model, step).path(step.of(EventKind.BACKWARD)[0], stepped[0]) is PROVED
+    finally:
+        scaler_flow.SUMMARIES.remove(provider)
