@@ -562,3 +562,44 @@ for x in loader:
         assert flow_of(model, step).path(step.of(EventKind.BACKWARD)[0], stepped[0]) is PROVED
     finally:
         scaler_flow.SUMMARIES.remove(provider)
+
+
+def _states_before(source: str, kind, index: int = -1):
+    from amp_lint.analysis.scaler_flow import protocol_states
+
+    model = build_model(cst.parse_module(textwrap.dedent(source)))
+    step = next(s for s in model.steps if s.loop is not None)
+    event = step.of(kind)[index]
+    return protocol_states(flow_of(model, step))[id(event)]
+
+
+def test_typestate_per_scaler_and_optimizer():
+    from amp_lint.analysis.scaler_flow import STEPPED, UNSCALED
+
+    twice = """
+for x in loader:
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    if clip:
+        scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    states = _states_before(twice, EventKind.SCALER_UNSCALE)
+    assert {s.stage("scaler", "optimizer")[0] for s in states} == {UNSCALED}
+    assert all("scaler" in s.scaled for s in states)  # the gradients are still scaled
+    # update() is not pending before the step, and resets the optimizer to ready after it
+    updated = _states_before(twice, EventKind.SCALER_UPDATE)
+    assert {s.stage("scaler", "optimizer")[0] for s in updated} == {STEPPED}
+    alternatives = """
+for x in loader:
+    scaler.scale(loss).backward()
+    if use_amp:
+        scaler.unscale_(optimizer)
+    if not use_amp:
+        scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    # The same test both ways: the second unscale_ never follows the first.
+    assert {s.stage("scaler", "optimizer") for s in _states_before(alternatives, EventKind.SCALER_UNSCALE)} == {None}

@@ -9,7 +9,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules._helpers import accumulation, short
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -175,7 +175,9 @@ def train_step(self, loss):
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
                 key = _optimizer(unscale)
-                earlier = _since_update(step, unscale, scaler, key)
+                earlier = _protocol_before(model, step, unscale, scaler)
+                if earlier is None:  # not in the flow graph, or an optimizer that is no plain name
+                    earlier = _since_update(step, unscale, scaler, key)
                 if not earlier:
                     skipped = _next_iteration_without_update(model, step, unscale, scaler)
                     if skipped is not None:
@@ -205,6 +207,31 @@ def train_step(self, loss):
                     unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
                     fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
                 yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+
+
+def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
+    """From the protocol's typestate: the unscale_/step that left this optimizer unscaled or stepped on
+    some path to `unscale` with no update() since (and, for a step, the unscale_ before it)."""
+    if unscale.target is None:
+        return None
+    flow = flow_of(model, step)
+    states = protocol_states(flow).get(id(unscale))
+    if states is None:
+        return None
+    prior = [state.stage(scaler, unscale.target) for state in states]
+    previous = sorted({id(p[1]): p[1] for p in prior if p is not None}.values(), key=lambda e: e.index)
+    previous = [e for e in previous if e.index < unscale.index and e.loops == unscale.loops]
+    if not previous:
+        return []
+    last = previous[-1]
+    if last.kind is EventKind.SCALER_STEP:
+        before_step = [
+            e
+            for e in step.of(EventKind.SCALER_UNSCALE)
+            if e.receiver == scaler and e.target == unscale.target and e is not unscale and flow.path(e, last) is not None
+        ]
+        return before_step + [last]
+    return [last]
 
 
 def _guarded_by_scaler_state(unscale: Event) -> bool:
