@@ -57,6 +57,11 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option("--fix/--no-fix", default=None, help="Apply safe fixes in place.")
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply unsafe fixes (they change numerics).")
+@click.option(
+    "--show-assumed/--no-show-assumed",
+    default=None,
+    help="Also report findings that rest on an assumption (an unknown condition, callee or receiver).",
+)
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
 @click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
 @click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
@@ -125,6 +130,7 @@ def _run_check(paths: List[str], options: dict) -> int:
             "respect_gitignore": options["respect_gitignore"],
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
+            "show_assumed": options["show_assumed"],
             "output_format": options["output_format"],
             "amp_dtype": options["amp_dtype"],
             "amp_device": options["amp_device"],
@@ -188,7 +194,11 @@ class _RunSpec:
                 unsafe_fixes=bool(settings.unsafe_fixes),
                 with_edits=output_format in ("json", "json-lines", "sarif"),
                 write=self.write,
-                rule_options=(("amp_dtype", settings.amp_dtype), ("amp_device", settings.amp_device)),
+                rule_options=(
+                    ("amp_dtype", settings.amp_dtype),
+                    ("amp_device", settings.amp_device),
+                    ("show_assumed", settings.show_assumed),
+                ),
             )
             self._configs[key] = config
         return config

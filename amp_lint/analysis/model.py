@@ -266,6 +266,8 @@ class Event:
     index: float = 0  # position in the iteration's order (source order; helpers' events sit at their call)
     # For an event of a helper function inlined into the iteration that calls it: the call it came through.
     via: Optional["Event"] = None
+    # The flow-graph statement: `statement`, or the one-line suite (`if x: step()`) that holds the call.
+    flow_statement: Optional[cst.CSTNode] = None
 
     @property
     def in_helper(self) -> bool:
@@ -498,6 +500,9 @@ class FileModel:
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
     parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
+    # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
+    # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
+    wrapper_backwards: List[Event] = field(default_factory=list)
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
     _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
@@ -589,6 +594,7 @@ class _RawCall:
     branches: Tuple[Branch, ...]
     regions: Tuple[AutocastRegion, ...]
     index: int
+    flow_statement: Optional[cst.CSTNode] = None
 
 
 class _ModelBuilder(Walker):
@@ -600,11 +606,13 @@ class _ModelBuilder(Walker):
         self.scope_stack: List[Scope] = [self.module_scope]
         self.class_stack: List[str] = []
         self.statement_stack: List[Statement] = []
+        self.flow_stack: List[cst.CSTNode] = []  # statements and one-line suites: the flow graph's nodes
         self.small_statement: Optional[cst.BaseSmallStatement] = None
         self.loop_stack: List[List[Loop]] = [[]]  # per scope
         self.branch_stack: List[List[Branch]] = [[]]
         self.region_stack: List[List[AutocastRegion]] = [[]]
         self.events: List[Event] = []
+        self.wrapper_backwards: List[Event] = []
         self.raw_calls: List[_RawCall] = []
         self.regions: List[AutocastRegion] = []
         self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
@@ -744,15 +752,31 @@ class _ModelBuilder(Walker):
     # --- statements, blocks, branches, loops ---
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self.statement_stack.append(node)
+        self.flow_stack.append(node)
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
         self.statement_stack.pop()
+        self.flow_stack.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.append(node)
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.flow_stack.append(node)
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.flow_stack.pop()
 
     def _enter_compound(self, node: Statement) -> None:
         self.statement_stack.append(node)
+        self.flow_stack.append(node)
 
     def _leave_compound(self) -> None:
         self.statement_stack.pop()
+        self.flow_stack.pop()
 
     def visit_Expr(self, node: cst.Expr) -> None:
         self.small_statement = node
@@ -773,6 +797,9 @@ class _ModelBuilder(Walker):
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self.small_statement = node
+        # `p.grad /= n` rescales linearly: whatever the scale, it does not read the values (issue 14, fairseq).
+        if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and _is_grad(node.target):
+            self.skip_reference.add(node.target)
 
     def visit_Return(self, node: cst.Return) -> None:
         self.small_statement = node
@@ -1021,6 +1048,7 @@ class _ModelBuilder(Walker):
             branches=branches,
             regions=regions,
             index=self.counter,
+            flow_statement=self.flow_stack[-1] if self.flow_stack else None,
             **fields,
         )
         scope.events.append(event)
@@ -1036,6 +1064,7 @@ class _ModelBuilder(Walker):
                     for element in elements:
                         self.skip_reference.add(getattr(element, "value", element))
         qualified = self.qualify(func)
+        self._skip_scale_independent_grad_use(node, func, qualified)
         statement, small, scope, loops, branches, regions = self._context()
         self.call_sites.append(
             CallSite(
@@ -1080,7 +1109,19 @@ class _ModelBuilder(Walker):
                 statement, small, scope, loops, branches, regions = self._context()
                 self.counter += 1
                 self.raw_calls.append(
-                    _RawCall(node, receiver, method, statement, small, scope, loops, branches, regions, self.counter)
+                    _RawCall(
+                        node,
+                        receiver,
+                        method,
+                        statement,
+                        small,
+                        scope,
+                        loops,
+                        branches,
+                        regions,
+                        self.counter,
+                        self.flow_stack[-1] if self.flow_stack else None,
+                    )
                 )
                 return
             if "unscale" in method:
@@ -1090,6 +1131,18 @@ class _ModelBuilder(Walker):
                 self._add_event(EventKind.CALL, node, target=f"self.{method}")
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
+
+    def _skip_scale_independent_grad_use(self, call: cst.Call, func: cst.BaseExpression, qualified: Optional[str]) -> None:
+        """`p.grad.isnan()`, `torch.isfinite(p.grad)`, `p.grad.div_(n)`: true whatever the scale (torch's
+        own distributed_test.py checks `p.grad.isnan().any()` right after a scaled backward)."""
+        if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_INDEPENDENT_METHODS:
+            inner = func.value
+            if isinstance(inner, cst.Attribute) and inner.attr.value == "data":
+                inner = inner.value
+            if _is_grad(inner):
+                self.skip_reference.add(inner)
+        if qualified in _SCALE_INDEPENDENT_FUNCTIONS and call.args and _is_grad(call.args[0].value):
+            self.skip_reference.add(call.args[0].value)
 
     def _maybe_backward(self, call: cst.Call, receiver: cst.BaseExpression) -> None:
         """`loss.backward()` is a backward site; `accelerator.backward(loss)` is a framework's wrapper."""
@@ -1105,6 +1158,8 @@ class _ModelBuilder(Walker):
         if key is not None:
             last = key.split(".")[-1]
             if _WRAPPER_RECEIVER.search(last) and "loss" not in last.lower():
+                if positional and last != "self":
+                    self._add_wrapper_backward(call, positional[0].value)
                 return
             if positional and "loss" not in last.lower():
                 # Tensor.backward's first parameter is `gradient`; `x.backward(loss)` is someone's wrapper.
@@ -1112,6 +1167,27 @@ class _ModelBuilder(Walker):
         elif positional:
             return
         self._add_backward(EventKind.BACKWARD, call, receiver)
+
+    def _add_wrapper_backward(self, call: cst.Call, loss: cst.BaseExpression) -> None:
+        """`accelerator.backward(loss)`: the framework scales and steps, but it is still a backward pass."""
+        statement, small, scope, loops, branches, regions = self._context()
+        self.counter += 1
+        self.wrapper_backwards.append(
+            Event(
+                kind=EventKind.BACKWARD,
+                call=call,
+                statement=statement,
+                small_statement=small,
+                scope=scope,
+                loops=loops,
+                branches=branches,
+                regions=regions,
+                index=self.counter,
+                loss=loss,
+                target=code_of(loss),
+                flow_statement=self.flow_stack[-1] if self.flow_stack else None,
+            )
+        )
 
     def _add_backward(
         self,
@@ -1121,14 +1197,17 @@ class _ModelBuilder(Walker):
         scaler: Optional[str] = None,
         scale_call: Optional[cst.Call] = None,
     ) -> None:
-        if scaler is None and isinstance(loss, cst.Call) and isinstance(loss.func, cst.Attribute):
-            if loss.func.attr.value == "scale" and loss.args:
-                scaler = dotted_name(loss.func.value)
-                scale_call = loss
-                self.consumed_scale_calls.add(loss)
+        # `loss.mean().backward()` and `cast(Tensor, scaler.scale(loss)).backward()` backpropagate the
+        # same (scaled or not) tensor as `loss` / `scaler.scale(loss)` (issue 14: alf, ignite).
+        core = self._tensor_source(loss) if loss is not None else None
+        if scaler is None and isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute):
+            if core.func.attr.value == "scale" and core.args:
+                scaler = dotted_name(core.func.value)
+                scale_call = core
+                self.consumed_scale_calls.add(core)
         target = code_of(loss) if loss is not None else None
-        if scaler is None and scale_call is None and loss is not None:
-            key = dotted_name(loss)
+        if scaler is None and scale_call is None and core is not None:
+            key = dotted_name(core)
             if key is not None:
                 # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
                 for value, _ in self.scope.assignments.get(key, []):
@@ -1142,6 +1221,22 @@ class _ModelBuilder(Walker):
                             scale_call = candidate
                             self.consumed_scale_calls.add(candidate)
         self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`."""
+        for _ in range(8):
+            if isinstance(expr, cst.Call):
+                func = expr.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_PRESERVING_METHODS:
+                    expr = func.value
+                    continue
+                if len(expr.args) == 2 and (
+                    self.qualify(func) == "typing.cast" or (isinstance(func, cst.Name) and func.value == "cast")
+                ):
+                    expr = expr.args[1].value
+                    continue
+            break
+        return expr
 
     def _add_deprecated(self, func: cst.BaseExpression, qualified: str, call: Optional[cst.Call]) -> None:
         self.skip_reference.add(func)
@@ -1235,6 +1330,7 @@ class _ModelBuilder(Walker):
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
             parents=self.parents,
+            wrapper_backwards=self.wrapper_backwards,
         )
         self._propagate_through_calls(model)
         self._classify_raw_calls(model)
@@ -1278,6 +1374,7 @@ class _ModelBuilder(Walker):
                 regions=raw.regions,
                 index=raw.index,
                 receiver=raw.receiver,
+                flow_statement=raw.flow_statement,
             )
             if self._is_scaler(raw.receiver, raw.scope, model):
                 if raw.method == "step":
@@ -1425,9 +1522,17 @@ def _training_steps(model: FileModel) -> List[TrainingStep]:
                 steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
+        steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
         for anchor in anchors:
-            if anchor.loop not in loops:
-                loops.append(anchor.loop)
+            loop = anchor.loop
+            # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
+            # steps is part of that loop's iteration (miles-credit PR #141).
+            if loop is not None and steppers and not any(loop in e.loops for e in steppers):
+                outer = [l for l in anchor.loops[:-1] if any(l in e.loops for e in steppers)]
+                if outer:
+                    loop = outer[-1]
+            if loop not in loops:
+                loops.append(loop)
         # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
         for loop in loops:
             if loop is None:
@@ -1452,35 +1557,36 @@ _MAX_INLINE_DEPTH = 3
 def _with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
     """Put the events of helper functions and methods (of this file) where the iteration calls them.
 
+    Each callee's effect is its `Summary` (`amp_lint.analysis.scaler_flow`): its events, helpers of its
+    own included, applied at the call with its parameters renamed to the caller's arguments.
     `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
-    step and update in it, their parameters renamed to the caller's arguments. A helper that runs a loop
-    of its own is a training loop, not a step part, and is not inlined; recursion is cut off.
+    step and update in it. A helper that runs a loop of its own is a training loop, not a step part, and
+    is not inlined; recursion is cut off.
     """
+    from amp_lint.analysis.scaler_flow import SUMMARIES, Summary
+
     out: List[Event] = []
     for event in events:
         out.append(event)
         if event.kind is not EventKind.CALL or depth >= _MAX_INLINE_DEPTH:
             continue
         callee = _callee_scope(model, event)
-        if callee is None or callee in active or any(e.loops for e in callee.events):
-            continue
-        names = _argument_names(callee, event.call)
-        inner = _with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
-        step = 10.0 ** (-3 * (depth + 1))
-        for position, helper_event in enumerate(inner, start=1):
-            out.append(
-                dataclasses.replace(
-                    helper_event,
-                    index=event.index + position * step,
-                    loops=event.loops + helper_event.loops,
-                    branches=event.branches + helper_event.branches,
-                    regions=event.regions + helper_event.regions,
-                    receiver=_renamed(helper_event.receiver, names),
-                    target=_renamed(helper_event.target, names),
-                    scaled_by=_renamed(helper_event.scaled_by, names),
-                    via=event if helper_event.via is None else _rebased(helper_event.via, event),
-                )
-            )
+        summary: Optional[Summary] = None
+        if callee is not None:
+            if callee in active or any(e.loops for e in callee.events):
+                continue
+            inner = _with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
+            params = list(callee.params)
+            if callee.class_name and params and params[0] in ("self", "cls"):
+                params = params[1:]
+            summary = Summary(scope=callee, events=tuple(inner), params=tuple(params))
+        else:
+            for provider in SUMMARIES:  # functions of other files, from a project index
+                summary = provider(model, event)
+                if summary is not None:
+                    break
+        if summary is not None:
+            out.extend(summary.applied_at(event, depth, _rebased))
     return out
 
 
@@ -1572,6 +1678,20 @@ def _parameter_loop_names(loop: cst.For) -> frozenset:
     if isinstance(target, cst.Tuple) and target.elements:
         target = target.elements[-1].value
     return frozenset({target.value}) if isinstance(target, cst.Name) else frozenset()
+
+
+# Methods whose result is a tensor scaled exactly as their receiver (a mean of a scaled loss is scaled).
+_SCALE_PRESERVING_METHODS = frozenset(
+    {"mean", "sum", "float", "half", "double", "to", "squeeze", "view", "reshape", "contiguous", "clone", "type_as"}
+)
+
+# Questions about gradients whose answer does not depend on the loss scale, and linear rescales.
+_SCALE_INDEPENDENT_METHODS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "div_", "mul_", "zero_"})
+_SCALE_INDEPENDENT_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isneginf", "torch.isposinf"})
+
+
+def _is_grad(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
 
 
 def _ends_in_jump(body: cst.BaseSuite) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import gc
 import re
 import warnings
@@ -17,7 +18,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint import rules as registry
-from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
+from amp_lint.diagnostics import Applicability, Confidence, Diagnostic, Edit, FileError, FixSummary, Location
 from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
@@ -56,12 +57,15 @@ class Checker:
         unsafe_fixes: bool = False,
         with_edits: bool = False,
         rule_options: Optional[dict] = None,
+        show_assumed: Optional[bool] = None,
     ) -> None:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
         self.with_edits = with_edits
+        # Findings that rest on an assumption are reported only when asked for (`--show-assumed`).
+        self.show_assumed = bool(show_assumed if show_assumed is not None else (rule_options or {}).get("show_assumed"))
         self.prefilter = Prefilter(self.rule_classes)
 
     def may_match(self, source: str) -> bool:
@@ -153,7 +157,7 @@ class Checker:
                 findings.extend(rule.check(model))
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
-        return findings, model
+        return _confidence_policy(findings, self.show_assumed), model
 
     def _placed(
         self, findings: List[Finding], locator: NodeLocator, code: str
@@ -286,6 +290,20 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
     if len(message) > 120:
         message = message[:117] + "..."
     return f"syntax error: {message}"
+
+
+def _confidence_policy(findings: List[Finding], show_assumed: bool) -> List[Finding]:
+    """Only proved findings by default; a safe fix only on a proved (high-confidence) finding."""
+    kept = []
+    for finding in findings:
+        if finding.assumption:
+            if not show_assumed:
+                continue
+            finding.message += f" ({finding.assumption})"
+        if finding.confidence is not Confidence.HIGH and finding.fix is not None and finding.fix.applicability is Applicability.SAFE:
+            finding.fix = dataclasses.replace(finding.fix, applicability=Applicability.UNSAFE)
+        kept.append(finding)
+    return kept
 
 
 def _related_text(related, range_of) -> str:

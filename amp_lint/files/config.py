@@ -200,6 +200,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "force-exclude": ("force_exclude", _boolean),
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
+    "show-assumed": ("show_assumed", _boolean),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),

@@ -59,6 +59,7 @@ class Settings:
     force_exclude: bool = False
     fix: bool = False
     unsafe_fixes: bool = False
+    show_assumed: bool = False  # also report findings that rest on an assumption (medium confidence)
     output_format: str = "full"
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
     amp_device: Optional[str] = None  # AMP100 conversion: None = infer from the code, fallback "cuda"
@@ -80,6 +81,7 @@ class Settings:
                 self.per_file_ignores,
                 self.amp_dtype,
                 self.amp_device,
+                self.show_assumed,
             )
         )
 

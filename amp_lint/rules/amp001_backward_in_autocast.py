@@ -107,15 +107,47 @@ def autocast():
 with autocast():
     loss.backward()
 """,
-        # Accelerate's wrapper is not Tensor.backward.
+        # Accelerate's own autocast context is not a torch.autocast block.
         """
-import torch
-with torch.autocast("cuda"):
+with accelerator.autocast():
     loss = model(x)
     accelerator.backward(loss)
 """,
     ]
     invalid = [
+        # A framework's backward inside an explicit torch.autocast block (diffusers textual_inversion_bf16).
+        Invalid(
+            """
+import torch
+with torch.autocast("cuda"):
+    loss = model(x)
+    accelerator.backward(loss)
+""",
+            fixed="""
+import torch
+with torch.autocast("cuda"):
+    loss = model(x)
+accelerator.backward(loss)
+""",
+        ),
+        Invalid(
+            """
+import torch
+for batch in loader:
+    with torch.cpu.amp.autocast():
+        loss = model(batch).loss
+        accelerator.backward(loss)
+    optimizer.step()
+""",
+            fixed="""
+import torch
+for batch in loader:
+    with torch.cpu.amp.autocast():
+        loss = model(batch).loss
+    accelerator.backward(loss)
+    optimizer.step()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -216,7 +248,9 @@ def step(model, x):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         fixes = {}
-        for event in model.events:
+        # A framework's `accelerator.backward(loss)` inside an explicit `torch.autocast` block is still a
+        # backward under autocast (issue 14: diffusers textual_inversion_bf16).
+        for event in sorted(model.events + model.wrapper_backwards, key=lambda e: e.index):
             if event.kind not in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
                 continue
             region = event.in_enabled_autocast()

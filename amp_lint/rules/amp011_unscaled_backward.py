@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -56,6 +57,42 @@ class UnscaledBackward(Rule):
     needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
+        # The fp32 backward in the else of `if self._scaler is not None`, the unscale_ in a helper under the
+        # same test (allennlp's gradient_descent_trainer).
+        """
+class Trainer:
+    def rescale_gradients(self):
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+    def train(self, loader):
+        for batch in loader:
+            loss = self.model(batch)
+            if self._scaler is not None:
+                MixedPrecisionBackwardCallback().on_backward(self, loss)
+            else:
+                loss.backward()
+            self.rescale_gradients()
+            if self._scaler is not None:
+                self._scaler.step(self.optimizer)
+                self._scaler.update()
+            else:
+                self.optimizer.step()
+""",
+        # The scaled loss passed to a helper that backpropagates it (flair's `self._backward`).
+        """
+import torch
+class Trainer:
+    def _backward(self, loss):
+        loss.backward()
+    def train(self, loader, scaler):
+        for batch in loader:
+            for step in batch:
+                loss = self.model(step)
+                self._backward(scaler.scale(loss))
+            scaler.unscale_(self.optimizer)
+            scaler.step(self.optimizer)
+            scaler.update()
+""",
         """
 import torch
 scaler = torch.amp.GradScaler("cuda")
@@ -111,6 +148,28 @@ def train_step(loss, optimizer, scaler=None):
     else:
         loss.backward()
         optimizer.step()
+""",
+        # The scaled loss under its old name, reduced before the backward (alf's trainer).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    loss = model(x)
+    loss = scaler.scale(loss)
+    loss.mean().backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A typing cast around the scaled loss (ignite's supervised_training_step_amp).
+        """
+from typing import cast
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    loss = model(x).sum()
+    cast(torch.Tensor, scaler.scale(loss)).backward()
+    scaler.step(optimizer)
+    scaler.update()
 """,
         # A disabled scaler is a no-op, so an unscaled backward is correct.
         """
@@ -244,11 +303,13 @@ def _verb(event: Event) -> str:
 
 def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Optional[Event]:
     """The enabled scaler's step/unscale_ that will consume this backward's gradients, if any."""
+    flow = flow_of(model, step)
     for scaled in step.of(EventKind.BACKWARD):
         if scaled.scaled_by is not None and not scaled.compatible(backward):
             return None  # the unscaled backward is the fp32 alternative of a scaled one
-    for event in step.after(backward, [EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE]):
-        if model.scaler_enabled(event.receiver, step.scope):
+    for event in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+        # The scaler consumes these gradients on some path (not on the other side of an if/else).
+        if flow.path(backward, event) is not None and model.scaler_enabled(event.receiver, step.scope):
             return event
     return None
 

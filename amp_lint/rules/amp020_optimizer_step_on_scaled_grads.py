@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -38,8 +39,12 @@ class OptimizerStepOnScaledGrads(Rule):
     ```
 
     ## Fix safety
-    Safe. `optimizer.step(args)` becomes `scaler.step(optimizer, args)`; the redundant `optimizer.step()`
-    after `scaler.step(optimizer)` is removed. No fix when the step takes a closure (see AMP025).
+    Safe for the redundant `optimizer.step()` after `scaler.step(optimizer)`: it is removed, but only
+    when every path to it passes `scaler.step(optimizer)` (an `optimizer.step()` that also serves the
+    fp32 path of an `if scaler: ... else: ...` keeps it). Unsafe for a direct `optimizer.step()` that
+    bypasses the scaler when nothing else of the protocol follows: `scaler.step(optimizer)` skips
+    overflowing steps and unscales, which changes the numerics of code that steps directly on purpose;
+    safe when `scaler.update()` follows (that update raises today, finding no step). No fix when the step takes a closure (AMP025).
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -134,32 +139,65 @@ for x in loader:
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
             for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
+                optimizer = optimizer_step.target
+                twice = _stepped_twice(model, step, optimizer_step)
+                if twice is not None:
+                    scaler, proof = twice
+                    flow = flow_of(model, step)
+                    through = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
+                    only_after_scaler_step = flow.from_start(optimizer_step, through) is None
+                    yield self.finding(
+                        optimizer_step.call,
+                        f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
+                        f"`{scaler}.step({optimizer})`; remove it",
+                        fix=None
+                        if optimizer_step.in_helper or not only_after_scaler_step
+                        else _remove_fix(model, optimizer_step),
+                        context=step.scope.name,
+                        related=self.through_helpers(optimizer_step),
+                        assumption=assumption_text(proof),
+                    )
+                    continue
                 backward = _latest_backward(step, optimizer_step)
                 if backward is None or backward.scaled_by is None:
                     continue
                 scaler = backward.scaled_by
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
-                optimizer = optimizer_step.target
                 scaler_steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
-                if any(s.compatible(optimizer_step) and s.compatible(backward) for s in scaler_steps):
-                    yield self.finding(
-                        optimizer_step.call,
-                        f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
-                        f"`{scaler}.step({optimizer})`; remove it",
-                        fix=None if optimizer_step.in_helper else _remove_fix(model, optimizer_step),
-                        context=step.scope.name,
-                        related=self.through_helpers(optimizer_step),
-                    )
-                elif not scaler_steps:
+                if not scaler_steps:
                     yield self.finding(
                         optimizer_step.call,
                         f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
                         f"overflowing steps; use `{scaler}.step({optimizer})`",
-                        fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler),
+                        fix=None
+                        if optimizer_step.in_helper
+                        else _step_through_scaler_fix(model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler)),
                         context=step.scope.name,
                         related=self.through_helpers(optimizer_step),
                     )
+
+
+def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
+    """(scaler, proof) when a scaled backward, `scaler.step(opt)` and `opt.step()` share one path.
+
+    torchvision's references: `if scaler: scale/backward/step/update else: backward`, then an
+    `optimizer.step()` after the `if` that runs on both paths.
+    """
+    flow = flow_of(model, step)
+    for backward in step.of(EventKind.BACKWARD):
+        scaler = backward.scaled_by
+        if scaler is None or not model.scaler_enabled(scaler, step.scope):
+            continue
+        for scaler_step in step.of(EventKind.SCALER_STEP):
+            if scaler_step.receiver != scaler or scaler_step.target != optimizer_step.target:
+                continue
+            if flow.path(backward, scaler_step) is None:
+                continue
+            proof = flow.path(scaler_step, optimizer_step) or flow.path(optimizer_step, scaler_step)
+            if proof is not None:
+                return scaler, proof
+    return None
 
 
 def _latest_backward(step: TrainingStep, event: Event) -> Optional[Event]:
@@ -167,7 +205,16 @@ def _latest_backward(step: TrainingStep, event: Event) -> Optional[Event]:
     return earlier[-1] if earlier else None
 
 
-def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str) -> Optional[Fix]:
+def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
+    """Does `scaler.update()` follow the direct step on a path? Then the code means the scaler protocol
+    (and raises today: update() finds no inf checks); without it the direct step may be deliberate."""
+    flow = flow_of(model, step)
+    return any(
+        flow.path(optimizer_step, update) is not None for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    )
+
+
+def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str, protocol: bool) -> Optional[Fix]:
     if any(arg.keyword is not None and arg.keyword.value == "closure" for arg in event.call.args):
         return None
     if event.call.args:
@@ -180,7 +227,11 @@ def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str) -> Opt
         return new.with_changes(args=(cst.Arg(value=optimizer_node),), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
-    return builder.build(f"Step through `{scaler}.step(...)`", Applicability.SAFE)
+    # Stepping through the scaler skips steps on overflow and unscales first. Safe where the iteration
+    # already runs the rest of the protocol (its update() needs the step); otherwise the direct step may
+    # be deliberate (nerfacc steps its optimizer directly on purpose, issue #307): unsafe.
+    applicability = Applicability.SAFE if protocol else Applicability.UNSAFE
+    return builder.build(f"Step through `{scaler}.step(...)`", applicability)
 
 
 def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:

@@ -253,9 +253,22 @@ def _scalers_stepped(step: TrainingStep) -> List[str]:
 
 def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:
     for event in model.events:
-        if event.kind is EventKind.SCALER_UPDATE and event.receiver == scaler and event not in step.events:
+        if event.kind is not EventKind.SCALER_UPDATE or event in step.events:
+            continue
+        if event.receiver == scaler:
             if scaler.startswith("self.") and event.scope.class_name != step.scope.class_name:
                 continue
+            return True
+        # Another method of the same object updates a scaler it reaches through an attribute
+        # (fastai's callback: `self.scaler.step(self)` in before_step, `self.learn.scaler.update()` in
+        # after_step): the order of the two calls is the framework's, not shown here.
+        if (
+            scaler.startswith("self.")
+            and event.receiver is not None
+            and event.receiver.startswith("self.")
+            and event.scope.class_name == step.scope.class_name
+            and event.receiver.split(".")[-1] == scaler.split(".")[-1]
+        ):
             return True
     return False
 

@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
@@ -149,24 +150,32 @@ for x in loader:
         for step in model.steps:
             for update in step.of(EventKind.SCALER_UPDATE):
                 scaler = update.receiver
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                earlier = step.before(update, _INF_CHECKS, scaler)
-                if earlier and not _covered(earlier, update):
+                if update.call.args or not model.scaler_enabled(scaler, step.scope):
+                    continue  # `update(new_scale)` sets the scale: it needs no inf checks
+                flow = flow_of(model, step)
+                checks = [e for e in step.of(*_INF_CHECKS) if e.receiver == scaler]
+                earlier = [e for e in checks if flow.path(e, update) is not None]
+                if earlier:
+                    # A path of the iteration that reaches the update with no step/unscale_ before it. Two
+                    # optimizers under two flags and one update (DLRM) need both flags false: an
+                    # assumption, not a proof; the same `if scaler is not None` around both: no path.
+                    uncovered = flow.from_start(update, checks)
+                    if uncovered is None:
+                        continue
                     last = earlier[-1]
+                    guard = f"`if {code_of(last.branches[-1].node.test)}`" if last.branches else "a branch"
                     yield self.finding(
                         update.call,
                         f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only under "
-                        f"`if {code_of(last.branches[-1].node.test)}`; update() without a step raises "
+                        f"{guard}; update() without a step raises "
                         "'No inf checks were recorded' (move it next to the step)",
                         fix=None if update.in_helper or last.in_helper else _move_fix(model, step, update, last, scaler),
                         context=step.scope.name,
                         related=self.through_helpers(update),
+                        assumption=assumption_text(uncovered),
                     )
                     continue
-                if earlier:
-                    continue
-                later = step.after(update, [EventKind.SCALER_STEP], scaler)
+                later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is not None]
                 if later:
                     yield self.finding(
                         update.call,
@@ -183,25 +192,6 @@ for x in loader:
                         f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
                         context=step.scope.name,
                     )
-
-
-def _covered(earlier, update: Event) -> bool:
-    """Does some step/unscale_ run on every pass that reaches `update`?
-
-    Either one of them has no `if` of its own around it, or an `if`/`else` has one in each branch
-    (`if args.horovod: ...; scaler.step(opt)` / `else: scaler.step(opt)`). Anything more tangled counts
-    as covered: when in doubt, stay silent.
-    """
-    taken = {(b.node, b.taken) for b in update.branches}
-    sides = {}
-    for event in earlier:
-        extra = [b for b in event.branches if (b.node, b.taken) not in taken]
-        if not extra:
-            return True
-        if len(extra) > 1:
-            return True
-        sides.setdefault(extra[0].node, set()).add(extra[0].taken)
-    return any(len(both) == 2 for both in sides.values())
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:

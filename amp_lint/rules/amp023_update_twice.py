@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -120,12 +121,21 @@ for x in loader:
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
-            updates = step.of(EventKind.SCALER_UPDATE)
+            # `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update.
+            updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
+            flow = flow_of(model, step) if len(updates) > 1 else None
             for update in updates:
                 scaler = update.receiver
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
-                later = step.after(update, [EventKind.SCALER_UPDATE], scaler)
+                later, proof = [], None
+                for other in updates:
+                    if other is update or other.receiver != scaler or flow is None:
+                        continue
+                    found = flow.path(update, other)
+                    if found is not None:
+                        later.append(other)
+                        proof = found if proof is None or found.value == "proved" else proof
                 if later:
                     yield self.finding(
                         update.call,
@@ -134,6 +144,7 @@ for x in loader:
                         fix=None if update.in_helper or later[-1].in_helper else _remove_fix(model, update),
                         context=step.scope.name,
                         related=self.through_helpers(update),
+                        assumption=assumption_text(proof),
                     )
                 elif _inside_inner_loop_with_step(step, update):
                     yield self.finding(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, List, Optional, Set
 
 import libcst as cst
@@ -7,7 +8,8 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import accumulation, short
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -59,6 +61,26 @@ class UnscaleTwice(Rule):
     needs = (r"\bunscale_\b", r"[Ss]caler")
 
     valid = [
+        # The scaler's own state decides (allennlp's gradient_descent_trainer: rescale, then clip).
+        """
+from torch.amp.grad_scaler import OptState
+class Trainer:
+    def rescale_gradients(self):
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+    def clip_gradient(self):
+        if self._scaler is not None:
+            state = self._scaler._per_optimizer_states[id(self.optimizer)]
+            if state["stage"] is not OptState.UNSCALED:
+                self._scaler.unscale_(self.optimizer)
+    def train(self, loader):
+        for batch in loader:
+            self._scaler.scale(self.model(batch)).backward()
+            self.rescale_gradients()
+            self.clip_gradient()
+            self._scaler.step(self.optimizer)
+            self._scaler.update()
+""",
         """
 import torch
 for x in loader:
@@ -147,14 +169,27 @@ def train_step(self, loss):
         reported: Set[int] = set()
         for step in model.steps:
             for unscale in step.of(EventKind.SCALER_UNSCALE):
-                if id(unscale.call) in reported or not unscale.call.args:
+                if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale):
                     continue
                 scaler = unscale.receiver
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
                 key = _optimizer(unscale)
-                earlier = _since_update(step, unscale, scaler, key)
+                earlier = _protocol_before(model, step, unscale, scaler)
+                if earlier is None:  # not in the flow graph, or an optimizer that is no plain name
+                    earlier = _since_update(step, unscale, scaler, key)
                 if not earlier:
+                    skipped = _next_iteration_without_update(model, step, unscale, scaler)
+                    if skipped is not None:
+                        reported.add(id(unscale.call))
+                        yield self.finding(
+                            unscale.call,
+                            f"`{short(unscale.call)}` can run again in the next iteration with no "
+                            f"`{scaler}.update()` since it ran (a path skips the update): RuntimeError "
+                            "'unscale_() has already been called'",
+                            context=step.scope.name,
+                            assumption=assumption_text(skipped),
+                        )
                     continue
                 previous = earlier[-1]
                 reported.add(id(unscale.call))
@@ -172,6 +207,52 @@ def train_step(self, loss):
                     unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
                     fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
                 yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+
+
+def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
+    """From the protocol's typestate: the unscale_/step that left this optimizer unscaled or stepped on
+    some path to `unscale` with no update() since (and, for a step, the unscale_ before it)."""
+    if unscale.target is None:
+        return None
+    flow = flow_of(model, step)
+    states = protocol_states(flow).get(id(unscale))
+    if states is None:
+        return None
+    prior = [state.stage(scaler, unscale.target) for state in states]
+    previous = sorted({id(p[1]): p[1] for p in prior if p is not None}.values(), key=lambda e: e.index)
+    previous = [e for e in previous if e.index < unscale.index and e.loops == unscale.loops]
+    if not previous:
+        return []
+    last = previous[-1]
+    if last.kind is EventKind.SCALER_STEP:
+        before_step = [
+            e
+            for e in step.of(EventKind.SCALER_UNSCALE)
+            if e.receiver == scaler and e.target == unscale.target and e is not unscale and flow.path(e, last) is not None
+        ]
+        return before_step + [last]
+    return [last]
+
+
+def _guarded_by_scaler_state(unscale: Event) -> bool:
+    """`if scaler._per_optimizer_states[id(opt)]["stage"] is not OptState.UNSCALED: scaler.unscale_(opt)`
+    (allennlp's trainer): the code asks the scaler whether it already unscaled."""
+    return any(_STATE_TEST.search(code_of(branch.node.test)) for branch in unscale.branches)
+
+
+_STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")
+
+
+def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str):
+    """A path from `unscale` to the end of the iteration that skips every update (`if not finite: continue`,
+    LVSM PR #19, espnet #2362), so the next iteration's unscale_ finds the optimizer already unscaled."""
+    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    if not updates or unscale.in_helper or accumulation(model, step) is not None:
+        return None  # an unscale_ on every micro-batch of an accumulation loop is AMP041's
+    if step.loop is None or unscale.loop is not step.loop:
+        return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
+    flow = flow_of(model, step)
+    return flow.next_iteration(unscale, unscale, updates)
 
 
 def _optimizer(event: Event) -> str:

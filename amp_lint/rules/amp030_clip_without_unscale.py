@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -8,6 +8,8 @@ from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep
 from amp_lint.rules._helpers import short
+from amp_lint.analysis.paths import PROVED
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -59,6 +61,33 @@ class ClipWithoutUnscale(Rule):
     needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b")
 
     valid = [
+        # Checks that hold whatever the scale, right after a scaled backward (torch's distributed_test.py).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.requires_grad:
+            assert p.grad is not None
+            assert not p.grad.isnan().any()
+            assert not p.grad.isinf().any()
+            assert torch.isfinite(p.grad).all()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # A linear rescale of the gradients is not an inspection of their values (fairseq).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= world_size
+    scaler.step(optimizer)
+    scaler.update()
+""",
         """
 import torch
 for x in loader:
@@ -176,33 +205,60 @@ def train_step(self, batch):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
+            flow = flow_of(model, step)
+            flagged: List[Tuple[Event, Optional[Fix]]] = []
             for clip in step.of(EventKind.CLIP, EventKind.GRAD_READ):
-                backwards = step.before(clip, [EventKind.BACKWARD])
-                if not backwards or backwards[-1].scaled_by is None:
+                # The scaled gradients reach the clip on some path with no unscale_ on it: they survive
+                # inner micro-step loops and if/else merges (miles-credit #141, neural_sp).
+                reached = _scaled_reaching(model, step, flow, clip)
+                if reached is None:
                     continue
-                backward = backwards[-1]
-                scaler = backward.scaled_by
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                if _unscaled_between(step, backward, clip, scaler):
-                    continue
+                backward, scaler, proof = reached
                 if clip.kind is EventKind.GRAD_READ and any(
                     e.kind is EventKind.GRAD_READ and e.index < clip.index and e.loops == clip.loops for e in step.events
                 ):
                     continue  # one finding per loop over the parameters
-                steps = step.after(clip, [EventKind.SCALER_STEP], scaler)
+                steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
                 if not steps:
                     continue
                 what = "clips" if clip.kind is EventKind.CLIP else "reads"
+                # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
+                # fix of an earlier flagged clip that precedes it.
+                fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
+                if fix is None:
+                    fix = None if clip.in_helper else _unscale_fix(model, step, clip, scaler, steps)
+                flagged.append((clip, fix))
                 yield self.finding(
                     clip.call,
                     f"`{short(clip.call)}` {what} gradients still scaled by `{scaler}`; "
                     f"call `{scaler}.unscale_({steps[0].target or 'optimizer'})` first",
                     confidence=Confidence.HIGH if clip.kind is EventKind.CLIP else Confidence.MEDIUM,
-                    fix=None if clip.in_helper else _unscale_fix(model, step, clip, scaler, steps),
+                    fix=fix,
                     context=step.scope.name,
                     related=self.through_helpers(clip),
+                    assumption=assumption_text(proof),
                 )
+
+
+def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
+    """(backward, scaler, proof): a scaled backward whose gradients reach `clip` with no unscale_ between."""
+    unscales = [
+        e
+        for e in step.events
+        if e.kind is EventKind.SCALER_UNSCALE or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
+    ]
+    best = None
+    for backward in step.of(EventKind.BACKWARD):
+        scaler = backward.scaled_by
+        if scaler is None or not model.scaler_enabled(scaler, step.scope):
+            continue
+        if flow.path(backward, clip) is None:
+            continue
+        mine = [e for e in unscales if e.kind is EventKind.CALL or e.receiver == scaler]
+        proof = flow.path(backward, clip, mine)
+        if proof is not None and (best is None or proof is PROVED):
+            best = (backward, scaler, proof)
+    return best
 
 
 def _unscaled_between(step: TrainingStep, backward: Event, clip: Event, scaler: str) -> bool:

@@ -4,7 +4,7 @@ from typing import Iterator
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.analysis.model import EventKind, FileModel
-from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.rules._helpers import accumulation, boundary_of, move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -168,10 +168,12 @@ for i, (x, y) in enumerate(loader):
                 continue
             if not any(acc.at_boundary(e) for e in acc.protocol(EventKind.SCALER_STEP)):
                 continue
+            # Every micro-batch runs it: unconditionally, or under a test of its own that is not the
+            # boundary (`if clip_grad: scaler.unscale_(optimizer)`, Swin-Transformer #311).
             offenders = [
                 e
                 for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP)
-                if acc.unconditional(e) and not e.in_helper
+                if not e.in_helper and (acc.unconditional(e) or _every_micro_batch(acc, e))
             ]
             if not offenders:
                 continue
@@ -191,3 +193,12 @@ for i, (x, y) in enumerate(loader):
                     fix=fix,
                     context=step.scope.name,
                 )
+
+
+def _every_micro_batch(acc, event) -> bool:
+    """Under `if`s of its own, none of them the accumulation boundary (either way)."""
+    if not event.compatible(acc.backward):
+        return False
+    if boundary_of(event, acc.backward) is not None:
+        return False
+    return all(branch.node is not acc.boundary for branch in event.branches)

@@ -8,6 +8,8 @@ from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of
 from amp_lint.rules._helpers import contains, short
+from amp_lint.analysis.paths import weakest
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -173,6 +175,15 @@ for i, x in enumerate(loader):
                         continue
                     if not (zero.compatible(backward) and zero.compatible(consumer)):
                         continue
+                    flow = flow_of(model, step)
+                    proof = weakest(flow.path(backward, zero), flow.path(zero, consumer))
+                    if proof is None:
+                        continue
+                    # An `except RuntimeError` out-of-memory handler that drops the batch is not the normal
+                    # path (fairseq's ddp_trainer): a finding there assumes the exception happens.
+                    assumption = (
+                        "assumes the exception handler runs" if flow.in_handler(zero) else assumption_text(proof)
+                    )
                     if _stepped_between(step, backward, zero, consumer.target, scaler):
                         continue
                     if _leaves_before(model, zero, consumer):
@@ -192,6 +203,7 @@ for i, x in enumerate(loader):
                         fix=_move_fix(model, step, zero, consumer, scaler),
                         confidence=confidence,
                         context=step.scope.name,
+                        assumption=assumption,
                     )
 
 

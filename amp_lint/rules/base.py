@@ -30,6 +30,13 @@ class Finding:
     # The path the analysis followed, shown after the message with line numbers:
     # (("scaler created", <node>), ("called from the loop through `self.step()`", <node>)).
     related: Tuple[Tuple[str, cst.CSTNode], ...] = ()
+    # What the finding rests on, when it is not proved ("assumes `if use_amp` can be false"): such a
+    # finding has medium confidence, is reported only with `--show-assumed`, and its fix is not safe.
+    assumption: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.assumption:
+            self.confidence = Confidence.MEDIUM
 
 
 def _short(node: cst.CSTNode) -> str:

@@ -1,0 +1,111 @@
+"""Branch conditions, normalised so that tests which decide the same thing are known to agree.
+
+Like ty's visibility constraints: the control-flow graph labels every branch edge with an *atom*, a
+normalised test and the way it went. `if amp:` and `if not amp:` are one test; `x is not None` and the
+truthiness of `x` are one test; two `if self.use_amp:` blocks are one test. Two events under atoms that
+contradict each other never run on one path. A test met once in a function cannot be related to any
+other, so it is simply *unknown*: either way may happen.
+
+Some tests are known to go both ways while the loop runs: a gradient-accumulation boundary
+(`(i + 1) % accum == 0`) and an overflow check (`if not torch.isfinite(norm): continue`). Those are
+*varying*: a path through either side of them is a real path, not an assumption.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, NamedTuple, Tuple
+
+import libcst as cst
+
+# Tests that hold on some iterations and not on others, by design.
+_VARYING_TEST = re.compile(
+    r"%|accum|accumulat|sync_grad|micro|boundary|update_step|should_step|isfinite|isnan|isinf|found_inf|overflow|skip",
+    re.IGNORECASE,
+)
+
+
+class Atom(NamedTuple):
+    """One branch edge's condition: the normalised test and whether it holds on that edge."""
+
+    key: str
+    holds: bool
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+_CACHE: Dict[int, Tuple[cst.BaseExpression, Tuple[str, bool]]] = {}
+
+
+def normalise(test: cst.BaseExpression) -> Tuple[str, bool]:
+    """(key, polarity): `not x` -> (x, False); `x is None` -> (x, False); `x is not None` -> (x, True).
+
+    Cached by node: the rules ask about the same tests many times.
+    """
+    cached = _CACHE.get(id(test))
+    if cached is None or cached[0] is not test:
+        cached = (test, _normalise(test))
+        if len(_CACHE) > 10_000:
+            _CACHE.clear()
+        _CACHE[id(test)] = cached
+    return cached[1]
+
+
+def _normalise(test: cst.BaseExpression) -> Tuple[str, bool]:
+    polarity = True
+    while True:
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            polarity = not polarity
+            test = test.expression
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            target = test.comparisons[0]
+            comparator = target.comparator
+            if isinstance(comparator, cst.Name) and comparator.value == "None":
+                if isinstance(target.operator, cst.IsNot):
+                    test = test.left
+                    continue
+                if isinstance(target.operator, cst.Is):
+                    test = test.left
+                    polarity = not polarity
+                    continue
+            if isinstance(comparator, cst.Name) and comparator.value in ("True", "False"):
+                # `if use_amp is True` / `== False`
+                if isinstance(target.operator, (cst.Is, cst.Equal)):
+                    polarity = polarity == (comparator.value == "True")
+                    test = test.left
+                    continue
+        break
+    text = re.sub(r"\s+", "", code_of(test))
+    # `(x)` and `x` are the same test.
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1]
+    return text, polarity
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+def atom_of(test: cst.BaseExpression, taken: bool) -> Atom:
+    """The atom of the edge that `taken` (True: the body) follows out of a test."""
+    key, polarity = normalise(test)
+    return Atom(key, polarity == taken)
+
+
+def is_varying(key: str) -> bool:
+    """A test that goes both ways while the loop runs (accumulation boundary, overflow check)."""
+    return bool(_VARYING_TEST.search(key))
+
+
+def contradicts(first: Atom, second: Atom) -> bool:
+    return first.key == second.key and first.holds != second.holds

@@ -1,0 +1,172 @@
+"""Questions about the paths of one flow graph, with correlated conditions and confidence.
+
+`Paths.query(src, dst, avoid)` asks: is there a feasible forward path from `src` to `dst` that passes no
+node of `avoid`? The answer is one of
+
+- `None`: no feasible path (the branches that would be needed contradict each other);
+- `PROVED`: a path exists whatever the *unknown* conditions are (only conditions that decide whether the
+  end points run at all, and *varying* ones, may be chosen);
+- `ASSUMED`: a path exists only if some unknown condition goes one particular way (or an exception
+  happens): a finding built on it rests on that assumption.
+
+Correlated conditions (a test that decides two or more branches of the scope) are assigned once per
+path: every assignment is tried. Other tests are independent per branch. Forward edges go from larger
+node numbers to smaller ones (`amp_lint.analysis.cfg`), so each answer is one pass over the nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from amp_lint.analysis.cfg import EXCEPTION, Graph
+from amp_lint.analysis.conditions import is_varying
+
+_MAX_UNKNOWN_KEYS = 5  # 32 assignments; more correlated tests are treated as independent
+_MAX_VARYING_KEYS = 3
+
+
+class Proof(enum.Enum):
+    PROVED = "proved"
+    ASSUMED = "assumed"
+
+
+PROVED = Proof.PROVED
+ASSUMED = Proof.ASSUMED
+
+Assignment = Tuple[Tuple[str, bool], ...]
+
+
+class Paths:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        count: Dict[str, int] = {}
+        for edges in graph.succ:
+            keys = {atom.key for _, atom in edges if atom is not None and atom is not EXCEPTION}
+            for key in keys:
+                count[key] = count.get(key, 0) + 1
+        correlated = sorted((k for k, n in count.items() if n >= 2 and not k.startswith("<")), key=lambda k: -count[k])
+        self.varying_keys = [k for k in correlated if is_varying(k)][:_MAX_VARYING_KEYS]
+        self.unknown_keys = [k for k in correlated if not is_varying(k)][:_MAX_UNKNOWN_KEYS]
+        enumerated = set(self.varying_keys) | set(self.unknown_keys)
+        # Branch nodes whose choice the analysis cannot know (and cannot relate to another branch).
+        self.unknown_branch = [False] * len(graph)
+        for node, edges in enumerate(graph.succ):
+            normal = [(m, a) for m, a in edges if a is not EXCEPTION]
+            if len({m for m, _ in normal}) < 2:
+                continue
+            keys = {a.key for _, a in normal if a is not None}
+            if keys & enumerated:
+                continue
+            if any(is_varying(k) for k in keys):
+                continue
+            self.unknown_branch[node] = True
+        self._cache: Dict[tuple, List[bool]] = {}
+        # Where each enumerated key decides a branch: a query only enumerates the keys between its ends.
+        self._key_nodes: Dict[str, List[int]] = {}
+        for node, edges in enumerate(graph.succ):
+            for _, atom in edges:
+                if atom is not None and atom.key in enumerated:
+                    nodes = self._key_nodes.setdefault(atom.key, [])
+                    if not nodes or nodes[-1] != node:
+                        nodes.append(node)
+
+    # --- one pass per (target, avoided nodes, assignment, mode) ---
+    def _successors(self, node: int, assignment: Dict[str, bool], exceptions: bool) -> Iterable[int]:
+        for target, atom in self.graph.succ[node]:
+            if atom is EXCEPTION:
+                if exceptions:
+                    yield target
+                continue
+            if atom is not None:
+                wanted = assignment.get(atom.key)
+                if wanted is not None and wanted != atom.holds:
+                    continue
+            yield target
+
+    def _reach(self, dst: int, avoid: FrozenSet[int], assignment: Assignment, exceptions: bool) -> List[bool]:
+        key = ("reach", dst, avoid, assignment, exceptions)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        values = dict(assignment)
+        reach = [False] * len(self.graph)
+        for node in range(dst, len(self.graph)):
+            if node == dst:
+                reach[node] = True
+            elif node in avoid:
+                continue
+            else:
+                reach[node] = any(reach[m] for m in self._successors(node, values, exceptions))
+        self._cache[key] = reach
+        return reach
+
+    def _must(self, dst: int, avoid: FrozenSet[int], assignment: Assignment) -> List[bool]:
+        key = ("must", dst, avoid, assignment)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        values = dict(assignment)
+        live = self._reach(dst, frozenset(), assignment, False)
+        must = [False] * len(self.graph)
+        for node in range(dst, len(self.graph)):
+            if node == dst:
+                must[node] = True
+            elif node in avoid:
+                continue
+            elif self.unknown_branch[node]:
+                alive = [m for m in self._successors(node, values, False) if live[m]]
+                must[node] = bool(alive) and all(must[m] for m in alive)
+            else:
+                must[node] = any(must[m] for m in self._successors(node, values, False))
+        self._cache[key] = must
+        return must
+
+    def _assignments(self, low: int, high: int) -> Iterable[Tuple[Assignment, Assignment]]:
+        """Assignments of the correlated keys deciding some branch with a node number in [low, high]."""
+
+        def inside(key: str) -> bool:
+            return any(low <= n <= high for n in self._key_nodes.get(key, ()))
+
+        varying_keys = [k for k in self.varying_keys if inside(k)]
+        unknown_keys = [k for k in self.unknown_keys if inside(k)]
+        varying = [tuple(zip(varying_keys, bits)) for bits in itertools.product((True, False), repeat=len(varying_keys))]
+        unknown = [tuple(zip(unknown_keys, bits)) for bits in itertools.product((True, False), repeat=len(unknown_keys))]
+        for v in varying:
+            yield v, unknown  # type: ignore[misc]
+
+    def query(self, src: int, dst: int, avoid: Iterable[int] = (), start: Optional[int] = None) -> Optional[Proof]:
+        """Is there a feasible path src -> dst avoiding `avoid` (src itself may be avoided)?"""
+        avoided = frozenset(n for n in avoid if n != src and n != dst)
+        origin = self.graph.entry if start is None else start
+        found = False
+        proved = False
+        for varying, unknowns in self._assignments(min(src, dst), max(origin, src)):
+            here = False
+            every = True
+            for unknown in unknowns:  # type: ignore[attr-defined]
+                assignment = varying + unknown
+                if not self._reach(src, frozenset(), assignment, True)[origin]:
+                    continue  # src cannot run under this assignment
+                if not self._reach(dst, frozenset(), assignment, True)[src]:
+                    continue
+                if self._reach(dst, avoided, assignment, True)[src]:
+                    found = here = True
+                if not self._must(dst, avoided, assignment)[src]:
+                    every = False
+            if here and every:
+                proved = True
+        if not found:
+            return None
+        return PROVED if proved else ASSUMED
+
+    def reachable(self, src: int, dst: int) -> bool:
+        return self.query(src, dst) is not None
+
+
+def weakest(*proofs: Optional[Proof]) -> Optional[Proof]:
+    """Both facts together: None if either is missing, ASSUMED if either is assumed."""
+    if any(p is None for p in proofs):
+        return None
+    return ASSUMED if any(p is ASSUMED for p in proofs) else PROVED
