@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis import names
+from amp_lint.analysis import names, values
 from amp_lint.analysis.model import (
     AutocastRegion,
     Branch,
@@ -294,6 +294,38 @@ def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         if isinstance(node, cst.BaseStatement) or isinstance(node, cst.BaseSuite):
             stack.extend(node.children)
     return False
+
+
+# --- values (amp_lint.analysis.values) ----------------------------------------------------------------
+
+
+def value_of(model: FileModel, expression: Optional[cst.BaseExpression], scope: Optional[Scope]) -> values.Value:
+    """What `expression`, written in `scope`, may be at run time."""
+    return values.of(model.module).resolve(expression, scope.node if scope is not None else None)
+
+
+def region_device_types(model: FileModel, region: AutocastRegion, with_cuda: bool = False) -> Optional[frozenset]:
+    """The device types an autocast region may run on, None when one is unknown (`with_cuda`: on a host
+    with CUDA, so `"cuda" if torch.cuda.is_available() else "cpu"` is "cuda")."""
+    implied = names.IMPLIED_DEVICE.get(region.spec.qualified_name)
+    if implied is not None:
+        return frozenset({implied})
+    if region.spec.device:
+        return frozenset({region.spec.device.split(":")[0]})
+    if region.spec.device_node is None:
+        return None
+    return value_of(model, region.spec.device_node, region.scope).device_types(with_cuda=with_cuda)
+
+
+def region_device(model: FileModel, region: AutocastRegion) -> Optional[str]:
+    """The one device type of an autocast region, None when not known."""
+    types = region_device_types(model, region)
+    return next(iter(types)) if types is not None and len(types) == 1 else None
+
+
+def definitions(value: values.Value, label: str) -> Tuple[Tuple[str, cst.CSTNode], ...]:
+    """`related` entries for the statements a value was read from."""
+    return tuple((label, node) for node in value.definitions[:3])
 
 
 def file_devices(model: FileModel) -> Set[str]:
