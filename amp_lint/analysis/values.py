@@ -42,6 +42,7 @@ class Kind(enum.Enum):
     DEVICE = "torch.device"
     DTYPE = "torch.dtype"
     BOOL = "bool"
+    NUMBER = "number"
     NONE = "None"
 
 
@@ -647,6 +648,8 @@ class FileValues:
             return _value(Atom(Kind.BOOL))
         if isinstance(node, cst.Comparison):
             return _value(Atom(Kind.BOOL))
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return _value(Atom(Kind.NUMBER, literal=node.evaluated_value))
         if isinstance(node, cst.BinaryOperation):
             return self._binary(node, scope, position, depth)
         return UNKNOWN
@@ -700,6 +703,8 @@ class FileValues:
             if atom.kind is Kind.UNKNOWN:
                 return Atom(Kind.STRING, certain=False, stringified=True, defined_at=atom.defined_at)
             literal = {Kind.BOOL: str(atom.literal), Kind.NONE: "None", Kind.DTYPE: atom.literal}.get(atom.kind)
+            if atom.kind is Kind.NUMBER:
+                literal = str(atom.literal)
             return Atom(Kind.STRING, literal=literal, index=Index.NO, stringified=True, defined_at=atom.defined_at)
 
         return _map(value, convert)

@@ -54,8 +54,6 @@ LOWER_PRECISION_OPS = frozenset(
 )
 LOWER_PRECISION_METHODS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "mv", "__matmul__"})
 
-_TORCH_DEVICE = frozenset({"torch.device"})
-
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:
     text = " ".join(code_of(node).split())
@@ -121,42 +119,6 @@ def argument(call: cst.Call, position: Optional[int], keyword: str) -> Optional[
 
 def has_star_args(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
-
-
-def resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope) -> Optional[cst.BaseExpression]:
-    """Follow a plain name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
-    seen = 0
-    while isinstance(expr, cst.Name) and seen < 5:
-        seen += 1
-        for outer in scope.chain():
-            values = outer.assignments.get(expr.value)
-            if values:
-                if len(values) != 1:
-                    return None
-                expr = values[0][0]
-                break
-            if expr.value in outer.params:
-                return expr
-        else:
-            return expr
-    return expr
-
-
-def is_torch_device(expr: Optional[cst.BaseExpression], scope: Scope) -> bool:
-    """`torch.device("cuda")`, or a name bound once to such a call or annotated `torch.device`."""
-    if expr is None:
-        return False
-    if isinstance(expr, cst.Name):
-        for outer in scope.chain():
-            if expr.value in outer.params:
-                annotation = outer.params[expr.value]
-                return annotation is not None and outer.names.qualify(annotation) in _TORCH_DEVICE
-            if expr.value in outer.assignments:
-                break
-    resolved = resolve_constant(expr, scope)
-    return isinstance(resolved, cst.Call) and scope.names.qualify(resolved.func) in _TORCH_DEVICE
-
-
 
 
 def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]:
