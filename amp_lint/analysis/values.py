@@ -32,6 +32,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tupl
 import libcst as cst
 
 from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.walk import code_fields
 
 # --- what is known about a value ----------------------------------------------------------------------
 
@@ -245,6 +246,7 @@ class _Scope:
     generator: bool = False
     decorators: Tuple[str, ...] = ()
     _positions: Optional[Dict[int, int]] = None
+    _statement_index: Optional[Dict[int, int]] = None
 
     @property
     def is_module(self) -> bool:
@@ -256,8 +258,23 @@ class _Scope:
             yield scope
             scope = scope.parent
 
-    def position_of(self, node: cst.CSTNode) -> Optional[int]:
-        """The index of the statement of this scope's body that holds `node` (nested scopes excluded)."""
+    def position_of(self, node: cst.CSTNode, parents: Optional[Dict[int, cst.CSTNode]] = None) -> Optional[int]:
+        """The index of the statement of this scope's body that holds `node` (nested scopes excluded).
+
+        With `parents` (node id -> the node above it, from the model's walk) it climbs from the node;
+        otherwise it indexes the scope once.
+        """
+        if self._statement_index is None:
+            self._statement_index = {id(statement): index for index, statement in enumerate(self.body)}
+        if parents:
+            current: Optional[cst.CSTNode] = node
+            for _ in range(1000):
+                if current is None:
+                    break
+                found = self._statement_index.get(id(current))
+                if found is not None:
+                    return found
+                current = parents.get(id(current))
         if self._positions is None:
             positions: Dict[int, int] = {}
             for index, statement in enumerate(self.body):
@@ -275,7 +292,12 @@ class _Scope:
                         else:
                             stack.extend(current.bases)
                         continue
-                    stack.extend(current.children)
+                    for name in code_fields(type(current)):
+                        value = getattr(current, name)
+                        if isinstance(value, cst.CSTNode):
+                            stack.append(value)
+                        elif isinstance(value, (list, tuple)):
+                            stack.extend(item for item in value if isinstance(item, cst.CSTNode))
             self._positions = positions
         return self._positions.get(id(node))
 
@@ -407,19 +429,39 @@ class _IndexBuilder:
                 scope.returns.append((small.value, position))
             elif isinstance(small, cst.Expr):
                 self._yields(small.value, scope)
-                if scope is not None:
-                    self._walrus(small.value, scope, position)
 
     def _yields(self, value, scope) -> None:
         if scope is not None and isinstance(value, cst.Yield):
             scope.generator = True
 
     def _walrus(self, expression, scope, position) -> None:
+        """`if (d := pick()):` binds `d` in the scope (only tests are read: that is where walruses live)."""
         if scope is None:
             return
-        for node in _walk(expression):
-            if isinstance(node, cst.NamedExpr) and isinstance(node.target, cst.Name):
-                self._bind(scope, node.target.value, _Binding(node.value, position, False))
+        pending = [expression]
+        while pending:
+            node = pending.pop()
+            kind = type(node)
+            if kind is cst.NamedExpr:
+                if isinstance(node.target, cst.Name):
+                    self._bind(scope, node.target.value, _Binding(node.value, position, False))
+                pending.append(node.value)
+            elif kind is cst.BooleanOperation:
+                pending += (node.left, node.right)
+            elif kind is cst.UnaryOperation:
+                pending.append(node.expression)
+            elif kind is cst.Comparison:
+                pending.append(node.left)
+                pending += (c.comparator for c in node.comparisons)
+            elif kind is cst.Call:
+                pending.append(node.func)
+                pending += (a.value for a in node.args)
+            elif kind is cst.Attribute or kind is cst.Subscript:
+                pending.append(node.value)
+            elif kind is cst.Name or kind is cst.SimpleString or kind is cst.Integer:
+                continue
+            else:
+                pending += [c for c in node.children if isinstance(c, cst.BaseExpression)]
 
     # --- targets ---
     def _target(self, target, value, statement, scope, position, direct, without_cuda, cls) -> None:
@@ -574,12 +616,20 @@ class FileValues:
         found = self._index.scopes.get(id(scope_node)) if scope_node is not None else None
         return found or self._index.module_scope
 
-    def resolve(self, expression: Optional[cst.BaseExpression], scope_node: Optional[cst.CSTNode] = None) -> Value:
-        """The values `expression`, written in the function `scope_node` (the module when None), may have."""
+    def resolve(
+        self,
+        expression: Optional[cst.BaseExpression],
+        scope_node: Optional[cst.CSTNode] = None,
+        parents: Optional[Dict[int, cst.CSTNode]] = None,
+    ) -> Value:
+        """The values `expression`, written in the function `scope_node` (the module when None), may have.
+
+        `parents` (node id -> the node above it), when the caller has it, saves a walk of the scope.
+        """
         if expression is None:
             return UNKNOWN
         scope = self.scope(scope_node)
-        return self._expression(expression, scope, scope.position_of(expression), 0)
+        return self._expression(expression, scope, scope.position_of(expression, parents), 0)
 
     def torch_name(self, scope_node: Optional[cst.CSTNode]) -> Optional[str]:
         """A name that means the torch module in that scope (`torch`, `T`), if any."""

@@ -18,7 +18,9 @@ class AutocastDeviceType(Rule):
     """
     ## What it does
     Finds `torch.autocast` / `torch.amp.autocast` whose `device_type` is missing, is not a string (a
-    `torch.device`), or carries a device index (`"cuda:0"`, `str(device)`, `f"cuda:{rank}"`).
+    `torch.device`), or carries a device index (`"cuda:0"`, `str(device)`, `f"cuda:{rank}"`), also when the
+    value comes through a name, an attribute set in the class (`self.device = "cuda:0"`), a dict entry or
+    a helper of the file (`def get_device(): return str(device)`).
 
     ## Why is this bad?
     - `torch.autocast()` without a device raises `TypeError: autocast.__init__() missing 1 required
@@ -26,7 +28,8 @@ class AutocastDeviceType(Rule):
     - `torch.autocast(torch.device("cuda"))` raises ``ValueError: Expected `device_type` of type `str`,
       got: `<class 'torch.device'>` ``.
     - `torch.autocast("cuda:0")` is accepted but skips the `device == "cuda"` branch that checks CUDA
-      availability and bfloat16 support: on a machine without CUDA it stays "enabled" silently. The
+      availability and bfloat16 support: on a machine without CUDA it stays "enabled" silently; some
+      releases raise `RuntimeError: User specified an unsupported autocast device_type 'cuda:0'`. The
       parameter is a device *type*, "the same as the `type` attribute of a torch.device".
 
     ## Example
@@ -45,10 +48,12 @@ class AutocastDeviceType(Rule):
 
     ## Fix safety
     Safe for an index in a literal (`"cuda:0"` becomes `"cuda"`) and for a value that is provably a
-    `torch.device` (`dev` becomes `dev.type`, `str(dev)` becomes `dev.type`). Unsafe when the
-    device_type is missing and the file's other autocast regions name a single device, which is then
-    inserted, or when `str(x)` is rewritten without proof that `x` is a `torch.device`. Otherwise
-    reported only.
+    `torch.device` (`dev` becomes `dev.type`, `str(dev)` becomes `dev.type`). Safe, too, for a name,
+    attribute or helper call whose every value in the file is a device string, one of them indexed: it
+    becomes `torch.device(x).type`, right for any device string. Unsafe when the device_type is missing
+    and the file's other autocast regions name a single device, which is then inserted, or when `str(x)`
+    is rewritten without proof that `x` is a `torch.device`. A value that is indexed on some paths and
+    unknown on others (the caller's device) is reported at medium confidence without a fix.
 
     ## References
     - `torch/amp/autocast_mode.py`: `autocast.__init__`, `autocast.__call__`
@@ -372,6 +377,34 @@ def step(model, x):
         return model(x)
 """,
         ),
+        # A device type per backend, one of them indexed (torch's testing/_internal/common_fsdp.py): wrong
+        # on that backend.
+        Invalid(
+            """
+import torch
+if TEST_CUDA:
+    DEVICE_TYPE = "cuda"
+elif TEST_HPU:
+    DEVICE_TYPE = "hpu:0"
+else:
+    DEVICE_TYPE = "cpu"
+def train(model, x):
+    with torch.amp.autocast(DEVICE_TYPE):
+        return model(x)
+""",
+            fixed="""
+import torch
+if TEST_CUDA:
+    DEVICE_TYPE = "cuda"
+elif TEST_HPU:
+    DEVICE_TYPE = "hpu:0"
+else:
+    DEVICE_TYPE = "cpu"
+def train(model, x):
+    with torch.amp.autocast(torch.device(DEVICE_TYPE).type):
+        return model(x)
+""",
+        ),
         # A torch.device attribute: not a string.
         Invalid(
             """
@@ -530,22 +563,22 @@ class Trainer:
         fix = None
         if certain and torch_name is not None and _postfix_ok(value):
             fix = _replace_fix(model, value, f"{torch_name}.device({text}).type", Applicability.SAFE)
-        if indexed and isinstance(indexed[0].literal, str):
-            what = f"is `{indexed[0].literal}`, with a device index"
-        elif indexed:
-            what = "carries a device index"
-        else:
-            what = "is str() of a device: 'cuda:0' for an indexed device"
         maybe = "" if len(resolved.atoms) == 1 else " on some paths"
+        if indexed and isinstance(indexed[0].literal, str):
+            what = f"is `{indexed[0].literal}`{maybe}, with a device index"
+        elif indexed:
+            what = f"carries a device index{maybe}"
+        else:
+            what = f"is str() of a device{maybe}: 'cuda:0' for an indexed device"
         wanted = f"`{indexed[0].device_type}`" if indexed and indexed[0].device_type else f"`torch.device({text}).type`"
         yield self.finding(
             value,
-            f"device_type `{short(value)}` {what}{maybe}; autocast wants the device type, {wanted} "
+            f"device_type `{short(value)}` {what}; autocast wants the device type, {wanted} "
             "(with an index it skips CUDA's availability checks)",
             fix=fix,
             confidence=Confidence.HIGH if certain else Confidence.MEDIUM,
             context=scope.name,
-            related=definitions(resolved, "set"),
+            related=definitions(Value(tuple(indexed or suspect)), "set"),
         )
 
 
