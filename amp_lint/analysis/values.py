@@ -95,7 +95,7 @@ class Atom:
     device_type: Optional[str] = None  # devices and device strings: "cuda"
     index: Index = Index.MAYBE  # devices and device strings
     certain: bool = True  # False: the kind rests on a guess (`x.device` of an object nobody knows)
-    stringified: bool = False  # made by str() (or an f-string) of something not known to be a str
+    stringified: bool = False  # made by str() (or an f-string) of a torch.device (`str(x.device)`)
     without_cuda: bool = False  # only taken where CUDA is not available (`... else "cpu"`)
     defined_at: Optional[cst.CSTNode] = field(default=None, compare=False, repr=False)  # the definition it came from
 
@@ -751,11 +751,11 @@ class FileValues:
             if atom.kind is Kind.DEVICE:
                 return replace(atom, kind=Kind.STRING, stringified=True)
             if atom.kind is Kind.UNKNOWN:
-                return Atom(Kind.STRING, certain=False, stringified=True, defined_at=atom.defined_at)
+                return Atom(Kind.STRING, certain=False, defined_at=atom.defined_at)
             literal = {Kind.BOOL: str(atom.literal), Kind.NONE: "None", Kind.DTYPE: atom.literal}.get(atom.kind)
             if atom.kind is Kind.NUMBER:
                 literal = str(atom.literal)
-            return Atom(Kind.STRING, literal=literal, index=Index.NO, stringified=True, defined_at=atom.defined_at)
+            return Atom(Kind.STRING, literal=literal, index=Index.NO, defined_at=atom.defined_at)
 
         return _map(value, convert)
 

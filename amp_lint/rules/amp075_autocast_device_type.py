@@ -152,6 +152,14 @@ def sample(model, x):
     with torch.autocast(ctx["dev"]):
         return model(x)
 """,
+        # str() of a setting through a name: a string already, maybe without an index.
+        """
+import torch
+def run(model, x, args):
+    dt = str(args.device)
+    with torch.autocast(dt):
+        return model(x)
+""",
         # A helper whose return nobody knows.
         """
 import torch
