@@ -245,10 +245,13 @@ for x in loader:
                     continue
                 if not any(o.compatible(backward) and o.index > backward.index for o in optimizer_steps):
                     continue
+                why = ""
+                if region.spec.dtype is not DType.FP16:  # known through values
+                    why = ", float16 by default on CUDA" if region.spec.dtype_node is None else ""
                 yield self.finding(
                     backward.call,
                     f"`{code_of(backward.call)}` backpropagates a float16 autocast loss "
-                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`) without a GradScaler; "
+                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`{why}) without a GradScaler; "
                     "small gradients underflow to zero",
                     context=step.scope.name,
                 )

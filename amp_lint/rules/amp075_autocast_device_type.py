@@ -535,8 +535,8 @@ class Trainer:
             if literal is not None:
                 yield self.finding(
                     value,
-                    f"device_type `{short(value)}` may be `{literal.literal}`, with a device index; autocast wants "
-                    f"the device type `{literal.device_type}` (use `torch.device({text}).type`)",
+                    f"device_type `{short(value)}` is `{literal.literal}` on some paths, with a device index; "
+                    f"autocast wants the device type, `torch.device({text}).type`",
                     confidence=Confidence.MEDIUM,
                     context=scope.name,
                     related=(("set", literal.defined_at),) if literal.defined_at is not None else (),
