@@ -501,3 +501,23 @@ def train(model, loader, optimizer):
         optimizer.step()
 '''
     assert _check(source).diagnostics == []
+
+
+def test_names_of_a_lambda_or_comprehension_are_not_the_function_s():
+    assert not _resolve('device = "cuda:0"\ndef f(devices):\n    return [use(device) for device in devices]\n').known
+    assert not _resolve('device = "cuda:0"\ndef f():\n    return lambda device: use(device)\n').known
+
+
+def test_annotated_class_attribute_is_a_field():
+    source = """
+        class Cfg(BaseSettings):
+            device: str = "cuda:0"
+            def f(self):
+                use(self.device)
+        """
+    assert not _resolve(source).known
+
+
+def test_device_with_keyword_index():
+    value = _resolve('import torch\ndef f(i):\n    use(torch.device(index=i, type="cuda"))\n')
+    assert value.kind is Kind.DEVICE and value.atoms[0].index is Index.YES

@@ -274,32 +274,40 @@ class _Scope:
                 found = self._statement_index.get(id(current))
                 if found is not None:
                     return found
+                if isinstance(current, _OWN_NAMES) and current is not node:
+                    return INSIDE_OWN_SCOPE
                 current = parents.get(id(current))
         if self._positions is None:
             positions: Dict[int, int] = {}
             for index, statement in enumerate(self.body):
-                stack: List[cst.CSTNode] = [statement]
+                stack: List[Tuple[cst.CSTNode, int]] = [(statement, index)]
                 while stack:
-                    current = stack.pop()
-                    positions[id(current)] = index
-                    if isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and current is not statement:
-                        continue
+                    current, here = stack.pop()
+                    positions[id(current)] = here
                     if isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+                        if current is not statement:
+                            continue
                         # Decorators, defaults and bases run in this scope; the body does not.
-                        stack.extend(getattr(current, "decorators", ()))
-                        if isinstance(current, cst.FunctionDef):
-                            stack.append(current.params)
-                        else:
-                            stack.extend(current.bases)
+                        children: List[cst.CSTNode] = list(current.decorators)
+                        children += [current.params] if isinstance(current, cst.FunctionDef) else list(current.bases)
+                        stack.extend((child, here) for child in children)
                         continue
+                    if isinstance(current, _OWN_NAMES):
+                        here = INSIDE_OWN_SCOPE
                     for name in code_fields(type(current)):
                         value = getattr(current, name)
                         if isinstance(value, cst.CSTNode):
-                            stack.append(value)
+                            stack.append((value, here))
                         elif isinstance(value, (list, tuple)):
-                            stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+                            stack.extend((item, here) for item in value if isinstance(item, cst.CSTNode))
             self._positions = positions
         return self._positions.get(id(node))
+
+
+# Expressions with names of their own (a lambda's parameters, a comprehension's targets): a use inside
+# one is not resolved (`lambda device: torch.autocast(device)`).
+_OWN_NAMES = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+INSIDE_OWN_SCOPE = -1
 
 
 @dataclass(eq=False)
@@ -399,7 +407,11 @@ class _IndexBuilder:
                     self._target(target.target, small.value, statement, scope, position, direct, without_cuda, cls)
                 self._yields(small.value, scope)
             elif isinstance(small, cst.AnnAssign):
-                if small.value is not None:
+                if small.value is not None and scope is None:
+                    # `device: str = "cuda:0"` in a class body: a field (dataclass, pydantic, NamedTuple)
+                    # that the constructor may set.
+                    self._opaque_target(small.target, scope, position, cls)
+                elif small.value is not None:
                     self._target(small.target, small.value, statement, scope, position, direct, without_cuda, cls)
             elif isinstance(small, cst.AugAssign):
                 self._opaque_target(small.target, scope, position, cls)
@@ -629,7 +641,10 @@ class FileValues:
         if expression is None:
             return UNKNOWN
         scope = self.scope(scope_node)
-        return self._expression(expression, scope, scope.position_of(expression, parents), 0)
+        position = scope.position_of(expression, parents)
+        if position == INSIDE_OWN_SCOPE:
+            return UNKNOWN
+        return self._expression(expression, scope, position, 0)
 
     def torch_name(self, scope_node: Optional[cst.CSTNode]) -> Optional[str]:
         """A name that means the torch module in that scope (`torch`, `T`), if any."""
@@ -968,7 +983,7 @@ class FileValues:
         if len(args) != len(node.args) or not args:
             return _value(Atom(Kind.DEVICE))
         first = next((a for a in args if a.keyword is None or a.keyword.value == "type"), None)
-        index = next((a for a in args[1:] if a.keyword is None or a.keyword.value == "index"), None)
+        index = next((a for a in args if a is not first and (a.keyword is None or a.keyword.value == "index")), None)
         if first is None:
             return _value(Atom(Kind.DEVICE))
         inner = self._expression(first.value, scope, position, depth)
