@@ -263,7 +263,8 @@ def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
 
 def value_of(model: FileModel, expression: Optional[cst.BaseExpression], scope: Optional[Scope]) -> values.Value:
     """What `expression`, written in `scope`, may be at run time."""
-    return values.of(model.module).resolve(expression, scope.node if scope is not None else None, model.parents)
+    parents = getattr(model, "parents", None)  # node id -> parent, when the model keeps one
+    return values.of(model.module).resolve(expression, scope.node if scope is not None else None, parents)
 
 
 def region_device_types(model: FileModel, region: AutocastRegion, with_cuda: bool = False) -> Optional[frozenset]:
