@@ -578,7 +578,8 @@ class Trainer:
             what = f"carries a device index{maybe}"
         else:
             what = f"is str() of a device{maybe}: 'cuda:0' for an indexed device"
-        wanted = f"`{indexed[0].device_type}`" if indexed and indexed[0].device_type else f"`torch.device({text}).type`"
+        one_type = indexed and indexed[0].device_type and len(resolved.atoms) == 1
+        wanted = f"`{indexed[0].device_type}`" if one_type else f"`torch.device({text}).type`"
         yield self.finding(
             value,
             f"device_type `{short(value)}` {what}; autocast wants the device type, {wanted} "
