@@ -8,7 +8,7 @@ binds itself (a `def autocast`, a class called `GradScaler`) is the user's, not 
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -103,6 +103,40 @@ def is_optimizer_class(qualified_name: str) -> bool:
     return last[:1].isupper() and last != "Optimizer"
 
 
+# What `from M import *` binds, for the torch modules whose AMP names the rules read (their `__all__`).
+STAR_EXPORTS = {
+    "torch": frozenset(
+        {
+            "autocast",
+            "GradScaler",
+            "get_autocast_gpu_dtype",
+            "get_autocast_cpu_dtype",
+            "get_autocast_dtype",
+            "set_autocast_dtype",
+            "set_autocast_enabled",
+            "is_autocast_enabled",
+            "is_autocast_cpu_enabled",
+            "set_autocast_gpu_dtype",
+            "set_autocast_cpu_dtype",
+            "set_autocast_cpu_enabled",
+            "float16",
+            "half",
+            "bfloat16",
+            "float32",
+            "float",
+            "float64",
+            "double",
+            "device",
+        }
+    ),
+    "torch.amp": frozenset({"autocast", "custom_bwd", "custom_fwd", "GradScaler"}),
+    "torch.cuda.amp": frozenset({"autocast", "custom_bwd", "custom_fwd", "GradScaler"}),
+    "torch.cpu.amp": frozenset({"autocast", "GradScaler"}),
+}
+
+# A module that a star import of an unknown module may bind: its name is conclusive.
+STAR_MODULES = frozenset({"torch"})
+
 # --- resolution --------------------------------------------------------------------------------------
 
 
@@ -118,6 +152,24 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
+def _star_binding(modules: List[str], name: str) -> Optional[str]:
+    """What a name bound by nothing but star imports means, when that is conclusive.
+
+    `from torch.cuda.amp import *` binds `autocast`; so does `from torch import *`, unless another star
+    import (of a module that could bind anything) may replace it. A star import of any module may bind
+    `torch` only to the torch module (a file that uses `torch.autocast` and binds `torch` nowhere else
+    gets it that way).
+    """
+    unknown = [m for m in modules if m not in STAR_EXPORTS]
+    if not unknown or name in STAR_MODULES:
+        for module in reversed(modules):
+            if name in STAR_EXPORTS.get(module, ()):
+                return f"{module}.{name}"
+        if name in STAR_MODULES:
+            return name
+    return None
+
+
 def _module_name(node: cst.BaseExpression) -> str:
     return dotted_name(node) or ""
 
@@ -130,6 +182,8 @@ class NameTable:
         self.imported: Dict[str, str] = {}
         # Names the scope binds itself (def, class, plain assignment): they hide imports from outer scopes.
         self.own: Set[str] = set()
+        # `from M import *`: the modules, in order.
+        self.star_modules: List[str] = []
 
     def bind_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -146,6 +200,7 @@ class NameTable:
         else:
             module = _module_name(node.module) if node.module else ""
         if isinstance(node.names, cst.ImportStar):
+            self.star_modules.append(module)
             return
         for alias in node.names:
             name = _module_name(alias.name)
@@ -164,6 +219,10 @@ class NameTable:
                 return table.imported[name]
             if name in table.own:
                 return None
+            if table.star_modules:
+                found = _star_binding(table.star_modules, name)
+                if found is not None:
+                    return found
             table = table.parent
         return None
 

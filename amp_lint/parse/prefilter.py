@@ -343,10 +343,14 @@ def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -
             facts.add("autocast_device_indexed")
         elif isinstance(device, ast.Call):
             facts.add("autocast_device_call")
-        elif isinstance(device, ast.Name) and (device.id in device_objects or any_name_is_a_device):
-            facts.add("autocast_device_object")
+        elif isinstance(device, ast.Name):
+            if device.id in device_objects or any_name_is_a_device:
+                facts.add("autocast_device_object")
+            facts.add("autocast_device_expr")  # the analysis resolves it (`dt = str(x.device)`)
         elif isinstance(device, ast.Attribute) and "device" in device.attr:
             facts.add("autocast_device_object")  # `x.device` is a torch.device
+        elif isinstance(device, ast.Subscript) or (isinstance(device, ast.Attribute) and device.attr != "type"):
+            facts.add("autocast_device_expr")  # `ctx["dev"]`, `self.dev`: resolved by the analysis
     return facts
 
 

@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis import names
+from amp_lint.analysis import names, values
 from amp_lint.analysis.model import (
     AutocastRegion,
     Branch,
@@ -53,8 +53,6 @@ LOWER_PRECISION_OPS = frozenset(
     }
 )
 LOWER_PRECISION_METHODS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "mv", "__matmul__"})
-
-_TORCH_DEVICE = frozenset({"torch.device"})
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:
@@ -121,42 +119,6 @@ def argument(call: cst.Call, position: Optional[int], keyword: str) -> Optional[
 
 def has_star_args(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
-
-
-def resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope) -> Optional[cst.BaseExpression]:
-    """Follow a plain name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
-    seen = 0
-    while isinstance(expr, cst.Name) and seen < 5:
-        seen += 1
-        for outer in scope.chain():
-            values = outer.assignments.get(expr.value)
-            if values:
-                if len(values) != 1:
-                    return None
-                expr = values[0][0]
-                break
-            if expr.value in outer.params:
-                return expr
-        else:
-            return expr
-    return expr
-
-
-def is_torch_device(expr: Optional[cst.BaseExpression], scope: Scope) -> bool:
-    """`torch.device("cuda")`, or a name bound once to such a call or annotated `torch.device`."""
-    if expr is None:
-        return False
-    if isinstance(expr, cst.Name):
-        for outer in scope.chain():
-            if expr.value in outer.params:
-                annotation = outer.params[expr.value]
-                return annotation is not None and outer.names.qualify(annotation) in _TORCH_DEVICE
-            if expr.value in outer.assignments:
-                break
-    resolved = resolve_constant(expr, scope)
-    return isinstance(resolved, cst.Call) and scope.names.qualify(resolved.func) in _TORCH_DEVICE
-
-
 
 
 def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]:
@@ -294,6 +256,39 @@ def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         if isinstance(node, cst.BaseStatement) or isinstance(node, cst.BaseSuite):
             stack.extend(node.children)
     return False
+
+
+# --- values (amp_lint.analysis.values) ----------------------------------------------------------------
+
+
+def value_of(model: FileModel, expression: Optional[cst.BaseExpression], scope: Optional[Scope]) -> values.Value:
+    """What `expression`, written in `scope`, may be at run time."""
+    parents = getattr(model, "parents", None)  # node id -> parent, when the model keeps one
+    return values.of(model.module).resolve(expression, scope.node if scope is not None else None, parents)
+
+
+def region_device_types(model: FileModel, region: AutocastRegion, with_cuda: bool = False) -> Optional[frozenset]:
+    """The device types an autocast region may run on, None when one is unknown (`with_cuda`: on a host
+    with CUDA, so `"cuda" if torch.cuda.is_available() else "cpu"` is "cuda")."""
+    implied = names.IMPLIED_DEVICE.get(region.spec.qualified_name)
+    if implied is not None:
+        return frozenset({implied})
+    if region.spec.device:
+        return frozenset({region.spec.device.split(":")[0]})
+    if region.spec.device_node is None:
+        return None
+    return value_of(model, region.spec.device_node, region.scope).device_types(with_cuda=with_cuda)
+
+
+def region_device(model: FileModel, region: AutocastRegion) -> Optional[str]:
+    """The one device type of an autocast region, None when not known."""
+    types = region_device_types(model, region)
+    return next(iter(types)) if types is not None and len(types) == 1 else None
+
+
+def definitions(value: values.Value, label: str) -> Tuple[Tuple[str, cst.CSTNode], ...]:
+    """`related` entries for the statements a value was read from."""
+    return tuple((label, node) for node in value.definitions[:3])
 
 
 def file_devices(model: FileModel) -> Set[str]:

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+from amp_lint.analysis import names
+from amp_lint.analysis.model import CUDA_LIKE_DEVICES, AutocastRegion, DType, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.analysis.values import Kind
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis.model import AutocastRegion, DType, EventKind, FileModel, TrainingStep, code_of
+from amp_lint.rules._helpers import region_device_types, value_of
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -104,6 +107,42 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 """,
+        # A device from the configuration (Open-Rig3R's train.py today): it may be "cpu" (bfloat16).
+        """
+import torch
+from torch.amp import autocast
+device = torch.device(cfg.get("device", "cuda") if torch.cuda.is_available() else "cpu")
+for images, target in loader:
+    with autocast(device_type=str(device)):
+        outputs = model(images)
+    loss = criterion(outputs, target)
+    loss.backward()
+    optimizer.step()
+""",
+        # The dtype depends on a flag: not known to be float16.
+        """
+import torch
+class Trainer:
+    def __init__(self, bf16):
+        self.amp_dtype = torch.bfloat16 if bf16 else torch.float32
+
+    def fit(self, loader):
+        for x in loader:
+            with torch.autocast("cuda", dtype=self.amp_dtype):
+                loss = self.model(x).mean()
+            loss.backward()
+            self.optimizer.step()
+""",
+        # Switched off by a module flag.
+        """
+import torch
+USE_AMP = False
+for x, y in loader:
+    with torch.autocast("cuda", enabled=USE_AMP):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
         # A scaler passed in as a parameter is in reach.
         """
 import torch
@@ -145,6 +184,40 @@ def train(model, loader, opt):
         opt.zero_grad()
 """
         ),
+        # Open-Rig3R #35: no dtype, and `str(device)` is "cuda" wherever CUDA is available: float16.
+        Invalid(
+            """
+import torch
+from torch.amp import autocast
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+for images, target in loader:
+    optimizer.zero_grad()
+    with autocast(device_type=str(device)):
+        outputs = model(images)
+    loss = criterion(outputs, target)
+    loss.backward()
+    optimizer.step()
+"""
+        ),
+        # The dtype set in __init__.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.amp_dtype = torch.float16
+
+    def fit(self, loader):
+        for x in loader:
+            with torch.autocast("cuda", dtype=self.amp_dtype):
+                loss = self.model(x).mean()
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+"""
+        ),
         # A scaler built with enabled=False is no scaler at all.
         Invalid(
             """
@@ -167,21 +240,24 @@ for x in loader:
             for backward in step.of(EventKind.BACKWARD):
                 if backward.scaled_by is not None:
                     continue
-                region = _fp16_forward_region(step, backward)
+                region = _fp16_forward_region(model, step, backward)
                 if region is None:
                     continue
                 if not any(o.compatible(backward) and o.index > backward.index for o in optimizer_steps):
                     continue
+                why = ""
+                if region.spec.dtype is not DType.FP16:  # known through values
+                    why = ", float16 by default on CUDA" if region.spec.dtype_node is None else ""
                 yield self.finding(
                     backward.call,
                     f"`{code_of(backward.call)}` backpropagates a float16 autocast loss "
-                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`) without a GradScaler; "
+                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`{why}) without a GradScaler; "
                     "small gradients underflow to zero",
                     context=step.scope.name,
                 )
 
 
-def _fp16_forward_region(step: TrainingStep, backward) -> Optional[AutocastRegion]:
+def _fp16_forward_region(model: FileModel, step: TrainingStep, backward) -> Optional[AutocastRegion]:
     """An enabled float16 region that runs the iteration's forward pass before (or around) the backward."""
     candidates = list(backward.regions)
     for region in step.scope.regions:
@@ -192,9 +268,32 @@ def _fp16_forward_region(step: TrainingStep, backward) -> Optional[AutocastRegio
                 continue
         candidates.append(region)
     for region in candidates:
-        if region.spec.dtype is DType.FP16 and region.spec.is_enabled:
+        if region.spec.is_enabled and _is_fp16(model, region) and not _disabled(model, region):
             return region
     return None
+
+
+def _is_fp16(model: FileModel, region: AutocastRegion) -> bool:
+    """float16 as written, or through values: `dtype=self.amp_dtype` set to torch.float16, or no dtype on a
+    device that is CUDA wherever CUDA is available (`torch.device("cuda" if ... else "cpu")`)."""
+    spec = region.spec
+    if spec.dtype is DType.FP16:
+        return True
+    if spec.dtype is not DType.UNKNOWN:
+        return False
+    if spec.dtype_node is not None:
+        dtypes = value_of(model, spec.dtype_node, region.scope).literals
+        return bool(dtypes) and all(d in names.FLOAT16 for d in dtypes)
+    types = region_device_types(model, region, with_cuda=True)
+    return bool(types) and all(t in CUDA_LIKE_DEVICES for t in types)
+
+
+def _disabled(model: FileModel, region: AutocastRegion) -> bool:
+    """`enabled=` a flag that is False wherever it is set (`USE_AMP = False`)."""
+    if region.spec.enabled_node is None or region.spec.enabled is not None:
+        return False
+    value = value_of(model, region.spec.enabled_node, region.scope)
+    return value.kind is Kind.BOOL and value.literals == (False,)
 
 
 def _region_in_loop(step: TrainingStep, region: AutocastRegion) -> bool:

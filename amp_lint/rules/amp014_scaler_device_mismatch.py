@@ -8,7 +8,7 @@ from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
 from amp_lint.analysis.model import AutocastRegion, FileModel, ScalerBinding
-from amp_lint.rules._helpers import argument, forward_regions, short
+from amp_lint.rules._helpers import argument, forward_regions, region_device, short, value_of
 from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -91,6 +91,34 @@ for x in loader:
     scaler.step(optimizer)
     scaler.update()
 """,
+        # Both through one variable set in __init__.
+        """
+import torch
+class Trainer:
+    def __init__(self):
+        self.device = "cpu"
+        self.scaler = torch.amp.GradScaler(self.device)
+
+    def fit(self, loader):
+        for x in loader:
+            with torch.autocast(self.device, dtype=torch.float16):
+                loss = self.model(x).sum()
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+        # The autocast device is the caller's: unknown.
+        """
+import torch
+def train(model, loader, optimizer, device_type):
+    scaler = torch.amp.GradScaler()
+    for x in loader:
+        with torch.autocast(device_type, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
     ]
     invalid = [
         Invalid(
@@ -139,6 +167,39 @@ def train(model, loader, optimizer):
         scaler.update()
 """,
         ),
+        # Devices through values: an attribute set in __init__ for autocast, the default "cuda" for the scaler.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.device_type = "cpu"
+        self.scaler = torch.amp.GradScaler()
+
+    def fit(self, loader):
+        for x in loader:
+            with torch.autocast(self.device_type, dtype=torch.float16):
+                loss = self.model(x).sum()
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+            fixed="""
+import torch
+class Trainer:
+    def __init__(self):
+        self.device_type = "cpu"
+        self.scaler = torch.amp.GradScaler("cpu")
+
+    def fit(self, loader):
+        for x in loader:
+            with torch.autocast(self.device_type, dtype=torch.float16):
+                loss = self.model(x).sum()
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+""",
+        ),
         # The deprecated CUDA scaler next to CPU autocast: reported, fixed through AMP072.
         Invalid(
             """
@@ -158,10 +219,10 @@ for x in loader:
         for bindings, backwards in scaler_uses(model).values():
             if not any(b.is_enabled for b in bindings):
                 continue
-            devices = {b.device for b in bindings}
+            devices = {_scaler_device(model, b) for b in bindings}
             if len(devices) != 1 or None in devices:
                 continue
-            scaler_device = next(iter(devices)).split(":")[0]
+            scaler_device = next(iter(devices))
             regions = []
             for step, backward in backwards:
                 feeding = forward_regions(step, backward)
@@ -169,7 +230,7 @@ for x in loader:
                     regions = []
                     break
                 regions += feeding
-            region_devices = {r.spec.device.split(":")[0] if r.spec.device else None for r in regions}
+            region_devices = {region_device(model, r) for r in regions}
             if len(region_devices) != 1 or None in region_devices:
                 continue
             autocast_device = next(iter(region_devices))
@@ -186,15 +247,30 @@ for x in loader:
                 )
 
 
+def _scaler_device(model: FileModel, binding: ScalerBinding) -> Optional[str]:
+    """The device type a scaler is built for ("cuda" when omitted), through values; None when unknown."""
+    if binding.call is None or binding.qualified_name is None:
+        return None
+    if binding.device is not None:
+        return binding.device.split(":")[0]
+    if names.IMPLIED_DEVICE.get(binding.qualified_name) or any(a.star for a in binding.call.args):
+        return None
+    arg = argument(binding.call, 0, "device")
+    return value_of(model, arg.value, binding.scope).device_type if arg is not None else None
+
+
 def _device_fix(model: FileModel, binding: ScalerBinding, region: AutocastRegion) -> Optional[Fix]:
     call = binding.call
     if call is None or binding.qualified_name in names.IMPLIED_DEVICE or any(a.star for a in call.args):
+        return None
+    device = region_device(model, region)
+    if device is None:
         return None
     builder = FixBuilder(model.module)
     if isinstance(region.spec.device_node, cst.SimpleString):
         new: cst.BaseExpression = region.spec.device_node
     else:
-        new = cst.SimpleString(builder.string(region.spec.device or ""))
+        new = cst.SimpleString(builder.string(device))
     current = argument(call, 0, "device")
     if current is not None:
         builder.replace(current.value, lambda updated: new)

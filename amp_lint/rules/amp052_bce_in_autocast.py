@@ -6,7 +6,7 @@ import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.model import AssignmentSite, AutocastRegion, CallSite, FileModel, dotted_name
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import region_device_types, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _BCE_FUNCTIONS = frozenset({"torch.nn.functional.binary_cross_entropy"})
@@ -78,6 +78,18 @@ with torch.autocast("cuda"):
     with torch.autocast("cuda", enabled=False):
         loss = F.binary_cross_entropy(probs.float(), y)
 """,
+        # A CPU device set in __init__ (through values).
+        """
+import torch
+import torch.nn.functional as F
+class Scorer:
+    def __init__(self):
+        self.device_type = "cpu"
+
+    def score(self, x, y):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            return F.binary_cross_entropy(torch.sigmoid(self.model(x)), y)
+""",
         # Outside the region.
         """
 import torch
@@ -94,6 +106,16 @@ loss = criterion(probs.float(), y)
 import torch
 import torch.nn.functional as F
 with torch.autocast("cuda"):
+    loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
+"""
+        ),
+        # CUDA wherever CUDA is available: it raises there.
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+with torch.autocast(device.type):
     loss = F.binary_cross_entropy(torch.sigmoid(model(x)), y)
 """
         ),
@@ -126,9 +148,13 @@ class Trainer:
             if what is None:
                 continue
             region = site.in_enabled_autocast()
-            if region is None or region.spec.device == "cpu":
+            if region is None:
                 continue
-            known = region.spec.device is not None
+            # On a host with CUDA: `"cuda" if torch.cuda.is_available() else "cpu"` is CUDA there.
+            devices = region_device_types(model, region, with_cuda=True)
+            if devices is not None and devices <= {"cpu"}:
+                continue
+            known = devices is not None
             advice = "use binary_cross_entropy_with_logits on the logits"
             arg = site.call.args[0].value if site.call.args else None
             if arg is not None and _is_sigmoid(site, arg):

@@ -7,7 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.model import AutocastRegion, FileModel, code_of
-from amp_lint.rules._helpers import LOWER_PRECISION_OPS, short
+from amp_lint.rules._helpers import LOWER_PRECISION_OPS, region_device, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -86,6 +86,19 @@ with torch.autocast("cuda"):
         with torch.autocast("cuda", enabled=False):
             out = model(x)
 """,
+        # The same device through a name and an attribute.
+        """
+import torch
+DEVICE = "cuda"
+class Block:
+    def __init__(self):
+        self.device_type = DEVICE
+
+    def forward(self, x):
+        with torch.autocast(DEVICE):
+            with torch.autocast(self.device_type, enabled=False):
+                return self.head(x)
+""",
         # A device variable: unknown.
         """
 import torch
@@ -138,6 +151,33 @@ with torch.autocast("cuda"):
         out = F.linear(h, weight)
 """
         ),
+        # The outer device set in __init__, the inner one a literal (through values).
+        Invalid(
+            """
+import torch
+class Block:
+    def __init__(self):
+        self.device_type = "cuda"
+
+    def forward(self, x):
+        with torch.autocast(self.device_type, dtype=torch.float16):
+            h = self.encoder(x)
+            with torch.autocast("cpu", enabled=False):
+                return self.head(h.float())
+""",
+            fixed="""
+import torch
+class Block:
+    def __init__(self):
+        self.device_type = "cuda"
+
+    def forward(self, x):
+        with torch.autocast(self.device_type, dtype=torch.float16):
+            h = self.encoder(x)
+            with torch.autocast(self.device_type, enabled=False):
+                return self.head(h.float())
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -147,17 +187,19 @@ with torch.autocast("cuda"):
             enabled = _enabled_ancestors(region)
             if not enabled:
                 continue
-            devices = [a.spec.device for a in enabled]
-            if region.spec.device is None or any(d is None for d in devices):
+            devices = [region_device(model, a) for a in enabled]
+            inner = region_device(model, region)
+            if inner is None or any(d is None for d in devices):
                 continue
-            if region.spec.device.split(":")[0] not in {d.split(":")[0] for d in devices}:
+            if inner not in devices:
                 outer = enabled[0]
+                outer_device = devices[0]
                 yield self.finding(
                     region.spec.device_node or region.item or region.node,
                     f"`{short(region.item.item if region.item else region.node)}` switches off "
-                    f"{region.spec.device!r} autocast inside {outer.spec.device!r} autocast: "
-                    f"the {outer.spec.device} ops still autocast; disable device type {outer.spec.device!r}",
-                    fix=_device_fix(model, region, outer),
+                    f"{inner!r} autocast inside {outer_device!r} autocast: "
+                    f"the {outer_device} ops still autocast; disable device type {outer_device!r}",
+                    fix=_device_fix(model, region, outer, outer_device),
                     context=region.scope.name if region.scope else "",
                 )
             else:
@@ -212,14 +254,14 @@ def _computed_in(model: FileModel, name: str, outer: AutocastRegion, inner: Auto
     )
 
 
-def _device_fix(model: FileModel, region: AutocastRegion, outer: AutocastRegion) -> Optional[Fix]:
+def _device_fix(model: FileModel, region: AutocastRegion, outer: AutocastRegion, device: str) -> Optional[Fix]:
     if region.spec.device_node is None:
         return None
     builder = FixBuilder(model.module)
     if outer.spec.device_node is not None and outer.scope is region.scope:
         code = code_of(outer.spec.device_node)
     else:
-        code = builder.string(outer.spec.device or "cuda")
+        code = builder.string(device)
     new = builder.expression(code)
     builder.replace(region.spec.device_node, lambda updated: new)
     return builder.build(f"Disable autocast for device type {code}", Applicability.SAFE)

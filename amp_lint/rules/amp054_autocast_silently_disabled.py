@@ -9,7 +9,8 @@ from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, with_call_args
 from amp_lint.analysis.model import FileModel, dotted_name
-from amp_lint.rules._helpers import argument, has_star_args, literal_bool, resolve_constant, short
+from amp_lint.analysis.values import Kind
+from amp_lint.rules._helpers import argument, definitions, has_star_args, short, value_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _NOT_LOW_PRECISION = frozenset(
@@ -107,6 +108,18 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     with torch.autocast(h.device.type, torch.float32):
         freqs = torch.outer(pos, inv_freq)
 """,
+        # float32 on CUDA through an attribute: the float32-forcing idiom, not reported.
+        """
+import torch
+class Encoder:
+    def __init__(self):
+        self.device = "cuda"
+        self.rope_dtype = torch.float32
+
+    def forward(self, x):
+        with torch.autocast(self.device, dtype=self.rope_dtype):
+            return self.rope(x)
+""",
         # A dtype chosen at run time.
         """
 import torch
@@ -170,6 +183,20 @@ with torch.autocast("cpu", dtype=AMP_DTYPE):
     out = model(x)
 """
         ),
+        # The device and the dtype set in __init__ (through values).
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.device_type = "cpu"
+        self.amp_dtype = torch.float32
+
+    def step(self, x):
+        with torch.autocast(self.device_type, dtype=self.amp_dtype):
+            return self.model(x)
+"""
+        ),
         Invalid(
             """
 import torch
@@ -185,13 +212,13 @@ with torch.autocast("cuda", "float16"):
                 continue
             deprecated = qualified in names.IMPLIED_DEVICE
             enabled = argument(call, 0 if deprecated else 2, "enabled")
-            if enabled is not None and literal_bool(resolve_constant(enabled.value, scope)) is False:
+            if enabled is not None and value_of(model, enabled.value, scope).literals == (False,):
                 continue
             dtype = argument(call, 1, "dtype")
             if dtype is None:
                 continue
-            value = resolve_constant(dtype.value, scope)
-            positional_bool = dtype.keyword is None and not deprecated and literal_bool(value) is not None
+            value = value_of(model, dtype.value, scope)
+            positional_bool = dtype.keyword is None and not deprecated and value.kind is Kind.BOOL and value.certain
             bool_named = dtype.keyword is None and not deprecated and _looks_boolean(dtype.value)
             if positional_bool or bool_named:
                 yield self.finding(
@@ -201,36 +228,43 @@ with torch.autocast("cuda", "float16"):
                     fix=_keywordize_fix(model, call, dtype, Applicability.SAFE if positional_bool else Applicability.UNSAFE),
                     confidence=Confidence.HIGH if positional_bool else Confidence.MEDIUM,
                     context=scope.name,
+                    related=definitions(value, "set") if dtype.value is not None and not _is_literal(dtype.value) else (),
                 )
-            elif isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString)) or literal_bool(
-                value
-            ) is not None:
+            elif value.known and value.kind in (Kind.STRING, Kind.NUMBER, Kind.BOOL):
                 yield self.finding(
                     dtype,
                     f"`{short(call)}`: dtype `{short(dtype.value, 30)}` is not a torch dtype; "
                     "use torch.float16 or torch.bfloat16",
                     context=scope.name,
+                    related=definitions(value, "set") if not _is_literal(dtype.value) else (),
                 )
-            elif value is not None and scope.names.qualify(value) in _NOT_LOW_PRECISION:
+            elif value.kind is Kind.DTYPE and value.literals and all(d in _NOT_LOW_PRECISION for d in value.literals):
                 # On CUDA a float32 autocast still upcasts the low-precision op lists (a way to force
                 # float32 inside an outer region); only a known non-CUDA device disables it for sure.
-                device = names.IMPLIED_DEVICE.get(qualified) or _device_literal(call, scope)
-                if device is None or device.split(":")[0] == "cuda":
+                device = names.IMPLIED_DEVICE.get(qualified) or _device_type(model, call, scope)
+                if device is None or device == "cuda":
                     continue
                 yield self.finding(
                     dtype,
-                    f"`{short(call)}`: {device} autocast does not support `{short(value, 30)}`: it warns "
+                    f"`{short(call)}`: {device} autocast does not support `{value.literals[0]}`: it warns "
                     "and disables autocast; use torch.float16 or torch.bfloat16, or enabled=False",
                     context=scope.name,
+                    related=definitions(value, "set") if not _is_literal(dtype.value) else (),
                 )
 
 
-def _device_literal(call: cst.Call, scope) -> Optional[str]:
+def _is_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.SimpleString, cst.Integer, cst.Float, cst.ConcatenatedString)) or (
+        isinstance(node, cst.Name) and node.value in ("True", "False")
+    ) or dotted_name(node) in _NOT_LOW_PRECISION
+
+
+def _device_type(model: FileModel, call: cst.Call, scope) -> Optional[str]:
+    """The one device type of the autocast call's device_type argument, through values."""
     device = argument(call, 0, "device_type")
     if device is None:
         return None
-    value = resolve_constant(device.value, scope)
-    return value.evaluated_value if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str) else None
+    return value_of(model, device.value, scope).device_type
 
 
 _BOOLEAN_NAME = re.compile(r"^(use|enable|is|do|with)_|(^|_)(amp|enabled?|fp16|mixed_precision|autocast)$", re.IGNORECASE)

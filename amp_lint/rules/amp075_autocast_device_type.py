@@ -8,7 +8,9 @@ from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
 from amp_lint.analysis.model import FileModel, Scope, code_of, dotted_name
-from amp_lint.rules._helpers import argument, file_devices, has_star_args, is_torch_device, literal_string, resolve_constant, short
+from amp_lint.analysis import values
+from amp_lint.analysis.values import Index, Kind, Value
+from amp_lint.rules._helpers import argument, definitions, file_devices, has_star_args, literal_string, short, value_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -16,7 +18,9 @@ class AutocastDeviceType(Rule):
     """
     ## What it does
     Finds `torch.autocast` / `torch.amp.autocast` whose `device_type` is missing, is not a string (a
-    `torch.device`), or carries a device index (`"cuda:0"`, `str(device)`, `f"cuda:{rank}"`).
+    `torch.device`), or carries a device index (`"cuda:0"`, `str(device)`, `f"cuda:{rank}"`), also when the
+    value comes through a name, an attribute set in the class (`self.device = "cuda:0"`), a dict entry or
+    a helper of the file (`def get_device(): return str(device)`).
 
     ## Why is this bad?
     - `torch.autocast()` without a device raises `TypeError: autocast.__init__() missing 1 required
@@ -24,7 +28,8 @@ class AutocastDeviceType(Rule):
     - `torch.autocast(torch.device("cuda"))` raises ``ValueError: Expected `device_type` of type `str`,
       got: `<class 'torch.device'>` ``.
     - `torch.autocast("cuda:0")` is accepted but skips the `device == "cuda"` branch that checks CUDA
-      availability and bfloat16 support: on a machine without CUDA it stays "enabled" silently. The
+      availability and bfloat16 support: on a machine without CUDA it stays "enabled" silently; some
+      releases raise `RuntimeError: User specified an unsupported autocast device_type 'cuda:0'`. The
       parameter is a device *type*, "the same as the `type` attribute of a torch.device".
 
     ## Example
@@ -43,10 +48,12 @@ class AutocastDeviceType(Rule):
 
     ## Fix safety
     Safe for an index in a literal (`"cuda:0"` becomes `"cuda"`) and for a value that is provably a
-    `torch.device` (`dev` becomes `dev.type`, `str(dev)` becomes `dev.type`). Unsafe when the
-    device_type is missing and the file's other autocast regions name a single device, which is then
-    inserted, or when `str(x)` is rewritten without proof that `x` is a `torch.device`. Otherwise
-    reported only.
+    `torch.device` (`dev` becomes `dev.type`, `str(dev)` becomes `dev.type`). Safe, too, for a name,
+    attribute or helper call whose every value in the file is a device string, one of them indexed: it
+    becomes `torch.device(x).type`, right for any device string. Unsafe when the device_type is missing
+    and the file's other autocast regions name a single device, which is then inserted, or when `str(x)`
+    is rewritten without proof that `x` is a `torch.device`. A value that is indexed on some paths and
+    unknown on others (the caller's device) is reported at medium confidence without a fix.
 
     ## References
     - `torch/amp/autocast_mode.py`: `autocast.__init__`, `autocast.__call__`
@@ -59,9 +66,10 @@ class AutocastDeviceType(Rule):
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
     needs = (r"\bautocast\b",)
-    # No device, an indexed string, a call (`str(device)`, `torch.device(...)`), a torch.device object, or a
-    # bare `@autocast` decorator: what the `ast` pass of the prefilter notes about each autocast call.
-    ast_needs = (r"autocast_device_(missing|indexed|call|object)|autocast_bare_decorator",)
+    # No device, an indexed string, a call (`str(device)`, `torch.device(...)`), a torch.device object, an
+    # expression the analysis resolves (`dt`, `self.dev`, `ctx["dev"]`), or a bare `@autocast` decorator:
+    # what the `ast` pass of the prefilter notes about each autocast call.
+    ast_needs = (r"autocast_device_(missing|indexed|call|object|expr)|autocast_bare_decorator",)
 
     valid = [
         """
@@ -98,6 +106,82 @@ class Runner:
     def run(self, x):
         with torch.autocast(self.device):
             return self.model(x)
+""",
+        # str() of a device without an index is the device type (Open-Rig3R's `str(device)`).
+        """
+import torch
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+with torch.autocast(device_type=str(device)):
+    out = model(x)
+""",
+        # The caller's device: unknown.
+        """
+import torch
+class Runner:
+    def __init__(self, device):
+        self.device = device
+
+    def run(self, x):
+        with torch.autocast(self.device):
+            return self.model(x)
+""",
+        # A later assignment in the function replaces the indexed one.
+        """
+import torch
+def step(model, x):
+    dev = "cuda:0"
+    dev = dev.split(":")[0]
+    with torch.autocast(dev):
+        return model(x)
+""",
+        # transformers' rotary embeddings: the type of a tensor's device, or "cpu".
+        """
+import torch
+def forward(x, inv_freq):
+    device_type = x.device.type
+    device_type = device_type if isinstance(device_type, str) and device_type != "mps" else "cpu"
+    with torch.autocast(device_type=device_type, enabled=False):
+        return inv_freq.float() @ x.float()
+""",
+        # The dict is changed elsewhere: its entry is unknown.
+        """
+import torch
+ctx = {"dev": "cuda:0"}
+ctx.update(load_settings())
+def sample(model, x):
+    with torch.autocast(ctx["dev"]):
+        return model(x)
+""",
+        # str() of a setting through a name: a string already, maybe without an index.
+        """
+import torch
+def run(model, x, args):
+    dt = str(args.device)
+    with torch.autocast(dt):
+        return model(x)
+""",
+        # A helper whose return nobody knows.
+        """
+import torch
+def get_device():
+    return settings.device
+def step(model, x):
+    with torch.autocast(get_device()):
+        return model(x)
+""",
+        # Written from outside the class: unknown.
+        """
+import torch
+class Runner:
+    def __init__(self):
+        self.device = "cuda:0"
+
+    def run(self, x):
+        with torch.autocast(self.device):
+            return self.model(x)
+
+runner = Runner()
+runner.device = "cuda"
 """,
     ]
     invalid = [
@@ -191,6 +275,167 @@ def step(model, x):
         return model(x)
 """
         ),
+        # Through a name (RoMa #56): a tensor's device made a string keeps its index.
+        Invalid(
+            """
+import torch
+def match(model, x):
+    dt = str(x.device)
+    with torch.autocast(device_type=dt, dtype=torch.float16):
+        return model(x)
+"""
+        ),
+        # An attribute set in __init__, used in another method; the value is fully known.
+        Invalid(
+            """
+import torch
+class Runner:
+    def __init__(self, model):
+        self.model = model
+        self.device = "cuda:0"
+
+    def run(self, x):
+        with torch.autocast(self.device, dtype=torch.float16):
+            return self.model(x)
+""",
+            fixed="""
+import torch
+class Runner:
+    def __init__(self, model):
+        self.model = model
+        self.device = "cuda:0"
+
+    def run(self, x):
+        with torch.autocast(torch.device(self.device).type, dtype=torch.float16):
+            return self.model(x)
+""",
+        ),
+        # index-tts #117: "cuda:0" when CUDA is there, the caller's device otherwise: wrong on that path.
+        Invalid(
+            """
+import torch
+class TTS:
+    def __init__(self, device=None):
+        if device is not None:
+            self.device = device
+        elif torch.cuda.is_available():
+            self.device = "cuda:0"
+        else:
+            self.device = "cpu"
+        self.dtype = torch.float16
+
+    def infer(self, x):
+        with torch.no_grad():
+            with torch.amp.autocast(self.device, enabled=self.dtype is not None, dtype=self.dtype):
+                return self.gpt(x)
+"""
+        ),
+        # A subscript of a dict literal (ComfyUI nodes): a torch.device with an index, made a string.
+        Invalid(
+            """
+import torch
+ctx = {"dev": torch.device("cuda:0"), "steps": 20}
+def sample(model, x):
+    with torch.autocast(str(ctx["dev"]), dtype=torch.bfloat16):
+        return model(x)
+""",
+            fixed="""
+import torch
+ctx = {"dev": torch.device("cuda:0"), "steps": 20}
+def sample(model, x):
+    with torch.autocast(ctx["dev"].type, dtype=torch.bfloat16):
+        return model(x)
+""",
+        ),
+        # A helper of the file returning `str(device)` (SeedVR2).
+        Invalid(
+            """
+import torch
+device = torch.device(f"cuda:{local_rank}")
+def get_device():
+    return str(device)
+def upscale(model, x):
+    with torch.autocast(get_device(), dtype=torch.bfloat16):
+        return model(x)
+""",
+            fixed="""
+import torch
+device = torch.device(f"cuda:{local_rank}")
+def get_device():
+    return str(device)
+def upscale(model, x):
+    with torch.autocast(torch.device(get_device()).type, dtype=torch.bfloat16):
+        return model(x)
+""",
+        ),
+        # A module constant.
+        Invalid(
+            """
+import torch
+DEVICE = "cuda:0"
+def step(model, x):
+    with torch.autocast(DEVICE):
+        return model(x)
+""",
+            fixed="""
+import torch
+DEVICE = "cuda:0"
+def step(model, x):
+    with torch.autocast(torch.device(DEVICE).type):
+        return model(x)
+""",
+        ),
+        # A device type per backend, one of them indexed (torch's testing/_internal/common_fsdp.py): wrong
+        # on that backend.
+        Invalid(
+            """
+import torch
+if TEST_CUDA:
+    DEVICE_TYPE = "cuda"
+elif TEST_HPU:
+    DEVICE_TYPE = "hpu:0"
+else:
+    DEVICE_TYPE = "cpu"
+def train(model, x):
+    with torch.amp.autocast(DEVICE_TYPE):
+        return model(x)
+""",
+            fixed="""
+import torch
+if TEST_CUDA:
+    DEVICE_TYPE = "cuda"
+elif TEST_HPU:
+    DEVICE_TYPE = "hpu:0"
+else:
+    DEVICE_TYPE = "cpu"
+def train(model, x):
+    with torch.amp.autocast(torch.device(DEVICE_TYPE).type):
+        return model(x)
+""",
+        ),
+        # A torch.device attribute: not a string.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def __init__(self):
+        self.device = torch.device("cuda")
+
+    def step(self, x):
+        with torch.autocast(self.device):
+            return self.model(x)
+""",
+            fixed="""
+import torch
+class Trainer:
+    def __init__(self):
+        self.device = torch.device("cuda")
+
+    def step(self, x):
+        with torch.autocast(self.device.type):
+            return self.model(x)
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -242,20 +487,7 @@ def step(model, x):
                 )
             return
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "str" and len(value.args) == 1:
-            inner = value.args[0].value
-            key = dotted_name(inner)
-            if key is None:
-                return
-            proven = is_torch_device(inner, scope)
-            yield self.finding(
-                value,
-                f"device_type `{code_of(value)}` is 'cuda:0' for an indexed device; use `{key}.type`",
-                fix=_replace_fix(
-                    model, value, f"{key}.type", Applicability.SAFE if proven else Applicability.UNSAFE
-                ),
-                confidence=Confidence.HIGH if proven else Confidence.MEDIUM,
-                context=scope.name,
-            )
+            yield from self._check_str_call(model, value, scope)
             return
         if isinstance(value, cst.Call) and scope.names.qualify(value.func) == "torch.device":
             inner = literal_string(value.args[0].value) if value.args else None
@@ -268,43 +500,104 @@ def step(model, x):
                 context=scope.name,
             )
             return
-        if isinstance(value, cst.Name) and is_torch_device(value, scope):
-            yield self.finding(
-                value,
-                f"device_type `{value.value}` is a torch.device, not a string: ValueError; use `{value.value}.type`",
-                fix=_replace_fix(model, value, f"{value.value}.type", Applicability.SAFE),
-                context=scope.name,
-            )
+        yield from self._check_resolved(model, value, scope)
+
+    def _check_str_call(self, model: FileModel, value: cst.Call, scope: Scope) -> Iterator[Finding]:
+        """`str(device)`: 'cuda:0' for an indexed device."""
+        inner = value.args[0].value
+        resolved = value_of(model, inner, scope)
+        if resolved.known and resolved.kind in (Kind.STRING, Kind.DEVICE) and not resolved.indexed():
+            if resolved.kind is Kind.STRING or resolved.no_index:
+                return  # str() of a string, or of a device without an index
+        proven = resolved.kind is Kind.DEVICE and resolved.certain
+        if not proven and not resolved.indexed() and dotted_name(inner) is None:
+            return  # str() of something nobody knows
+        text = code_of(inner)
+        yield self.finding(
+            value,
+            f"device_type `{short(value)}` is 'cuda:0' for an indexed device; use `{text}.type`",
+            fix=_replace_fix(model, value, f"{text}.type", Applicability.SAFE if proven else Applicability.UNSAFE)
+            if _postfix_ok(inner)
+            else None,
+            confidence=Confidence.HIGH if proven or _certainly_indexed(resolved) else Confidence.MEDIUM,
+            context=scope.name,
+            related=definitions(resolved, "set"),
+        )
+
+    def _check_resolved(self, model: FileModel, value: cst.BaseExpression, scope: Scope) -> Iterator[Finding]:
+        """A name, attribute, subscript or helper call: what it resolves to."""
+        resolved = value_of(model, value, scope)
+        text = code_of(value)
+        if not resolved.known:
+            # An indexed device string that some assignment gives it (`self.device = "cuda:0"` when CUDA is
+            # there, the argument otherwise): wrong on that path.
+            literal = next((a for a in resolved.indexed() if a.kind is Kind.STRING and isinstance(a.literal, str)), None)
+            if literal is not None:
+                yield self.finding(
+                    value,
+                    f"device_type `{short(value)}` is `{literal.literal}` on some paths, with a device index; "
+                    f"autocast wants the device type, `torch.device({text}).type`",
+                    confidence=Confidence.MEDIUM,
+                    context=scope.name,
+                    related=(("set", literal.defined_at),) if literal.defined_at is not None else (),
+                )
             return
-        resolved = resolve_constant(value, scope)
-        text = literal_string(resolved) if resolved is not value else None
-        if text is not None and ":" in text:
-            yield self.finding(
-                value,
-                f"device_type `{code_of(value)}` is `{text}`, with a device index; autocast wants the device type "
-                f"`{text.split(':')[0]}`",
-                context=scope.name,
-            )
+        if resolved.kind is Kind.DEVICE:
+            if resolved.certain:
+                yield self.finding(
+                    value,
+                    f"device_type `{short(value)}` is a torch.device, not a string: ValueError; use `{text}.type`",
+                    fix=_replace_fix(model, value, f"{text}.type", Applicability.SAFE) if _postfix_ok(value) else None,
+                    context=scope.name,
+                    related=definitions(resolved, "set"),
+                )
+            elif isinstance(value, cst.Attribute) and value.attr.value == "device":
+                yield self.finding(
+                    value,
+                    f"device_type `{short(value)}` looks like a tensor's torch.device, not a string: "
+                    f"ValueError; use `{text}.type`",
+                    confidence=Confidence.MEDIUM,
+                    context=scope.name,
+                )
             return
-        if isinstance(value, cst.Attribute) and value.attr.value == "device" and not _self_like(value.value):
-            yield self.finding(
-                value,
-                f"device_type `{code_of(value)}` looks like a tensor's torch.device, not a string: "
-                f"ValueError; use `{code_of(value)}.type`",
-                confidence=Confidence.MEDIUM,
-                context=scope.name,
-            )
+        if any(a.kind is not Kind.STRING for a in resolved.atoms):
+            return
+        indexed = resolved.indexed()
+        suspect = [a for a in resolved.atoms if a.stringified and a.index is Index.MAYBE]
+        if not indexed and not suspect:
+            return
+        certain = bool(indexed) and all(a.certain for a in resolved.atoms)
+        torch_name = values.of(model.module).torch_name(scope.node)
+        fix = None
+        if certain and torch_name is not None and _postfix_ok(value):
+            fix = _replace_fix(model, value, f"{torch_name}.device({text}).type", Applicability.SAFE)
+        maybe = "" if len(resolved.atoms) == 1 else " on some paths"
+        if indexed and isinstance(indexed[0].literal, str):
+            what = f"is `{indexed[0].literal}`{maybe}, with a device index"
+        elif indexed:
+            what = f"carries a device index{maybe}"
+        else:
+            what = f"is str() of a device{maybe}: 'cuda:0' for an indexed device"
+        one_type = indexed and indexed[0].device_type and len(resolved.atoms) == 1
+        wanted = f"`{indexed[0].device_type}`" if one_type else f"`torch.device({text}).type`"
+        yield self.finding(
+            value,
+            f"device_type `{short(value)}` {what}; autocast wants the device type, {wanted} "
+            "(with an index it skips CUDA's availability checks)",
+            fix=fix,
+            confidence=Confidence.HIGH if certain else Confidence.MEDIUM,
+            context=scope.name,
+            related=definitions(Value(tuple(indexed or suspect)), "set"),
+        )
 
 
-def _self_like(node: cst.BaseExpression) -> bool:
-    """`self.device`, `args.device`, `cfg.device`: attributes of objects that often hold a string."""
-    key = dotted_name(node)
-    if key is None:
-        return False  # next(model.parameters()).device: a tensor's device
-    head = key.split(".")[0]
-    return head in ("self", "cls") or any(
-        word in key.lower() for word in ("arg", "cfg", "conf", "opt", "param", "setting", "hparam", "trainer", "accelerator", "state")
-    )
+def _certainly_indexed(resolved: Value) -> bool:
+    return bool(resolved.indexed()) and all(a.certain for a in resolved.atoms)
+
+
+def _postfix_ok(node: cst.BaseExpression) -> bool:
+    """`node.type` / `torch.device(node)` can be written from the node's code as it is."""
+    return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) and not node.lpar
 
 
 def model_string(model: FileModel, value: str) -> str:
