@@ -46,7 +46,8 @@ from amp_lint.rules.amp041_unscale_outside_boundary import UnscaleOutsideBoundar
 from amp_lint.rules.amp043_zero_grad_before_step import ZeroGradBeforeStep
 from amp_lint.rules.amp002_loss_outside_autocast import LossOutsideAutocast
 from amp_lint.rules.amp042_accumulated_loss_not_divided import AccumulatedLossNotDivided
-from amp_lint.rules.amp050_half_model_with_autocast import HalfModelWithAutocast
+from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler
+from amp_lint.rules.amp057_half_model_with_autocast import HalfModelWithAutocast
 from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
 from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
@@ -85,6 +86,7 @@ ALL_RULES: List[Type[Rule]] = [
     ZeroGradBeforeStep,
     LossOutsideAutocast,
     AccumulatedLossNotDivided,
+    Fp16ParamsWithScaler,
     HalfModelWithAutocast,
     ManualCastInAutocast,
     CustomFunctionWithoutCustomFwd,
