@@ -49,6 +49,8 @@ from amp_lint.rules.amp002_loss_outside_autocast import LossOutsideAutocast
 from amp_lint.rules.amp042_accumulated_loss_not_divided import AccumulatedLossNotDivided
 from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler
 from amp_lint.rules.amp057_half_model_with_autocast import HalfModelWithAutocast
+from amp_lint.rules.amp055_graphed_callables_autocast_cache import GraphedCallablesAutocastCache
+from amp_lint.rules.amp056_autocast_applied_to_tensor import AutocastAppliedToTensor
 from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
 from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
@@ -90,6 +92,8 @@ ALL_RULES: List[Type[Rule]] = [
     AccumulatedLossNotDivided,
     Fp16ParamsWithScaler,
     HalfModelWithAutocast,
+    GraphedCallablesAutocastCache,
+    AutocastAppliedToTensor,
     ManualCastInAutocast,
     CustomFunctionWithoutCustomFwd,
     ScalerStateNotCheckpointed,
