@@ -54,6 +54,7 @@ from amp_lint.rules.amp056_autocast_applied_to_tensor import AutocastAppliedToTe
 from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
 from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
+from amp_lint.rules.amp081_scaler_state_mid_iteration import ScalerStateMidIteration
 from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
 
 ALL_RULES: List[Type[Rule]] = [
@@ -97,6 +98,7 @@ ALL_RULES: List[Type[Rule]] = [
     ManualCastInAutocast,
     CustomFunctionWithoutCustomFwd,
     ScalerStateNotCheckpointed,
+    ScalerStateMidIteration,
     Fp32TrainingLoop,
 ]
 
