@@ -28,6 +28,7 @@ from amp_lint.rules.amp07x_deprecated_spelling import (
 )
 from amp_lint.rules.amp025_closure_to_scaler_step import ClosureToScalerStep
 from amp_lint.rules.amp031_clip_error_if_nonfinite import ClipErrorIfNonfinite
+from amp_lint.rules.amp033_scaled_loss_logged import ScaledLossLogged
 from amp_lint.rules.amp054_autocast_silently_disabled import AutocastSilentlyDisabled
 from amp_lint.rules.amp074_deprecated_autocast_state import DeprecatedAutocastState
 from amp_lint.rules.amp075_autocast_device_type import AutocastDeviceType
@@ -72,6 +73,7 @@ ALL_RULES: List[Type[Rule]] = [
     DeprecatedCustomFwdBwd,
     ClosureToScalerStep,
     ClipErrorIfNonfinite,
+    ScaledLossLogged,
     AutocastSilentlyDisabled,
     DeprecatedAutocastState,
     AutocastDeviceType,
