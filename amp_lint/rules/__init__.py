@@ -33,6 +33,7 @@ from amp_lint.rules.amp054_autocast_silently_disabled import AutocastSilentlyDis
 from amp_lint.rules.amp074_deprecated_autocast_state import DeprecatedAutocastState
 from amp_lint.rules.amp075_autocast_device_type import AutocastDeviceType
 from amp_lint.rules.amp076_invalid_scaler_factors import InvalidScalerFactors
+from amp_lint.rules.amp077_apex_amp import ApexAmp
 from amp_lint.rules.amp078_cuda_implicit_autocast_state import CudaImplicitAutocastState
 from amp_lint.rules.amp012_scaler_with_bf16 import ScalerWithBf16
 from amp_lint.rules.amp013_scaler_in_loop import ScalerBuiltInLoop
@@ -78,6 +79,7 @@ ALL_RULES: List[Type[Rule]] = [
     DeprecatedAutocastState,
     AutocastDeviceType,
     InvalidScalerFactors,
+    ApexAmp,
     CudaImplicitAutocastState,
     ScalerWithBf16,
     ScalerBuiltInLoop,
