@@ -42,7 +42,11 @@ from amp_lint.rules.amp052_bce_in_autocast import BceInAutocast
 from amp_lint.rules.amp053_nested_disabled_autocast import NestedDisabledAutocast
 from amp_lint.rules.amp061_custom_fwd_bwd_unpaired import CustomFwdBwdUnpaired
 from amp_lint.rules.amp062_custom_fwd_without_device_type import CustomFwdWithoutDeviceType
+from amp_lint.rules.amp090_data_parallel_autocast_dtype import DataParallelAutocastDtype
 from amp_lint.rules.amp091_fsdp_plain_grad_scaler import FsdpPlainGradScaler
+from amp_lint.rules.amp092_deepspeed_manual_amp import DeepSpeedManualAmp
+from amp_lint.rules.amp093_accelerate_manual_amp import AccelerateManualAmp
+from amp_lint.rules.amp094_fsdp2_fp16_without_scaler import Fsdp2Fp16WithoutScaler
 from amp_lint.rules.amp024_unscale_twice import UnscaleTwice
 from amp_lint.rules.amp040_step_every_microbatch import StepEveryMicrobatch
 from amp_lint.rules.amp041_unscale_outside_boundary import UnscaleOutsideBoundary
@@ -88,7 +92,11 @@ ALL_RULES: List[Type[Rule]] = [
     NestedDisabledAutocast,
     CustomFwdBwdUnpaired,
     CustomFwdWithoutDeviceType,
+    DataParallelAutocastDtype,
     FsdpPlainGradScaler,
+    DeepSpeedManualAmp,
+    AccelerateManualAmp,
+    Fsdp2Fp16WithoutScaler,
     UnscaleTwice,
     StepEveryMicrobatch,
     UnscaleOutsideBoundary,
