@@ -257,3 +257,27 @@ def test_amp_lint_rule_names_the_torch_each_replacement_needs(tmp_path):
     for code, version in (("AMP070", "1.13"), ("AMP072", "2.3"), ("AMP073", "2.4"), ("AMP074", "2.4")):
         result = amp_lint("rule", code, cwd=tmp_path)
         assert "## Torch versions" in result.stdout and version in result.stdout, code
+
+
+def test_amp003_is_a_suggestion_that_fix_never_applies(tmp_path):
+    source = '''
+import torch
+
+
+def train(model, optimizer, loader, scaler):
+    model = torch.compile(model)
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+'''
+    path = write(tmp_path, "train.py", source)
+    before = path.read_bytes()
+    result = amp_lint("--no-cache", "--isolated", "--select", "AMP003", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert "AMP003" in result.stdout and 'backward_pass_autocast = "off"' in result.stdout, result.stdout
+    assert "[*]" not in result.stdout
+    assert path.read_bytes() == before
+    default = amp_lint("--no-cache", "--isolated", "train.py", cwd=tmp_path)
+    assert "AMP003" not in default.stdout

@@ -13,6 +13,7 @@ from typing import Dict, List, Type
 from amp_lint.rules.base import Rule
 
 from amp_lint.rules.amp001_backward_in_autocast import BackwardInAutocast
+from amp_lint.rules.amp003_compile_backward_autocast import CompileBackwardAutocast
 from amp_lint.rules.amp010_fp16_without_scaler import Fp16WithoutScaler
 from amp_lint.rules.amp011_unscaled_backward import UnscaledBackward
 from amp_lint.rules.amp020_optimizer_step_on_scaled_grads import OptimizerStepOnScaledGrads
@@ -28,6 +29,7 @@ from amp_lint.rules.amp07x_deprecated_spelling import (
 )
 from amp_lint.rules.amp025_closure_to_scaler_step import ClosureToScalerStep
 from amp_lint.rules.amp031_clip_error_if_nonfinite import ClipErrorIfNonfinite
+from amp_lint.rules.amp032_gradient_penalty_scaling import GradientPenaltyScaling
 from amp_lint.rules.amp033_scaled_loss_logged import ScaledLossLogged
 from amp_lint.rules.amp054_autocast_silently_disabled import AutocastSilentlyDisabled
 from amp_lint.rules.amp074_deprecated_autocast_state import DeprecatedAutocastState
@@ -65,6 +67,7 @@ from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
 
 ALL_RULES: List[Type[Rule]] = [
     BackwardInAutocast,
+    CompileBackwardAutocast,
     Fp16WithoutScaler,
     UnscaledBackward,
     OptimizerStepOnScaledGrads,
@@ -78,6 +81,7 @@ ALL_RULES: List[Type[Rule]] = [
     DeprecatedCustomFwdBwd,
     ClosureToScalerStep,
     ClipErrorIfNonfinite,
+    GradientPenaltyScaling,
     ScaledLossLogged,
     AutocastSilentlyDisabled,
     DeprecatedAutocastState,
