@@ -281,3 +281,17 @@ def train(model, optimizer, loader, scaler):
     assert path.read_bytes() == before
     default = amp_lint("--no-cache", "--isolated", "train.py", cwd=tmp_path)
     assert "AMP003" not in default.stdout
+
+
+def test_a_device_test_is_not_a_version_test(tmp_path):
+    # sentence-transformers: `is_torch_npu_available()` picks a device, not a torch release.
+    source = '''
+import torch
+if is_torch_npu_available():
+    scaler = torch.npu.amp.GradScaler()
+else:
+    scaler = torch.cuda.amp.GradScaler()
+'''
+    write(tmp_path, "t.py", source)
+    result = amp_lint("--no-cache", "--isolated", "--select", "AMP072", "t.py", cwd=tmp_path)
+    assert "AMP072" in result.stdout, result.stdout

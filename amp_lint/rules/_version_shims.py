@@ -30,8 +30,8 @@ _MODERN = re.compile(
 )
 # A test that asks which torch is running.
 _VERSION_TEST = re.compile(
-    r"version|\bTORCH_\w*\d|_TORCH_\w+|\btorch_\d|\bhasattr\s*\(\s*torch\b|\bgetattr\s*\(\s*torch\b|is_torch_\w+",
-    re.I,
+    r"[Vv]ersion|VERSION|\bTORCH_\w*\d|_TORCH_\w*(?:GREATER|LESS|_GE_|_LT_|\d)\w*|\btorch_\d|\bhasattr\s*\(\s*torch\b"
+    r"|\bgetattr\s*\(\s*torch\b|is_torch_(?:greater|less)\w*"
 )
 # Exceptions a missing or different API raises.
 _MISSING_API = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception", "BaseException"})

@@ -64,6 +64,8 @@ class ApexAmp(Rule):
     unscales before a clip over the optimizer's parameters. It changes the numerics (apex's casts are
     gone until the forward is put under `torch.autocast`, which the fix cannot place), hence unsafe.
     Other shapes (the recipe split over methods, O3, `amp.state_dict()`) are reported without a fix.
+    A file that also builds a torch GradScaler or autocast offers apex as one backend among two (timm's
+    `ApexScaler` beside `NativeScaler`) and is not reported.
 
     ## Torch versions
     The fix writes `torch.amp.GradScaler("cuda")` (torch 2.3), or `torch.cuda.amp.GradScaler()` when the
@@ -97,6 +99,21 @@ optimizer = FusedAdam(model.parameters())
         """
 amp = MyAmp()
 amp.initialize(model)
+""",
+        # apex as an optional backend beside torch.amp (timm's utils/cuda.py).
+        """
+import torch
+try:
+    from apex import amp
+except ImportError:
+    amp = None
+class ApexScaler:
+    def __call__(self, loss, optimizer):
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+class NativeScaler:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
 """,
     ]
     invalid = [
@@ -150,8 +167,8 @@ class Trainer:
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         sites = [s for s in model.call_sites if s.qualified_name in _APEX]
-        if not sites:
-            return
+        if not sites or model.scaler_call_sites or model.autocast_calls:
+            return  # torch.amp is offered alongside: apex is an opt-in backend (timm's ApexScaler next to NativeScaler)
         fixes = {}
         for site in sites:
             what = _APEX[site.qualified_name]
