@@ -16,7 +16,7 @@ _REPORTER = re.compile(
     r"(^|\.)(print|log|info|debug|warning|warn|add_scalar|add_scalars|append|extend|set_postfix|set_description|"
     r"update|write|record|log_dict|log_metrics)$"
 )
-_READOUT_METHODS = frozenset({"item", "tolist", "cpu", "detach", "numpy"})
+_READOUT_METHODS = frozenset({"item", "tolist", "numpy"})  # not detach()/cpu(): those also feed computations
 
 
 class ScaledLossLogged(Rule):
