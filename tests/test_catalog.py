@@ -295,3 +295,23 @@ else:
     write(tmp_path, "t.py", source)
     result = amp_lint("--no-cache", "--isolated", "--select", "AMP072", "t.py", cwd=tmp_path)
     assert "AMP072" in result.stdout, result.stdout
+
+
+
+def test_amp100_does_not_convert_to_a_grad_scaler_the_target_torch_lacks(tmp_path):
+    source = '''
+import torch
+model = torch.nn.Linear(4, 4).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+'''
+    path = write(tmp_path, "train.py", source)
+    before = path.read_bytes()
+    result = amp_lint("--no-cache", "--isolated", "--select", "AMP100", "--target-torch", "2.2", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert "needs torch 2.3" in result.stdout and path.read_bytes() == before, result.stdout
+    result = amp_lint("--no-cache", "--isolated", "--select", "AMP100", "--target-torch", "2.3", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert "torch.amp.GradScaler" in path.read_text(), result.stdout
