@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
 import libcst as cst
 
-from amp_lint.analysis.model import CallSite, FileModel, code_of, dotted_name
+from amp_lint.analysis.model import FileModel, code_of, dotted_name
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule

@@ -4,7 +4,6 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amp_lint.analysis import names
 from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import short

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Set, Tuple
+from typing import Iterator, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import DType, FileModel, Scope, dotted_name
+from amp_lint.analysis.model import DType, FileModel, dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import argument, literal_string, short
 from amp_lint.rules.base import Finding, Invalid, Rule
