@@ -192,10 +192,10 @@ def _one_of(choices: Tuple[str, ...]) -> Callable[[Any, _Context], str]:
 def _torch_version(value: Any, context: _Context) -> str:
     from amp_lint.files.torch_version import is_version
 
-    if not isinstance(value, str) or not is_version(value):
-        raise context.error('a torch release such as "2.3"', value) if not isinstance(value, str) else ConfigError(
-            f"{context.path}: {context.key!r} must be a torch release such as \"2.3\", got {value!r}"
-        )
+    if not isinstance(value, str):
+        raise context.error('a torch release such as "2.3"', value)
+    if not is_version(value):
+        raise ConfigError(f'{context.path}: {context.key!r} must be a torch release such as "2.3", got {value!r}')
     return value
 
 
@@ -224,7 +224,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),
-    "target-torch": ("target_torch", lambda value, context: _torch_version(value, context)),
+    "target-torch": ("target_torch", _torch_version),
 }
 
 
