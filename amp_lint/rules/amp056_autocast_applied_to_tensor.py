@@ -14,8 +14,13 @@ _TENSOR_METHODS = frozenset(
     {"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "view", "reshape", "permute", "contiguous",
      "detach", "clone", "unsqueeze", "squeeze", "flatten", "transpose", "sum", "mean"}
 )
-# torch functions that return callables or modules rather than tensors.
-_TORCH_CALLABLE_FACTORIES = ("torch.compile", "torch.jit.", "torch.nn.", "torch.fx.", "torch.func.", "torch.vmap")
+# Modules whose functions return tensors (torch.randn, F.linear, torch.fft.fft, ...), and the top-level
+# torch callables that do not (a decorator, a context manager, a compiled callable).
+_TENSOR_MODULES = frozenset({"torch", "torch.nn.functional", "torch.fft", "torch.linalg", "torch.special"})
+_NOT_TENSORS = frozenset(
+    {"compile", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "autocast", "vmap", "device",
+     "Generator", "Size", "dtype", "Stream", "Event", "cond", "while_loop", "get_autocast_dtype"}
+)
 
 
 class AutocastAppliedToTensor(Rule):
@@ -44,8 +49,9 @@ class AutocastAppliedToTensor(Rule):
     ## Fix safety
     No fix: what was meant to run under autocast is the author's call. Reported only when the argument
     is certainly not callable: an arithmetic expression, a subscript, a literal, a tensor method call
-    (`x.to(...)`, `x.float()`), a torch function that returns a tensor, a call of a model, or a name
-    bound to one of these in the same function.
+    (`x.to(...)`, `x.float()`), a function of `torch`, `torch.nn.functional`, `torch.fft`, `torch.linalg`
+    or `torch.special` that returns a tensor, a call of a model, or a name bound to one of these in the
+    same function.
 
     ## References
     - `torch/amp/autocast_mode.py` (torch 2.13): `autocast.__call__` raises `TypeError` for a
@@ -81,6 +87,8 @@ def wrap(fn):
         """
 import torch
 wrapped = torch.autocast("cuda")(lambda t: model(t))
+graphed = torch.autocast("cuda")(torch.cuda.make_graphed_callables(step, (x,)))
+compiled = torch.autocast("cuda")(torch.compile(model))
 """,
     ]
     invalid = [
@@ -146,7 +154,8 @@ def _certainly_tensor(model: FileModel, scope: Scope, expr: cst.BaseExpression, 
         func = expr.func
         qualified = scope.names.qualify(func)
         if qualified is not None:
-            return qualified.startswith("torch.") and not qualified.startswith(_TORCH_CALLABLE_FACTORIES)
+            module, _, function = qualified.rpartition(".")
+            return module in _TENSOR_MODULES and function[:1].islower() and function not in _NOT_TENSORS
         if isinstance(func, cst.Attribute) and func.attr.value in _TENSOR_METHODS:
             return True
         name = dotted_name(func)
