@@ -5,7 +5,7 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
-from amp_lint.diagnostics import Severity
+from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -123,6 +123,7 @@ def train(args, model):
                         site.call,
                         f"the DeepSpeed engine `{engine}` runs under `{short(region.spec.call or region.node, 40)}`: "
                         "DeepSpeed manages precision itself; set fp16/bf16 in the DeepSpeed config instead",
+                        confidence=Confidence.MEDIUM,  # with an fp32 DeepSpeed config this is the only mixed precision
                         context=site.scope.name,
                     )
                 if site.method == "backward" and site.call.args and _is_scaled(model, site, site.call.args[0].value):
