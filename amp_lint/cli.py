@@ -49,6 +49,14 @@ def main() -> None:
     """
 
 
+def _target_torch(value: Optional[str]) -> Optional[str]:
+    from amp_lint.files.torch_version import is_version
+
+    if value is not None and not is_version(value):
+        raise click.BadParameter(f"{value!r} is not a torch release such as 2.3", param_hint="--target-torch")
+    return value
+
+
 def _codes(values: Sequence[str]) -> tuple:
     return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
 
@@ -92,6 +100,11 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR", help="Where the cache lives.")
 @click.option("--amp-dtype", type=click.Choice(["float16", "bfloat16"]), help="AMP100 conversion dtype.")
 @click.option("--amp-device", help="AMP100 conversion device type (default: inferred, else cuda).")
+@click.option(
+    "--target-torch",
+    help="The oldest torch the code must support (e.g. 2.1): fixes suggest only APIs it has "
+    "(default: the lower bound of the project's torch requirement).",
+)
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (migration aid).")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), help="Fail only on findings not in this baseline.")
 @click.option("--write-baseline", "write_baseline_path", type=click.Path(dir_okay=False), help="Record the current findings as the baseline.")
@@ -134,6 +147,7 @@ def _run_check(paths: List[str], options: dict) -> int:
             "output_format": options["output_format"],
             "amp_dtype": options["amp_dtype"],
             "amp_device": options["amp_device"],
+            "target_torch": _target_torch(options["target_torch"]),
         }.items()
         if value is not None
     }
@@ -198,6 +212,7 @@ class _RunSpec:
                     ("amp_dtype", settings.amp_dtype),
                     ("amp_device", settings.amp_device),
                     ("show_assumed", settings.show_assumed),
+                    ("target_torch", settings.target_torch),
                 ),
             )
             self._configs[key] = config

@@ -88,6 +88,28 @@ DEPRECATED_AMP_MODULES = frozenset(
     }
 )
 
+# The first torch release that has each replacement the deprecation rules and fixes suggest (for the
+# `target-torch` setting). Sources: the versioned torch docs' module sources (docs.pytorch.org/2.2 has the
+# whole GradScaler in torch/cuda/amp/grad_scaler.py; 2.3's subclasses torch.amp.GradScaler; 1.13's
+# torch.cuda.amp.autocast subclasses torch.amp.autocast_mode.autocast), pytorch/pytorch#126531 (torch.amp
+# custom_fwd/custom_bwd(device_type=...) and the device-taking `_cast`, 2.4) and #124359 (the device-generic
+# autocast-state functions, 2.4).
+REPLACEMENT_SINCE = {
+    "autocast": "1.13",  # torch.amp.autocast(device_type, ...); torch.autocast is older (1.10)
+    "GradScaler": "2.3",  # torch.amp.GradScaler(device, ...)
+    "custom_fwd": "2.4",  # torch.amp.custom_fwd(device_type=...)
+    "custom_bwd": "2.4",
+    "autocast_state": "2.4",  # torch.get_autocast_dtype(device), torch.is_autocast_enabled(device), ...
+    "_cast": "2.4",  # torch.amp.autocast_mode._cast(value, device_type, dtype)
+    "OptState": "2.3",  # torch.amp.grad_scaler.OptState
+}
+
+# Private names of torch.cuda.amp that code still imports: qualified name -> (replacement, device or None).
+LEGACY_PRIVATE_AMP = {
+    "torch.cuda.amp.autocast_mode._cast": ("torch.amp.autocast_mode._cast", "cuda"),
+    "torch.cuda.amp.grad_scaler.OptState": ("torch.amp.grad_scaler.OptState", None),
+}
+
 # Device that a spelling implies when it takes no device argument.
 IMPLIED_DEVICE = {name: device for name, (device, _) in DEPRECATED_AMP.items()}
 

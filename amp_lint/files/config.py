@@ -85,7 +85,8 @@ def load_config(path: Path, all_codes: Iterable[str]) -> Settings:
             raise ConfigError(f"{path}: unknown key {key!r}{where}{_suggestion(key)}")
         field_name, convert = _KEYS[key]
         changes[field_name] = convert(value, _Context(path, key, all_codes))
-    return Settings().with_changes(**changes, root=str(path.parent), source=str(path))
+    settings = Settings().with_changes(**changes, root=str(path.parent), source=str(path))
+    return with_project_torch(settings, str(path.parent))
 
 
 def _read_table(path: Path) -> Tuple[dict, str]:
@@ -188,6 +189,26 @@ def _one_of(choices: Tuple[str, ...]) -> Callable[[Any, _Context], str]:
     return convert
 
 
+def _torch_version(value: Any, context: _Context) -> str:
+    from amp_lint.files.torch_version import is_version
+
+    if not isinstance(value, str):
+        raise context.error('a torch release such as "2.3"', value)
+    if not is_version(value):
+        raise ConfigError(f'{context.path}: {context.key!r} must be a torch release such as "2.3", got {value!r}')
+    return value
+
+
+def with_project_torch(settings: Settings, folder: Optional[str]) -> Settings:
+    """`target-torch` from the project's own torch requirement in `folder`, unless the settings name one."""
+    from amp_lint.files.torch_version import project_floor
+
+    if settings.target_torch is not None or folder is None:
+        return settings
+    found = project_floor(folder)
+    return settings.with_changes(target_torch=found[0]) if found else settings
+
+
 # TOML key -> (Settings field, converter that validates the value).
 _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "select": ("select", _codes),
@@ -204,6 +225,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),
+    "target-torch": ("target_torch", _torch_version),
 }
 
 
@@ -248,7 +270,22 @@ class SettingsResolver:
         self._settings_by_config: Dict[Optional[Path], Settings] = {}
 
     def for_path(self, path: Path) -> Settings:
-        return self._settings_from(self._config_for(path))
+        config = self._config_for(path)
+        if config is None and not self._isolated:
+            return self._settings_for_project(path)
+        return self._settings_from(config)
+
+    def _settings_for_project(self, path: Path) -> Settings:
+        """No configuration file: the defaults, with `target-torch` from the closest `pyproject.toml`'s project."""
+        from amp_lint.files.torch_version import project_root_above
+
+        absolute = os.path.abspath(path)
+        root = project_root_above(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
+        key = ("project", root)
+        if key not in self._settings_by_config:
+            base = with_project_torch(Settings(), root)
+            self._settings_by_config[key] = apply_cli_overrides(base, self._cli_overrides)
+        return self._settings_by_config[key]
 
     def root_settings(self, cwd: Path) -> Settings:
         """The settings for run-wide choices (output format, fix mode): those of the working folder."""

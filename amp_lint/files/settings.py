@@ -63,6 +63,9 @@ class Settings:
     output_format: str = "full"
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
     amp_device: Optional[str] = None  # AMP100 conversion: None = infer from the code, fallback "cuda"
+    # The oldest torch the code must run on ("2.1"): fixes and deprecation rules only suggest APIs it has.
+    # None: the project states no floor, so every torch.amp API counts as available.
+    target_torch: Optional[str] = None
     # Where the settings came from (a config file path), for --show-settings and error messages.
     source: Optional[str] = None
     # The folder that relative globs (exclude, per-file-ignores) are resolved against.
@@ -82,6 +85,7 @@ class Settings:
                 self.amp_dtype,
                 self.amp_device,
                 self.show_assumed,
+                self.target_torch,
             )
         )
 

@@ -13,6 +13,7 @@ from typing import Dict, List, Type
 from amp_lint.rules.base import Rule
 
 from amp_lint.rules.amp001_backward_in_autocast import BackwardInAutocast
+from amp_lint.rules.amp003_compile_backward_autocast import CompileBackwardAutocast
 from amp_lint.rules.amp010_fp16_without_scaler import Fp16WithoutScaler
 from amp_lint.rules.amp011_unscaled_backward import UnscaledBackward
 from amp_lint.rules.amp020_optimizer_step_on_scaled_grads import OptimizerStepOnScaledGrads
@@ -28,10 +29,14 @@ from amp_lint.rules.amp07x_deprecated_spelling import (
 )
 from amp_lint.rules.amp025_closure_to_scaler_step import ClosureToScalerStep
 from amp_lint.rules.amp031_clip_error_if_nonfinite import ClipErrorIfNonfinite
+from amp_lint.rules.amp032_gradient_penalty_scaling import GradientPenaltyScaling
+from amp_lint.rules.amp033_scaled_loss_logged import ScaledLossLogged
 from amp_lint.rules.amp054_autocast_silently_disabled import AutocastSilentlyDisabled
 from amp_lint.rules.amp074_deprecated_autocast_state import DeprecatedAutocastState
 from amp_lint.rules.amp075_autocast_device_type import AutocastDeviceType
 from amp_lint.rules.amp076_invalid_scaler_factors import InvalidScalerFactors
+from amp_lint.rules.amp077_apex_amp import ApexAmp
+from amp_lint.rules.amp078_cuda_implicit_autocast_state import CudaImplicitAutocastState
 from amp_lint.rules.amp012_scaler_with_bf16 import ScalerWithBf16
 from amp_lint.rules.amp013_scaler_in_loop import ScalerBuiltInLoop
 from amp_lint.rules.amp014_scaler_device_mismatch import ScalerDeviceMismatch
@@ -39,21 +44,30 @@ from amp_lint.rules.amp052_bce_in_autocast import BceInAutocast
 from amp_lint.rules.amp053_nested_disabled_autocast import NestedDisabledAutocast
 from amp_lint.rules.amp061_custom_fwd_bwd_unpaired import CustomFwdBwdUnpaired
 from amp_lint.rules.amp062_custom_fwd_without_device_type import CustomFwdWithoutDeviceType
+from amp_lint.rules.amp090_data_parallel_autocast_dtype import DataParallelAutocastDtype
 from amp_lint.rules.amp091_fsdp_plain_grad_scaler import FsdpPlainGradScaler
+from amp_lint.rules.amp092_deepspeed_manual_amp import DeepSpeedManualAmp
+from amp_lint.rules.amp093_accelerate_manual_amp import AccelerateManualAmp
+from amp_lint.rules.amp094_fsdp2_fp16_without_scaler import Fsdp2Fp16WithoutScaler
 from amp_lint.rules.amp024_unscale_twice import UnscaleTwice
 from amp_lint.rules.amp040_step_every_microbatch import StepEveryMicrobatch
 from amp_lint.rules.amp041_unscale_outside_boundary import UnscaleOutsideBoundary
 from amp_lint.rules.amp043_zero_grad_before_step import ZeroGradBeforeStep
 from amp_lint.rules.amp002_loss_outside_autocast import LossOutsideAutocast
 from amp_lint.rules.amp042_accumulated_loss_not_divided import AccumulatedLossNotDivided
-from amp_lint.rules.amp050_half_model_with_autocast import HalfModelWithAutocast
+from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler
+from amp_lint.rules.amp057_half_model_with_autocast import HalfModelWithAutocast
+from amp_lint.rules.amp055_graphed_callables_autocast_cache import GraphedCallablesAutocastCache
+from amp_lint.rules.amp056_autocast_applied_to_tensor import AutocastAppliedToTensor
 from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
 from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
+from amp_lint.rules.amp081_scaler_state_mid_iteration import ScalerStateMidIteration
 from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
 
 ALL_RULES: List[Type[Rule]] = [
     BackwardInAutocast,
+    CompileBackwardAutocast,
     Fp16WithoutScaler,
     UnscaledBackward,
     OptimizerStepOnScaledGrads,
@@ -67,10 +81,14 @@ ALL_RULES: List[Type[Rule]] = [
     DeprecatedCustomFwdBwd,
     ClosureToScalerStep,
     ClipErrorIfNonfinite,
+    GradientPenaltyScaling,
+    ScaledLossLogged,
     AutocastSilentlyDisabled,
     DeprecatedAutocastState,
     AutocastDeviceType,
     InvalidScalerFactors,
+    ApexAmp,
+    CudaImplicitAutocastState,
     ScalerWithBf16,
     ScalerBuiltInLoop,
     ScalerDeviceMismatch,
@@ -78,17 +96,25 @@ ALL_RULES: List[Type[Rule]] = [
     NestedDisabledAutocast,
     CustomFwdBwdUnpaired,
     CustomFwdWithoutDeviceType,
+    DataParallelAutocastDtype,
     FsdpPlainGradScaler,
+    DeepSpeedManualAmp,
+    AccelerateManualAmp,
+    Fsdp2Fp16WithoutScaler,
     UnscaleTwice,
     StepEveryMicrobatch,
     UnscaleOutsideBoundary,
     ZeroGradBeforeStep,
     LossOutsideAutocast,
     AccumulatedLossNotDivided,
+    Fp16ParamsWithScaler,
     HalfModelWithAutocast,
+    GraphedCallablesAutocastCache,
+    AutocastAppliedToTensor,
     ManualCastInAutocast,
     CustomFunctionWithoutCustomFwd,
     ScalerStateNotCheckpointed,
+    ScalerStateMidIteration,
     Fp32TrainingLoop,
 ]
 

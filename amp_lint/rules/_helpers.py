@@ -476,13 +476,10 @@ def sites_compatible(a, b) -> bool:
     for branch in b.branches:
         if branch.node in mine and mine[branch.node] != branch.taken:
             return False
-    tests = {}
-    for branch in a.branches:
-        key, polarity = branch.test.rsplit("|", 1)
-        tests[key] = (polarity == "1") == branch.taken
+    tests = dict(branch.condition for branch in a.branches)
     for branch in b.branches:
-        key, polarity = branch.test.rsplit("|", 1)
-        if key in tests and tests[key] != ((polarity == "1") == branch.taken):
+        key, holds = branch.condition
+        if key in tests and tests[key] != holds:
             return False
     return True
 

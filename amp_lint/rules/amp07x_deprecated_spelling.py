@@ -17,8 +17,10 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, split_args
 from amp_lint.analysis.model import DeprecatedUse, FileModel, Scope, dotted_name
+from amp_lint.rules._version_shims import bound_differently, bound_twice, in_old_torch_branch
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 # Names that exist in torch.amp under the same name.
@@ -35,17 +37,26 @@ class _DeprecatedSpelling(Rule):
     qualified_names: ClassVar[FrozenSet[str]] = frozenset()
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        fixer = _SpellingFixer(model)
+        target = self.options.get("target_torch")
+        fixer = _SpellingFixer(model, target)
         for use in model.deprecated_uses:
             if use.qualified_name not in self.qualified_names:
                 continue
             device, modern = names.DEPRECATED_AMP[use.qualified_name]
+            if not supports(target, names.REPLACEMENT_SINCE[modern]):
+                continue  # the replacement is newer than the oldest torch the project supports
+            if in_old_torch_branch(model, use.node):
+                continue  # a fallback that only old torch runs
+            head = _head_name(use.node)
+            through_import = head is not None and use.scope.names.lookup(head.value) != "torch"
+            if through_import and bound_differently(model, head.value, use.scope):
+                continue  # `try: from torch.amp import X` / `except ImportError: from torch.cuda.amp import X`
             old = use.qualified_name.replace(".autocast_mode", "").replace(".grad_scaler", "")
             new = _modern_call_text(modern, device)
             yield self.finding(
                 use.node,
                 f"`{old}` is deprecated; use `{new}`",
-                fix=fixer.fix_for(use),
+                fix=None if through_import and bound_twice(model, head.value, use.scope) else fixer.fix_for(use),
                 context=use.scope.name,
             )
 
@@ -86,6 +97,14 @@ class DeprecatedCudaAutocast(_DeprecatedSpelling):
     when the name is used as a value (passed to `functools.partial`, stored), since the call sites
     elsewhere would then lack the device.
 
+    ## Torch versions
+    The replacement `torch.amp.autocast(device_type, ...)` needs torch 1.13 (`torch.autocast`: 1.10); with a
+    `target-torch` below 1.13 nothing is reported. Code that exists for old torch is left alone: the
+    `except` of a `try` that uses `torch.amp`, the other side of a version test
+    (`if _TORCH_GREATER_EQUAL_2_4: ... else: torch.cuda.amp.autocast()`), and a name that two imports bind
+    to different things (`try: from torch.amp import autocast` / `except ImportError: from torch.cuda.amp
+    import autocast`). A name two imports bind to the same deprecated thing is reported, not fixed.
+
     ## References
     - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html) (deprecation warning)
     - pytorch/pytorch#126527 (the deprecation, torch 2.4)
@@ -106,6 +125,32 @@ with torch.amp.autocast("cuda", enabled=use_amp):
         """
 from torch.amp import autocast
 with autocast("cuda"):
+    out = model(x)
+""",
+        # A fallback for torch < 1.13 (ultralytics' `autocast` helper).
+        """
+import torch
+def autocast(enabled, device="cuda"):
+    if TORCH_1_13:
+        return torch.amp.autocast(device, enabled=enabled)
+    else:
+        return torch.cuda.amp.autocast(enabled)
+""",
+        # `else:` of a branch that uses torch.amp (lightning_fabric's precision plugin).
+        """
+import torch
+if _TORCH_GREATER_EQUAL_2_4:
+    ctx = torch.autocast("cuda", dtype=torch.float16)
+else:
+    ctx = torch.cuda.amp.autocast(dtype=torch.float16)
+""",
+        # The name means torch.amp.autocast on new torch: no second device.
+        """
+try:
+    from torch.amp import autocast
+except ImportError:
+    from torch.cuda.amp import autocast
+with autocast("cuda", enabled=True):
     out = model(x)
 """,
     ]
@@ -210,6 +255,9 @@ class DeprecatedCpuAutocast(_DeprecatedSpelling):
     ## Fix safety
     Safe, with the same argument mapping as AMP070.
 
+    ## Torch versions
+    As AMP070: the replacement needs torch 1.13; version fallbacks are left alone.
+
     ## References
     - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html)
     - pytorch/pytorch#126527
@@ -267,6 +315,15 @@ class DeprecatedGradScaler(_DeprecatedSpelling):
     Safe. The device becomes the first argument; the other positional arguments keep their order,
     which the new signature shares.
 
+    ## Torch versions
+    `torch.amp.GradScaler(device, ...)` is new in torch 2.3 (the 2.2 docs' `torch/cuda/amp/grad_scaler.py`
+    holds the whole class; 2.3's subclasses `torch.amp.GradScaler`). With a `target-torch` below 2.3
+    nothing is reported, and an import that also brings `GradScaler` is not rewritten for an autocast fix.
+    Fallbacks for old torch are left alone (`except AttributeError: torch.cuda.amp.GradScaler()`,
+    `torch.amp.GradScaler("cuda") if TORCH_2_4 else torch.cuda.amp.GradScaler()`), and after
+    `try: from torch.amp import GradScaler` / `except ImportError: from torch.cuda.amp import GradScaler`
+    the calls are written for `torch.amp` already: no second device is added.
+
     ## References
     - [Automatic Mixed Precision package: Gradient Scaling](https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling)
     - pytorch/pytorch#126527
@@ -289,6 +346,29 @@ class DeprecatedGradScaler(_DeprecatedSpelling):
         """
 import torch
 scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+""",
+        # torchrl's trainers.py: one name, two imports.
+        """
+try:
+    from torch.amp import GradScaler
+except ImportError:
+    from torch.cuda.amp import GradScaler
+scaler = GradScaler("cuda", enabled=True)
+""",
+        # timm's utils/cuda.py: the except branch runs only where torch.amp.GradScaler fails.
+        """
+import torch
+class NativeScaler:
+    def __init__(self, device="cuda"):
+        try:
+            self._scaler = torch.amp.GradScaler(device)
+        except (AttributeError, TypeError):
+            self._scaler = torch.cuda.amp.GradScaler()
+""",
+        # ultralytics: a version test picks the spelling.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=amp) if TORCH_2_4 else torch.cuda.amp.GradScaler(enabled=amp)
 """,
     ]
     invalid = [
@@ -348,6 +428,11 @@ class DeprecatedCustomFwdBwd(_DeprecatedSpelling):
     ## Fix safety
     Safe. `device_type="cuda"` is added, keeping `cast_inputs=` and other keywords.
 
+    ## Torch versions
+    `torch.amp.custom_fwd(device_type=...)` / `custom_bwd` are new in torch 2.4 (pytorch/pytorch#126531);
+    with a `target-torch` below 2.4 nothing is reported. Version shims
+    (`if torch.__version__ >= "2.4": ... else: custom_fwd = torch.cuda.amp.custom_fwd`) are left alone.
+
     ## References
     - [AMP examples: autocast and custom autograd functions](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions)
     - pytorch/pytorch#126527
@@ -367,6 +452,15 @@ class F(torch.autograd.Function):
     @torch.amp.custom_fwd(device_type="cuda")
     def forward(ctx, x):
         return x
+""",
+        # A version shim (Megatron-LM): the old spelling for torch < 2.4.
+        """
+import functools
+import torch
+if torch.__version__ >= "2.4.0":
+    custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
+else:
+    custom_fwd = torch.cuda.amp.custom_fwd
 """,
     ]
     invalid = [
@@ -437,8 +531,9 @@ class F(Function):
 class _SpellingFixer:
     """Builds the fix for each deprecated use; uses of one import share one fix."""
 
-    def __init__(self, model: FileModel) -> None:
+    def __init__(self, model: FileModel, target: Optional[str] = None) -> None:
         self.model = model
+        self.target = target
         self._binding_fixes: Dict[int, Optional[Fix]] = {}
 
     def fix_for(self, use: DeprecatedUse) -> Optional[Fix]:
@@ -497,15 +592,29 @@ class _SpellingFixer:
         ]
         if any(name.value in local_names and scope in list(ref_scope.chain()) for name, ref_scope in self.model.amp_module_refs):
             return None  # the module alias is also used for something torch.amp does not have
+        if not _import_supported(statement, self.target):
+            return None
         builder = FixBuilder(self.model.module)
         for use in uses:
             device, modern = names.DEPRECATED_AMP[use.qualified_name]
-            if not _can_rewrite(use, modern):
+            if not _can_rewrite(use, modern) or not supports(self.target, names.REPLACEMENT_SINCE[modern]):
                 return None
+            if in_old_torch_branch(self.model, use.node):
+                return None  # the import also serves a fallback for old torch
             target = use.call if use.call is not None else use.decorator
             builder.replace(target, lambda updated, m=modern, d=device: _rewrite_use(builder, updated, m, d, None))
         builder.replace(statement, lambda updated: new_statement)
         return builder.build("Import from `torch.amp` and pass the device", Applicability.SAFE, key=("AMP07x", statement))
+
+
+def _import_supported(statement: ImportNode, target: Optional[str]) -> bool:
+    """Does every name the rewritten `from torch.amp import ...` would import exist in the target torch?"""
+    if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
+        for alias in statement.names:
+            since = names.REPLACEMENT_SINCE.get(dotted_name(alias.name) or "")
+            if since is not None and not supports(target, since):
+                return False
+    return True
 
 
 def _head_name(node: cst.BaseExpression) -> Optional[cst.Name]:

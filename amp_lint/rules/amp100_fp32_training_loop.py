@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 from amp_lint.conversion.planner import BFLOAT16, FLOAT16, plan_conversions
 from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.files.torch_version import supports
 from amp_lint.analysis.model import FileModel, code_of
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -273,8 +275,13 @@ for x, y in loader:
             backward = code_of(outcome.anchor.call)
             if len(backward) > 50:
                 backward = backward[:47] + "..."
+            fix = outcome.fix
+            if fix is not None and dtype == FLOAT16 and not supports(self.options.get("target_torch"), "2.3"):
+                # The conversion writes torch.amp.GradScaler(device), new in torch 2.3 (target-torch).
+                outcome = dataclasses.replace(outcome, reason="torch.amp.GradScaler needs torch 2.3 (target-torch)", fix=None)
+                fix = None
             if outcome.reason is None:
                 message = f"{what} runs in full fp32 (`{backward}`, no autocast or GradScaler); convert it to {target}"
             else:
                 message = f"{what} runs in full fp32 (`{backward}`); not converted: {outcome.reason}"
-            yield self.finding(outcome.anchor.call, message, fix=outcome.fix, context=outcome.scope.name)
+            yield self.finding(outcome.anchor.call, message, fix=fix, context=outcome.scope.name)

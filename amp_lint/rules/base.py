@@ -62,6 +62,8 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # The fix's safety, or None when the rule offers no fix.
     fix_applicability: ClassVar[Optional[Applicability]] = None
+    # A display-only fix (Ruff's term): the message names the change, `--fix` never applies it.
+    suggestion: ClassVar[bool] = False
     # Identifier patterns (regular expressions) a file must contain, all of them, for the rule to fire
     # there: the prefilter skips files that lack them. Must hold for every invalid example (tested).
     needs: ClassVar[Tuple[str, ...]] = ()
@@ -98,4 +100,6 @@ class Rule:
 
     @classmethod
     def fix_label(cls) -> str:
-        return cls.fix_applicability.value if cls.fix_applicability else "none"
+        if cls.fix_applicability:
+            return cls.fix_applicability.value
+        return "suggestion" if cls.suggestion else "none"

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import Iterator
 
-import libcst as cst
-
-from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import CallSite, FileModel
+from amp_lint.analysis.model import FileModel
 from amp_lint.rules._helpers import same_binding, short, sites_compatible
+from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler, half_casts
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -39,14 +37,16 @@ class HalfModelWithAutocast(Rule):
 
     ## Fix safety
     No automatic fix. Intentional pure-bfloat16 training without autocast is not reported. Off by
-    default (heuristic): the model is recognised by being called inside the autocast region.
+    default (heuristic): the model is recognised by being called inside the autocast region. A float16
+    model whose optimizer a GradScaler steps is AMP050's (on by default: it raises) and not reported here.
 
     ## References
     - [`torch.autocast`](https://docs.pytorch.org/docs/stable/amp.html#torch.autocast) docstring
     - `torch/amp/grad_scaler.py`: `GradScaler._unscale_grads_` (`allow_fp16=False`)
+    - `../shared/amp-reference/rules.md` AMP050 (E4-n: the 96.5 % measurement)
     """
 
-    code = "AMP050"
+    code = "AMP057"
     name = "half-model-with-autocast"
     summary = "Model converted with .half()/.bfloat16() and also run under autocast"
     severity = Severity.WARNING
@@ -107,10 +107,14 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        casts = list(_half_casts(model))
+        casts = list(half_casts(model))
         if not casts:
             return
-        for key, cast_site, how in casts:
+        reported = {id(f.node) for f in Fp16ParamsWithScaler().check(model)}
+        for cast in casts:
+            if id(cast.site.call) in reported:
+                continue
+            key, cast_site = cast.key, cast.site
             for site in model.call_sites:
                 if site.func != key or site.in_enabled_autocast() is None:
                     continue
@@ -120,7 +124,7 @@ class Trainer:
                     continue
                 yield self.finding(
                     cast_site.call,
-                    f"`{short(cast_site.call)}` turns `{key}` to {how}, and `{short(site.call, 40)}` runs it under "
+                    f"{cast.how} turns `{key}` to {cast.dtype}, and `{short(site.call, 40)}` runs it under "
                     "autocast: keep the parameters in float32 and let autocast choose per-op dtypes",
                     confidence=Confidence.HIGH
                     if site.scope is cast_site.scope and site.in_enabled_autocast().spec.enabled is True
@@ -128,33 +132,3 @@ class Trainer:
                     context=cast_site.scope.name,
                 )
                 break
-
-
-def _half_casts(model: FileModel) -> Iterator[Tuple[str, CallSite, str]]:
-    """(module key, the cast call, "float16"/"bfloat16") for in-place casts and assignments of a cast."""
-    by_value = {id(a.value): a for a in model.assignment_sites}
-    for site in model.call_sites:
-        how = _cast_dtype(site)
-        if how is None or site.receiver is None:
-            continue
-        statement_value = getattr(site.small_statement, "value", None)
-        if isinstance(site.small_statement, cst.Expr) and statement_value is site.call and site.func:
-            yield site.func.rsplit(".", 1)[0], site, how  # `model.half()`: modules convert in place
-        elif id(site.call) in by_value:
-            yield by_value[id(site.call)].target, site, how
-
-
-def _cast_dtype(site: CallSite) -> Optional[str]:
-    method = site.method
-    if method in ("half", "bfloat16") and not site.call.args:
-        return "float16" if method == "half" else "bfloat16"
-    if method == "to":
-        for arg in site.call.args:
-            if arg.keyword is not None and arg.keyword.value != "dtype":
-                continue
-            qualified = site.scope.names.qualify(arg.value)
-            if qualified in names.FLOAT16:
-                return "float16"
-            if qualified in names.BFLOAT16:
-                return "bfloat16"
-    return None

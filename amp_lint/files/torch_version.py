@@ -1,0 +1,131 @@
+"""The oldest torch a project supports: the `target-torch` setting, or the lower bound of the project's own
+torch requirement, as Ruff reads `requires-python` for its `target-version`.
+
+The requirement is read from `[project].dependencies` of the `pyproject.toml` in a folder, then from its
+`requirements*.txt` files. `torch>=2.1`, `torch>=2.1,<3`, `torch~=2.2`, `torch==2.3.*` give 2.1, 2.1, 2.2
+and 2.3; `torch>2.0` gives 2.0 (2.0.1 is allowed); a requirement without a lower bound gives none.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from typing import Iterable, Optional, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib
+
+Version = Tuple[int, int, int]
+
+_VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+_TORCH_REQUIREMENT = re.compile(r"^\s*torch\s*(?:\[[^\]]*\])?\s*(?P<specifiers>[^;#]*)", re.I)
+_SPECIFIER = re.compile(r"(===|==|~=|>=|>|<=|<|!=)\s*([0-9][0-9a-zA-Z.*+!-]*)")
+# Bigger than any requirement file a project writes by hand; a larger one is not read.
+_MAX_REQUIREMENTS_BYTES = 1 << 20
+
+
+def parse_version(text: str) -> Optional[Version]:
+    """`"2.3"` -> (2, 3, 0); `"2.4.1+cu121"` -> (2, 4, 1); anything else -> None."""
+    match = _VERSION.match(text)
+    if match is None:
+        return None
+    major, minor, micro = (int(part) if part else 0 for part in match.groups())
+    return (major, minor, micro)
+
+
+def is_version(text: str) -> bool:
+    """Is `text` a plain release number (`2`, `2.3`, `2.3.1`), as `target-torch` accepts?"""
+    return re.fullmatch(r"\d+(\.\d+){0,2}", text) is not None
+
+
+def format_version(version: Version) -> str:
+    major, minor, micro = version
+    return f"{major}.{minor}" + (f".{micro}" if micro else "")
+
+
+def supports(target: Optional[str], needed: str) -> bool:
+    """Does every torch from `target` on have an API new in `needed`? No target: the latest torch, yes."""
+    if not target:
+        return True
+    have, want = parse_version(target), parse_version(needed)
+    return have is None or want is None or have >= want
+
+
+def lower_bound(requirement: str) -> Optional[Version]:
+    """The lowest torch release a requirement line (`torch>=2.1,<3`) admits, or None for other lines."""
+    match = _TORCH_REQUIREMENT.match(requirement)
+    if match is None:
+        return None
+    rest = match.group("specifiers")
+    if rest.strip().startswith(("-", "_", ".")) or re.match(r"^\s*[A-Za-z0-9]", rest):
+        return None  # `torchvision`, `torch-geometric`: another package
+    bounds = []
+    for operator, version_text in _SPECIFIER.findall(rest):
+        if operator in ("<", "<=", "!="):
+            continue
+        version = parse_version(version_text.rstrip(".*"))
+        if version is not None:
+            bounds.append(version)
+    return max(bounds) if bounds else None
+
+
+def floor_from_lines(lines: Iterable[str]) -> Optional[Version]:
+    """The lower bound of the first torch requirement with one, over requirement lines."""
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        bound = lower_bound(line)
+        if bound is not None:
+            return bound
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def project_floor(folder: str) -> Optional[Tuple[str, str]]:
+    """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no torch floor."""
+    pyproject = os.path.join(folder, "pyproject.toml")
+    if os.path.isfile(pyproject):
+        try:
+            with open(pyproject, "rb") as handle:
+                data = tomllib.loads(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
+        except (OSError, tomllib.TOMLDecodeError, RecursionError):
+            data = {}
+        project = data.get("project") if isinstance(data, dict) else None
+        dependencies = project.get("dependencies") if isinstance(project, dict) else None
+        if isinstance(dependencies, list):
+            floor = floor_from_lines(d for d in dependencies if isinstance(d, str))
+            if floor is not None:
+                return format_version(floor), f"{pyproject} [project].dependencies"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("requirements") and n.endswith(".txt"))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as handle:
+                text = handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        floor = floor_from_lines(text.splitlines())
+        if floor is not None:
+            return format_version(floor), path
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def project_root_above(folder: str) -> Optional[str]:
+    """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None."""
+    current = folder
+    while True:
+        if os.path.isfile(os.path.join(current, "pyproject.toml")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent

@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
+from amp_lint.diagnostics import Confidence, Severity
+from amp_lint.rules._helpers import same_binding, short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+_INITIALIZE = frozenset({"deepspeed.initialize"})
+
+
+class DeepSpeedManualAmp(Rule):
+    """
+    ## What it does
+    Finds a DeepSpeed engine (from `deepspeed.initialize`) called under an outer `torch.autocast`, or
+    its optimizer driven by a hand-made GradScaler (`scaler.step(optimizer)`, `scaler.unscale_(optimizer)`,
+    `engine.backward(scaler.scale(loss))`).
+
+    ## Why is this bad?
+    DeepSpeed owns precision: its `fp16` / `bf16` config sections cast the model and run its own dynamic
+    loss scaler inside `engine.backward` and `engine.step` (and its `torch_autocast` section, where
+    supported, enters autocast itself). A second, manual layer casts behind the engine's back or scales a
+    loss the engine scales again, and `GradScaler.step` calls the engine's optimizer outside the engine
+    (DeepSpeed #7529, wenet #2788: framework-managed precision doubled by hand).
+
+    ## Example
+    ```python
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, config="ds_config.json")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = engine(batch)
+    engine.backward(scaler.scale(loss))
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    # ds_config.json: {"fp16": {"enabled": true}} (or "bf16")
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, config="ds_config.json")
+    loss = engine(batch)
+    engine.backward(loss)
+    engine.step()
+    ```
+
+    ## Fix safety
+    No fix: the precision settings must move into the DeepSpeed config. Only the engine and optimizer
+    bound by `deepspeed.initialize` in this file are followed.
+
+    ## References
+    - [DeepSpeed configuration: FP16 / BF16 training options](https://www.deepspeed.ai/docs/config-json/#fp16-training-options)
+    - [DeepSpeed training: `engine.backward`, `engine.step`](https://deepspeed.readthedocs.io/en/latest/training.html)
+    - `torch/amp/grad_scaler.py` (torch 2.13): `GradScaler.step` calls `optimizer.step()` itself
+    """
+
+    code = "AMP092"
+    name = "deepspeed-manual-amp"
+    summary = "A DeepSpeed engine under an outer autocast, or its optimizer driven by a manual GradScaler"
+    severity = Severity.WARNING
+    needs = (r"\bdeepspeed\b", r"\binitialize\b", r"autocast|[Ss]caler")
+
+    valid = [
+        """
+import deepspeed
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config=cfg)
+loss = engine(batch)
+engine.backward(loss)
+engine.step()
+""",
+        # The autocast does not run the engine.
+        """
+import deepspeed, torch
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config=cfg)
+with torch.autocast("cuda"):
+    ref = teacher(batch)
+loss = engine(batch)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import deepspeed, torch
+engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+for batch in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = engine(batch)
+    engine.backward(loss)
+    engine.step()
+"""
+        ),
+        Invalid(
+            """
+import deepspeed, torch
+def train(args, model):
+    model_engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model)
+    scaler = torch.amp.GradScaler("cuda")
+    loss = model_engine(batch)
+    model_engine.backward(scaler.scale(loss))
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            count=2,
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        engines: Dict[str, Scope] = {}
+        optimizers: Dict[str, Scope] = {}
+        for scope, engine, optimizer in _initialized(model):
+            engines[engine] = scope
+            if optimizer:
+                optimizers[optimizer] = scope
+        if not engines:
+            return
+        for site in model.call_sites:
+            func = dotted_name(site.call.func)
+            engine = _engine_called(model, site, func, engines)
+            if engine is not None:
+                region = site.in_enabled_autocast()
+                if region is not None:
+                    yield self.finding(
+                        site.call,
+                        f"the DeepSpeed engine `{engine}` runs under `{short(region.spec.call or region.node, 40)}`: "
+                        "DeepSpeed manages precision itself; set fp16/bf16 in the DeepSpeed config instead",
+                        confidence=Confidence.MEDIUM,  # with an fp32 DeepSpeed config this is the only mixed precision
+                        context=site.scope.name,
+                    )
+                if site.method == "backward" and site.call.args and _is_scaled(model, site, site.call.args[0].value):
+                    yield self.finding(
+                        site.call,
+                        f"`{short(site.call, 50)}` hands a GradScaler-scaled loss to DeepSpeed, which scales the loss "
+                        "itself (fp16 config): drop the manual scaler",
+                        context=site.scope.name,
+                    )
+                continue
+            if site.method in ("step", "unscale_") and site.call.args and site.receiver is not None:
+                scaler = dotted_name(site.receiver)
+                target = dotted_name(site.call.args[0].value)
+                if scaler is None or target is None or not model.is_scaler(scaler, site.scope):
+                    continue
+                bound = optimizers.get(target)
+                if bound is None and target.endswith(".optimizer") and target[: -len(".optimizer")] in engines:
+                    bound = engines[target[: -len(".optimizer")]]
+                if bound is not None and same_binding(model, target.split(".")[0], bound, site.scope):
+                    yield self.finding(
+                        site.call,
+                        f"`{short(site.call, 50)}` drives the DeepSpeed optimizer with a manual GradScaler: "
+                        "call `engine.step()` and configure fp16/bf16 in the DeepSpeed config",
+                        context=site.scope.name,
+                    )
+
+
+def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str]]]:
+    """(scope, engine, optimizer) for `engine, optimizer, _, _ = deepspeed.initialize(...)`."""
+    for site in model.call_sites:
+        if site.qualified_name not in _INITIALIZE or not isinstance(site.small_statement, cst.Assign):
+            continue
+        statement = site.small_statement
+        if statement.value is not site.call or len(statement.targets) != 1:
+            continue
+        target = statement.targets[0].target
+        if not isinstance(target, (cst.Tuple, cst.List)) or not target.elements:
+            continue
+        keys = [dotted_name(e.value) for e in target.elements]
+        if keys[0]:
+            yield site.scope, keys[0], keys[1] if len(keys) > 1 and keys[1] not in (None, "_") else None
+
+
+def _engine_called(model: FileModel, site: CallSite, func: Optional[str], engines: Dict[str, Scope]) -> Optional[str]:
+    if func is None:
+        return None
+    head = func[: -len(".forward")] if func.endswith(".forward") else func
+    if site.method == "backward" and site.receiver is not None:
+        head = dotted_name(site.receiver) or ""
+    bound = engines.get(head)
+    if bound is None or not same_binding(model, head.split(".")[0], bound, site.scope):
+        return None
+    return head
+
+
+def _is_scaled(model: FileModel, site: CallSite, expr: cst.BaseExpression) -> bool:
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale"):
+        return False
+    scaler = dotted_name(expr.func.value)
+    return scaler is not None and model.is_scaler(scaler, site.scope)

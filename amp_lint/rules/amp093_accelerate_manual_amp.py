@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+from typing import Iterator, Set, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis.model import DType, FileModel, dotted_name
+from amp_lint.diagnostics import Severity
+from amp_lint.rules._helpers import argument, literal_string, short
+from amp_lint.rules.base import Finding, Invalid, Rule
+
+_ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+_MIXED = {"fp16": DType.FP16, "bf16": DType.BF16}
+
+
+class AccelerateManualAmp(Rule):
+    """
+    ## What it does
+    Finds `Accelerator(mixed_precision="fp16" or "bf16")` combined with a hand-made GradScaler on the
+    prepared optimizer (`scaler.step(optimizer)`, `scaler.unscale_(optimizer)`,
+    `accelerator.backward(scaler.scale(loss))`), or with a `torch.autocast` of the other half-precision
+    dtype around the prepared model.
+
+    ## Why is this bad?
+    With `mixed_precision` set, `accelerator.prepare` wraps the model's forward in autocast and the
+    optimizer in an `AcceleratedOptimizer` that shares the accelerator's own GradScaler, and
+    `accelerator.backward(loss)` scales the loss with it. A second scaler scales the loss twice and
+    unscales and steps an optimizer whose gradients the accelerator's scaler also owns; an outer autocast
+    of another dtype is overridden inside the model by the prepared forward.
+
+    ## Example
+    ```python
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    scaler = torch.amp.GradScaler("cuda")
+    accelerator.backward(scaler.scale(loss))
+    scaler.step(optimizer)
+    ```
+
+    ## Use instead
+    ```python
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    accelerator.backward(loss)
+    optimizer.step()
+    ```
+
+    ## Fix safety
+    No fix. Reported only for a literal `mixed_precision` and names bound by `accelerator.prepare(...)`
+    in this file.
+
+    ## References
+    - [Accelerate: mixed precision](https://huggingface.co/docs/accelerate/concept_guides/performance)
+      and `Accelerator.backward` ("Should be used in lieu of `loss.backward()`"; it scales the loss)
+    - `torch/amp/grad_scaler.py` (torch 2.13): `GradScaler.scale`, `step`
+    """
+
+    code = "AMP093"
+    name = "accelerate-manual-amp"
+    summary = "Accelerator(mixed_precision=...) plus a hand-made GradScaler or a conflicting autocast"
+    severity = Severity.WARNING
+    needs = (r"\bAccelerator\b", r"\bmixed_precision\b", r"autocast|[Ss]caler")
+
+    valid = [
+        """
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer = accelerator.prepare(model, optimizer)
+accelerator.backward(loss)
+optimizer.step()
+""",
+        # No mixed precision from Accelerate: the manual recipe is the only one.
+        """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, optimizer = accelerator.prepare(model, optimizer)
+scaler = torch.amp.GradScaler("cuda")
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+""",
+        # The same dtype: redundant, harmless.
+        """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model = accelerator.prepare(model)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    out = model(x)
+""",
+    ]
+    invalid = [
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="fp16")
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+scaler = torch.amp.GradScaler("cuda")
+for batch in loader:
+    loss = model(**batch).loss
+    accelerator.backward(scaler.scale(loss))
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            count=2,
+        ),
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator(mixed_precision="bf16")
+model, optimizer = accelerator.prepare(model, optimizer)
+with torch.autocast("cuda", dtype=torch.float16):
+    out = model(x)
+"""
+        ),
+    ]
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        accelerators = dict(_accelerators(model))
+        if not accelerators:
+            return
+        prepared = _prepared(model, accelerators)
+        if not prepared:
+            return
+        for site in model.call_sites:
+            func = dotted_name(site.call.func)
+            if site.method == "backward" and site.receiver is not None and dotted_name(site.receiver) in accelerators:
+                arg = site.call.args[0].value if site.call.args else None
+                if isinstance(arg, cst.Call) and isinstance(arg.func, cst.Attribute) and arg.func.attr.value == "scale":
+                    scaler = dotted_name(arg.func.value)
+                    if scaler is not None and model.is_scaler(scaler, site.scope):
+                        yield self.finding(
+                            site.call,
+                            f"`{short(site.call, 50)}`: the Accelerator already scales the loss (mixed_precision="
+                            f"{accelerators[dotted_name(site.receiver)][0]!r}); this scales it twice: pass the loss itself",
+                            context=site.scope.name,
+                        )
+                continue
+            if site.method in ("step", "unscale_") and site.call.args and site.receiver is not None:
+                scaler = dotted_name(site.receiver)
+                target = dotted_name(site.call.args[0].value)
+                if scaler and target in prepared and model.is_scaler(scaler, site.scope):
+                    yield self.finding(
+                        site.call,
+                        f"`{short(site.call, 50)}`: `{target}` was prepared by an Accelerator with mixed precision, which "
+                        "owns its GradScaler: call `optimizer.step()` and drop the manual scaler",
+                        context=site.scope.name,
+                    )
+                continue
+            if func in prepared:
+                region = site.in_enabled_autocast()
+                if region is None or region.spec.dtype not in (DType.FP16, DType.BF16):
+                    continue
+                mixed = {dtype for _, dtype in accelerators.values()}
+                if region.spec.dtype not in mixed:
+                    yield self.finding(
+                        site.call,
+                        f"`{short(site.call, 40)}` runs under `{short(region.spec.call or region.node, 40)}`, but the "
+                        f"Accelerator's mixed precision wraps the prepared model's forward in {'/'.join(sorted(d.value for d in mixed))} autocast, "
+                        "which wins inside the model: set the dtype on the Accelerator only",
+                        context=site.scope.name,
+                    )
+
+
+def _accelerators(model: FileModel) -> Iterator[Tuple[str, Tuple[str, DType]]]:
+    for assignment in model.assignment_sites:
+        value = assignment.value
+        if not isinstance(value, cst.Call) or assignment.scope.names.qualify(value.func) not in _ACCELERATOR:
+            continue
+        arg = argument(value, None, "mixed_precision")
+        mixed = literal_string(arg.value) if arg is not None else None
+        if mixed in _MIXED:
+            yield assignment.target, (mixed, _MIXED[mixed])
+
+
+def _prepared(model: FileModel, accelerators) -> Set[str]:
+    keys: Set[str] = set()
+    for site in model.call_sites:
+        if site.method != "prepare" or site.receiver is None or dotted_name(site.receiver) not in accelerators:
+            continue
+        statement = site.small_statement
+        if not isinstance(statement, cst.Assign) or statement.value is not site.call:
+            continue
+        for target in statement.targets:
+            node = target.target
+            elements = node.elements if isinstance(node, (cst.Tuple, cst.List)) else [node]
+            for element in elements:
+                key = dotted_name(element.value if isinstance(element, cst.Element) else element)
+                if key:
+                    keys.add(key)
+    return keys
