@@ -289,11 +289,12 @@ class Checker:
                 new_module = cst.parse_module(new_code)
             except Exception as error:
                 return f"the fixed code does not parse ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+            why = hazard_regression(current.code, new_code)
+            if why is not None:
+                return why
             fixed = self._analysed(new_module, new_code, filename, [], file_ignored)
             fixed_keys = [found.key for fix in group for found in owners[id(fix)]]
             why = regression(before_keys, [found.key for found in fixed.findings], fixed_keys, rule_names)
-            if why is None:
-                why = hazard_regression(current.code, new_code)
             return fixed if why is None else why
 
         def settle(group: List[Fix]) -> None:

@@ -73,18 +73,21 @@ def regression(
         loose[(code, function)] += count
     left: List[FindingKey] = []
     spellings_before = {key[0] for key in before if key[0] in SPELLING_ONLY}
+    still: List[FindingKey] = []
     for key in unmatched:
         if fixed_counts.get(key):
-            return f"the {key[0]} finding is still there after the fix"
-        if loose[key[:2]] > 0:
+            still.append(key)
+        elif loose[key[:2]] > 0:
             loose[key[:2]] -= 1
         elif key[0] not in spellings_before:
             left.append(key)
-    if not left:
-        return None
-    code, function, message = left[0]
-    where = f" in {function}()" if function else ""
-    return f"the fixed code has a new {code} ({rule_names.get(code, code)}){where}: {message}"
+    if left:  # a new finding says more about what went wrong than the old one left
+        code, function, message = left[0]
+        where = f" in {function}()" if function else ""
+        return f"the fixed code has a new {code} ({rule_names.get(code, code)}){where}: {message}"
+    if still:
+        return f"the {still[0][0]} finding is still there after the fix"
+    return None
 
 
 def hazard_regression(before_code: str, after_code: str) -> Optional[str]:

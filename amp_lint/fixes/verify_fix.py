@@ -202,7 +202,10 @@ class _FunctionCheck:
         frontier = set(entry)
         ends: Set[_State] = set()
         try:
+            rebound = _names_bound(node.target) if isinstance(node, (ast.For, ast.AsyncFor)) else set()
             for _ in range(8):  # the states are few: this reaches a fixed point in two or three rounds
+                if rebound:  # `for opt in optimizers`: each iteration's `opt` is another optimizer
+                    frontier = {_forget(state, rebound) for state in frontier}
                 after = self.block(node.body, set(frontier)) | context.next_iteration
                 context.next_iteration = set()
                 ends |= after
@@ -310,6 +313,23 @@ def _with_stage(state: _State, scaler: str, optimizer: str, stage: str) -> _Stat
     stages = {entry for entry in state.stages if not (entry[0] == scaler and entry[1] == optimizer)}
     stages.add((scaler, optimizer, stage))
     return _State(frozenset(stages), state.stepped, state.scaled)
+
+
+def _names_bound(target: ast.expr) -> Set[str]:
+    return {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+
+
+def _forget(state: _State, names: Set[str]) -> _State:
+    """`state` without what it knows about the objects that `names` stood for."""
+
+    def root(code: str) -> str:
+        return re.split(r"[.\[(]", code, maxsplit=1)[0]
+
+    return _State(
+        frozenset(entry for entry in state.stages if root(entry[1]) not in names),
+        state.stepped,
+        frozenset(entry for entry in state.scaled if entry[0] not in names),
+    )
 
 
 def _calls_in_order(node: ast.expr) -> List[ast.Call]:
