@@ -311,7 +311,20 @@ class Checker:
                 settle(group[:half])
                 settle(group[half:])
 
+        failed_before = set(rejected)
         settle(list(chosen))
+        # A fix may need one that came after it in the pass (an `unscale_` before a clip, the `update()`
+        # another finding adds): each dropped one gets one more try on top of all that was kept.
+        for fix in chosen:
+            keys = [found.key for found in owners[id(fix)]]
+            if fix in accepted or not any(k in rejected and k not in failed_before for k in keys) or not accepted:
+                continue
+            outcome = attempt(accepted + [fix])
+            if isinstance(outcome, _Analysed):
+                accepted.append(fix)
+                best[0] = outcome
+                for key in keys:
+                    rejected.pop(key, None)
         return accepted, best[0]
 
     def _report_rejected(

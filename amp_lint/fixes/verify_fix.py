@@ -51,15 +51,25 @@ class Hazard:
 
 
 def new_hazards(before: str, after: str) -> List[Hazard]:
-    """The hazards of `after` that `before` does not have (compared by kind, function, scaler, optimizer)."""
-    old = Counter(h.shape for h in hazards(before))
+    """The hazards of `after` that `before` does not have (compared by kind, function, scaler, optimizer).
+
+    Where a scaler's calls already break the state machine in a function before the fix (no `update()`,
+    say), the fixed code's order there is not judged by this check: a fix for another finding (an
+    `unscale_` before a clip) changes which call fails first, not whether one does. The rules judge it.
+    """
+    old_hazards = hazards(before)
+    old = Counter(h.shape for h in old_hazards)
+    broken = {(h.function, h.scaler) for h in old_hazards if h.kind in _ORDER_KINDS}
     found = []
     for hazard in hazards(after):
         if old[hazard.shape] > 0:
             old[hazard.shape] -= 1
-        else:
+        elif not (hazard.kind in _ORDER_KINDS and (hazard.function, hazard.scaler) in broken):
             found.append(hazard)
     return found
+
+
+_ORDER_KINDS = frozenset({"unscale-twice", "unscale-after-step", "step-twice", "update-twice"})
 
 
 def hazards(code: str) -> List[Hazard]:
