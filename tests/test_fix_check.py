@@ -217,7 +217,7 @@ SCALER_LOOP = textwrap.dedent(
     ],
 )
 def test_the_path_check_sees_each_hazard(change, kind):
-    assert hazards(SCALER_LOOP) == []
+    assert hazards(SCALER_LOOP) == ()
     broken = SCALER_LOOP.replace(*change)
     assert kind in [h.kind for h in new_hazards(SCALER_LOOP, broken)]
 
@@ -234,4 +234,4 @@ def test_the_path_check_sees_each_hazard(change, kind):
 )
 def test_the_path_check_is_quiet_on_correct_loops(fine):
     assert fine != SCALER_LOOP
-    assert hazards(fine) == []
+    assert hazards(fine) == ()

@@ -14,6 +14,7 @@ not have: what was already there (or an imprecision of this check) counts the sa
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import warnings
 from collections import Counter
@@ -72,23 +73,24 @@ def new_hazards(before: str, after: str) -> List[Hazard]:
 _ORDER_KINDS = frozenset({"unscale-twice", "unscale-after-step", "step-twice", "update-twice"})
 
 
-def hazards(code: str) -> List[Hazard]:
+@functools.lru_cache(maxsize=4)  # a pass's code is checked against each fix tried on it
+def hazards(code: str) -> Tuple[Hazard, ...]:
     """Every hazard in `code`; none when Python cannot parse it (the parse check reports that)."""
     if ".scale" not in code and ".unscale_" not in code and ".update" not in code:
-        return []
+        return ()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+        return ()
     scalers = _scaler_receivers(tree)
     if not scalers:
-        return []
+        return ()
     found: List[Hazard] = []
     for function, body in _functions(tree):
         _FunctionCheck(function, scalers, found).run(body)
-    return found
+    return tuple(found)
 
 
 def _scaler_receivers(tree: ast.AST) -> FrozenSet[str]:
