@@ -235,3 +235,30 @@ def test_the_path_check_sees_each_hazard(change, kind):
 def test_the_path_check_is_quiet_on_correct_loops(fine):
     assert fine != SCALER_LOOP
     assert hazards(fine) == ()
+
+
+# --- the check as a safety net: issue 16's real-world shapes, whatever the rules decide about them ---
+SAFETY_NET = Path(__file__).parent / "data" / "fix_safety_net"
+
+
+@pytest.mark.parametrize("name", ["ignite.py", "alf.py", "icefall.py", "dlrm.py"])
+def test_fixes_that_would_break_correct_code_are_never_written(name):
+    """ignite (`cast(Tensor, scaler.scale(loss)).backward()`) and alf (`loss = scaler.scale(loss)` then
+    `loss.mean().backward()`): wrapping the loss again scales it twice. icefall (`update(new_scale)` every
+    100 batches after the per-batch `update()`): deleting the per-batch one makes the next `step()` raise.
+    DLRM (two optimizers under two flags, one `update()`): moving it into one flag's branch makes the other
+    optimizer's next `step()` raise. Whether or not a rule reports these, --fix must leave them as they are."""
+    source = (SAFETY_NET / name).read_text()
+    result = Checker(frozenset(registry.default_codes()), fix=True, unsafe_fixes=True).check(source, name)
+    assert result.fixed_source is None
+    assert all(e.message.startswith("not fixed: ") for e in result.errors), result.errors
+
+
+def test_two_clips_get_one_unscale():
+    """waifu-diffusion: two consecutive clips, each reported, get one `unscale_` before the first."""
+    source = (SAFETY_NET / "waifu.py").read_text()
+    for codes in ({"AMP030"}, set(registry.default_codes())):
+        result = Checker(frozenset(codes), fix=True).check(source, "waifu.py")
+        assert not result.errors
+        assert result.fixed_source.count("scaler.unscale_(optimizer)") == 1
+        assert result.fixed_source.index("scaler.unscale_(optimizer)") < result.fixed_source.index("clip_grad_norm_(unet")

@@ -54,18 +54,19 @@ class Hazard:
 def new_hazards(before: str, after: str) -> List[Hazard]:
     """The hazards of `after` that `before` does not have (compared by kind, function, scaler, optimizer).
 
-    Where a scaler's calls already break the state machine in a function before the fix (no `update()`,
-    say), the fixed code's order there is not judged by this check: a fix for another finding (an
-    `unscale_` before a clip) changes which call fails first, not whether one does. The rules judge it.
+    Where an optimizer's calls already break the state machine before the fix (no `update()`, say: its
+    second `step()` raises), the fixed code's order for that optimizer is not judged by this check: a fix
+    for another finding (an `unscale_` before a clip) changes which call fails first, not whether one
+    does. The rules judge it.
     """
     old_hazards = hazards(before)
     old = Counter(h.shape for h in old_hazards)
-    broken = {(h.function, h.scaler) for h in old_hazards if h.kind in _ORDER_KINDS}
+    broken = {(h.function, h.scaler, h.optimizer) for h in old_hazards if h.kind in _ORDER_KINDS}
     found = []
     for hazard in hazards(after):
         if old[hazard.shape] > 0:
             old[hazard.shape] -= 1
-        elif not (hazard.kind in _ORDER_KINDS and (hazard.function, hazard.scaler) in broken):
+        elif not (hazard.kind in _ORDER_KINDS and (hazard.function, hazard.scaler, hazard.optimizer) in broken):
             found.append(hazard)
     return found
 
@@ -308,7 +309,8 @@ class _FunctionCheck:
         return _State(state.stages, frozenset(stepped), state.scaled)
 
     def update(self, node, scaler: str, state: _State) -> _State:
-        if (scaler, False) in state.stepped:
+        # update(new_scale) sets the scale and needs no step before it; update() reads the steps' inf checks.
+        if not node.args and not node.keywords and (scaler, False) in state.stepped:
             self.report(node, "update-twice", scaler)
         stages = frozenset((s, o, READY) if s == scaler else (s, o, st) for s, o, st in state.stages)
         stepped = {(s, v) for s, v in state.stepped if s != scaler} | {(scaler, False)}
