@@ -37,7 +37,9 @@ def recording():
     recorder = Recorder()
     original = torch.amp.GradScaler
 
-    class RecordingGradScaler(original):
+    class Recording:
+        """Notes the scaler's calls; mixed into GradScaler and FSDP's ShardedGradScaler."""
+
         def scale(self, outputs):
             recorder.note("scale")
             return super().scale(outputs)
@@ -58,6 +60,12 @@ def recording():
         def update(self, new_scale=None):
             recorder.note("update")
             return super().update(new_scale)
+
+    RecordingGradScaler = type("GradScaler", (Recording, original), {})
+    from torch.distributed.fsdp import sharded_grad_scaler
+
+    sharded = sharded_grad_scaler.ShardedGradScaler
+    sharded_grad_scaler.ShardedGradScaler = type("ShardedGradScaler", (Recording, sharded), {})
 
     backward = torch.Tensor.backward
 
@@ -91,6 +99,7 @@ def recording():
             recorder.caught = list(caught)
     finally:
         torch.amp.GradScaler = original
+        sharded_grad_scaler.ShardedGradScaler = sharded
         torch.Tensor.backward = backward
         utils.clip_grad_norm_, utils.clip_grad_value_ = saved
         hook.remove()
