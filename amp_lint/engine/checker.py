@@ -24,6 +24,7 @@ from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
 from amp_lint.files.lines import split_lines
 from amp_lint.analysis.model import FileModel, build_model
+from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
@@ -67,6 +68,12 @@ class Checker:
         # Findings that rest on an assumption are reported only when asked for (`--show-assumed`).
         self.show_assumed = bool(show_assumed if show_assumed is not None else (rule_options or {}).get("show_assumed"))
         self.prefilter = Prefilter(self.rule_classes)
+        self.enabled_codes = frozenset(r.code for r in self.rule_classes)
+        # A fixed file is checked with these: a fix must not bring a finding of any default rule either.
+        defaults = set(registry.default_codes())
+        self.check_rules: List[Rule] = self.rules + [
+            r(rule_options) for r in registry.ALL_RULES if r.code in defaults and r.code not in self.enabled_codes
+        ]
 
     def may_match(self, source: str) -> bool:
         return bool(self.rules) and self.prefilter.may_match(source)
@@ -141,7 +148,13 @@ class Checker:
 
     # --- findings ---
     def _rule_findings(
-        self, module: cst.Module, code: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
+        self,
+        module: cst.Module,
+        code: str,
+        filename: str,
+        result: SourceResult,
+        file_ignored: FrozenSet[str],
+        rules: Optional[Sequence[Rule]] = None,
     ) -> Tuple[List[Finding], FileModel]:
         """What the enabled rules find in `module` (not yet placed nor filtered by `# noqa`), and the model.
 
@@ -150,7 +163,7 @@ class Checker:
         remember_text(module, code)
         model = build_model(module)
         findings: List[Finding] = []
-        for rule in self.rules:
+        for rule in self.rules if rules is None else rules:
             if rule.code in file_ignored:
                 continue
             try:
@@ -197,42 +210,143 @@ class Checker:
         self, module: cst.Module, source: str, filename: str, result: SourceResult, file_ignored: FrozenSet[str]
     ) -> Tuple[cst.Module, Optional["_Placed"]]:
         """The module with the fixes applied, pass after pass until none is left; and the last pass's
-        placed findings when they are those of the returned module (no need to find them again)."""
-        code = source  # the module's text: `_check` made sure LibCST reproduces the source
+        placed findings, those of the returned module (no need to find them again).
+
+        Each pass's fixed code is checked before it is kept (`_checked_pass`); a fix that fails the check
+        is dropped, the others are kept, and the report says which fix and why.
+        """
+        current = self._analysed(module, source, filename, result.errors, file_ignored)
+        rejected: Dict[FindingKey, _Rejected] = {}
         for _ in range(MAX_FIX_PASSES):
-            found, model = self._rule_findings(module, code, filename, result, file_ignored)
-            locator = NodeLocator(module, code, model.parents)
-            findings, positions = self._placed(found, locator, code)
-            final = (findings, positions, locator, model)
-            fixes = []
-            owners: Dict[int, Finding] = {}
-            for finding in findings:
-                if self._applicable(finding.fix) and id(finding.fix) not in owners:
-                    owners[id(finding.fix)] = finding
-                    fixes.append(finding.fix)
-            ancestry = ancestry_of(module, fixes, model.parents)
-            chosen = select_compatible(fixes, module, ancestry)
+            fixes: List[Fix] = []
+            owners: Dict[int, List[_Found]] = {}
+            for found in current.findings:
+                fix = found.finding.fix
+                if found.finding.rule.code not in self.enabled_codes or not self._applicable(fix):
+                    continue
+                if found.key in rejected:
+                    continue  # failed the check in an earlier pass: it would fail again
+                if id(fix) not in owners:
+                    owners[id(fix)] = []
+                    fixes.append(fix)
+                owners[id(fix)].append(found)
+            ancestry = ancestry_of(current.module, fixes, current.model.parents)
+            chosen = select_compatible(fixes, current.module, ancestry)
             if not chosen:
-                return module, final
+                break
+            accepted, fixed = self._checked_pass(current, chosen, owners, ancestry, filename, file_ignored, rejected)
+            if fixed is None:
+                continue  # every fix of this pass was dropped; those that waited for them get their turn
+            result.errors.extend(e for e in fixed.errors if e not in result.errors)
+            for fix in accepted:
+                for found in owners[id(fix)]:
+                    code = found.finding.rule.code
+                    result.fixed[code] = result.fixed.get(code, 0) + 1
+            current = fixed
+            result.fixed_source = current.code if current.code != source else None
+        self._report_rejected(rejected, current, filename, result)
+        enabled = [i for i, found in enumerate(current.findings) if found.finding.rule.code in self.enabled_codes]
+        findings = [current.findings[i].finding for i in enabled]
+        positions = [current.positions[i] for i in enabled]
+        return current.module, (findings, positions, current.locator, current.model)
+
+    def _analysed(
+        self, module: cst.Module, code: str, filename: str, errors: List[FileError], file_ignored: FrozenSet[str]
+    ) -> "_Analysed":
+        """What the rules a fix is checked against (the enabled ones and the default ones) find in `module`."""
+        scratch = SourceResult()
+        found, model = self._rule_findings(module, code, filename, scratch, file_ignored, self.check_rules)
+        errors.extend(scratch.errors)
+        locator = NodeLocator(module, code, model.parents)
+        findings, positions = self._placed(found, locator, code)
+        keyed = [_Found(f, finding_key(f, model.parents)) for f in findings]
+        return _Analysed(module, code, keyed, positions, locator, model, list(scratch.errors))
+
+    def _checked_pass(
+        self,
+        current: "_Analysed",
+        chosen: List[Fix],
+        owners: Dict[int, List["_Found"]],
+        ancestry,
+        filename: str,
+        file_ignored: FrozenSet[str],
+        rejected: Dict[FindingKey, "_Rejected"],
+    ) -> Tuple[List[Fix], Optional["_Analysed"]]:
+        """The fixes of `chosen` that pass the check together, and the analysed code with them applied.
+
+        All of them are tried first; when that fails, the group is split in halves and each half tried
+        on top of what was accepted, down to single fixes, which are dropped with the reason.
+        """
+        accepted: List[Fix] = []
+        best: List[Optional[_Analysed]] = [None]
+        before_keys = [found.key for found in current.findings]
+        rule_names = {rule.code: rule.name for rule in self.check_rules}
+
+        def attempt(group: List[Fix]):
             try:
-                new_code = apply_fixes(module, chosen, ancestry).code
+                new_code = apply_fixes(current.module, group, ancestry).code
+            except Exception as error:  # a fix that cannot be applied is our bug: drop it
+                return f"the fix could not be applied ({type(error).__name__}: {error})"
+            if new_code == current.code:
+                return "the fix changes nothing"
+            try:
                 new_module = cst.parse_module(new_code)
-            except Exception as error:  # a fix that breaks the code is our bug: keep the file as it was
-                codes = ", ".join(sorted({owners[id(f)].rule.code for f in chosen}))
-                result.errors.append(
-                    FileError(filename, f"internal error: the fix for {codes} did not produce valid code ({error}); file left unchanged")
-                )
-                result.fixed_source, result.fixed = None, {}
-                return cst.parse_module(source), None
-            if new_code == code:
-                return module, final
-            for fix in chosen:
-                rule_code = owners[id(fix)].rule.code
-                shared = sum(1 for f in findings if f.fix is fix)
-                result.fixed[rule_code] = result.fixed.get(rule_code, 0) + shared
-            module, code = new_module, new_code
-            result.fixed_source = code if code != source else None
-        return module, None  # out of passes: the last fixes' findings are still to be found
+            except Exception as error:
+                return f"the fixed code does not parse ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+            why = hazard_regression(current.code, new_code)
+            if why is not None:
+                return why
+            fixed = self._analysed(new_module, new_code, filename, [], file_ignored)
+            fixed_keys = [found.key for fix in group for found in owners[id(fix)]]
+            why = regression(before_keys, [found.key for found in fixed.findings], fixed_keys, rule_names)
+            return fixed if why is None else why
+
+        def settle(group: List[Fix]) -> None:
+            outcome = attempt(accepted + group)
+            if isinstance(outcome, _Analysed):
+                accepted.extend(group)
+                best[0] = outcome
+            elif len(group) == 1:
+                for found in owners[id(group[0])]:
+                    position = current.positions[current.findings.index(found)]
+                    rejected.setdefault(found.key, _Rejected(found.finding.rule.code, position[0], outcome))
+            else:
+                half = len(group) // 2
+                settle(group[:half])
+                settle(group[half:])
+
+        failed_before = set(rejected)
+        settle(list(chosen))
+        # A fix may need one that came after it in the pass (an `unscale_` before a clip, the `update()`
+        # another finding adds): each dropped one gets one more try on top of all that was kept.
+        for fix in chosen:
+            keys = [found.key for found in owners[id(fix)]]
+            if fix in accepted or not any(k in rejected and k not in failed_before for k in keys) or not accepted:
+                continue
+            outcome = attempt(accepted + [fix])
+            if isinstance(outcome, _Analysed):
+                accepted.append(fix)
+                best[0] = outcome
+                for key in keys:
+                    rejected.pop(key, None)
+        return accepted, best[0]
+
+    def _report_rejected(
+        self, rejected: Dict[FindingKey, "_Rejected"], final: "_Analysed", filename: str, result: SourceResult
+    ) -> None:
+        """A "not fixed" error for each dropped fix whose finding is still there (another fix may have
+        fixed it); such a finding is reported without a fix."""
+        if not rejected:
+            return
+        remaining = {found.key for found in final.findings}
+        for key, why in rejected.items():
+            if key not in remaining:
+                continue
+            where = f"{why.code} at {filename}:{why.location.row}"
+            result.errors.append(FileError(filename, f"not fixed: {where}: {why.reason}", why.location))
+        for found in final.findings:
+            if found.key in rejected:
+                found.finding.fix = None
 
     def _fix_summary(self, fix: Fix, edits_of: Optional[EditsOfFixes]) -> FixSummary:
         edits: Tuple[Edit, ...] = ()
@@ -246,6 +360,36 @@ class Checker:
 
 # Findings with their positions, the locator that placed them and the model they came from.
 _Placed = Tuple[List[Finding], List[Tuple[Location, Location]], NodeLocator, FileModel]
+
+
+@dataclass(eq=False)
+class _Found:
+    """A finding and the key a fixed file's findings are compared by."""
+
+    finding: Finding
+    key: FindingKey
+
+
+@dataclass
+class _Analysed:
+    """One state of a file being fixed: its tree, its text, and what the checking rules find there."""
+
+    module: cst.Module
+    code: str
+    findings: List[_Found]
+    positions: List[Tuple[Location, Location]]
+    locator: NodeLocator
+    model: FileModel
+    errors: List[FileError]
+
+
+@dataclass(frozen=True)
+class _Rejected:
+    """A fix that failed the check: its rule, where its finding was, and why."""
+
+    code: str
+    location: Location
+    reason: str
 
 
 @contextlib.contextmanager

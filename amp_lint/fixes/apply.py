@@ -12,17 +12,30 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.fixes.builder import clear_removal_marks, is_marked_removed, mark_removed
+from amp_lint.fixes.builder import (
+    clear_removal_marks,
+    inserted_by,
+    insertions_next_to,
+    is_marked_removed,
+    mark_removed,
+    node_replacement,
+    statement_code,
+)
 from amp_lint.analysis.walk import children_through, code_fields
 from amp_lint.fixes.types import Fix, Import
 
 
 def select_compatible(fixes: Sequence[Fix], module: cst.Module, ancestry: Optional[Ancestry] = None) -> List[Fix]:
-    """The fixes of this pass: first come, first served; an overlapping fix waits for the next pass."""
+    """The fixes of this pass: first come, first served; an overlapping fix waits for the next pass.
+
+    Two fixes that only insert statements next to the same node do not overlap: they go in one pass, and
+    a statement both insert there is inserted once (`builder.node_replacement`).
+    """
     if ancestry is None:
         ancestry = ancestry_of(module, fixes)
     claimed: Set[int] = set()  # ids of target nodes and of all their ancestors
     targets: Set[int] = set()
+    insert_only: Set[int] = set()  # targets where every chosen fix only inserts statements
     chosen: List[Fix] = []
     seen_keys: Set[object] = set()
     for fix in fixes:
@@ -34,22 +47,37 @@ def select_compatible(fixes: Sequence[Fix], module: cst.Module, ancestry: Option
         for node in nodes:
             lineage |= ancestry.get(id(node), set())
         own = {id(n) for n in nodes}
-        if own & claimed or lineage & targets:
+        shared = {id(n) for n in nodes if id(n) in insert_only and _inserts_only(fix, n)}
+        if (own - shared) & claimed or lineage & targets:
             continue
         claimed |= own | lineage
         targets |= own
+        insert_only |= {id(node) for node in nodes if _inserts_only(fix, node)}  # a shared node is one of them
         chosen.append(fix)
         if fix.key is not None:
             seen_keys.add(fix.key)
     return chosen
 
 
+def _inserts_only(fix: Fix, node: cst.CSTNode) -> bool:
+    return fix.edits is not None and node in fix.edits and fix.edits[node].inserts_only
+
+
 def apply_fixes(module: cst.Module, fixes: Iterable[Fix], ancestry: Optional[Ancestry] = None) -> cst.Module:
     """`module` with `fixes` applied; `ancestry` (from `ancestry_of`) saves a walk when several calls share it."""
     replacements = {}
+    shared_edits: Dict[cst.CSTNode, List[object]] = {}
     imports: List[Import] = []
     for fix in fixes:
-        replacements.update(fix.replacements)
+        for node, change in fix.replacements.items():
+            if node in replacements and fix.edits is not None and node in fix.edits and node in shared_edits:
+                shared_edits[node].append(fix.edits[node])
+                replacements[node] = node_replacement(shared_edits[node])
+                continue
+            replacements[node] = change
+            shared_edits.pop(node, None)
+            if fix.edits is not None and node in fix.edits:
+                shared_edits[node] = [fix.edits[node]]
         imports.extend(fix.imports)
     if ancestry is None or any(id(node) not in ancestry for node in replacements):
         ancestry = _ancestry(module, set(replacements))
@@ -80,7 +108,7 @@ class _Applier(cst.CSTTransformer):
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         if isinstance(result, (cst.IndentedBlock, cst.Module)):
-            result = _drop_removed_statements(result)
+            result = _drop_repeated_insertions(_drop_removed_statements(result))
         elif isinstance(result, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             result = _drop_removed_small_statements(result)
         change = self.replacements.get(original_node)
@@ -114,6 +142,47 @@ def _drop_removed_statements(block):
     if not kept and isinstance(block, cst.IndentedBlock):
         changes["body"] = [cst.SimpleStatementLine(body=[cst.Pass()])]
     return block.with_changes(**changes)
+
+
+def _drop_repeated_insertions(block):
+    """One insertion where several fixes want the same statement at one point of a block.
+
+    Two cases: the same gap between the file's statements ("after A" and "before B" when B follows A);
+    and statements each wanting the same statement before them (two clips, each after an `unscale_`) or
+    after them (two `scaler.step` calls, each before an `update()`) with nothing else between them: it
+    goes before the first of them, or after the last.
+    """
+    body = list(block.body)
+    drop: Set[int] = set()
+    run: Dict[str, object] = {}  # the code of each statement inserted since the last of the file's own
+    for index, statement in enumerate(body):
+        inserted = inserted_by(statement)
+        if inserted is None:
+            run = {}
+        elif run.setdefault(statement_code(statement), inserted[0]) is not inserted[0]:
+            drop.add(index)
+    for side, order in (("before", range(len(body))), ("after", range(len(body) - 1, -1, -1))):
+        open_codes: Dict[str, object] = {}  # code -> the fix whose insertion of it stands for the others
+        for index in order:
+            if index in drop:
+                continue
+            statement = body[index]
+            inserted = inserted_by(statement)
+            if inserted is not None and inserted[1] == side:
+                code = statement_code(statement)
+                if code in open_codes and open_codes[code] is not inserted[0]:
+                    drop.add(index)
+                elif code not in open_codes:
+                    open_codes = {c: o for c, o in open_codes.items() if c == code}
+                    open_codes[code] = inserted[0]
+                else:
+                    open_codes = {code: open_codes[code]}
+                continue
+            wanted = {code for s, code in insertions_next_to(statement) if s == side}
+            open_codes = {c: o for c, o in open_codes.items() if c in wanted}
+    if not drop:
+        return block
+    return block.with_changes(body=[s for i, s in enumerate(body) if i not in drop])
 
 
 def _drop_removed_small_statements(line):

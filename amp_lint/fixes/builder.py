@@ -9,7 +9,7 @@ follow the file's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -38,17 +38,24 @@ def _quote_of(module: cst.Module) -> str:
 
 
 @dataclass
-class _NodeEdits:
+class NodeEdits:
+    """What one fix does at one node: statements inserted before and after it, a change, a removal."""
+
     before: List[cst.BaseStatement] = field(default_factory=list)
     after: List[cst.BaseStatement] = field(default_factory=list)
     replace: Optional[Callable[[cst.CSTNode], cst.CSTNode]] = None
     remove: bool = False
+    owner: Optional[object] = None  # the same object for all the edits of one fix
+
+    @property
+    def inserts_only(self) -> bool:
+        return self.replace is None and not self.remove
 
 
 class FixBuilder:
     def __init__(self, module: cst.Module) -> None:
         self.module = module
-        self._edits: Dict[cst.CSTNode, _NodeEdits] = {}
+        self._edits: Dict[cst.CSTNode, NodeEdits] = {}
         self._order: List[cst.CSTNode] = []
         self.imports: List[Import] = []
 
@@ -65,9 +72,9 @@ class FixBuilder:
         return f"{_quote_of(self.module)}{value}{_quote_of(self.module)}"
 
     # --- edits ---
-    def _at(self, node: cst.CSTNode) -> _NodeEdits:
+    def _at(self, node: cst.CSTNode) -> NodeEdits:
         if node not in self._edits:
-            self._edits[node] = _NodeEdits()
+            self._edits[node] = NodeEdits()
             self._order.append(node)
         return self._edits[node]
 
@@ -93,27 +100,85 @@ class FixBuilder:
         return not self._edits
 
     def build(self, message: str, applicability: Applicability, key: Optional[object] = None) -> Fix:
-        replacements = {node: self._replacement(self._edits[node]) for node in self._order}
-        return Fix(message, applicability, replacements, tuple(self.imports), key)
+        owner = object()  # which fix a statement comes from: two fixes' equal insertions are made once
+        for edits in self._edits.values():
+            edits.owner = owner
+        replacements = {node: node_replacement([self._edits[node]]) for node in self._order}
+        edits = {node: self._edits[node] for node in self._order}
+        return Fix(message, applicability, replacements, tuple(self.imports), key, edits)
 
-    @staticmethod
-    def _replacement(edits: _NodeEdits) -> Callable[[cst.CSTNode], Replacement]:
-        def apply(node: cst.CSTNode) -> Replacement:
+
+def node_replacement(all_edits: Sequence[NodeEdits]) -> Callable[[cst.CSTNode], Replacement]:
+    """The replacement that makes the edits of one or more fixes at one node. A statement that several
+    fixes insert at the node (the same code on the same side) is inserted once."""
+
+    def apply(node: cst.CSTNode) -> Replacement:
+        for edits in all_edits:
             if edits.replace is not None:
                 node = edits.replace(node)
-            if not edits.before and not edits.after:
-                return mark_removed(node) if edits.remove else node
-            if not isinstance(node, cst.BaseStatement):
-                raise TypeError("statements can only be inserted next to statements")
-            before = list(edits.before)
-            if before and node.leading_lines:
-                # Comments above the statement stay above the first inserted one.
-                before[0] = before[0].with_changes(leading_lines=tuple(node.leading_lines) + tuple(before[0].leading_lines))
-                node = node.with_changes(leading_lines=())
-            middle = [mark_removed(node)] if edits.remove else [node]
-            return cst.FlattenSentinel([*before, *middle, *edits.after])
+        before = _once([(s, edits.owner) for edits in all_edits for s in edits.before])
+        after = _once([(s, edits.owner) for edits in all_edits for s in edits.after])
+        remove = any(edits.remove for edits in all_edits)
+        if not before and not after:
+            return mark_removed(node) if remove else node
+        if not isinstance(node, cst.BaseStatement):
+            raise TypeError("statements can only be inserted next to statements")
+        if before and node.leading_lines:
+            # Comments above the statement stay above the first inserted one.
+            statement, owner = before[0]
+            before[0] = (statement.with_changes(leading_lines=tuple(node.leading_lines) + tuple(statement.leading_lines)), owner)
+            node = node.with_changes(leading_lines=())
+        for side, statements in (("before", before), ("after", after)):
+            for statement, owner in statements:
+                _INSERTED_BY[id(statement)] = (statement, (owner, side))
+        if not remove:
+            wanted = {("before", statement_code(s)) for s, _ in before} | {("after", statement_code(s)) for s, _ in after}
+            _ANCHORS[id(node)] = (node, frozenset(wanted))
+        middle = [mark_removed(node)] if remove else [node]
+        return cst.FlattenSentinel([*(s for s, _ in before), *middle, *(s for s, _ in after)])
 
-        return apply
+    return apply
+
+
+def _once(statements: List[Tuple[cst.BaseStatement, object]]) -> List[Tuple[cst.BaseStatement, object]]:
+    """The statements minus those that repeat the code of one another fix inserts there."""
+    kept = []
+    first_owner: Dict[str, object] = {}
+    for statement, owner in statements:
+        code = statement_code(statement)
+        if first_owner.setdefault(code, owner) is not owner:
+            continue
+        kept.append((statement, owner))
+    return kept
+
+
+# The statements the fixes of the pass being applied insert, by id: (the statement, the fix's owner tag).
+# LibCST nodes have slots, so they cannot carry it themselves; the fixer clears this around each pass.
+_INSERTED_BY: Dict[int, Tuple[cst.CSTNode, object]] = {}
+
+
+# The statements that fixes insert next to in this pass, by id: (the statement, {(side, code)}).
+_ANCHORS: Dict[int, Tuple[cst.CSTNode, FrozenSet[Tuple[str, str]]]] = {}
+
+
+def inserted_by(statement: cst.CSTNode) -> Optional[Tuple[object, str]]:
+    """(the owner tag of the fix that inserted `statement` in this pass, "before" or "after"); None for
+    the file's own statements."""
+    entry = _INSERTED_BY.get(id(statement))
+    return entry[1] if entry is not None and entry[0] is statement else None
+
+
+def insertions_next_to(statement: cst.CSTNode) -> FrozenSet[Tuple[str, str]]:
+    """The (side, code) of the statements that this pass's fixes insert next to `statement`."""
+    entry = _ANCHORS.get(id(statement))
+    return entry[1] if entry is not None and entry[0] is statement else frozenset()
+
+
+def statement_code(statement: cst.CSTNode) -> str:
+    """A statement's code without its comment lines and indentation: what two insertions are compared by."""
+    if isinstance(statement, cst.BaseStatement) and hasattr(statement, "leading_lines"):
+        statement = statement.with_changes(leading_lines=())
+    return cst.Module([]).code_for_node(statement).strip()
 
 
 def mark_removed(node: cst.CSTNode) -> cst.CSTNode:
@@ -128,6 +193,8 @@ def is_marked_removed(node: cst.CSTNode) -> bool:
 
 def clear_removal_marks() -> None:
     _REMOVED.clear()
+    _INSERTED_BY.clear()
+    _ANCHORS.clear()
 
 
 def removal_target(statement: cst.CSTNode, small: Optional[cst.BaseSmallStatement]) -> cst.CSTNode:

@@ -7,7 +7,7 @@ They sit below the rules so that the fixer never needs to know what a rule is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -38,6 +38,9 @@ class Fix:
     imports: Tuple[Import, ...] = ()
     # Fixes with the same key are one fix shared by several findings (applied once).
     key: Optional[object] = None
+    # For fixes made by `FixBuilder`: per target node, its `NodeEdits` (insertions, change, removal), which
+    # let two fixes that insert next to the same node go in one pass, their equal insertions made once.
+    edits: Optional[Dict[cst.CSTNode, Any]] = None
 
     def nodes(self) -> Sequence[cst.CSTNode]:
         return list(self.replacements)

@@ -1,0 +1,20 @@
+"""AMP001: the backward pass runs inside the autocast region.
+
+Not shown on CPU: CPU autocast leaves the backward's numbers as they are (the casts the rule warns about are
+CUDA autocast's); the fixed script runs, in the documented order.
+"""
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+start = [p.detach().clone() for p in model.parameters()]
+scaler = torch.amp.GradScaler("cpu")
+for x, y in data:
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()

@@ -1,0 +1,18 @@
+"""AMP023: scaler.update() twice in one iteration: the second raises "No inf checks were recorded prior
+to update"."""
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+start = [p.detach().clone() for p in model.parameters()]
+scaler = torch.amp.GradScaler("cpu")
+for x, y in data:
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    scaler.update()

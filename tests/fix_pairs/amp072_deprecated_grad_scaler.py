@@ -1,0 +1,18 @@
+"""AMP072: torch.cpu.amp.GradScaler warns "`torch.cpu.amp.GradScaler(args...)` is deprecated"; the fixed
+spelling scales the same, without the warning."""
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+start = [p.detach().clone() for p in model.parameters()]
+scaler = torch.cpu.amp.GradScaler()
+for x, y in data:
+    optimizer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+moved = sum(float((p.detach() - s).abs().sum()) for p, s in zip(model.parameters(), start))

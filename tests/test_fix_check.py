@@ -1,0 +1,264 @@
+"""Every fixed file is checked before it is written: fixes made to fail on purpose are dropped, the file
+keeps the other fixes, and the report says which fix and why (text, JSON, SARIF)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Iterable
+
+import libcst as cst
+import pytest
+from click.testing import CliRunner
+
+from amp_lint import cli
+from amp_lint import rules as registry
+from amp_lint.diagnostics import Applicability, Severity
+from amp_lint.engine import runner
+from amp_lint.engine.checker import Checker
+from amp_lint.engine.fix_check import regression
+from amp_lint.fixes.builder import FixBuilder
+from amp_lint.fixes.verify_fix import hazards, new_hazards
+from amp_lint.rules.base import Finding, Rule
+
+# AMP001 (backward inside autocast) with a safe fix that works, and `scaler.scale(loss)` for the test rule.
+TRAIN = textwrap.dedent(
+    """\
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    """
+)
+TRAIN_FIXED_FOR_AMP001 = TRAIN.replace("        scaler.scale(loss).backward()\n", "    scaler.scale(loss).backward()\n")
+
+
+class _BrokenFix(Rule):
+    """A test-only rule: a finding on each `scaler.scale(...)` call, with a fix that breaks the code in the
+    way `BREAK` says."""
+
+    code = "AMP999"
+    name = "test-broken-fix"
+    summary = "test only"
+    severity = Severity.WARNING
+    default_enabled = False
+    fix_applicability = Applicability.SAFE
+    BREAK = "double-scale"
+
+    def check(self, model) -> Iterable[Finding]:
+        for call in _scale_calls(model.module):
+            builder = FixBuilder(model.module)
+            statement = _statement_of(call, model.parents)
+            if self.BREAK == "double-scale":
+                builder.replace(call, lambda node: node.with_changes(args=[cst.Arg(node)]))
+            elif self.BREAK == "new-finding":  # a GradScaler built in the loop: a new AMP013 (a default rule)
+                builder.insert_before(statement, builder.statement('scaler = torch.amp.GradScaler("cuda")\n'))
+            elif self.BREAK == "unscale-twice":
+                twice = [builder.statement("scaler.unscale_(optimizer)\n") for _ in range(2)]
+                builder.insert_after(statement, *twice)
+            elif self.BREAK == "parse-error":
+                builder.replace(call, lambda node: _unparsable_name())
+            yield self.finding(call, "`scaler.scale(...)` (test)", fix=builder.build("break it", Applicability.SAFE))
+
+
+def _unparsable_name() -> cst.Name:
+    name = cst.Name("placeholder")
+    object.__setattr__(name, "value", "not valid python")  # past LibCST's validation: code that does not parse
+    return name
+
+
+def _scale_calls(module: cst.Module):
+    found = []
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "scale":
+                found.append(node)
+
+    module.visit(Visitor())
+    return found
+
+
+def _statement_of(node, parents):
+    while not isinstance(node, cst.SimpleStatementLine):
+        node = parents[id(node)]
+    return node
+
+
+@pytest.fixture
+def broken(monkeypatch):
+    """Registers the test rule; yields a function that sets how its fix breaks."""
+    monkeypatch.setattr(registry, "ALL_RULES", list(registry.ALL_RULES) + [_BrokenFix])
+    monkeypatch.setattr(runner, "_CHECKERS", {})
+
+    def set_break(kind: str) -> None:
+        monkeypatch.setattr(_BrokenFix, "BREAK", kind)
+
+    return set_break
+
+
+def _run(tmp_path: Path, *args: str):
+    result = CliRunner().invoke(cli.main, ["check", "--no-cache", "--isolated", *args], catch_exceptions=False)
+    return result
+
+
+REASONS = {
+    "double-scale": "the fixed code scales a loss twice (scaler.scale of a scaled loss)",
+    "new-finding": "the fixed code has a new AMP013 (grad-scaler-built-in-loop)",
+    "unscale-twice": "the fixed code calls scaler.unscale_(optimizer) twice before scaler.update()",
+    "parse-error": "the fixed code does not parse",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REASONS))
+def test_a_fix_that_fails_the_check_leaves_the_file_untouched_and_says_why(broken, tmp_path, monkeypatch, kind):
+    broken(kind)
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(TRAIN)
+    result = _run(tmp_path, "--fix", "--select", "AMP999", "train.py")
+    assert Path("train.py").read_text() == TRAIN  # byte for byte
+    assert result.exit_code == 2, result.output
+    assert "train.py:7:9: error: not fixed: AMP999 at train.py:7: " + REASONS[kind] in result.output
+    assert "Found 1 error" in result.output or "AMP999" in result.output
+
+
+def test_unscale_twice_is_named(broken, tmp_path, monkeypatch):
+    broken("unscale-twice")
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(TRAIN)
+    result = _run(tmp_path, "--fix", "--select", "AMP999", "train.py")
+    assert Path("train.py").read_text() == TRAIN
+    assert "not fixed: AMP999 at train.py:7: the fixed code calls scaler.unscale_(optimizer) twice before scaler.update()" in result.output
+
+
+def test_the_file_keeps_the_fixes_that_pass(broken, tmp_path, monkeypatch):
+    broken("double-scale")
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(TRAIN)
+    result = _run(tmp_path, "--fix", "--select", "AMP001,AMP999", "train.py")
+    assert Path("train.py").read_text() == TRAIN_FIXED_FOR_AMP001
+    assert "not fixed: AMP999" in result.output
+    assert "AMP001" not in result.output.replace("AMP001,", "")  # fixed: no longer reported
+    again = _run(tmp_path, "--fix", "--select", "AMP001,AMP999", "train.py")
+    assert Path("train.py").read_text() == TRAIN_FIXED_FOR_AMP001  # and a second run keeps it
+    assert "not fixed: AMP999" in again.output
+
+
+@pytest.mark.parametrize("output_format", ["json", "sarif"])
+def test_the_reason_reaches_the_machine_formats(broken, tmp_path, monkeypatch, output_format):
+    broken("double-scale")
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(TRAIN)
+    result = _run(tmp_path, "--fix", "--select", "AMP999", "--output-format", output_format, "train.py")
+    assert Path("train.py").read_text() == TRAIN
+    assert "not fixed: AMP999 at train.py:7: the fixed code scales a loss twice" in result.output
+    document = json.loads(result.stdout)
+    assert document  # valid JSON
+
+
+def test_the_finding_of_a_dropped_fix_is_reported_without_a_fix(broken):
+    broken("double-scale")
+    result = Checker(frozenset({"AMP999"}), fix=True).check(TRAIN, "train.py")
+    assert result.fixed_source is None and not result.fixed
+    assert [d.code for d in result.diagnostics] == ["AMP999"]
+    assert result.diagnostics[0].fix is None
+    assert [e.message for e in result.errors] == [
+        "not fixed: AMP999 at train.py:7: the fixed code scales a loss twice (scaler.scale of a scaled loss)"
+    ]
+
+
+# --- the comparison itself ---
+def test_findings_are_compared_by_rule_function_and_message_shape_not_by_line():
+    before = [("AMP030", "train", "clip at line 12"), ("AMP024", "train", "x")]
+    moved = [("AMP024", "train", "x")]  # AMP030 fixed
+    assert regression(before, moved, [before[0]], {}) is None
+    assert regression(before, before, [before[0]], {}) == "the AMP030 finding is still there after the fix"
+    added = moved + [("AMP023", "train", "update twice")]
+    assert regression(before, added, [before[0]], {"AMP023": "update-more-than-once"}) == (
+        "the fixed code has a new AMP023 (update-more-than-once) in train(): update twice"
+    )
+    # A message that quotes code the fix changed is the same finding.
+    requoted = [("AMP030", "train", "clip at line 12"), ("AMP024", "train", "y")]
+    assert regression(before, requoted, [], {}) is None
+
+
+SCALER_LOOP = textwrap.dedent(
+    """\
+    def train(model, optimizer, scaler, data, clip):
+        for x in data:
+            optimizer.zero_grad()
+            loss = model(x)
+            scaler.scale(loss).backward()
+            if clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "change, kind",
+    [
+        (("torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n            scaler.unscale_(optimizer)\n"), "unscale-twice"),
+        (("scaler.update()\n", "scaler.update()\n        scaler.update()\n"), "update-twice"),
+        (("scaler.step(optimizer)\n", "scaler.step(optimizer)\n        scaler.step(optimizer)\n"), "step-twice"),
+        (("scaler.scale(loss).backward()", "loss = scaler.scale(loss)\n        scaler.scale(loss.mean()).backward()"), "scale-twice"),
+        (("scaler.scale(loss).backward()", "scaler.scale(cast(Tensor, scaler.scale(loss))).backward()"), "scale-twice"),
+        (("        scaler.update()\n", ""), "unscale-after-step"),  # the next iteration's unscale_ follows step()
+        (("        scaler.update()\n", "        if x is None:\n            continue\n        scaler.update()\n"), "unscale-after-step"),
+    ],
+)
+def test_the_path_check_sees_each_hazard(change, kind):
+    assert hazards(SCALER_LOOP) == ()
+    broken = SCALER_LOOP.replace(*change)
+    assert kind in [h.kind for h in new_hazards(SCALER_LOOP, broken)]
+
+
+@pytest.mark.parametrize(
+    "fine",
+    [
+        # one unscale_ per branch, optimizers stepped in a loop, a scaler per optimizer, a scheduler's step(epoch)
+        SCALER_LOOP.replace("        scaler.step(optimizer)", "        else:\n            scaler.unscale_(optimizer)\n        scaler.step(optimizer)"),
+        SCALER_LOOP.replace("scaler.step(optimizer)", "for opt in [optimizer]:\n            scaler.step(opt)"),
+        SCALER_LOOP.replace("scaler.update()", "scaler.update()\n        scheduler.step(epoch)\n        scheduler.step(epoch)"),
+        SCALER_LOOP.replace("scaler.scale(loss).backward()", "scaled = scaler.scale(loss)\n        scaled.backward()"),
+    ],
+)
+def test_the_path_check_is_quiet_on_correct_loops(fine):
+    assert fine != SCALER_LOOP
+    assert hazards(fine) == ()
+
+
+# --- the check as a safety net: issue 16's real-world shapes, whatever the rules decide about them ---
+SAFETY_NET = Path(__file__).parent / "data" / "fix_safety_net"
+
+
+@pytest.mark.parametrize("name", ["ignite.py", "alf.py", "icefall.py", "dlrm.py"])
+def test_fixes_that_would_break_correct_code_are_never_written(name):
+    """ignite (`cast(Tensor, scaler.scale(loss)).backward()`) and alf (`loss = scaler.scale(loss)` then
+    `loss.mean().backward()`): wrapping the loss again scales it twice. icefall (`update(new_scale)` every
+    100 batches after the per-batch `update()`): deleting the per-batch one makes the next `step()` raise.
+    DLRM (two optimizers under two flags, one `update()`): moving it into one flag's branch makes the other
+    optimizer's next `step()` raise. Whether or not a rule reports these, --fix must leave them as they are."""
+    source = (SAFETY_NET / name).read_text()
+    result = Checker(frozenset(registry.default_codes()), fix=True, unsafe_fixes=True).check(source, name)
+    assert result.fixed_source is None
+    assert all(e.message.startswith("not fixed: ") for e in result.errors), result.errors
+
+
+def test_two_clips_get_one_unscale():
+    """waifu-diffusion: two consecutive clips, each reported, get one `unscale_` before the first."""
+    source = (SAFETY_NET / "waifu.py").read_text()
+    for codes in ({"AMP030"}, set(registry.default_codes())):
+        result = Checker(frozenset(codes), fix=True).check(source, "waifu.py")
+        assert not result.errors
+        assert result.fixed_source.count("scaler.unscale_(optimizer)") == 1
+        assert result.fixed_source.index("scaler.unscale_(optimizer)") < result.fixed_source.index("clip_grad_norm_(unet")
