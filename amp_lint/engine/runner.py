@@ -446,8 +446,10 @@ def _payload(outcome: FileOutcome) -> dict:
 
 
 def _outcome_from_payload(path: str, payload: dict) -> FileOutcome:
+    # The entry is keyed by the absolute path, so another run may have named the file differently
+    # (`pkg/train.py`, then `train.py` from inside pkg/): findings name the file as this run does.
     return FileOutcome(
         path,
-        diagnostics=[diagnostic_from_record(d) for d in payload.get("diagnostics", [])],
+        diagnostics=[dataclasses.replace(diagnostic_from_record(d), filename=path) for d in payload.get("diagnostics", [])],
         unsafe_fixable=payload.get("unsafe_fixable", 0),
     )
