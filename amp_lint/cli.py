@@ -225,6 +225,8 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
                 click.echo(path)
         return EXIT_CLEAN
     cache = None if options["no_cache"] or run.fix else _open_cache(options, root)
+    if cache is not None:
+        cache.set_file_settings({path: _config_key(config) for path, config in planned})
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache)
     if options["add_noqa"]:
         return _add_noqa(report)
@@ -313,6 +315,11 @@ def _open_cache(options: dict, root):
 
     directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
     return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
+
+
+def _config_key(config) -> str:
+    """What in a file's check configuration changes the stored result, in a stable order (for the cache)."""
+    return repr((sorted(config.enabled), config.unsafe_fixes, config.with_edits, tuple(config.rule_options)))
 
 
 def _code_fingerprint() -> str:
