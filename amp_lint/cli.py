@@ -53,6 +53,42 @@ def _codes(values: Sequence[str]) -> tuple:
     return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
 
 
+def _cli_pattern(pattern: str) -> str:
+    """A glob given on the command line is relative to the working folder (as in Ruff), not to the
+    configuration file's folder: one with a `/` is made absolute here; a bare name matches names anyway."""
+    negated = pattern.startswith("!")
+    body = pattern[1:] if negated else pattern
+    if "/" in body and not os.path.isabs(body):
+        body = os.path.join(os.getcwd(), body)
+    return ("!" if negated else "") + body
+
+
+def _patterns(values: Sequence[str]) -> tuple:
+    """`--exclude a,b --exclude c` -> (a, b, c), each relative to the working folder."""
+    return tuple(_cli_pattern(item.strip()) for value in values for item in value.split(",") if item.strip())
+
+
+def _per_file_ignores(values: Sequence[str]) -> tuple:
+    """`--per-file-ignores 'tests/*:AMP001,AMP02'`, as Ruff spells it, -> ((pattern, codes), ...)."""
+    pairs: dict = {}
+    last = None
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if ":" in item:
+                pattern, code = item.rsplit(":", 1)
+                last = _cli_pattern(pattern.strip())
+            elif last is not None:  # `a.py:AMP001,AMP002`: the next code belongs to the same pattern
+                code = item
+            else:
+                raise click.BadParameter(f"expected PATTERN:CODES, got {item!r}", param_hint="--per-file-ignores")
+            if code.strip():
+                pairs.setdefault(last, []).append(code.strip())
+    return tuple((pattern, tuple(codes)) for pattern, codes in pairs.items())
+
+
 @main.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option("--fix/--no-fix", default=None, help="Apply safe fixes in place.")
@@ -64,6 +100,8 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the selection.")
 @click.option("--exclude", multiple=True, help="Globs of files and folders to skip (replaces the defaults).")
 @click.option("--extend-exclude", multiple=True, help="Globs to skip on top of the defaults.")
+@click.option("--per-file-ignores", multiple=True, help="PATTERN:CODES pairs (comma-separated); replaces the configuration's.")
+@click.option("--extend-per-file-ignores", multiple=True, help="PATTERN:CODES pairs on top of the configuration's.")
 @click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files that .gitignore lists.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option(
@@ -120,8 +158,10 @@ def _run_check(paths: List[str], options: dict) -> int:
             "select": _codes(options["select"]) or None,
             "ignore": _codes(options["ignore"]) or None,
             "extend_select": _codes(options["extend_select"]) or None,
-            "exclude": tuple(options["exclude"]) or None,
-            "extend_exclude": tuple(options["extend_exclude"]) or None,
+            "exclude": _patterns(options["exclude"]) or None,
+            "extend_exclude": _patterns(options["extend_exclude"]) or None,
+            "per_file_ignores": _per_file_ignores(options["per_file_ignores"]) or None,
+            "extend_per_file_ignores": _per_file_ignores(options["extend_per_file_ignores"]) or None,
             "respect_gitignore": options["respect_gitignore"],
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
@@ -175,7 +215,7 @@ class _RunSpec:
         from amp_lint.engine.runner import CheckConfig
         from amp_lint.files.settings import RuleSelection
 
-        key = (id(settings), path if settings.per_file_ignores else None)
+        key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
         config = self._configs.get(key)
         if config is None:
             all_codes = self.registry.all_codes()

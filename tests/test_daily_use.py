@@ -107,3 +107,116 @@ def _notebook(cells, kind="code") -> str:
         },
         indent=1,
     )
+
+
+# --- 3, 4: exclude and per-file-ignores, with Ruff's semantics ------------------------------------
+
+TREE = ["legacy/x.py", "tests/a.py", "tests/sub/b.py", "src/tests/c.py", "a/y.py", "top.py"]
+# Each file has one AMP001 finding and one unused import (Ruff's F401), so both tools report every file.
+BOTH = "import os\n" + BUGGY
+
+# pattern -> the files still reported, as Ruff 0.17.6 reports them for `extend-exclude = [pattern]`.
+EXCLUDE_CASES = {
+    "legacy/": ["a/y.py", "src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "legacy": ["a/y.py", "src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "**/tests": ["a/y.py", "legacy/x.py", "top.py"],
+    "tests": ["a/y.py", "legacy/x.py", "top.py"],
+    "tests/": ["a/y.py", "legacy/x.py", "src/tests/c.py", "top.py"],
+    "src/tests": ["a/y.py", "legacy/x.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "tests/*.py": ["a/y.py", "legacy/x.py", "src/tests/c.py", "top.py"],
+    "*/tests": ["a/y.py", "legacy/x.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "le*": ["a/y.py", "src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "/tests": ["a/y.py", "legacy/x.py", "src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+}
+
+# pattern -> the files still reported with `per-file-ignores = {pattern = [the rule]}` (Ruff 0.17.6).
+PER_FILE_CASES = {
+    "**/tests/*": ["a/y.py", "legacy/x.py", "top.py"],
+    "tests/**/*.py": ["a/y.py", "legacy/x.py", "src/tests/c.py", "top.py"],
+    "tests/*": ["a/y.py", "legacy/x.py", "src/tests/c.py", "top.py"],
+    "a.py": ["a/y.py", "legacy/x.py", "src/tests/c.py", "tests/sub/b.py", "top.py"],
+    "*/tests/*": ["a/y.py", "legacy/x.py", "tests/a.py", "tests/sub/b.py", "top.py"],
+    "!tests/*": ["tests/a.py", "tests/sub/b.py"],
+    "[st]*/*.py": ["a/y.py", "legacy/x.py", "top.py"],
+}
+
+
+def _tree(folder: Path, amp_lint_table: str = "", ruff_table: str = "") -> Path:
+    write(folder, {name: BOTH for name in TREE})
+    (folder / "pyproject.toml").write_text(
+        f"[tool.amp-lint]\n{amp_lint_table}\n[tool.ruff]\n{ruff_table}\n[tool.ruff.lint]\nselect = ['F401']\n"
+    )
+    return folder
+
+
+def _amp_files(result) -> list:
+    assert result.returncode in (0, 1), result.stderr
+    return sorted(reported_files(result))
+
+
+def _ruff_files(result) -> list:
+    assert result.returncode in (0, 1), result.stderr
+    return sorted({line.split(":", 1)[0] for line in result.stdout.splitlines() if " F401 " in line})
+
+
+@pytest.mark.parametrize("pattern", list(EXCLUDE_CASES))
+def test_exclude_in_configuration_matches_ruff(tmp_path, pattern):
+    table = f"extend-exclude = [{json.dumps(pattern)}]"
+    _tree(tmp_path, table, table)
+    got = _amp_files(amp_lint("--no-cache", "--output-format", "concise", ".", cwd=tmp_path))
+    assert got == EXCLUDE_CASES[pattern]
+    if RUFF:
+        assert _ruff_files(ruff("check", "--no-cache", "--output-format", "concise", ".", cwd=tmp_path)) == got
+
+
+@pytest.mark.parametrize("pattern", ["legacy/", "tests/*.py", "**/tests"])
+def test_extend_exclude_on_the_command_line_matches_ruff(tmp_path, pattern):
+    _tree(tmp_path)
+    got = _amp_files(amp_lint("--no-cache", "--output-format", "concise", "--extend-exclude", pattern, ".", cwd=tmp_path))
+    assert got == EXCLUDE_CASES[pattern]
+    if RUFF:
+        theirs = ruff("check", "--no-cache", "--output-format", "concise", "--extend-exclude", pattern, ".", cwd=tmp_path)
+        assert _ruff_files(theirs) == got
+
+
+def test_extend_exclude_on_the_command_line_is_split_on_commas_and_relative_to_the_cwd(tmp_path):
+    _tree(tmp_path)
+    args = ("--no-cache", "--output-format", "concise", "--extend-exclude", "sub/b.py,legacy", ".")
+    # From inside tests/: `sub/b.py` is tests/sub/b.py (the working folder), `legacy` a bare name.
+    got = _amp_files(amp_lint(*args, cwd=tmp_path / "tests"))
+    assert got == ["a.py"]
+    got = _amp_files(amp_lint("--no-cache", "--output-format", "concise", "--extend-exclude", "a,le*", ".", cwd=tmp_path))
+    assert got == ["src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"]
+    if RUFF:
+        theirs = ruff("check", "--no-cache", "--output-format", "concise", "--extend-exclude", "sub/b.py,legacy", ".", cwd=tmp_path / "tests")
+        assert _ruff_files(theirs) == ["a.py"]
+
+
+@pytest.mark.parametrize("pattern", list(PER_FILE_CASES))
+def test_per_file_ignores_match_ruff(tmp_path, pattern):
+    _tree(tmp_path, f"per-file-ignores = {{ {json.dumps(pattern)} = ['AMP001'] }}")
+    (tmp_path / "pyproject.toml").write_text(
+        (tmp_path / "pyproject.toml").read_text() + f"per-file-ignores = {{ {json.dumps(pattern)} = ['F401'] }}\n"
+    )
+    got = _amp_files(amp_lint("--no-cache", "--output-format", "concise", ".", cwd=tmp_path))
+    assert got == PER_FILE_CASES[pattern]
+    if RUFF:
+        assert _ruff_files(ruff("check", "--no-cache", "--output-format", "concise", ".", cwd=tmp_path)) == got
+
+
+def test_per_file_ignores_on_the_command_line(tmp_path):
+    """`--per-file-ignores` replaces the configuration's, `--extend-per-file-ignores` adds; relative to the cwd."""
+    _tree(tmp_path, "per-file-ignores = { 'top.py' = ['AMP001'] }")
+    base = ("--no-cache", "--output-format", "concise", ".")
+    assert "top.py" not in _amp_files(amp_lint(*base, cwd=tmp_path))
+    got = _amp_files(amp_lint("--per-file-ignores", "sub/*:AMP001", *base, cwd=tmp_path / "tests"))
+    assert got == ["a.py"]
+    got = _amp_files(amp_lint("--per-file-ignores", "legacy/*:AMP0,a/*:AMP001", *base, cwd=tmp_path))
+    assert got == ["src/tests/c.py", "tests/a.py", "tests/sub/b.py", "top.py"]
+    got = _amp_files(amp_lint("--extend-per-file-ignores", "tests/**:AMP001", *base, cwd=tmp_path))
+    assert got == ["a/y.py", "legacy/x.py", "src/tests/c.py"]
+    bad = amp_lint("--per-file-ignores", "tests/*:AMP999", *base, cwd=tmp_path)
+    assert bad.returncode == 2 and "AMP999" in bad.stderr and "Traceback" not in bad.stderr
+    if RUFF:
+        theirs = ruff("check", "--no-cache", "--output-format", "concise", "--per-file-ignores", "sub/*:F401", ".", cwd=tmp_path / "tests")
+        assert _ruff_files(theirs) == ["a.py"]

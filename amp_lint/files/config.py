@@ -194,6 +194,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "ignore": ("ignore", _codes),
     "extend-select": ("extend_select", _codes),
     "per-file-ignores": ("per_file_ignores", _per_file_ignores),
+    "extend-per-file-ignores": ("extend_per_file_ignores", _per_file_ignores),
     "exclude": ("exclude", _strings),
     "extend-exclude": ("extend_exclude", _strings),
     "respect-gitignore": ("respect_gitignore", _boolean),
@@ -209,7 +210,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
 # --- resolving ---------------------------------------------------------------------------------
 
 # Command-line options that add to the configuration's lists rather than replace them.
-_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_exclude")
+_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_exclude", "extend_per_file_ignores")
 
 
 def apply_cli_overrides(settings: Settings, overrides: Dict[str, Any]) -> Settings:
@@ -277,7 +278,7 @@ def describe(settings: Settings) -> str:
     if settings.root:
         lines.append(f"# Relative globs are resolved against {settings.root}")
     for name in (f.name for f in fields(Settings)):
-        if name in ("source", "root", "per_file_ignores"):
+        if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores"):
             continue
         key = name.replace("_", "-")
         value = getattr(settings, name)
@@ -285,6 +286,10 @@ def describe(settings: Settings) -> str:
     lines.append("")
     lines.append("[per-file-ignores]")
     lines += [f"{_toml_value(glob)} = {_toml_value(codes)}" for glob, codes in settings.per_file_ignores]
+    if settings.extend_per_file_ignores:
+        lines.append("")
+        lines.append("[extend-per-file-ignores]")
+        lines += [f"{_toml_value(glob)} = {_toml_value(codes)}" for glob, codes in settings.extend_per_file_ignores]
     return "\n".join(lines) + "\n"
 
 

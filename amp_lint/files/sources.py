@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
 from amp_lint.files.lines import LINE_BREAK
-from amp_lint.files.settings import Settings, matches_any_glob
+from amp_lint.files.settings import Settings, is_excluded
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 
@@ -186,20 +186,14 @@ class _Walker:
         return Path(os.path.abspath(settings.root)) if settings.root else self._cwd
 
     def _excluded(self, path: Path, settings: Settings) -> bool:
-        """Exclude globs match the name, or the path relative to the settings' root (or the cwd).
+        """Ruff's exclude semantics (`amp_lint.files.settings.is_excluded`): a pattern made absolute against
+        the settings' root (or the cwd) matches the absolute path; a pattern without `/` matches the name.
 
-        Never the absolute path: `*test*` must not exclude a whole project that lives in /tmp/tests.
+        A bare-name glob never matches the absolute path: `*test*` must not exclude a whole project that
+        lives in /tmp/tests.
         """
         absolute = os.path.abspath(path)  # strings, not pathlib: a walk asks this for every file
-        root = str(self._root(settings))
-        name = os.path.basename(absolute)
-        if absolute == root:
-            relative = "."
-        elif absolute.startswith(root.rstrip(os.sep) + os.sep):
-            relative = absolute[len(root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
-        else:
-            relative = name
-        return matches_any_glob(relative, name, settings.exclude + settings.extend_exclude)
+        return is_excluded(absolute, settings.exclude + settings.extend_exclude, str(self._root(settings)))
 
     def _excluded_with_parents(self, path: Path) -> bool:
         """For --force-exclude: `build/x.py` is excluded by `build`, so the parents count too."""
