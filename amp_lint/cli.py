@@ -310,7 +310,7 @@ def _add_noqa(report) -> int:
 
 
 def _check_stdin(run: _RunSpec, root, options: dict) -> int:
-    from amp_lint.diagnostics import Report
+    from amp_lint.diagnostics import FileError, Report
     from amp_lint.files.sources import SourceError, decode_source
     from amp_lint.engine.runner import check_text
 
@@ -320,7 +320,26 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
     except SourceError as error:
         _fail(f"{name}: {error.message}")
     config = run.config_for(run.resolver.for_path(Path(name).resolve() if name != "-" else Path.cwd()), name)
-    outcome = check_text(source.text, name, config)
+    notebook = None
+    text = source.text
+    if name.endswith(".ipynb"):  # as Ruff does: the name says how to read standard input
+        from amp_lint.files.notebook import Notebook
+
+        try:
+            notebook = Notebook.parse(source.text)
+        except SourceError as error:
+            _fail(f"{name}: {error.message}")
+        text = notebook.source
+    outcome = check_text(text, name, config)
+    if notebook is not None:
+        outcome.diagnostics = [notebook.in_cell(d) for d in outcome.diagnostics]
+        outcome.errors = [notebook.error_in_cell(e) for e in outcome.errors]
+        if outcome.fixed_text is not None:
+            try:
+                outcome.fixed_text = notebook.updated_json(outcome.fixed_text)
+            except SourceError as error:
+                outcome.errors.append(FileError(name, f"fixes not applied: {error.message}"))
+                outcome.fixed_text, outcome.fixed = None, {}
     report = Report(diagnostics=outcome.diagnostics, errors=outcome.errors, files_checked=1)
     if outcome.fixed:
         report.fixed[name] = outcome.fixed

@@ -220,3 +220,61 @@ def test_per_file_ignores_on_the_command_line(tmp_path):
     if RUFF:
         theirs = ruff("check", "--no-cache", "--output-format", "concise", "--per-file-ignores", "sub/*:F401", ".", cwd=tmp_path / "tests")
         assert _ruff_files(theirs) == ["a.py"]
+
+
+# --- 5: notebooks --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("magic", ["%%time", "%%timeit -n1", "%%capture output", "%%prun"])
+def test_python_cell_magic_body_is_checked_like_ruff(tmp_path, magic):
+    """Ruff checks the body of `%%time` and friends (cell-relative rows: the magic is row 1)."""
+    write(tmp_path, {"nb.ipynb": _notebook(["x = 1\n", f"{magic}\nimport os\n" + BUGGY, "%%bash\nls -l\n"])})
+    result = amp_lint("--no-cache", "--output-format", "json", "nb.ipynb", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert (finding["cell"], finding["location"]) == (2, {"row": 9, "column": 9})
+    if RUFF:
+        theirs = json.loads(ruff("check", "--no-cache", "--select", "F401", "--output-format", "json", "nb.ipynb", cwd=tmp_path).stdout)
+        assert [(f["cell"], f["location"]["row"]) for f in theirs] == [(2, 2)]  # Ruff 0.17.6: cell 2, row 2
+
+
+def test_other_cell_magics_stay_opaque(tmp_path):
+    write(tmp_path, {"nb.ipynb": _notebook(["%%writefile train.py\n" + BUGGY, "%%bash\n" + BUGGY])})
+    assert amp_lint("--no-cache", "nb.ipynb", cwd=tmp_path).returncode == 0
+
+
+def test_notebook_on_stdin_is_read_as_a_notebook(tmp_path):
+    text = _notebook(["x = 1\n", BUGGY])
+    result = amp_lint("--no-cache", "--output-format", "concise", "--stdin-filename", "x.ipynb", "-", cwd=tmp_path, stdin=text)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "x.ipynb:cell 2:7:9: AMP001" in result.stdout
+    fixed = amp_lint("--fix", "--no-cache", "--stdin-filename", "x.ipynb", "-", cwd=tmp_path, stdin=text)
+    assert fixed.returncode == 0, fixed.stderr
+    notebook = json.loads(fixed.stdout)  # the fixed notebook, as JSON
+    assert "".join(notebook["cells"][1]["source"]) == CLEAN
+    write(tmp_path, {"y.ipynb": fixed.stdout})
+    assert amp_lint("--no-cache", "y.ipynb", cwd=tmp_path).returncode == 0
+    bad = amp_lint("--no-cache", "--stdin-filename", "x.ipynb", "-", cwd=tmp_path, stdin=BUGGY)
+    assert bad.returncode == 2 and "invalid notebook JSON" in bad.stderr
+    if RUFF:  # Ruff reads it as a notebook too: cell-relative rows
+        theirs = ruff("check", "--no-cache", "--select", "F401", "--output-format", "concise", "--stdin-filename", "x.ipynb", "-",
+                      cwd=tmp_path, stdin=_notebook(["x = 1\n", "import os\n"]))
+        assert "x.ipynb:cell 2:1:8: F401" in theirs.stdout
+
+
+@pytest.mark.parametrize("output_format", ["json", "sarif"])
+def test_notebook_fix_edits_use_cell_relative_rows(tmp_path, output_format):
+    write(tmp_path, {"nb.ipynb": _notebook(["x = 1\n", "y = 2\n" + BUGGY])})
+    result = amp_lint("--no-cache", "--output-format", output_format, "nb.ipynb", cwd=tmp_path)
+    document = json.loads(result.stdout)
+    if output_format == "json":
+        [finding] = document
+        rows = [(edit["location"]["row"], edit["end_location"]["row"]) for edit in finding["fix"]["edits"]]
+        assert finding["location"]["row"] == 8
+    else:
+        [run] = document["runs"]
+        [sarif_result] = run["results"]
+        regions = [r["deletedRegion"] for fix in sarif_result["fixes"] for change in fix["artifactChanges"] for r in change["replacements"]]
+        rows = [(region["startLine"], region.get("endLine", region["startLine"])) for region in regions]
+        assert sarif_result["locations"][0]["physicalLocation"]["region"]["startLine"] == 8
+    # The backward moves out of the `with` block: the edit is in the finding's cell, around row 8.
+    assert rows and all(7 <= start <= 9 and end <= 10 for start, end in rows), rows

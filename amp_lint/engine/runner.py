@@ -234,18 +234,11 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
 
 
 def _in_cell(diagnostic: Diagnostic, notebook) -> Diagnostic:
-    from dataclasses import replace
-
-    cell, row, column = notebook.locate(diagnostic.location.row, diagnostic.location.column)
-    _, end_row, end_column = notebook.locate(diagnostic.end_location.row, diagnostic.end_location.column)
-    return replace(diagnostic, cell=cell, location=Location(row, column), end_location=Location(end_row, end_column))
+    return notebook.in_cell(diagnostic)  # location, end and fix edits relative to the cell
 
 
 def _error_in_cell(error: FileError, notebook) -> FileError:
-    if error.location is None:
-        return error
-    cell, row, column = notebook.locate(error.location.row, error.location.column)
-    return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column))
+    return notebook.error_in_cell(error)
 
 
 # --- a whole run -------------------------------------------------------------------------------------
