@@ -315,8 +315,16 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
     from amp_lint.engine.runner import check_text
 
     name = options["stdin_filename"] or "-"
+    raw = sys.stdin.buffer.read()
+    if name != "-" and _stdin_excluded(run, name, options):
+        # As Ruff: an excluded file is not checked; with --fix its text comes back unchanged.
+        if run.fix and not options["diff"]:
+            sys.stdout.buffer.write(raw)
+        elif not run.fix:
+            _emit(Report(), root, options, fix_mode=False)
+        return EXIT_CLEAN
     try:
-        source = decode_source(sys.stdin.buffer.read())
+        source = decode_source(raw)
     except SourceError as error:
         _fail(f"{name}: {error.message}")
     config = run.config_for(run.resolver.for_path(Path(name).resolve() if name != "-" else Path.cwd()), name)
@@ -367,6 +375,16 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
+
+
+def _stdin_excluded(run: "_RunSpec", name: str, options: dict) -> bool:
+    from amp_lint.files.sources import excluded_by_settings
+
+    path = Path(os.path.abspath(name))
+    settings = run.resolver.for_path(path)
+    if not (options["force_exclude"] or settings.force_exclude):
+        return False
+    return excluded_by_settings(path, run.resolver.for_path)
 
 
 def _open_cache(options: dict, root):

@@ -278,3 +278,32 @@ def test_notebook_fix_edits_use_cell_relative_rows(tmp_path, output_format):
         assert sarif_result["locations"][0]["physicalLocation"]["region"]["startLine"] == 8
     # The backward moves out of the `with` block: the edit is in the finding's cell, around row 8.
     assert rows and all(7 <= start <= 9 and end <= 10 for start, end in rows), rows
+
+
+# --- 6: standard input and excludes -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["legacy.py", "legacy/x.py", "sub/legacy.py"])
+def test_force_exclude_applies_to_the_stdin_filename(tmp_path, name):
+    write(tmp_path, {"pyproject.toml": "[tool.amp-lint]\nextend-exclude = ['legacy.py', 'legacy/']\n"})
+    (tmp_path / "sub").mkdir()
+    args = ("--no-cache", "--force-exclude", "--stdin-filename", name, "-")
+    checked = amp_lint("--no-cache", "--stdin-filename", name, "-", cwd=tmp_path, stdin=BUGGY)
+    assert checked.returncode == 1  # without --force-exclude, a named file is checked
+    skipped = amp_lint(*args, cwd=tmp_path, stdin=BUGGY)
+    assert skipped.returncode == 0 and "AMP001" not in skipped.stdout, skipped.stdout
+    assert "All checks passed" in skipped.stdout  # Ruff 0.17.6 prints the same
+    fixed = amp_lint("--fix", *args, cwd=tmp_path, stdin=BUGGY)
+    assert (fixed.returncode, fixed.stdout) == (0, BUGGY)  # Ruff: the text comes back unchanged
+    other = amp_lint("--no-cache", "--force-exclude", "--stdin-filename", "kept.py", "-", cwd=tmp_path, stdin=BUGGY)
+    assert other.returncode == 1
+    if RUFF:
+        write(tmp_path, {"ruff.toml": "extend-exclude = ['legacy.py', 'legacy/']\n"})
+        theirs = ruff("check", "--no-cache", "--select", "F401", "--force-exclude", "--stdin-filename", name, "-", cwd=tmp_path, stdin="import os\n")
+        assert theirs.returncode == 0 and "F401" not in theirs.stdout
+
+
+def test_force_exclude_from_the_configuration_applies_to_stdin(tmp_path):
+    write(tmp_path, {"amp-lint.toml": "force-exclude = true\nextend-exclude = ['gen_*.py']\n"})
+    result = amp_lint("--no-cache", "--stdin-filename", "gen_model.py", "-", cwd=tmp_path, stdin=BUGGY)
+    assert result.returncode == 0, result.stdout

@@ -68,6 +68,12 @@ def discover(
     return sorted(walker.files), walker.errors
 
 
+def excluded_by_settings(path: Path, settings_for: Callable[[Path], Settings]) -> bool:
+    """Would `--force-exclude` skip this file (or a folder it sits in)? For `--stdin-filename`, which
+    names a file that need not exist: editors and pre-commit pass the real name of the buffer."""
+    return _Walker(settings_for)._excluded_with_parents(path)
+
+
 # A parsed .gitignore (a pathspec.GitIgnoreSpec) and the folder its patterns are relative to.
 _IgnoreRule = Tuple[Path, object]
 # The rules in force in a folder, shallowest first; None outside a git work tree.
