@@ -90,7 +90,8 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 
 
 @main.command("check")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+# readable=False: a file that cannot be read is reported as an error line and the others still checked.
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str, readable=False))
 @click.option("--fix/--no-fix", default=None, help="Apply safe fixes in place.")
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply unsafe fixes (they change numerics).")
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")

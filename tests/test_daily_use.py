@@ -307,3 +307,41 @@ def test_force_exclude_from_the_configuration_applies_to_stdin(tmp_path):
     write(tmp_path, {"amp-lint.toml": "force-exclude = true\nextend-exclude = ['gen_*.py']\n"})
     result = amp_lint("--no-cache", "--stdin-filename", "gen_model.py", "-", cwd=tmp_path, stdin=BUGGY)
     assert result.returncode == 0, result.stdout
+
+
+# --- 7: a named file that cannot be read -----------------------------------------------------------
+
+
+def _without_root_powers() -> list:
+    """A command prefix under which permission bits apply (root reads everything)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permission bits do not apply")
+    return [setpriv, "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def test_unreadable_named_file_is_an_error_line_and_the_others_are_checked(tmp_path):
+    write(tmp_path, {"locked.py": BUGGY, "train.py": BUGGY})
+    (tmp_path / "locked.py").chmod(0)
+    try:
+        command = _without_root_powers() + [sys.executable, "-m", "amp_lint", "--no-cache", "--output-format", "concise", "locked.py", "train.py"]
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    finally:
+        (tmp_path / "locked.py").chmod(0o644)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Usage:" not in result.stderr + result.stdout
+    assert "locked.py: error: Permission denied" in result.stdout + result.stderr
+    assert "train.py:7:9: AMP001" in result.stdout
+    # Ruff 0.17.6 goes on too ("warning: Failed to lint locked.py: Permission denied"), but exits 0.
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_named_fifo_is_an_error_not_a_hang(tmp_path):
+    write(tmp_path, {"train.py": BUGGY})
+    os.mkfifo(tmp_path / "pipe.py")
+    result = amp_lint("--no-cache", "--output-format", "concise", "pipe.py", "train.py", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pipe.py: error: not a regular file" in result.stdout
+    assert "train.py:7:9: AMP001" in result.stdout

@@ -103,6 +103,9 @@ class _Walker:
             return
         if stat.S_ISDIR(info.st_mode):
             self._walk(path, info)
+        elif not stat.S_ISREG(info.st_mode):
+            # A FIFO named `x.py` would block the read; a device or socket is no source file either.
+            self._error(path, "not a regular file")
         else:
             self._add_file(path, info)
 
