@@ -181,8 +181,7 @@ def _run_check(paths: List[str], options: dict) -> int:
         )
         root = resolver.root_settings(Path.cwd())
         if options["show_settings"]:
-            click.echo(describe(root), nl=False)
-            return EXIT_CLEAN
+            return _show_settings(resolver, registry, paths, options)
         from amp_lint.reports import FORMATS
 
         if root.output_format not in FORMATS:
@@ -199,6 +198,28 @@ def _run_check(paths: List[str], options: dict) -> int:
     if "-" in paths:
         _fail("`-` (standard input) cannot be mixed with paths")
     return _check_paths(run, root, selection, paths or ["."], options)
+
+
+def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
+    """Like Ruff: the settings for the first file the paths name (or the stdin file name, or the cwd)."""
+    from amp_lint.files.config import describe
+    from amp_lint.files.settings import RuleSelection
+    from amp_lint.files.sources import discover
+
+    if paths and paths != ["-"]:
+        files, _ = discover(paths[:1], resolver.for_path, force_exclude=options["force_exclude"])
+        target = files[0] if files else Path(paths[0])
+    elif options["stdin_filename"]:
+        target = Path(options["stdin_filename"])
+    else:
+        target = Path.cwd()
+    settings = resolver.for_path(target)
+    all_codes = registry.all_codes()
+    selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
+    enabled = sorted(selection.for_path(str(target), settings, all_codes))
+    header = f"# Resolved settings for: {os.path.abspath(target)}\n"
+    click.echo(header + describe(settings, enabled=enabled), nl=False)
+    return EXIT_CLEAN
 
 
 class _RunSpec:

@@ -345,3 +345,33 @@ def test_named_fifo_is_an_error_not_a_hang(tmp_path):
     assert result.returncode == 2
     assert "pipe.py: error: not a regular file" in result.stdout
     assert "train.py:7:9: AMP001" in result.stdout
+
+
+# --- 8: --show-settings PATH ---------------------------------------------------------------------
+
+
+def test_show_settings_for_a_path_uses_that_files_configuration(tmp_path):
+    write(tmp_path, {
+        "pyproject.toml": "[tool.amp-lint]\nignore = ['AMP010']\n",
+        "sub/amp-lint.toml": "select = ['AMP0']\nignore = ['AMP001']\n[per-file-ignores]\n'x.py' = ['AMP002']\n",
+        "sub/x.py": "",
+        "sub/y.py": "",
+    })
+    result = amp_lint("--show-settings", "sub/x.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"# Resolved settings for: {tmp_path / 'sub' / 'x.py'}"
+    assert f"# Settings from {tmp_path / 'sub' / 'amp-lint.toml'}" in lines
+    assert 'select = ["AMP0"]' in lines
+    [enabled] = [line for line in lines if line.startswith("# Enabled rules")]
+    assert "AMP010" in enabled and "AMP001" not in enabled and "AMP002" not in enabled
+    other = amp_lint("--show-settings", "sub/y.py", cwd=tmp_path).stdout
+    assert "AMP002" in [line for line in other.splitlines() if line.startswith("# Enabled rules")][0]
+    top = amp_lint("--show-settings", cwd=tmp_path).stdout
+    assert f"# Settings from {tmp_path / 'pyproject.toml'}" in top
+    assert "select = []" not in top.splitlines() and "# select is not set: the rules on by default" in top
+    [enabled] = [line for line in top.splitlines() if line.startswith("# Enabled rules")]
+    assert "AMP001" in enabled and "AMP010" not in enabled
+    if RUFF:  # Ruff 0.17.6 names the file first: `Resolved settings for: "/…/sub/x.py"`
+        theirs = ruff("check", "--show-settings", "sub/x.py", cwd=tmp_path).stdout
+        assert theirs.splitlines()[0] == f'Resolved settings for: "{tmp_path / "sub" / "x.py"}"'

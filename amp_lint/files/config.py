@@ -271,17 +271,23 @@ class SettingsResolver:
 # --- --show-settings ---------------------------------------------------------------------------
 
 
-def describe(settings: Settings) -> str:
-    """The resolved settings as TOML, headed by the file they came from."""
+def describe(settings: Settings, enabled: Optional[List[str]] = None) -> str:
+    """The resolved settings as TOML, headed by the file they came from; with `enabled`, the rules that
+    end up on for the file (after select, extend-select, ignore and per-file-ignores), as a comment."""
     origin = f"Settings from {settings.source}" if settings.source else "Default settings (no configuration file)"
     lines = [f"# {origin}"]
     if settings.root:
         lines.append(f"# Relative globs are resolved against {settings.root}")
+    if enabled is not None:
+        lines.append(f"# Enabled rules ({len(enabled)}): {', '.join(enabled) if enabled else 'none'}")
     for name in (f.name for f in fields(Settings)):
         if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores"):
             continue
         key = name.replace("_", "-")
         value = getattr(settings, name)
+        if name == "select" and not value:
+            lines.append("# select is not set: the rules on by default")
+            continue
         lines.append(f"# {key} is not set" if value is None else f"{key} = {_toml_value(value)}")
     lines.append("")
     lines.append("[per-file-ignores]")
