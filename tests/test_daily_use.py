@@ -375,3 +375,21 @@ def test_show_settings_for_a_path_uses_that_files_configuration(tmp_path):
     if RUFF:  # Ruff 0.17.6 names the file first: `Resolved settings for: "/…/sub/x.py"`
         theirs = ruff("check", "--show-settings", "sub/x.py", cwd=tmp_path).stdout
         assert theirs.splitlines()[0] == f'Resolved settings for: "{tmp_path / "sub" / "x.py"}"'
+
+
+# --- 9: GitHub annotations for file errors -----------------------------------------------------------
+
+
+def test_github_format_annotates_files_that_cannot_be_checked(tmp_path):
+    write(tmp_path, {"broken.py": "import torch\ndef f(:\n    scaler.scale(loss).backward()\n", "train.py": BUGGY})
+    result = amp_lint("--no-cache", "--output-format", "github", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    [error] = [line for line in result.stdout.splitlines() if line.startswith("::error") and "broken.py" in line]
+    assert error.startswith("::error file=broken.py,line=")
+    assert "title=amp-lint (file error)::broken.py:" in error and "syntax error" in error
+    assert any(line.startswith("::warning file=train.py,line=7,") for line in result.stdout.splitlines())
+    assert "broken.py" in result.stderr  # the job log says it too
+    if RUFF:  # Ruff 0.17.6 annotates a syntax error as `::error title=Ruff (invalid-syntax),file=…`
+        write(tmp_path, {"broken.py": "def f(:\n"})
+        theirs = ruff("check", "--no-cache", "--output-format", "github", "broken.py", cwd=tmp_path)
+        assert theirs.stdout.startswith("::error ")

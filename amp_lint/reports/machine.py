@@ -101,6 +101,15 @@ def render_github(report: Report, options: RenderOptions) -> str:
         # GitHub shows only the message, so it repeats where the finding is, as Ruff does.
         message = f"{d.filename}:{d.location.row}:{d.location.column}: {d.code} {d.message}"
         lines.append(f"::{_GITHUB_LEVELS[d.severity]} {joined}::{_escape_github_data(message)}")
+    for error in report.errors:
+        # A file that could not be read or parsed fails the job: it must show on the pull request too.
+        properties = {"file": error.filename}
+        if error.location is not None:
+            properties.update(line=error.location.row, col=error.location.column)
+        properties["title"] = "amp-lint (file error)"
+        joined = ",".join(f"{key}={_escape_github_property(str(value))}" for key, value in properties.items())
+        where = f":{error.location.row}:{error.location.column}" if error.location is not None else ""
+        lines.append(f"::error {joined}::{_escape_github_data(f'{error.filename}{where}: error: {error.message}')}")
     return "".join(line + "\n" for line in lines)
 
 
