@@ -420,8 +420,11 @@ def test_github_annotation_properties_in_order():
 
 
 def test_github_level_follows_severity():
-    lines = text(sample_report(), "github").splitlines()
-    assert [line.split(" ", 1)[0] for line in lines] == ["::warning", "::error", "::notice"]
+    report = sample_report()
+    lines = text(report, "github").splitlines()
+    # One annotation per finding, then one ::error per file that could not be checked.
+    expected = ["::warning", "::error", "::notice"] + ["::error"] * len(report.errors)
+    assert [line.split(" ", 1)[0] for line in lines] == expected
 
 
 def test_github_escapes_data_and_properties():
