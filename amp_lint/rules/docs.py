@@ -36,7 +36,7 @@ def updated_readme(text: str) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    readme = Path(__file__).resolve().parent.parent / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     text = readme.read_text(encoding="utf-8")
     new = updated_readme(text)
     if "--check" in argv:
