@@ -23,6 +23,8 @@ class _DefaultToCheck(click.Group):
     """A group whose default command is `check`, so `amp-lint src/` and `amp-lint --fix src/` work."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if args and args[0] not in _SUBCOMMANDS:
+            _refuse_mistyped_subcommand(args[0])
         if not args or (args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version")):
             args = ["check", *args]
         return super().parse_args(ctx, args)
@@ -38,6 +40,37 @@ class _DefaultToCheck(click.Group):
 
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(set(self.commands) | {"verify"})
+
+
+def _refuse_mistyped_subcommand(word: str) -> None:
+    """`amp-lint chekc`: a bare word close to a subcommand that names no file is a typo, not a path."""
+    import difflib
+
+    if word.startswith("-") or os.sep in word or "/" in word or "." in word or os.path.lexists(word):
+        return
+    close = difflib.get_close_matches(word, _SUBCOMMANDS, n=1, cutoff=0.6)
+    if close:
+        click.echo(f"amp-lint: error: {word!r} is not a subcommand (nor a file); did you mean {close[0]!r}?", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+class _CheckCommand(click.Command):
+    """`check`, whose typo hints for options name only options `--help` shows (never the hidden ones)."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as error:
+            import difflib
+
+            visible = [
+                name
+                for param in self.get_params(ctx)
+                if isinstance(param, click.Option) and not param.hidden
+                for name in (*param.opts, *param.secondary_opts)
+            ]
+            error.possibilities = difflib.get_close_matches(error.option_name, visible, n=1)
+            raise
 
 
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
@@ -89,7 +122,7 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
     return tuple((pattern, tuple(codes)) for pattern, codes in pairs.items())
 
 
-@main.command("check")
+@main.command("check", cls=_CheckCommand)
 # readable=False: a file that cannot be read is reported as an error line and the others still checked.
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str, readable=False))
 @click.option("--fix/--no-fix", default=None, help="Apply safe fixes in place.")

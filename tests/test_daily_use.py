@@ -393,3 +393,26 @@ def test_github_format_annotates_files_that_cannot_be_checked(tmp_path):
         write(tmp_path, {"broken.py": "def f(:\n"})
         theirs = ruff("check", "--no-cache", "--output-format", "github", "broken.py", cwd=tmp_path)
         assert theirs.stdout.startswith("::error ")
+
+
+# --- 10: a mistyped subcommand; typo hints never name hidden options ----------------------------------
+
+
+def test_mistyped_subcommand_is_named_with_the_closest(tmp_path):
+    result = amp_lint("chekc", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == "amp-lint: error: 'chekc' is not a subcommand (nor a file); did you mean 'check'?\n"
+    assert "did you mean 'verify'" in amp_lint("verfy", cwd=tmp_path).stderr
+    (tmp_path / "chekc").mkdir()  # a folder of that name is a path like any other
+    write(tmp_path, {"chekc/train.py": BUGGY})
+    assert amp_lint("--no-cache", "chekc", cwd=tmp_path).returncode == 1
+    if RUFF:  # Ruff 0.17.6: "error: unrecognized subcommand 'chekc'" + "tip: a similar subcommand exists: 'check'"
+        theirs = ruff("chekc", cwd=tmp_path / "chekc")
+        assert theirs.returncode == 2 and "'check'" in theirs.stderr
+
+
+def test_option_typo_hint_never_names_a_hidden_option(tmp_path):
+    result = amp_lint("--prefilter-onl", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "No such option" in result.stderr and "--prefilter-only" not in result.stderr
+    assert "Did you mean '--select'?" in amp_lint("--selct", "AMP001", cwd=tmp_path).stderr
