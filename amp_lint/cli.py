@@ -147,6 +147,11 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
 @click.option("--statistics", is_flag=True, help="Count findings per rule.")
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "warning", "error"]),
+    help="The lowest severity that fails the run (exit 1); default: info, every finding fails, as in Ruff.",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when something was fixed (for pre-commit).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), help="Use this configuration file.")
@@ -200,6 +205,7 @@ def _run_check(paths: List[str], options: dict) -> int:
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
             "output_format": options["output_format"],
+            "fail_on": options["fail_on"],
             "amp_dtype": options["amp_dtype"],
             "amp_device": options["amp_device"],
         }.items()
@@ -222,6 +228,7 @@ def _run_check(paths: List[str], options: dict) -> int:
         selection = RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    options["_fail_on"] = root.fail_on
     fix = bool(root.fix or options["diff"])
     run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
@@ -344,6 +351,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     if options["diff"]:
         for diff in diffs:
             click.echo(diff, nl=False)
+        _diff_summary(report, options, bool(diffs))
         for line in _error_lines(report):
             click.echo(line, err=True)
         if report.errors:
@@ -351,6 +359,20 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
     _emit(report, root, options, fix_mode=run.fix)
     return _exit_code(report, options)
+
+
+def _diff_summary(report, options: dict, any_diff: bool) -> None:
+    """After the diffs, as Ruff: `Would fix 2 errors.` (nothing when there is nothing to fix)."""
+    from amp_lint.reports.text import plural
+
+    if options["quiet"] or options.get("silent") or not any_diff:
+        return
+    count = report.fixed_count
+    line = f"Would fix {plural(count, 'error')}." if count else "Would fix the files above."
+    hidden = report.unsafe_fixable
+    if hidden:
+        line += f" ({hidden} more with --unsafe-fixes.)"
+    click.echo("\n" + line)
 
 
 def _add_noqa(report) -> int:
@@ -423,6 +445,7 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
 
             diff = "".join(difflib.unified_diff(source.text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
             click.echo(diff, nl=False)
+            _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
         sys.stdout.write(fixed)
         for line in _error_lines(report):
@@ -479,6 +502,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
         unsafe_fixes=bool(root.unsafe_fixes),
         fix_mode=fix_mode,
         quiet=options["quiet"],
+        fail_on=root.fail_on,
     )
     try:
         text = render(report, output_format, render_options)
@@ -507,15 +531,31 @@ def _exit_code(report, options: dict) -> int:
         return EXIT_ERROR
     if options["exit_non_zero_on_fix"] and report.fixed:
         return EXIT_FINDINGS
-    if report.diagnostics and not options["exit_zero"]:
+    if options["exit_zero"]:
+        return EXIT_CLEAN
+    if any(_fails(d.severity, options.get("_fail_on", "info")) for d in report.diagnostics):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
 
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _fails(severity, fail_on: str) -> bool:
+    """Does a finding of this severity fail the run? `fail-on = "info"` (the default): every finding, as in
+    Ruff; "warning": info findings are shown and do not fail; "error": only errors fail."""
+    return _SEVERITY_RANK[severity.value] >= _SEVERITY_RANK[fail_on]
+
+
 def _use_color(choice: str) -> bool:
+    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
     if choice == "always":
         return True
-    if choice == "never" or os.environ.get("NO_COLOR"):
+    if choice == "never":
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 

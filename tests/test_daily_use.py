@@ -442,3 +442,80 @@ def test_readme_and_action_point_at_no_missing_release():
         assert "@v0.1.0" not in text and "rev: v0.1.0" not in text
         assert "pip install amp-lint " not in text  # not on a package index
     assert 'external = ["AMP"]' in README  # keeps Ruff's RUF100 from deleting `# noqa: AMP001`
+
+
+# --- 13: the smaller ones ----------------------------------------------------------------------------
+
+ANSI = "\x1b["
+
+
+def test_force_color_is_honoured_like_ruff(tmp_path):
+    write(tmp_path, {"train.py": BUGGY})
+    assert ANSI not in amp_lint("--no-cache", "train.py", cwd=tmp_path).stdout  # a pipe: no colour
+    assert ANSI in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1"}).stdout
+    assert ANSI in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
+    assert ANSI not in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": ""}).stdout
+    assert ANSI not in amp_lint("--no-cache", "--color", "never", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1"}).stdout
+    if RUFF:  # Ruff 0.17.6 colours a pipe under FORCE_COLOR=1
+        write(tmp_path, {"r.py": "import os\n"})
+        theirs = subprocess.run([RUFF, "check", "--no-cache", "--select", "F401", "r.py"], cwd=tmp_path, capture_output=True,
+                                text=True, env={**os.environ, "FORCE_COLOR": "1"})
+        assert ANSI in theirs.stdout
+
+
+def test_misspelled_tool_table_is_reported(tmp_path):
+    write(tmp_path, {"pyproject.toml": "[tool.amp_lint]\nignore = ['AMP001']\n", "train.py": BUGGY})
+    result = amp_lint("--no-cache", "train.py", cwd=tmp_path)
+    assert result.returncode == 1  # not used ...
+    warning = f"amp-lint: warning: {tmp_path / 'pyproject.toml'}: [tool.amp_lint] is not read; the table is named [tool.amp-lint]\n"
+    assert result.stderr == warning  # ... and said so, once
+
+
+def test_multi_line_call_in_a_message_reads_as_one_line(tmp_path):
+    source = BUGGY.replace("        scaler.scale(loss).backward()\n", "        scaler.scale(\n            loss,\n        ).backward()\n")
+    write(tmp_path, {"train.py": source})
+    result = amp_lint("--no-cache", "--output-format", "json", "train.py", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert finding["message"].startswith("`scaler.scale(loss).backward()` runs inside the block of"), finding["message"]
+
+
+def test_diff_prints_a_summary_like_ruff(tmp_path):
+    write(tmp_path, {"train.py": BUGGY, "clean.py": CLEAN})
+    result = amp_lint("--no-cache", "--diff", ".", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.endswith("\nWould fix 1 error.\n")  # Ruff 0.17.6: "\nWould fix 1 error.\n" after the diff
+    clean = amp_lint("--no-cache", "--diff", "clean.py", cwd=tmp_path)
+    assert (clean.returncode, clean.stdout) == (0, "")  # Ruff: nothing to fix, nothing printed
+    stdin = amp_lint("--no-cache", "--diff", "-", cwd=tmp_path, stdin=BUGGY)
+    assert stdin.stdout.endswith("\nWould fix 1 error.\n")
+    assert "Would fix" not in amp_lint("--no-cache", "--diff", "-q", ".", cwd=tmp_path).stdout
+    if RUFF:
+        write(tmp_path, {"r.py": "import os\n"})
+        theirs = ruff("check", "--no-cache", "--select", "F401", "--diff", "r.py", cwd=tmp_path)
+        assert theirs.stdout.endswith("\nWould fix 1 error.\n")
+
+
+# AMP012 (info, on by default): a GradScaler under bfloat16 autocast.
+INFO_ONLY = (
+    'import torch\nscaler = torch.amp.GradScaler("cuda")\nfor x, y in loader:\n'
+    '    with torch.autocast("cuda", dtype=torch.bfloat16):\n        loss = loss_fn(model(x), y)\n'
+    "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
+)
+
+
+def test_fail_on_policy_for_info_findings(tmp_path):
+    """The policy (README, "Exit codes"): every finding fails, as in Ruff, unless `fail-on` raises the bar."""
+    write(tmp_path, {"info.py": INFO_ONLY, "train.py": BUGGY})
+    default = amp_lint("--no-cache", "--output-format", "github", "info.py", cwd=tmp_path)
+    assert default.returncode == 1 and default.stdout.startswith("::notice ")
+    advisory = amp_lint("--no-cache", "--fail-on", "warning", "info.py", cwd=tmp_path)
+    assert advisory.returncode == 0 and "AMP012" in advisory.stdout
+    assert '1 finding below fail-on = "warning" (shown, not failing the run).' in advisory.stdout
+    assert amp_lint("--no-cache", "--fail-on", "warning", ".", cwd=tmp_path).returncode == 1  # AMP001 is a warning
+    assert amp_lint("--no-cache", "--fail-on", "error", ".", cwd=tmp_path).returncode == 0
+    write(tmp_path, {"amp-lint.toml": 'fail-on = "warning"\n'})
+    assert amp_lint("--no-cache", "info.py", cwd=tmp_path).returncode == 0
+    assert amp_lint("--no-cache", "--fail-on", "info", "info.py", cwd=tmp_path).returncode == 1
+    write(tmp_path, {"amp-lint.toml": 'fail-on = "notice"\n'})
+    bad = amp_lint("--no-cache", "info.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "'fail-on' must be one of info, warning, error" in bad.stderr

@@ -17,7 +17,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint import rules as registry
-from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location
+from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Location, one_line
 from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
@@ -174,7 +174,7 @@ class Checker:
             reported.add((finding.rule.code, id(finding.node)))
             if finding.related:
                 finding.message += _related_text(finding.related, locator.range_of)
-            finding.message = " ".join(finding.message.split())  # code quoted from several lines: one line
+            finding.message = one_line(finding.message)  # code quoted from several lines: one line
             code_range = locator.range_of(id(finding.node))
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)

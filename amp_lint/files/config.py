@@ -62,14 +62,28 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         content = pyproject.read_bytes()
     except OSError:
         return False
-    if b"amp-lint" not in content:  # skip parsing the many pyproject.toml files that cannot match
+    if b"amp-lint" not in content and b"amp_lint" not in content:  # skip the many pyproject.toml files that cannot match
         return False
     try:
         data = tomllib.loads(content.decode("utf-8", errors="replace"))
     except tomllib.TOMLDecodeError:
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")
+    if isinstance(tool, dict) and "amp-lint" not in tool:
+        misspelled = [name for name in tool if name.replace("_", "-").lower() in ("amp-lint", "amplint")]
+        if misspelled:
+            _warn_once(f"{pyproject}: [tool.{misspelled[0]}] is not read; the table is named [tool.amp-lint]")
     return isinstance(tool, dict) and "amp-lint" in tool
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """A configuration that is silently not used is worse than a message on stderr (once per run)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        sys.stderr.write(f"amp-lint: warning: {message}\n")
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -202,6 +216,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
+    "fail-on": ("fail_on", _one_of(("info", "warning", "error"))),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),
 }

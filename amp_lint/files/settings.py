@@ -60,6 +60,7 @@ class Settings:
     fix: bool = False
     unsafe_fixes: bool = False
     output_format: str = "full"
+    fail_on: str = "info"  # the lowest severity that fails the run: info (every finding), warning, error
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
     amp_device: Optional[str] = None  # AMP100 conversion: None = infer from the code, fallback "cuda"
     # Where the settings came from (a config file path), for --show-settings and error messages.

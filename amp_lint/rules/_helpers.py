@@ -7,6 +7,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from amp_lint.diagnostics import one_line
 from amp_lint.analysis import names
 from amp_lint.analysis.model import (
     AutocastRegion,
@@ -58,7 +59,7 @@ _TORCH_DEVICE = frozenset({"torch.device"})
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:
-    text = " ".join(code_of(node).split())
+    text = one_line(code_of(node))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
