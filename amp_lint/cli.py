@@ -129,6 +129,9 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply unsafe fixes (they change numerics).")
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
 @click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
+@click.option("--fix-only/--no-fix-only", default=None, help="Apply fixes; do not report what is left (implies --fix).")
+@click.option("--fixable", multiple=True, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
+@click.option("--unfixable", multiple=True, help="Rule codes or prefixes reported without a fix.")
 @click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
 @click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
 @click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the selection.")
@@ -147,6 +150,9 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
 @click.option("--statistics", is_flag=True, help="Count findings per rule.")
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.option("-s", "--silent", is_flag=True, help="Print nothing; the exit code still says what was found.")
+@click.option("--show-files", is_flag=True, help="Print the files that would be checked, then exit.")
+@click.option("-w", "--watch", is_flag=True, help="Check again whenever a checked file changes (Ctrl-C stops).")
 @click.option(
     "--fail-on",
     type=click.Choice(["info", "warning", "error"]),
@@ -154,7 +160,12 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 )
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when something was fixed (for pre-commit).")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), help="Use this configuration file.")
+@click.option(
+    "--config",
+    "config_options",
+    multiple=True,
+    help="A configuration file to use, or a TOML `KEY = VALUE` pair that overrides every configuration file.",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--show-settings", is_flag=True, help="Print the settings that apply, then exit.")
 @click.option("--stdin-filename", help="The file name to report when checking standard input (`-`).")
@@ -204,6 +215,8 @@ def _run_check(paths: List[str], options: dict) -> int:
             "respect_gitignore": options["respect_gitignore"],
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
+            "fixable": _codes(options["fixable"]) or None,
+            "unfixable": _codes(options["unfixable"]) or None,
             "output_format": options["output_format"],
             "fail_on": options["fail_on"],
             "amp_dtype": options["amp_dtype"],
@@ -212,11 +225,13 @@ def _run_check(paths: List[str], options: dict) -> int:
         if value is not None
     }
     try:
+        config_path, inline = _config_options(options["config_options"], registry.all_codes())
         resolver = SettingsResolver(
             overrides,
-            config_path=Path(options["config_path"]) if options["config_path"] else None,
+            config_path=config_path,
             isolated=options["isolated"],
             all_codes=registry.all_codes(),
+            inline_overrides=inline,
         )
         root = resolver.root_settings(Path.cwd())
         if options["show_settings"]:
@@ -229,7 +244,9 @@ def _run_check(paths: List[str], options: dict) -> int:
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     options["_fail_on"] = root.fail_on
-    fix = bool(root.fix or options["diff"])
+    if options["fix_only"]:
+        options["quiet"] = True  # the findings left are not reported
+    fix = bool(root.fix or options["diff"] or options["fix_only"])
     run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
         if options["add_noqa"] or options["write_baseline_path"]:
@@ -237,7 +254,74 @@ def _run_check(paths: List[str], options: dict) -> int:
         return _check_stdin(run, root, options)
     if "-" in paths:
         _fail("`-` (standard input) cannot be mixed with paths")
+    if options["watch"]:
+        if run.fix:
+            _fail("--watch only checks; it does not work with --fix or --diff")
+        return _watch(run, root, selection, paths or ["."], options)
     return _check_paths(run, root, selection, paths or ["."], options)
+
+
+def _watch(run: "_RunSpec", root, selection, paths: List[str], options: dict) -> int:
+    """`--watch`, as Ruff's: check, then check again each time a Python file or a configuration file under
+    the paths changes (polled twice a second: no dependency), until Ctrl-C."""
+    import time
+
+    def snapshot() -> dict:
+        from amp_lint.files.config import CONFIG_NAMES
+        from amp_lint.files.sources import PYTHON_SUFFIXES
+
+        stamps = {}
+        for path in paths:
+            for folder, names, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
+                names[:] = [n for n in names if not n.startswith(".") and n not in ("__pycache__", "node_modules")]
+                for name in files:
+                    if os.path.splitext(name)[1] in PYTHON_SUFFIXES or os.path.basename(name) in CONFIG_NAMES:
+                        full = os.path.join(folder, name)
+                        try:
+                            info = os.stat(full)
+                        except OSError:
+                            continue
+                        stamps[full] = (info.st_mtime_ns, info.st_size)
+        return stamps
+
+    click.echo("Starting amp-lint in watch mode...", err=True)
+    try:
+        while True:
+            before = snapshot()
+            _check_paths(_fresh_run(run), root, selection, paths, options)
+            sys.stdout.flush()
+            while snapshot() == before:
+                time.sleep(0.5)
+            click.echo("\nFile change detected...", err=True)
+    except KeyboardInterrupt:
+        return EXIT_CLEAN  # Ctrl-C is how a watch ends
+
+
+def _fresh_run(run: "_RunSpec") -> "_RunSpec":
+    """A run that reads the configuration files again (one may be what changed)."""
+    fresh = run.resolver.reloaded()
+    return _RunSpec(fresh, run.registry, run.options, run.fix, run.write)
+
+
+def _config_options(values: Sequence[str], all_codes) -> tuple:
+    """`--config PATH` (one at most) and `--config 'KEY = VALUE'` (any number), as Ruff reads them."""
+    from amp_lint.files.config import ConfigError, parse_inline_option
+
+    path = None
+    inline: dict = {}
+    for value in values:
+        if os.path.isfile(value):
+            if path is not None:
+                raise ConfigError("--config names two configuration files; give one (and KEY = VALUE pairs)")
+            path = Path(value)
+        elif "=" in value:
+            for key, item in parse_inline_option(value, all_codes).items():
+                inline[key] = inline.get(key, ()) + item if key in ("extend_select", "ignore", "extend_exclude") else item
+        else:
+            raise ConfigError(
+                f"--config {value!r}: no such configuration file, and not a TOML KEY = VALUE pair (for example: select = [\"AMP0\"])"
+            )
+    return path, inline
 
 
 def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
@@ -285,6 +369,7 @@ class _RunSpec:
             enabled = selection.for_path(path, settings, all_codes)
             output_format = self.resolver.root_settings(Path.cwd()).output_format
             config = CheckConfig(
+                unfixable=RuleSelection.unfixable(settings, all_codes),
                 enabled=enabled,
                 fix=self.fix,
                 unsafe_fixes=bool(settings.unsafe_fixes),
@@ -297,6 +382,7 @@ class _RunSpec:
 
 
 def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
+    from amp_lint.diagnostics import Report
     from amp_lint.files.config import ConfigError
     from amp_lint.files.sources import discover
     from amp_lint.engine.runner import RunPlan, execute
@@ -315,6 +401,13 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         planned = [(str(path), run.config_for(settings_of(path), str(path))) for path in files]
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    if options["show_files"]:
+        # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
+        for path in sorted(os.path.abspath(p) for p, _ in planned):
+            click.echo(path)
+        for line in _error_lines(Report(errors=errors)):
+            click.echo(line, err=True)
+        return EXIT_ERROR if errors else EXIT_CLEAN
     if options["prefilter_only"]:
         from amp_lint.engine.runner import may_match
 
@@ -349,16 +442,34 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         except BaselineError as error:
             _fail(str(error))
     if options["diff"]:
-        for diff in diffs:
-            click.echo(diff, nl=False)
-        _diff_summary(report, options, bool(diffs))
-        for line in _error_lines(report):
-            click.echo(line, err=True)
+        if not options["silent"]:
+            for diff in diffs:
+                click.echo(diff, nl=False)
+            _diff_summary(report, options, bool(diffs))
+            for line in _error_lines(report):
+                click.echo(line, err=True)
         if report.errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
+    if options["fix_only"]:
+        return _fix_only_result(report, options)
     _emit(report, root, options, fix_mode=run.fix)
     return _exit_code(report, options)
+
+
+def _fix_only_result(report, options: dict) -> int:
+    """`--fix-only`, as Ruff: say what was fixed, never what is left; exit 0 unless a file could not be
+    checked (2) or, with --exit-non-zero-on-fix, something was fixed (1)."""
+    from amp_lint.reports.text import plural
+
+    if not options["silent"]:
+        if report.fixed_count:
+            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.")
+        for line in _error_lines(report):
+            click.echo(line, err=True)
+    if report.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN
 
 
 def _diff_summary(report, options: dict, any_diff: bool) -> None:
@@ -447,9 +558,12 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        sys.stdout.write(fixed)
-        for line in _error_lines(report):
-            click.echo(line, err=True)
+        sys.stdout.write(fixed)  # the code itself, even with --silent: it is the output, not a message
+        if not options["silent"]:
+            for line in _error_lines(report):
+                click.echo(line, err=True)
+        if options["fix_only"]:
+            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN)
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
@@ -474,7 +588,9 @@ def _open_cache(options: dict, root):
 
 def _config_key(config) -> str:
     """What in a file's check configuration changes the stored result, in a stable order (for the cache)."""
-    return repr((sorted(config.enabled), config.unsafe_fixes, config.with_edits, tuple(config.rule_options)))
+    return repr(
+        (sorted(config.enabled), sorted(config.unfixable), config.unsafe_fixes, config.with_edits, tuple(config.rule_options))
+    )
 
 
 def _code_fingerprint() -> str:
@@ -492,6 +608,8 @@ def _code_fingerprint() -> str:
 def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
     from amp_lint.reports import TEXT_FORMATS, RenderOptions, render
 
+    if options["silent"] and not options["output_file"]:
+        return  # -s: nothing at all; the exit code says it
     output_format = root.output_format
     to_file = options["output_file"]
     color = _use_color(options["color"]) and not to_file
@@ -515,7 +633,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
         click.echo(text, nl=False, color=color)
-    if output_format not in TEXT_FORMATS or to_file:
+    if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
         for line in _error_lines(report):
             click.echo(line, err=True)
 

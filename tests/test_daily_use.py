@@ -519,3 +519,141 @@ def test_fail_on_policy_for_info_findings(tmp_path):
     write(tmp_path, {"amp-lint.toml": 'fail-on = "notice"\n'})
     bad = amp_lint("--no-cache", "info.py", cwd=tmp_path)
     assert bad.returncode == 2 and "'fail-on' must be one of info, warning, error" in bad.stderr
+
+
+# --- missing against Ruff -----------------------------------------------------------------------------
+
+
+def test_watch_checks_again_when_a_file_changes(tmp_path):
+    import signal
+    import time
+
+    write(tmp_path, {"train.py": BUGGY})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "amp_lint", "--watch", "--output-format", "concise", "."],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    import threading
+
+    lines: list = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def wait_for(text: str, after: int = 0) -> int:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            for position in range(after, len(lines)):
+                if text in lines[position]:
+                    return position
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} not in {lines}")
+
+    try:
+        first = wait_for("train.py:7:9: AMP001")
+        wait_for("Found 1 error", first)
+        time.sleep(1)  # the watch takes its snapshot before it checks; mtimes need to differ
+        (tmp_path / "train.py").write_text(CLEAN)
+        wait_for("All checks passed!", first)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=60)
+    assert process.returncode == 0, errors
+    assert "Starting amp-lint in watch mode..." in errors and "File change detected..." in errors
+
+
+def test_show_files_lists_what_would_be_checked(tmp_path):
+    write(tmp_path, {"a.py": "", "sub/b.ipynb": "{}", "build/c.py": "", "notes.txt": "", "pyproject.toml": "[tool.amp-lint]\nextend-exclude = ['sub/']\n"})
+    result = amp_lint("--show-files", ".", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, f"{tmp_path / 'a.py'}\n")
+    assert amp_lint("--show-files", "--isolated", ".", cwd=tmp_path).stdout.splitlines() == [str(tmp_path / "a.py"), str(tmp_path / "sub" / "b.ipynb")]
+    if RUFF:  # Ruff 0.17.6 prints absolute paths, sorted, one a line
+        theirs = ruff("check", "--show-files", "--isolated", "a.py", cwd=tmp_path)
+        assert theirs.stdout == f"{tmp_path / 'a.py'}\n"
+
+
+def test_extend_reads_the_base_configuration_first(tmp_path):
+    write(tmp_path, {
+        "pyproject.toml": "[tool.amp-lint]\nignore = ['AMP010']\nextend-exclude = ['gen/']\nfail-on = 'warning'\n",
+        "pkg/amp-lint.toml": "extend = '../pyproject.toml'\nextend-select = ['AMP100']\n",
+        "pkg/train.py": BUGGY,
+        "pkg/gen/x.py": BUGGY,
+    })
+    shown = amp_lint("--show-settings", "pkg/train.py", cwd=tmp_path).stdout
+    assert 'ignore = ["AMP010"]' in shown and 'extend-select = ["AMP100"]' in shown and 'fail-on = "warning"' in shown
+    result = amp_lint("--no-cache", "--output-format", "concise", "pkg", cwd=tmp_path)
+    # The base's `gen/` is the top-level gen/, not pkg/gen/ (Ruff 0.17.6 resolves it the same way).
+    assert reported_files(result) == {"pkg/gen/x.py", "pkg/train.py"}
+    write(tmp_path, {"pkg/amp-lint.toml": "extend = '../pyproject.toml'\nextend-exclude = ['gen/']\n"})
+    assert reported_files(amp_lint("--no-cache", "--output-format", "concise", "pkg", cwd=tmp_path)) == {"pkg/train.py"}
+    write(tmp_path, {"pkg/amp-lint.toml": "extend = 'missing.toml'\n"})
+    missing = amp_lint("--no-cache", "pkg", cwd=tmp_path)
+    assert missing.returncode == 2 and "'extend' names" in missing.stderr and "Traceback" not in missing.stderr
+    write(tmp_path, {"pkg/amp-lint.toml": "extend = 'other.toml'\n", "pkg/other.toml": "extend = 'amp-lint.toml'\n"})
+    cycle = amp_lint("--no-cache", "pkg", cwd=tmp_path)
+    assert cycle.returncode == 2 and "cycle" in cycle.stderr
+
+
+def test_fix_only_fixes_and_does_not_report_the_rest(tmp_path):
+    write(tmp_path, {"train.py": BUGGY, "info.py": INFO_ONLY})
+    result = amp_lint("--no-cache", "--fix-only", ".", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, "Fixed 1 error.\n")  # Ruff 0.17.6: "Fixed 1 error." and exit 0
+    assert (tmp_path / "train.py").read_text() == CLEAN
+    again = amp_lint("--no-cache", "--fix-only", ".", cwd=tmp_path)
+    assert (again.returncode, again.stdout) == (0, "")  # AMP012 is left, and not reported
+    write(tmp_path, {"train.py": BUGGY})
+    assert amp_lint("--no-cache", "--fix-only", "--exit-non-zero-on-fix", ".", cwd=tmp_path).returncode == 1
+    stdin = amp_lint("--no-cache", "--fix-only", "-", cwd=tmp_path, stdin=BUGGY)
+    assert (stdin.returncode, stdin.stdout) == (0, CLEAN)
+    if RUFF:
+        write(tmp_path, {"r.py": "import os\n"})
+        theirs = ruff("check", "--no-cache", "--select", "F401", "--fix-only", "r.py", cwd=tmp_path)
+        assert (theirs.returncode, theirs.stdout) == (0, "Fixed 1 error.\n")
+
+
+def test_fixable_and_unfixable(tmp_path):
+    write(tmp_path, {"train.py": BUGGY})
+    unfixable = amp_lint("--no-cache", "--fix", "--unfixable", "AMP001", "--output-format", "concise", "train.py", cwd=tmp_path)
+    assert unfixable.returncode == 1 and "AMP001 [*]" not in unfixable.stdout and "AMP001" in unfixable.stdout
+    assert (tmp_path / "train.py").read_text() == BUGGY
+    json_out = json.loads(amp_lint("--no-cache", "--unfixable", "AMP0", "--output-format", "json", "train.py", cwd=tmp_path).stdout)
+    assert json_out[0]["fix"] is None  # as in Ruff: an unfixable rule's finding carries no fix
+    write(tmp_path, {"amp-lint.toml": "fixable = ['AMP02']\n"})
+    assert amp_lint("--no-cache", "--fix", "train.py", cwd=tmp_path).returncode == 1
+    assert (tmp_path / "train.py").read_text() == BUGGY
+    write(tmp_path, {"amp-lint.toml": "fixable = ['AMP0']\nunfixable = ['AMP02']\n"})
+    assert amp_lint("--no-cache", "--fix", "train.py", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "train.py").read_text() == CLEAN
+    write(tmp_path, {"amp-lint.toml": "unfixable = ['AMP999']\n"})
+    assert amp_lint("--no-cache", "train.py", cwd=tmp_path).returncode == 2
+
+
+def test_config_key_value_overrides_every_configuration_file(tmp_path):
+    write(tmp_path, {"pyproject.toml": "[tool.amp-lint]\nselect = ['AMP02']\n", "train.py": BUGGY})
+    assert amp_lint("--no-cache", "train.py", cwd=tmp_path).returncode == 0
+    assert amp_lint("--no-cache", "--config", "select = ['AMP0']", "train.py", cwd=tmp_path).returncode == 1
+    both = amp_lint("--no-cache", "--config", "select = ['AMP0']", "--config", "ignore = ['AMP001']", "train.py", cwd=tmp_path)
+    assert both.returncode == 0
+    # a dedicated option still wins over --config, as in Ruff
+    assert amp_lint("--no-cache", "--config", "select = ['AMP02']", "--select", "AMP001", "train.py", cwd=tmp_path).returncode == 1
+    write(tmp_path, {"other.toml": "select = ['AMP001']\n"})
+    assert amp_lint("--no-cache", "--config", "other.toml", "train.py", cwd=tmp_path).returncode == 1
+    unknown = amp_lint("--config", "nope = 1", "train.py", cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown key 'nope'" in unknown.stderr
+    neither = amp_lint("--config", "missing.toml", "train.py", cwd=tmp_path)
+    assert neither.returncode == 2 and "not a TOML KEY = VALUE pair" in neither.stderr
+    if RUFF:  # Ruff 0.17.6 takes the same two spellings
+        write(tmp_path, {"r.py": "import os\n"})
+        assert ruff("check", "--no-cache", "--config", "lint.select = ['F401']", "r.py", cwd=tmp_path).returncode == 1
+
+
+def test_silent_prints_nothing_and_keeps_the_exit_code(tmp_path):
+    write(tmp_path, {"train.py": BUGGY, "clean.py": CLEAN})
+    result = amp_lint("--no-cache", "-s", "train.py", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", "")
+    assert amp_lint("--no-cache", "--silent", "clean.py", cwd=tmp_path).returncode == 0
+    assert amp_lint("--no-cache", "-s", "--diff", "train.py", cwd=tmp_path).stdout == ""
+    if RUFF:  # Ruff 0.17.6: nothing printed, exit 1
+        write(tmp_path, {"r.py": "import os\n"})
+        theirs = ruff("check", "--no-cache", "--select", "F401", "-s", "r.py", cwd=tmp_path)
+        assert (theirs.returncode, theirs.stdout) == (1, "")

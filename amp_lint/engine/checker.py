@@ -56,8 +56,10 @@ class Checker:
         unsafe_fixes: bool = False,
         with_edits: bool = False,
         rule_options: Optional[dict] = None,
+        unfixable: FrozenSet[str] = frozenset(),
     ) -> None:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
+        self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -150,7 +152,11 @@ class Checker:
             if rule.code in file_ignored:
                 continue
             try:
-                findings.extend(rule.check(model))
+                found = list(rule.check(model))
+                if rule.code in self.unfixable:
+                    for finding in found:
+                        finding.fix = None
+                findings.extend(found)
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
         return findings, model

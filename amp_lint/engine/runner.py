@@ -45,6 +45,7 @@ class CheckConfig:
     with_edits: bool
     write: bool  # write fixes back (False for --diff)
     rule_options: Tuple[Tuple[str, object], ...] = ()
+    unfixable: FrozenSet[str] = frozenset()  # codes whose findings carry no fix (`unfixable`, `fixable`)
 
 
 @dataclass
@@ -72,6 +73,7 @@ def _checker(config: CheckConfig):
             unsafe_fixes=config.unsafe_fixes,
             with_edits=config.with_edits,
             rule_options=dict(config.rule_options),
+            unfixable=config.unfixable,
         )
         _CHECKERS[config] = checker
     return checker

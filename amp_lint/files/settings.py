@@ -59,6 +59,8 @@ class Settings:
     force_exclude: bool = False
     fix: bool = False
     unsafe_fixes: bool = False
+    fixable: Tuple[str, ...] = ("ALL",)  # codes or prefixes whose fixes may be applied (Ruff's `fixable`)
+    unfixable: Tuple[str, ...] = ()  # codes or prefixes reported without a fix (Ruff's `unfixable`)
     output_format: str = "full"
     fail_on: str = "info"  # the lowest severity that fails the run: info (every finding), warning, error
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
@@ -117,6 +119,12 @@ class RuleSelection:
         base |= expand_codes(settings.extend_select, all_codes)
         base -= expand_codes(settings.ignore, all_codes)
         return cls(enabled=frozenset(base))
+
+    @staticmethod
+    def unfixable(settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
+        """The codes whose fixes are off: those `fixable` leaves out, and those `unfixable` names."""
+        all_codes = list(all_codes)
+        return (frozenset(all_codes) - expand_codes(settings.fixable, all_codes)) | expand_codes(settings.unfixable, all_codes)
 
     def for_path(self, path: str, settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
         ignored = set()
