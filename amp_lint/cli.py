@@ -16,13 +16,15 @@ import click
 from amp_lint import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean")
+_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "generate-shell-completion")
 
 
 class _DefaultToCheck(click.Group):
     """A group whose default command is `check`, so `amp-lint src/` and `amp-lint --fix src/` work."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if ctx.resilient_parsing and not args:
+            return super().parse_args(ctx, args)  # shell completion of the first word: see shell_complete
         if args and args[0] not in _SUBCOMMANDS:
             _refuse_mistyped_subcommand(args[0])
         if not args or (args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version")):
@@ -37,6 +39,18 @@ class _DefaultToCheck(click.Group):
                 raise click.ClickException(f"amp-lint verify is unavailable: {error}")
             self.add_command(verify)
         return super().get_command(ctx, name)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str):
+        """The first word completes to a subcommand, or to what `check` takes (its options, a path)."""
+        items = super().shell_complete(ctx, incomplete)
+        check = self.get_command(ctx, "check")
+        with check.make_context("check", [], parent=ctx, resilient_parsing=True) as check_ctx:
+            items += check.shell_complete(check_ctx, incomplete)
+        if not incomplete.startswith("-"):
+            from click.shell_completion import CompletionItem
+
+            items.append(CompletionItem(incomplete, type="file"))
+        return items
 
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(set(self.commands) | {"verify"})
@@ -760,3 +774,17 @@ def clean_command(cache_dir: Optional[str]) -> None:
     directory = Path(cache_dir or ".amp_lint_cache")
     removed = ResultCache.clean(directory)
     click.echo(f"Removed {directory}" if removed else f"No cache at {directory}")
+
+
+@main.command("generate-shell-completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_command(shell: str) -> None:
+    """Print the shell completion script for SHELL (as `ruff generate-shell-completion` does).
+
+    bash: `eval "$(amp-lint generate-shell-completion bash)"` in ~/.bashrc; zsh: the same with zsh in ~/.zshrc;
+    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`.
+    """
+    from click.shell_completion import get_completion_class
+
+    completion = get_completion_class(shell)(main, {}, "amp-lint", "_AMP_LINT_COMPLETE")
+    click.echo(completion.source())

@@ -657,3 +657,25 @@ def test_silent_prints_nothing_and_keeps_the_exit_code(tmp_path):
         write(tmp_path, {"r.py": "import os\n"})
         theirs = ruff("check", "--no-cache", "--select", "F401", "-s", "r.py", cwd=tmp_path)
         assert (theirs.returncode, theirs.stdout) == (1, "")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_generate_shell_completion(tmp_path, shell):
+    script = amp_lint("generate-shell-completion", shell, cwd=tmp_path)
+    assert script.returncode == 0 and "_AMP_LINT_COMPLETE" in script.stdout
+    if RUFF:  # Ruff 0.17.6 has the same command
+        assert ruff("generate-shell-completion", shell, cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("words", "word", "expected"),
+    [("amp-lint --sel", 1, "plain,--select"), ("amp-lint ru", 1, "plain,rules"), ("amp-lint check --unsafe", 2, "plain,--unsafe-fixes")],
+)
+def test_completion_protocol_completes_subcommands_and_check_options(tmp_path, words, word, expected):
+    """What the script's shell function asks: the installed `amp-lint` script is `main` named amp-lint."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from amp_lint.cli import main; main(prog_name='amp-lint')"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO), "_AMP_LINT_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(word)},
+    )
+    assert expected in result.stdout.splitlines(), result.stdout + result.stderr
