@@ -733,6 +733,8 @@ def _fix_words(rule) -> str:
 
 
 def _rule_record(rule) -> dict:
+    from amp_lint.rules.docs import rule_url
+
     return {
         "code": rule.code,
         "name": rule.name,
@@ -740,6 +742,7 @@ def _rule_record(rule) -> dict:
         "severity": rule.severity.value,
         "default_enabled": rule.default_enabled,
         "fix": rule.fix_label(),
+        "url": rule_url(rule.code),
         "explanation": rule.explanation(),
     }
 

@@ -679,3 +679,29 @@ def test_completion_protocol_completes_subcommands_and_check_options(tmp_path, w
         env={**os.environ, "PYTHONPATH": str(REPO), "_AMP_LINT_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(word)},
     )
     assert expected in result.stdout.splitlines(), result.stdout + result.stderr
+
+
+def test_each_finding_has_a_stable_url_to_docs_generated_from_the_rule(tmp_path):
+    write(tmp_path, {"train.py": BUGGY})
+    [finding] = json.loads(amp_lint("--no-cache", "--output-format", "json", "train.py", cwd=tmp_path).stdout)
+    assert finding["url"] == "docs/rules/AMP001.md"
+    page = (REPO / finding["url"]).read_text()
+    assert page.startswith("# backward-inside-autocast (AMP001)\n") and "## Why is this bad?" in page
+    hosted = amp_lint("--no-cache", "--output-format", "json-lines", "train.py", cwd=tmp_path,
+                      env={"AMP_LINT_DOCS_URL": "https://example.org/amp-lint/docs/rules/"})
+    assert json.loads(hosted.stdout)["url"] == "https://example.org/amp-lint/docs/rules/AMP001.md"
+    rule = json.loads(amp_lint("rule", "AMP001", "--output-format", "json", cwd=tmp_path).stdout)
+    assert rule["url"] == "docs/rules/AMP001.md"
+    if RUFF:  # Ruff 0.17.6 gives every finding a url too
+        write(tmp_path, {"r.py": "import os\n"})
+        [theirs] = json.loads(ruff("check", "--no-cache", "--select", "F401", "--output-format", "json", "r.py", cwd=tmp_path).stdout)
+        assert theirs["url"].endswith("/unused-import")
+
+
+def test_rule_docs_are_up_to_date():
+    result = subprocess.run([sys.executable, "-m", "amp_lint.rules.docs", "--check"], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    from amp_lint.rules import ALL_RULES
+
+    assert sorted(p.stem for p in (REPO / "docs" / "rules").glob("AMP*.md")) == sorted(rule.code for rule in ALL_RULES)

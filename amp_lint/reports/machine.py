@@ -7,6 +7,7 @@ from typing import Dict
 from amp_lint.diagnostics import Diagnostic, Location, Report, Severity
 from amp_lint.reports import RenderOptions
 from amp_lint.reports.text import rule_statistics
+from amp_lint.rules.docs import rule_url
 
 # --- json, json-lines --------------------------------------------------------------------------
 
@@ -41,7 +42,7 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
         "severity": diagnostic.severity.value,
         "confidence": diagnostic.confidence.value,
         "rule_name": diagnostic.rule_name,
-        "url": None,
+        "url": rule_url(diagnostic.code),
         "help": f"Run `amp-lint rule {diagnostic.code}` for details",
         "noqa_row": diagnostic.location.row,
         "cell": diagnostic.cell,
