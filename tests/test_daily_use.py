@@ -705,3 +705,31 @@ def test_rule_docs_are_up_to_date():
     from amp_lint.rules import ALL_RULES
 
     assert sorted(p.stem for p in (REPO / "docs" / "rules").glob("AMP*.md")) == sorted(rule.code for rule in ALL_RULES)
+
+
+def test_unused_noqa_is_found_and_fixed_keeping_other_codes(tmp_path):
+    source = BUGGY.replace(
+        "        scaler.scale(loss).backward()\n", "        scaler.scale(loss).backward()  # noqa: AMP001\n"
+    ).replace("    scaler.step(optimizer)\n", "    scaler.step(optimizer)  # noqa: E501, AMP021\n").replace(
+        "    scaler.update()\n", "    scaler.update()  # noqa: AMP999\n"
+    )
+    write(tmp_path, {"train.py": source})
+    assert amp_lint("--no-cache", "train.py", cwd=tmp_path).returncode == 0  # off by default, as Ruff's RUF100
+    found = amp_lint("--no-cache", "--extend-select", "AMP900", "--output-format", "concise", "train.py", cwd=tmp_path)
+    assert found.returncode == 1
+    assert found.stdout.splitlines()[:2] == [
+        "train.py:8:29: AMP900 [*] Unused `noqa` directive (unused: `AMP021`)",
+        "train.py:9:22: AMP900 [*] Unused `noqa` directive (unknown: `AMP999`)",
+    ]
+    fixed = amp_lint("--no-cache", "--extend-select", "AMP900", "--fix", "train.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout
+    assert (tmp_path / "train.py").read_text() == BUGGY.replace(
+        "        scaler.scale(loss).backward()\n", "        scaler.scale(loss).backward()  # noqa: AMP001\n"
+    ).replace("    scaler.step(optimizer)\n", "    scaler.step(optimizer)  # noqa: E501\n")
+    again = amp_lint("--no-cache", "--extend-select", "AMP900", "--fix", "train.py", cwd=tmp_path)
+    assert again.returncode == 0 and (tmp_path / "train.py").read_text().count("noqa") == 2  # idempotent
+    if RUFF:  # Ruff 0.17.6's RUF100 does the same for its own codes, keeping the others'
+        write(tmp_path, {"r.py": "import os  # noqa: F401, E501\nx = 1  # noqa: F401, AMP001\n"})
+        theirs = ruff("check", "--no-cache", "--select", "F401,RUF100", "--fix", "--config", "lint.external = ['AMP']", "r.py", cwd=tmp_path)
+        assert theirs.returncode == 0, theirs.stdout + theirs.stderr
+        assert (tmp_path / "r.py").read_text() == "import os  # noqa: F401\nx = 1  # noqa: AMP001\n"

@@ -12,7 +12,7 @@ import gc
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -60,6 +60,9 @@ class Checker:
     ) -> None:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
         self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
+        self.enabled_codes = frozenset(enabled)
+        # AMP900 (unused `# noqa`) is decided after the other rules' findings are placed and suppressed.
+        self.unused_noqa = next((r for r in self.rule_classes if r.code == "AMP900"), None)
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -165,13 +168,14 @@ class Checker:
         self, findings: List[Finding], locator: NodeLocator, code: str
     ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
         """The findings with their positions, in source order, minus those that `# noqa` suppresses."""
-        if not findings:
+        if not findings and self.unused_noqa is None:
             return [], []
         locator.want(id(f.node) for f in findings)
         locator.want(id(node) for f in findings for _, node in f.related)
         lines = split_lines(code)
         kept, positions = [], []
         reported = set()
+        used: Set[Tuple[int, str]] = set()  # (row of the `# noqa`, code) that suppressed a finding
         # A helper's finding can come twice: from its own step (fixable) and through a caller (not).
         findings.sort(key=lambda f: f.fix is None)
         for finding in findings:
@@ -184,10 +188,20 @@ class Checker:
             code_range = locator.range_of(id(finding.node))
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
-            if _suppressed(finding.rule.code, lines, start.row, end.row):
+            row = _suppressed(finding.rule.code, lines, start.row, end.row)
+            if row:
+                used.add((row, finding.rule.code))
                 continue
             kept.append(finding)
             positions.append((start, end))
+        if self.unused_noqa is not None:  # AMP900: now that every suppression is known
+            for finding, position in self.unused_noqa.unused(
+                locator.module, code, used, self.enabled_codes, frozenset(registry.all_codes())
+            ):
+                if "AMP900" in self.unfixable:
+                    finding.fix = None
+                kept.append(finding)
+                positions.append(position)
         order = sorted(range(len(kept)), key=lambda i: (positions[i][0], kept[i].rule.code))
         return [kept[i] for i in order], [positions[i] for i in order]
 
@@ -303,8 +317,9 @@ def _related_text(related, range_of) -> str:
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
 
 
-def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> bool:
-    for row in {first_row, last_row}:
+def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> int:
+    """The row of the `# noqa` that suppresses `code` on these rows, or 0."""
+    for row in sorted({first_row, last_row}):
         if not 0 < row <= len(lines) or "noqa" not in lines[row - 1].lower():
             continue
         match = _NOQA.search(lines[row - 1])
@@ -312,10 +327,10 @@ def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) 
             continue
         codes = match.group("codes")
         if codes is None:
-            return True
+            return row
         if code.upper() in {c.upper() for c in re.split(r"[\s,]+", codes) if c}:
-            return True
-    return False
+            return row
+    return 0
 
 
 def _file_level_noqa(source: str) -> Optional[FrozenSet[str]]:

@@ -51,6 +51,7 @@ from amp_lint.rules.amp051_manual_cast_in_autocast import ManualCastInAutocast
 from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunctionWithoutCustomFwd
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
 from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
+from amp_lint.rules.amp900_unused_noqa import UnusedNoqa
 
 ALL_RULES: List[Type[Rule]] = [
     BackwardInAutocast,
@@ -90,6 +91,7 @@ ALL_RULES: List[Type[Rule]] = [
     CustomFunctionWithoutCustomFwd,
     ScalerStateNotCheckpointed,
     Fp32TrainingLoop,
+    UnusedNoqa,
 ]
 
 ALL_RULES.sort(key=lambda rule: rule.code)
