@@ -435,7 +435,12 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         return EXIT_CLEAN
     cache = None if options["no_cache"] or run.fix else _open_cache(options, root)
     if cache is not None:
-        cache.set_file_settings({path: _config_key(config) for path, config in planned})
+        file_settings = {path: _config_key(config) for path, config in planned}
+        cache.set_file_settings(file_settings)
+        # The run-wide entries (the files the prefilter ruled out) depend on every file's configuration.
+        import zlib
+
+        cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache)
     if options["add_noqa"]:
         return _add_noqa(report)

@@ -94,6 +94,15 @@ def test_cache_follows_a_nested_configuration(tmp_path):
     assert amp_lint("sub", cwd=tmp_path).returncode == 0
 
 
+def test_cache_of_ruled_out_files_follows_a_nested_configuration(tmp_path):
+    """A file the prefilter ruled out under one configuration is checked once another one applies to it."""
+    write(tmp_path, {"pyproject.toml": "[tool.amp-lint]\n", "sub/plain.py": "x = 1  # noqa: AMP001\n"})
+    assert amp_lint("sub", cwd=tmp_path).returncode == 0
+    write(tmp_path, {"sub/amp-lint.toml": "extend-select = ['AMP900']\n"})
+    result = amp_lint("--output-format", "concise", "sub", cwd=tmp_path)
+    assert result.returncode == 1 and "sub/plain.py:1:8: AMP900" in result.stdout, result.stdout
+
+
 def _notebook(cells, kind="code") -> str:
     return json.dumps(
         {
