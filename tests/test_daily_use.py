@@ -21,7 +21,6 @@ BUGGY = BACKWARD_IN_AUTOCAST  # one AMP001 finding at 7:9, with a safe fix
 CLEAN = BACKWARD_OUTSIDE_AUTOCAST
 REPO = Path(__file__).resolve().parent.parent
 RUFF = shutil.which("ruff") or (shutil.which("ruff", path=str(Path(sys.executable).parent)))
-needs_ruff = pytest.mark.skipif(RUFF is None, reason="ruff is not installed (pip install '.[test]')")
 
 
 def amp_lint(*args, cwd: Path, stdin: str = None, env: dict = None) -> subprocess.CompletedProcess:
