@@ -16,13 +16,17 @@ import click
 from amp_lint import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean")
+_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "generate-shell-completion")
 
 
 class _DefaultToCheck(click.Group):
     """A group whose default command is `check`, so `amp-lint src/` and `amp-lint --fix src/` work."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if ctx.resilient_parsing and not args:
+            return super().parse_args(ctx, args)  # shell completion of the first word: see shell_complete
+        if args and args[0] not in _SUBCOMMANDS:
+            _refuse_mistyped_subcommand(args[0])
         if not args or (args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version")):
             args = ["check", *args]
         return super().parse_args(ctx, args)
@@ -36,8 +40,51 @@ class _DefaultToCheck(click.Group):
             self.add_command(verify)
         return super().get_command(ctx, name)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str):
+        """The first word completes to a subcommand, or to what `check` takes (its options, a path)."""
+        items = super().shell_complete(ctx, incomplete)
+        check = self.get_command(ctx, "check")
+        with check.make_context("check", [], parent=ctx, resilient_parsing=True) as check_ctx:
+            items += check.shell_complete(check_ctx, incomplete)
+        if not incomplete.startswith("-"):
+            from click.shell_completion import CompletionItem
+
+            items.append(CompletionItem(incomplete, type="file"))
+        return items
+
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(set(self.commands) | {"verify"})
+
+
+def _refuse_mistyped_subcommand(word: str) -> None:
+    """`amp-lint chekc`: a bare word close to a subcommand that names no file is a typo, not a path."""
+    import difflib
+
+    if word.startswith("-") or os.sep in word or "/" in word or "." in word or os.path.lexists(word):
+        return
+    close = difflib.get_close_matches(word, _SUBCOMMANDS, n=1, cutoff=0.6)
+    if close:
+        click.echo(f"amp-lint: error: {word!r} is not a subcommand (nor a file); did you mean {close[0]!r}?", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+class _CheckCommand(click.Command):
+    """`check`, whose typo hints for options name only options `--help` shows (never the hidden ones)."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as error:
+            import difflib
+
+            visible = [
+                name
+                for param in self.get_params(ctx)
+                if isinstance(param, click.Option) and not param.hidden
+                for name in (*param.opts, *param.secondary_opts)
+            ]
+            error.possibilities = difflib.get_close_matches(error.option_name, visible, n=1)
+            raise
 
 
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,8 +108,45 @@ def _codes(values: Sequence[str]) -> tuple:
     return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
 
 
-@main.command("check")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+def _cli_pattern(pattern: str) -> str:
+    """A glob given on the command line is relative to the working folder (as in Ruff), not to the
+    configuration file's folder: one with a `/` is made absolute here; a bare name matches names anyway."""
+    negated = pattern.startswith("!")
+    body = pattern[1:] if negated else pattern
+    if "/" in body and not os.path.isabs(body):
+        body = os.path.join(os.getcwd(), body)
+    return ("!" if negated else "") + body
+
+
+def _patterns(values: Sequence[str]) -> tuple:
+    """`--exclude a,b --exclude c` -> (a, b, c), each relative to the working folder."""
+    return tuple(_cli_pattern(item.strip()) for value in values for item in value.split(",") if item.strip())
+
+
+def _per_file_ignores(values: Sequence[str]) -> tuple:
+    """`--per-file-ignores 'tests/*:AMP001,AMP02'`, as Ruff spells it, -> ((pattern, codes), ...)."""
+    pairs: dict = {}
+    last = None
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if ":" in item:
+                pattern, code = item.rsplit(":", 1)
+                last = _cli_pattern(pattern.strip())
+            elif last is not None:  # `a.py:AMP001,AMP002`: the next code belongs to the same pattern
+                code = item
+            else:
+                raise click.BadParameter(f"expected PATTERN:CODES, got {item!r}", param_hint="--per-file-ignores")
+            if code.strip():
+                pairs.setdefault(last, []).append(code.strip())
+    return tuple((pattern, tuple(codes)) for pattern, codes in pairs.items())
+
+
+@main.command("check", cls=_CheckCommand)
+# readable=False: a file that cannot be read is reported as an error line and the others still checked.
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str, readable=False))
 @click.option("--fix/--no-fix", default=None, help="Apply safe fixes in place.")
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply unsafe fixes (they change numerics).")
 @click.option(
@@ -72,11 +156,16 @@ def _codes(values: Sequence[str]) -> tuple:
 )
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
 @click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
+@click.option("--fix-only/--no-fix-only", default=None, help="Apply fixes; do not report what is left (implies --fix).")
+@click.option("--fixable", multiple=True, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
+@click.option("--unfixable", multiple=True, help="Rule codes or prefixes reported without a fix.")
 @click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
 @click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
 @click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the selection.")
 @click.option("--exclude", multiple=True, help="Globs of files and folders to skip (replaces the defaults).")
 @click.option("--extend-exclude", multiple=True, help="Globs to skip on top of the defaults.")
+@click.option("--per-file-ignores", multiple=True, help="PATTERN:CODES pairs (comma-separated); replaces the configuration's.")
+@click.option("--extend-per-file-ignores", multiple=True, help="PATTERN:CODES pairs on top of the configuration's.")
 @click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files that .gitignore lists.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option(
@@ -88,9 +177,22 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), help="Write the report to a file.")
 @click.option("--statistics", is_flag=True, help="Count findings per rule.")
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.option("-s", "--silent", is_flag=True, help="Print nothing; the exit code still says what was found.")
+@click.option("--show-files", is_flag=True, help="Print the files that would be checked, then exit.")
+@click.option("-w", "--watch", is_flag=True, help="Check again whenever a checked file changes (Ctrl-C stops).")
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "warning", "error"]),
+    help="The lowest severity that fails the run (exit 1); default: info, every finding fails, as in Ruff.",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when something was fixed (for pre-commit).")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), help="Use this configuration file.")
+@click.option(
+    "--config",
+    "config_options",
+    multiple=True,
+    help="A configuration file to use, or a TOML `KEY = VALUE` pair that overrides every configuration file.",
+)
 @click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
 @click.option("--show-settings", is_flag=True, help="Print the settings that apply, then exit.")
 @click.option("--stdin-filename", help="The file name to report when checking standard input (`-`).")
@@ -138,13 +240,18 @@ def _run_check(paths: List[str], options: dict) -> int:
             "select": _codes(options["select"]) or None,
             "ignore": _codes(options["ignore"]) or None,
             "extend_select": _codes(options["extend_select"]) or None,
-            "exclude": tuple(options["exclude"]) or None,
-            "extend_exclude": tuple(options["extend_exclude"]) or None,
+            "exclude": _patterns(options["exclude"]) or None,
+            "extend_exclude": _patterns(options["extend_exclude"]) or None,
+            "per_file_ignores": _per_file_ignores(options["per_file_ignores"]) or None,
+            "extend_per_file_ignores": _per_file_ignores(options["extend_per_file_ignores"]) or None,
             "respect_gitignore": options["respect_gitignore"],
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
             "show_assumed": options["show_assumed"],
+            "fixable": _codes(options["fixable"]) or None,
+            "unfixable": _codes(options["unfixable"]) or None,
             "output_format": options["output_format"],
+            "fail_on": options["fail_on"],
             "amp_dtype": options["amp_dtype"],
             "amp_device": options["amp_device"],
             "target_torch": _target_torch(options["target_torch"]),
@@ -152,16 +259,17 @@ def _run_check(paths: List[str], options: dict) -> int:
         if value is not None
     }
     try:
+        config_path, inline = _config_options(options["config_options"], registry.all_codes())
         resolver = SettingsResolver(
             overrides,
-            config_path=Path(options["config_path"]) if options["config_path"] else None,
+            config_path=config_path,
             isolated=options["isolated"],
             all_codes=registry.all_codes(),
+            inline_overrides=inline,
         )
         root = resolver.root_settings(Path.cwd())
         if options["show_settings"]:
-            click.echo(describe(root), nl=False)
-            return EXIT_CLEAN
+            return _show_settings(resolver, registry, paths, options)
         from amp_lint.reports import FORMATS
 
         if root.output_format not in FORMATS:
@@ -169,7 +277,10 @@ def _run_check(paths: List[str], options: dict) -> int:
         selection = RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
-    fix = bool(root.fix or options["diff"])
+    options["_fail_on"] = root.fail_on
+    if options["fix_only"]:
+        options["quiet"] = True  # the findings left are not reported
+    fix = bool(root.fix or options["diff"] or options["fix_only"])
     run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
         if options["add_noqa"] or options["write_baseline_path"]:
@@ -177,7 +288,96 @@ def _run_check(paths: List[str], options: dict) -> int:
         return _check_stdin(run, root, options)
     if "-" in paths:
         _fail("`-` (standard input) cannot be mixed with paths")
+    if options["watch"]:
+        if run.fix:
+            _fail("--watch only checks; it does not work with --fix or --diff")
+        return _watch(run, root, selection, paths or ["."], options)
     return _check_paths(run, root, selection, paths or ["."], options)
+
+
+def _watch(run: "_RunSpec", root, selection, paths: List[str], options: dict) -> int:
+    """`--watch`, as Ruff's: check, then check again each time a Python file or a configuration file under
+    the paths changes (polled twice a second: no dependency), until Ctrl-C."""
+    import time
+
+    def snapshot() -> dict:
+        from amp_lint.files.config import CONFIG_NAMES
+        from amp_lint.files.sources import PYTHON_SUFFIXES
+
+        stamps = {}
+        for path in paths:
+            for folder, names, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
+                names[:] = [n for n in names if not n.startswith(".") and n not in ("__pycache__", "node_modules")]
+                for name in files:
+                    if os.path.splitext(name)[1] in PYTHON_SUFFIXES or os.path.basename(name) in CONFIG_NAMES:
+                        full = os.path.join(folder, name)
+                        try:
+                            info = os.stat(full)
+                        except OSError:
+                            continue
+                        stamps[full] = (info.st_mtime_ns, info.st_size)
+        return stamps
+
+    click.echo("Starting amp-lint in watch mode...", err=True)
+    try:
+        while True:
+            before = snapshot()
+            _check_paths(_fresh_run(run), root, selection, paths, options)
+            sys.stdout.flush()
+            while snapshot() == before:
+                time.sleep(0.5)
+            click.echo("\nFile change detected...", err=True)
+    except KeyboardInterrupt:
+        return EXIT_CLEAN  # Ctrl-C is how a watch ends
+
+
+def _fresh_run(run: "_RunSpec") -> "_RunSpec":
+    """A run that reads the configuration files again (one may be what changed)."""
+    fresh = run.resolver.reloaded()
+    return _RunSpec(fresh, run.registry, run.options, run.fix, run.write)
+
+
+def _config_options(values: Sequence[str], all_codes) -> tuple:
+    """`--config PATH` (one at most) and `--config 'KEY = VALUE'` (any number), as Ruff reads them."""
+    from amp_lint.files.config import ConfigError, parse_inline_option
+
+    path = None
+    inline: dict = {}
+    for value in values:
+        if os.path.isfile(value):
+            if path is not None:
+                raise ConfigError("--config names two configuration files; give one (and KEY = VALUE pairs)")
+            path = Path(value)
+        elif "=" in value:
+            for key, item in parse_inline_option(value, all_codes).items():
+                inline[key] = inline.get(key, ()) + item if key in ("extend_select", "ignore", "extend_exclude") else item
+        else:
+            raise ConfigError(
+                f"--config {value!r}: no such configuration file, and not a TOML KEY = VALUE pair (for example: select = [\"AMP0\"])"
+            )
+    return path, inline
+
+
+def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
+    """Like Ruff: the settings for the first file the paths name (or the stdin file name, or the cwd)."""
+    from amp_lint.files.config import describe
+    from amp_lint.files.settings import RuleSelection
+    from amp_lint.files.sources import discover
+
+    if paths and paths != ["-"]:
+        files, _ = discover(paths[:1], resolver.for_path, force_exclude=options["force_exclude"])
+        target = files[0] if files else Path(paths[0])
+    elif options["stdin_filename"]:
+        target = Path(options["stdin_filename"])
+    else:
+        target = Path.cwd()
+    settings = resolver.for_path(target)
+    all_codes = registry.all_codes()
+    selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
+    enabled = sorted(selection.for_path(str(target), settings, all_codes))
+    header = f"# Resolved settings for: {os.path.abspath(target)}\n"
+    click.echo(header + describe(settings, enabled=enabled), nl=False)
+    return EXIT_CLEAN
 
 
 class _RunSpec:
@@ -195,7 +395,7 @@ class _RunSpec:
         from amp_lint.engine.runner import CheckConfig
         from amp_lint.files.settings import RuleSelection
 
-        key = (id(settings), path if settings.per_file_ignores else None)
+        key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
         config = self._configs.get(key)
         if config is None:
             all_codes = self.registry.all_codes()
@@ -203,6 +403,7 @@ class _RunSpec:
             enabled = selection.for_path(path, settings, all_codes)
             output_format = self.resolver.root_settings(Path.cwd()).output_format
             config = CheckConfig(
+                unfixable=RuleSelection.unfixable(settings, all_codes),
                 enabled=enabled,
                 fix=self.fix,
                 unsafe_fixes=bool(settings.unsafe_fixes),
@@ -220,6 +421,7 @@ class _RunSpec:
 
 
 def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
+    from amp_lint.diagnostics import Report
     from amp_lint.files.config import ConfigError
     from amp_lint.files.sources import discover
     from amp_lint.engine.runner import RunPlan, execute
@@ -238,6 +440,13 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         planned = [(str(path), run.config_for(settings_of(path), str(path))) for path in files]
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    if options["show_files"]:
+        # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
+        for path in sorted(os.path.abspath(p) for p, _ in planned):
+            click.echo(path)
+        for line in _error_lines(Report(errors=errors)):
+            click.echo(line, err=True)
+        return EXIT_ERROR if errors else EXIT_CLEAN
     if options["prefilter_only"]:
         from amp_lint.engine.runner import may_match
 
@@ -250,6 +459,13 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
                 click.echo(path)
         return EXIT_CLEAN
     cache = None if options["no_cache"] or run.fix else _open_cache(options, root)
+    if cache is not None:
+        file_settings = {path: _config_key(config) for path, config in planned}
+        cache.set_file_settings(file_settings)
+        # The run-wide entries (the files the prefilter ruled out) depend on every file's configuration.
+        import zlib
+
+        cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache)
     if options["add_noqa"]:
         return _add_noqa(report)
@@ -270,15 +486,48 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         except BaselineError as error:
             _fail(str(error))
     if options["diff"]:
-        for diff in diffs:
-            click.echo(diff, nl=False)
-        for line in _error_lines(report):
-            click.echo(line, err=True)
+        if not options["silent"]:
+            for diff in diffs:
+                click.echo(diff, nl=False)
+            _diff_summary(report, options, bool(diffs))
+            for line in _error_lines(report):
+                click.echo(line, err=True)
         if report.errors:
             return EXIT_ERROR
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
+    if options["fix_only"]:
+        return _fix_only_result(report, options)
     _emit(report, root, options, fix_mode=run.fix)
     return _exit_code(report, options)
+
+
+def _fix_only_result(report, options: dict) -> int:
+    """`--fix-only`, as Ruff: say what was fixed, never what is left; exit 0 unless a file could not be
+    checked (2) or, with --exit-non-zero-on-fix, something was fixed (1)."""
+    from amp_lint.reports.text import plural
+
+    if not options["silent"]:
+        if report.fixed_count:
+            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.")
+        for line in _error_lines(report):
+            click.echo(line, err=True)
+    if report.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN
+
+
+def _diff_summary(report, options: dict, any_diff: bool) -> None:
+    """After the diffs, as Ruff: `Would fix 2 errors.` (nothing when there is nothing to fix)."""
+    from amp_lint.reports.text import plural
+
+    if options["quiet"] or options.get("silent") or not any_diff:
+        return
+    count = report.fixed_count
+    line = f"Would fix {plural(count, 'error')}." if count else "Would fix the files above."
+    hidden = report.unsafe_fixable
+    if hidden:
+        line += f" ({hidden} more with --unsafe-fixes.)"
+    click.echo("\n" + line)
 
 
 def _add_noqa(report) -> int:
@@ -293,17 +542,44 @@ def _add_noqa(report) -> int:
 
 
 def _check_stdin(run: _RunSpec, root, options: dict) -> int:
-    from amp_lint.diagnostics import Report
+    from amp_lint.diagnostics import FileError, Report
     from amp_lint.files.sources import SourceError, decode_source
     from amp_lint.engine.runner import check_text
 
     name = options["stdin_filename"] or "-"
+    raw = sys.stdin.buffer.read()
+    if name != "-" and _stdin_excluded(run, name, options):
+        # As Ruff: an excluded file is not checked; with --fix its text comes back unchanged.
+        if run.fix and not options["diff"]:
+            sys.stdout.buffer.write(raw)
+        elif not run.fix:
+            _emit(Report(), root, options, fix_mode=False)
+        return EXIT_CLEAN
     try:
-        source = decode_source(sys.stdin.buffer.read())
+        source = decode_source(raw)
     except SourceError as error:
         _fail(f"{name}: {error.message}")
     config = run.config_for(run.resolver.for_path(Path(name).resolve() if name != "-" else Path.cwd()), name)
-    outcome = check_text(source.text, name, config)
+    notebook = None
+    text = source.text
+    if name.endswith(".ipynb"):  # as Ruff does: the name says how to read standard input
+        from amp_lint.files.notebook import Notebook
+
+        try:
+            notebook = Notebook.parse(source.text)
+        except SourceError as error:
+            _fail(f"{name}: {error.message}")
+        text = notebook.source
+    outcome = check_text(text, name, config)
+    if notebook is not None:
+        outcome.diagnostics = [notebook.in_cell(d) for d in outcome.diagnostics]
+        outcome.errors = [notebook.error_in_cell(e) for e in outcome.errors]
+        if outcome.fixed_text is not None:
+            try:
+                outcome.fixed_text = notebook.updated_json(outcome.fixed_text)
+            except SourceError as error:
+                outcome.errors.append(FileError(name, f"fixes not applied: {error.message}"))
+                outcome.fixed_text, outcome.fixed = None, {}
     report = Report(diagnostics=outcome.diagnostics, errors=outcome.errors, files_checked=1)
     if outcome.fixed:
         report.fixed[name] = outcome.fixed
@@ -324,13 +600,27 @@ def _check_stdin(run: _RunSpec, root, options: dict) -> int:
 
             diff = "".join(difflib.unified_diff(source.text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
             click.echo(diff, nl=False)
+            _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        sys.stdout.write(fixed)
-        for line in _error_lines(report):
-            click.echo(line, err=True)
+        sys.stdout.write(fixed)  # the code itself, even with --silent: it is the output, not a message
+        if not options["silent"]:
+            for line in _error_lines(report):
+                click.echo(line, err=True)
+        if options["fix_only"]:
+            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN)
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
+
+
+def _stdin_excluded(run: "_RunSpec", name: str, options: dict) -> bool:
+    from amp_lint.files.sources import excluded_by_settings
+
+    path = Path(os.path.abspath(name))
+    settings = run.resolver.for_path(path)
+    if not (options["force_exclude"] or settings.force_exclude):
+        return False
+    return excluded_by_settings(path, run.resolver.for_path)
 
 
 def _open_cache(options: dict, root):
@@ -338,6 +628,13 @@ def _open_cache(options: dict, root):
 
     directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
     return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
+
+
+def _config_key(config) -> str:
+    """What in a file's check configuration changes the stored result, in a stable order (for the cache)."""
+    return repr(
+        (sorted(config.enabled), sorted(config.unfixable), config.unsafe_fixes, config.with_edits, tuple(config.rule_options))
+    )
 
 
 def _code_fingerprint() -> str:
@@ -355,6 +652,8 @@ def _code_fingerprint() -> str:
 def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
     from amp_lint.reports import TEXT_FORMATS, RenderOptions, render
 
+    if options["silent"] and not options["output_file"]:
+        return  # -s: nothing at all; the exit code says it
     output_format = root.output_format
     to_file = options["output_file"]
     color = _use_color(options["color"]) and not to_file
@@ -365,6 +664,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
         unsafe_fixes=bool(root.unsafe_fixes),
         fix_mode=fix_mode,
         quiet=options["quiet"],
+        fail_on=root.fail_on,
     )
     try:
         text = render(report, output_format, render_options)
@@ -377,7 +677,7 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
         click.echo(text, nl=False, color=color)
-    if output_format not in TEXT_FORMATS or to_file:
+    if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
         for line in _error_lines(report):
             click.echo(line, err=True)
 
@@ -393,15 +693,31 @@ def _exit_code(report, options: dict) -> int:
         return EXIT_ERROR
     if options["exit_non_zero_on_fix"] and report.fixed:
         return EXIT_FINDINGS
-    if report.diagnostics and not options["exit_zero"]:
+    if options["exit_zero"]:
+        return EXIT_CLEAN
+    if any(_fails(d.severity, options.get("_fail_on", "info")) for d in report.diagnostics):
         return EXIT_FINDINGS
     return EXIT_CLEAN
 
 
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _fails(severity, fail_on: str) -> bool:
+    """Does a finding of this severity fail the run? `fail-on = "info"` (the default): every finding, as in
+    Ruff; "warning": info findings are shown and do not fail; "error": only errors fail."""
+    return _SEVERITY_RANK[severity.value] >= _SEVERITY_RANK[fail_on]
+
+
 def _use_color(choice: str) -> bool:
+    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
     if choice == "always":
         return True
-    if choice == "never" or os.environ.get("NO_COLOR"):
+    if choice == "never":
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 
@@ -447,6 +763,8 @@ def _fix_words(rule) -> str:
 
 
 def _rule_record(rule) -> dict:
+    from amp_lint.rules.docs import rule_url
+
     return {
         "code": rule.code,
         "name": rule.name,
@@ -454,6 +772,7 @@ def _rule_record(rule) -> dict:
         "severity": rule.severity.value,
         "default_enabled": rule.default_enabled,
         "fix": rule.fix_label(),
+        "url": rule_url(rule.code),
         "explanation": rule.explanation(),
     }
 
@@ -488,3 +807,17 @@ def clean_command(cache_dir: Optional[str]) -> None:
     directory = Path(cache_dir or ".amp_lint_cache")
     removed = ResultCache.clean(directory)
     click.echo(f"Removed {directory}" if removed else f"No cache at {directory}")
+
+
+@main.command("generate-shell-completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_command(shell: str) -> None:
+    """Print the shell completion script for SHELL (as `ruff generate-shell-completion` does).
+
+    bash: `eval "$(amp-lint generate-shell-completion bash)"` in ~/.bashrc; zsh: the same with zsh in ~/.zshrc;
+    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`.
+    """
+    from click.shell_completion import get_completion_class
+
+    completion = get_completion_class(shell)(main, {}, "amp-lint", "_AMP_LINT_COMPLETE")
+    click.echo(completion.source())

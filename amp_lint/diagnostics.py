@@ -6,6 +6,7 @@ These are plain data. Every output format is a formatter over a `Report` (see `a
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
@@ -107,6 +108,18 @@ class Report:
     def sort(self) -> None:
         self.diagnostics.sort(key=lambda d: d.sort_key)
         self.errors.sort(key=lambda e: (e.filename, e.location or Location(0, 0)))
+
+
+_BREAK = r"[ \t]*(?:\r\n|\r|\n)\s*"
+
+
+def one_line(message: str) -> str:
+    """A message quoting code written over several lines, as one line written the usual way:
+    `scaler.scale(\n    loss,\n).backward()` reads `scaler.scale(loss).backward()`; spaces that are not
+    next to a line break (inside a string literal, say) are kept."""
+    message = re.sub(r",?" + _BREAK + r"([)\]}])", r"\1", message)  # a closing bracket on its own line
+    message = re.sub(r"([(\[{])" + _BREAK, r"\1", message)  # after an opening bracket
+    return re.sub(_BREAK, " ", message).strip()
 
 
 # --- serialisation for the result cache -----------------------------------------------------------

@@ -594,3 +594,22 @@ def test_pre_commit_hooks_end_to_end(pre_commit_setup, tmp_path):
     assert "files were modified by this hook" in fix.stdout
     assert (tmp_path / "train.py").read_text() == FIXED_TRAINING
     assert amp_lint("--no-cache", "train.py", cwd=tmp_path).returncode == 0
+
+
+def test_readme_pre_commit_configuration_works_as_written(pre_commit_setup, tmp_path):
+    """The README's `.pre-commit-config.yaml`, with its placeholders filled in: a path and a commit hash."""
+    hooks_repo, env = pre_commit_setup
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## pre-commit") :]
+    block = section[section.index("```yaml\n") + len("```yaml\n") : section.index("```\n", section.index("```yaml"))]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hooks_repo, env=env, capture_output=True, text=True).stdout.strip()
+    placeholder = re.search(r"rev: ([0-9a-f]{40})", block).group(1)
+    config = block.replace("/path/to/amp-lint", str(hooks_repo)).replace(placeholder, commit)
+    _git("init", "-q", cwd=tmp_path, env=env)
+    (tmp_path / ".pre-commit-config.yaml").write_text(config)
+    (tmp_path / "train.py").write_text(TRAINING)
+    _git("add", ".", cwd=tmp_path, env=env)
+    command = [sys.executable, "-m", "pre_commit", "run", "amp-lint", "--all-files", "--color", "never"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "train.py:10:13: AMP001" in result.stdout

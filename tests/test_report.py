@@ -385,7 +385,7 @@ def test_json_round_trips_every_diagnostic():
 
 def test_json_fields():
     item = json.loads(text(Report(diagnostics=[backward_in_autocast()]), "json"))[0]
-    assert item["url"] is None
+    assert item["url"] == f"docs/rules/{item['code']}.md"  # the rule's generated page (amp_lint.rules.docs)
     assert item["help"] == "Run `amp-lint rule AMP001` for details"
     assert item["noqa_row"] == 12
     assert item["cell"] is None
@@ -420,8 +420,11 @@ def test_github_annotation_properties_in_order():
 
 
 def test_github_level_follows_severity():
-    lines = text(sample_report(), "github").splitlines()
-    assert [line.split(" ", 1)[0] for line in lines] == ["::warning", "::error", "::notice"]
+    report = sample_report()
+    lines = text(report, "github").splitlines()
+    # One annotation per finding, then one ::error per file that could not be checked.
+    expected = ["::warning", "::error", "::notice"] + ["::error"] * len(report.errors)
+    assert [line.split(" ", 1)[0] for line in lines] == expected
 
 
 def test_github_escapes_data_and_properties():

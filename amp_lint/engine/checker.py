@@ -13,12 +13,12 @@ import gc
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from amp_lint import rules as registry
-from amp_lint.diagnostics import Applicability, Confidence, Diagnostic, Edit, FileError, FixSummary, Location
+from amp_lint.diagnostics import Applicability, Confidence, Diagnostic, Edit, FileError, FixSummary, Location, one_line
 from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
@@ -59,8 +59,13 @@ class Checker:
         with_edits: bool = False,
         rule_options: Optional[dict] = None,
         show_assumed: Optional[bool] = None,
+        unfixable: FrozenSet[str] = frozenset(),
     ) -> None:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
+        self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
+        self.enabled_codes = frozenset(enabled)
+        # AMP900 (unused `# noqa`) is decided after the other rules' findings are placed and suppressed.
+        self.unused_noqa = next((r for r in self.rule_classes if r.code == "AMP900"), None)
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -167,7 +172,11 @@ class Checker:
             if rule.code in file_ignored:
                 continue
             try:
-                findings.extend(rule.check(model))
+                found = list(rule.check(model))
+                if rule.code in self.unfixable:
+                    for finding in found:
+                        finding.fix = None
+                findings.extend(found)
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
         return _confidence_policy(findings, self.show_assumed), model
@@ -176,13 +185,14 @@ class Checker:
         self, findings: List[Finding], locator: NodeLocator, code: str
     ) -> Tuple[List[Finding], List[Tuple[Location, Location]]]:
         """The findings with their positions, in source order, minus those that `# noqa` suppresses."""
-        if not findings:
+        if not findings and self.unused_noqa is None:
             return [], []
         locator.want(id(f.node) for f in findings)
         locator.want(id(node) for f in findings for _, node in f.related)
         lines = split_lines(code)
         kept, positions = [], []
         reported = set()
+        used: Set[Tuple[int, str]] = set()  # (row of the `# noqa`, code) that suppressed a finding
         # A helper's finding can come twice: from its own step (fixable) and through a caller (not).
         findings.sort(key=lambda f: f.fix is None)
         for finding in findings:
@@ -191,14 +201,24 @@ class Checker:
             reported.add((finding.rule.code, id(finding.node)))
             if finding.related:
                 finding.message += _related_text(finding.related, locator.range_of)
-            finding.message = " ".join(finding.message.split())  # code quoted from several lines: one line
+            finding.message = one_line(finding.message)  # code quoted from several lines: one line
             code_range = locator.range_of(id(finding.node))
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
-            if _suppressed(finding.rule.code, lines, start.row, end.row):
+            row = _suppressed(finding.rule.code, lines, start.row, end.row)
+            if row:
+                used.add((row, finding.rule.code))
                 continue
             kept.append(finding)
             positions.append((start, end))
+        if self.unused_noqa is not None:  # AMP900: now that every suppression is known
+            for finding, position in self.unused_noqa.unused(
+                locator.module, code, used, self.enabled_codes, frozenset(registry.all_codes())
+            ):
+                if "AMP900" in self.unfixable:
+                    finding.fix = None
+                kept.append(finding)
+                positions.append(position)
         order = sorted(range(len(kept)), key=lambda i: (positions[i][0], kept[i].rule.code))
         return [kept[i] for i in order], [positions[i] for i in order]
 
@@ -459,8 +479,9 @@ def _related_text(related, range_of) -> str:
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
 
 
-def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> bool:
-    for row in {first_row, last_row}:
+def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> int:
+    """The row of the `# noqa` that suppresses `code` on these rows, or 0."""
+    for row in sorted({first_row, last_row}):
         if not 0 < row <= len(lines) or "noqa" not in lines[row - 1].lower():
             continue
         match = _NOQA.search(lines[row - 1])
@@ -468,10 +489,10 @@ def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) 
             continue
         codes = match.group("codes")
         if codes is None:
-            return True
+            return row
         if code.upper() in {c.upper() for c in re.split(r"[\s,]+", codes) if c}:
-            return True
-    return False
+            return row
+    return 0
 
 
 def _file_level_noqa(source: str) -> Optional[FrozenSet[str]]:

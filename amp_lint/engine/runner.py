@@ -45,6 +45,7 @@ class CheckConfig:
     with_edits: bool
     write: bool  # write fixes back (False for --diff)
     rule_options: Tuple[Tuple[str, object], ...] = ()
+    unfixable: FrozenSet[str] = frozenset()  # codes whose findings carry no fix (`unfixable`, `fixable`)
 
 
 @dataclass
@@ -72,6 +73,7 @@ def _checker(config: CheckConfig):
             unsafe_fixes=config.unsafe_fixes,
             with_edits=config.with_edits,
             rule_options=dict(config.rule_options),
+            unfixable=config.unfixable,
         )
         _CHECKERS[config] = checker
     return checker
@@ -234,18 +236,11 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
 
 
 def _in_cell(diagnostic: Diagnostic, notebook) -> Diagnostic:
-    from dataclasses import replace
-
-    cell, row, column = notebook.locate(diagnostic.location.row, diagnostic.location.column)
-    _, end_row, end_column = notebook.locate(diagnostic.end_location.row, diagnostic.end_location.column)
-    return replace(diagnostic, cell=cell, location=Location(row, column), end_location=Location(end_row, end_column))
+    return notebook.in_cell(diagnostic)  # location, end and fix edits relative to the cell
 
 
 def _error_in_cell(error: FileError, notebook) -> FileError:
-    if error.location is None:
-        return error
-    cell, row, column = notebook.locate(error.location.row, error.location.column)
-    return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column))
+    return notebook.error_in_cell(error)
 
 
 # --- a whole run -------------------------------------------------------------------------------------
@@ -446,8 +441,10 @@ def _payload(outcome: FileOutcome) -> dict:
 
 
 def _outcome_from_payload(path: str, payload: dict) -> FileOutcome:
+    # The entry is keyed by the absolute path, so another run may have named the file differently
+    # (`pkg/train.py`, then `train.py` from inside pkg/): findings name the file as this run does.
     return FileOutcome(
         path,
-        diagnostics=[diagnostic_from_record(d) for d in payload.get("diagnostics", [])],
+        diagnostics=[dataclasses.replace(diagnostic_from_record(d), filename=path) for d in payload.get("diagnostics", [])],
         unsafe_fixable=payload.get("unsafe_fixable", 0),
     )

@@ -3,7 +3,12 @@
 An entry maps (amp-lint version, the settings that change what a check reports, the file's absolute
 path, the file's bytes) to a JSON payload: the diagnostics the engine found in that file. The key is
 the sha256 of those four parts, so a changed file, changed settings or a new version simply miss;
-nothing is ever invalidated in place.
+nothing is ever invalidated in place. The settings part is the run's, plus the file's own check
+configuration where the caller gives one (`set_file_settings`): a nested configuration file, a
+per-file ignore or an output format that needs fix edits (JSON, SARIF) changes what is stored.
+
+The paths inside a payload are the ones of the run that stored it; whoever replays an entry names the
+file as the current run does (absolute in, absolute out), never as the stored payload did.
 
 Layout, one small file per entry:
 
@@ -23,7 +28,7 @@ when first needed (a warm run never imports tempfile).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional, Set
+from typing import TYPE_CHECKING, Dict, Optional, Set
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,6 +56,11 @@ class ResultCache:
         self._enabled = True
         self._prepared = False
         self._shard_dirs_made: Set[str] = set()
+        self._file_settings: Dict[str, str] = {}
+
+    def set_file_settings(self, file_settings: Dict[str, str]) -> None:
+        """Per file (any spelling of its path), a description of the check configuration that applies to it."""
+        self._file_settings = {os.path.abspath(path): key for path, key in file_settings.items()}
 
     @property
     def enabled(self) -> bool:
@@ -62,10 +72,12 @@ class ResultCache:
         import hashlib
 
         digest = hashlib.sha256()
+        absolute = os.path.abspath(path)
         for part in (
             self.version.encode("utf-8"),
             self.settings_key.encode("utf-8"),
-            os.fsencode(os.path.abspath(path)),
+            self._file_settings.get(absolute, "").encode("utf-8"),
+            os.fsencode(absolute),
         ):
             # Length prefixes keep the parts apart: ("ab", "c") and ("a", "bc") differ.
             digest.update(len(part).to_bytes(8, "little"))

@@ -62,31 +62,104 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         content = pyproject.read_bytes()
     except OSError:
         return False
-    if b"amp-lint" not in content:  # skip parsing the many pyproject.toml files that cannot match
+    if b"amp-lint" not in content and b"amp_lint" not in content:  # skip the many pyproject.toml files that cannot match
         return False
     try:
         data = tomllib.loads(content.decode("utf-8", errors="replace"))
     except tomllib.TOMLDecodeError:
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")
+    if isinstance(tool, dict) and "amp-lint" not in tool:
+        misspelled = [name for name in tool if name.replace("_", "-").lower() in ("amp-lint", "amplint")]
+        if misspelled:
+            _warn_once(f"{pyproject}: [tool.{misspelled[0]}] is not read; the table is named [tool.amp-lint]")
     return isinstance(tool, dict) and "amp-lint" in tool
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """A configuration that is silently not used is worse than a message on stderr (once per run)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        sys.stderr.write(f"amp-lint: warning: {message}\n")
 
 
 # --- reading -----------------------------------------------------------------------------------
 
 
-def load_config(path: Path, all_codes: Iterable[str]) -> Settings:
-    """The settings in the configuration file `path`, on top of the defaults."""
+def load_config(path: Path, all_codes: Iterable[str], _extending: Tuple[str, ...] = ()) -> Settings:
+    """The settings in the configuration file `path`, on top of the defaults (or of the file it extends).
+
+    `extend = "../pyproject.toml"` (relative to this file; `~` and `$VARS` expanded) reads that file first
+    and merges this one on top, as Ruff does: a key given here replaces the base's, `select` starts the
+    rule selection afresh, and `extend-select`, `ignore`, `extend-exclude` and `extend-per-file-ignores` add
+    to the base's. Globs are relative to the folder of the file that holds them.
+    """
     table, where = _read_table(path)
     all_codes = list(all_codes)
     changes: Dict[str, Any] = {}
+    base = Settings()
     for key, value in table.items():
+        if key == "extend":
+            base = _extended(path, value, all_codes, _extending)
+            continue
         if key not in _KEYS:
             raise ConfigError(f"{path}: unknown key {key!r}{where}{_suggestion(key)}")
         field_name, convert = _KEYS[key]
         changes[field_name] = convert(value, _Context(path, key, all_codes))
-    settings = Settings().with_changes(**changes, root=str(path.parent), source=str(path))
+    settings = merge_settings(base, changes).with_changes(root=str(path.parent), source=str(path))
     return with_project_torch(settings, str(path.parent))
+
+
+def _extended(path: Path, value: Any, all_codes: List[str], extending: Tuple[str, ...]) -> Settings:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{path}: 'extend' must be a path to a configuration file, got {_type_name(value)}")
+    base_path = Path(os.path.abspath(path.parent / os.path.expanduser(os.path.expandvars(value))))
+    chain = extending + (os.path.abspath(path),)
+    if str(base_path) in chain:
+        raise ConfigError(f"{path}: 'extend' makes a cycle: {' -> '.join(chain + (str(base_path),))}")
+    if not base_path.is_file():
+        raise ConfigError(f"{path}: 'extend' names {base_path}, which is not a file")
+    return _anchored(load_config(base_path, all_codes, chain))
+
+
+def _anchored(settings: Settings) -> Settings:
+    """The base of an `extend` with its globs made absolute against its own folder, as Ruff resolves them:
+    `gen/` in ../pyproject.toml is ../gen, whichever file extends it. A bare name matches names anyway."""
+    root = settings.root or os.getcwd()
+
+    def anchor(pattern: str) -> str:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        if "/" in body and not os.path.isabs(body):
+            body = os.path.join(root, body)
+        return ("!" if negated else "") + body
+
+    return settings.with_changes(
+        exclude=tuple(anchor(p) for p in settings.exclude),
+        extend_exclude=tuple(anchor(p) for p in settings.extend_exclude),
+        per_file_ignores=tuple((anchor(p), codes) for p, codes in settings.per_file_ignores),
+        extend_per_file_ignores=tuple((anchor(p), codes) for p, codes in settings.extend_per_file_ignores),
+    )
+
+
+def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
+    """`--config 'select = ["AMP0"]'`: one TOML `KEY = VALUE` pair, checked like a configuration file's."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"--config {text!r}: neither a configuration file nor a TOML KEY = VALUE pair ({error})") from None
+    if "tool" in table and isinstance(table["tool"], dict) and "amp-lint" in table["tool"]:
+        table = table["tool"]["amp-lint"]  # `tool.amp-lint.select = [...]`, copied from a pyproject.toml
+    changes: Dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _KEYS:
+            raise ConfigError(f"--config {text!r}: unknown key {key!r}{_suggestion(key)}")
+        field_name, convert = _KEYS[key]
+        changes[field_name] = convert(value, _Context(Path("--config"), key, list(all_codes)))
+    return changes
 
 
 def _read_table(path: Path) -> Tuple[dict, str]:
@@ -215,6 +288,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "ignore": ("ignore", _codes),
     "extend-select": ("extend_select", _codes),
     "per-file-ignores": ("per_file_ignores", _per_file_ignores),
+    "extend-per-file-ignores": ("extend_per_file_ignores", _per_file_ignores),
     "exclude": ("exclude", _strings),
     "extend-exclude": ("extend_exclude", _strings),
     "respect-gitignore": ("respect_gitignore", _boolean),
@@ -222,7 +296,10 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
     "show-assumed": ("show_assumed", _boolean),
+    "fixable": ("fixable", _codes),
+    "unfixable": ("unfixable", _codes),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
+    "fail-on": ("fail_on", _one_of(("info", "warning", "error"))),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
     "amp-device": ("amp_device", _string),
     "target-torch": ("target_torch", _torch_version),
@@ -232,7 +309,12 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
 # --- resolving ---------------------------------------------------------------------------------
 
 # Command-line options that add to the configuration's lists rather than replace them.
-_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_exclude")
+_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_exclude", "extend_per_file_ignores")
+
+
+def merge_settings(settings: Settings, overrides: Dict[str, Any]) -> Settings:
+    """`settings` with a layer of changes on top (an extending file, `--config KEY=VALUE`, the options)."""
+    return apply_cli_overrides(settings, overrides)
 
 
 def apply_cli_overrides(settings: Settings, overrides: Dict[str, Any]) -> Settings:
@@ -260,10 +342,13 @@ class SettingsResolver:
         config_path: Optional[Path] = None,
         isolated: bool = False,
         all_codes: Iterable[str],
+        inline_overrides: Optional[Dict[str, Any]] = None,
     ) -> None:
         if isolated and config_path is not None:
             raise ConfigError("--config and --isolated cannot be used together")
         self._cli_overrides = dict(cli_overrides)
+        # `--config KEY=VALUE`: above every configuration file, below the dedicated options (as in Ruff).
+        self._inline_overrides = dict(inline_overrides or {})
         self._config_path = config_path
         self._isolated = isolated
         self._all_codes = list(all_codes)
@@ -287,6 +372,17 @@ class SettingsResolver:
             self._settings_by_config[key] = apply_cli_overrides(base, self._cli_overrides)
         return self._settings_by_config[key]
 
+    def reloaded(self) -> "SettingsResolver":
+        """The same options with every configuration file read again (`--watch`: one may have changed)."""
+        _config_above.cache_clear()
+        return SettingsResolver(
+            self._cli_overrides,
+            config_path=self._config_path,
+            isolated=self._isolated,
+            all_codes=self._all_codes,
+            inline_overrides=self._inline_overrides,
+        )
+
     def root_settings(self, cwd: Path) -> Settings:
         """The settings for run-wide choices (output format, fix mode): those of the working folder."""
         return self.for_path(cwd)
@@ -301,6 +397,8 @@ class SettingsResolver:
     def _settings_from(self, config: Optional[Path]) -> Settings:
         if config not in self._settings_by_config:
             base = load_config(config, self._all_codes) if config is not None else Settings()
+            if self._inline_overrides:
+                base = merge_settings(base, self._inline_overrides)
             self._settings_by_config[config] = apply_cli_overrides(base, self._cli_overrides)
         return self._settings_by_config[config]
 
@@ -308,21 +406,31 @@ class SettingsResolver:
 # --- --show-settings ---------------------------------------------------------------------------
 
 
-def describe(settings: Settings) -> str:
-    """The resolved settings as TOML, headed by the file they came from."""
+def describe(settings: Settings, enabled: Optional[List[str]] = None) -> str:
+    """The resolved settings as TOML, headed by the file they came from; with `enabled`, the rules that
+    end up on for the file (after select, extend-select, ignore and per-file-ignores), as a comment."""
     origin = f"Settings from {settings.source}" if settings.source else "Default settings (no configuration file)"
     lines = [f"# {origin}"]
     if settings.root:
         lines.append(f"# Relative globs are resolved against {settings.root}")
+    if enabled is not None:
+        lines.append(f"# Enabled rules ({len(enabled)}): {', '.join(enabled) if enabled else 'none'}")
     for name in (f.name for f in fields(Settings)):
-        if name in ("source", "root", "per_file_ignores"):
+        if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores"):
             continue
         key = name.replace("_", "-")
         value = getattr(settings, name)
+        if name == "select" and not value:
+            lines.append("# select is not set: the rules on by default")
+            continue
         lines.append(f"# {key} is not set" if value is None else f"{key} = {_toml_value(value)}")
     lines.append("")
     lines.append("[per-file-ignores]")
     lines += [f"{_toml_value(glob)} = {_toml_value(codes)}" for glob, codes in settings.per_file_ignores]
+    if settings.extend_per_file_ignores:
+        lines.append("")
+        lines.append("[extend-per-file-ignores]")
+        lines += [f"{_toml_value(glob)} = {_toml_value(codes)}" for glob, codes in settings.extend_per_file_ignores]
     return "\n".join(lines) + "\n"
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from amp_lint.diagnostics import Diagnostic, Edit, FileError, Location
 from amp_lint.files.sources import SourceError
 from amp_lint.files.lines import lines_with_ends
 
@@ -109,6 +110,32 @@ class Notebook:
         cell = self._cells[position]
         return cell.index, max(row - cell.first_row + 1, 1), column
 
+    def in_cell(self, diagnostic: Diagnostic) -> Diagnostic:
+        """The diagnostic with its location, end and fix edits relative to its cell, as Ruff reports them.
+
+        An edit outside the diagnostic's cell (an import added at the top of the first code cell) keeps
+        the row within its own cell; JSON and SARIF readers apply edits to the cell the row names.
+        """
+        cell, row, column = self.locate(diagnostic.location.row, diagnostic.location.column)
+        _, end_row, end_column = self.locate(diagnostic.end_location.row, diagnostic.end_location.column)
+        fix = diagnostic.fix
+        if fix is not None and fix.edits:
+            fix = replace(fix, edits=tuple(self._edit_in_cell(edit) for edit in fix.edits))
+        return replace(
+            diagnostic, cell=cell, location=Location(row, column), end_location=Location(end_row, end_column), fix=fix
+        )
+
+    def _edit_in_cell(self, edit: Edit) -> Edit:
+        _, row, column = self.locate(edit.location.row, edit.location.column)
+        _, end_row, end_column = self.locate(edit.end_location.row, edit.end_location.column)
+        return replace(edit, location=Location(row, column), end_location=Location(end_row, end_column))
+
+    def error_in_cell(self, error: FileError) -> FileError:
+        if error.location is None:
+            return error
+        cell, row, column = self.locate(error.location.row, error.location.column)
+        return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column))
+
     def updated_json(self, new_source: str) -> str:
         """The notebook JSON with the cells of a fixed program put back; unchanged cells keep every byte.
 
@@ -189,11 +216,16 @@ def _hide_magics(lines: List[str], magic_lines: Dict[int, Tuple[str, str]], next
         next_id += 1
         return placeholder + _ending(line)
 
-    first_code = next((line for line in lines if line.strip()), "")
-    if first_code.lstrip().startswith("%%"):  # a cell magic: the whole cell is not Python
-        return [hide(line, statement=False) for line in lines], next_id
-
     result: List[str] = []
+    first_code = next((position for position, line in enumerate(lines) if line.strip()), None)
+    if first_code is not None and lines[first_code].lstrip().startswith("%%"):
+        magic = lines[first_code].lstrip()[2:].split(None, 1)
+        if not magic or magic[0] not in PYTHON_CELL_MAGICS:  # `%%bash`, `%%html`: the whole cell is not Python
+            return [hide(line, statement=False) for line in lines], next_id
+        # `%%time` and the like run the rest of the cell as Python: only the magic's own line is hidden.
+        result = lines[:first_code] + [hide(lines[first_code], statement=False)]
+        lines = lines[first_code + 1 :]
+
     scanner = _LogicalLines()
     continued_magic = False
     for line in lines:
@@ -208,6 +240,11 @@ def _hide_magics(lines: List[str], magic_lines: Dict[int, Tuple[str, str]], next
             continue
         continued_magic = content.endswith("\\")  # IPython joins a magic's backslash-continued lines
     return result, next_id
+
+
+# Cell magics whose body is Python, checked as Ruff checks them (ruff_notebook's cell.rs); any other cell
+# magic (`%%bash`, `%%writefile`, `%%html`) makes the whole cell opaque.
+PYTHON_CELL_MAGICS = frozenset({"capture", "debug", "prun", "pypy", "python", "python3", "time", "timeit"})
 
 
 def _is_magic(content: str) -> bool:

@@ -6,11 +6,10 @@ Configuration files (`[tool.amp-lint]`, `amp-lint.toml`) are read by `amp_lint.f
 
 from __future__ import annotations
 
-import fnmatch
+import os
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field, replace
-from pathlib import PurePath
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 # The report formats `--output-format` and `output-format` accept (amp_lint.reports renders them).
@@ -53,6 +52,7 @@ class Settings:
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (glob, codes)
+    extend_per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # on top of per_file_ignores
     exclude: Tuple[str, ...] = DEFAULT_EXCLUDES
     extend_exclude: Tuple[str, ...] = ()
     respect_gitignore: bool = True
@@ -60,7 +60,10 @@ class Settings:
     fix: bool = False
     unsafe_fixes: bool = False
     show_assumed: bool = False  # also report findings that rest on an assumption (medium confidence)
+    fixable: Tuple[str, ...] = ("ALL",)  # codes or prefixes whose fixes may be applied (Ruff's `fixable`)
+    unfixable: Tuple[str, ...] = ()  # codes or prefixes reported without a fix (Ruff's `unfixable`)
     output_format: str = "full"
+    fail_on: str = "info"  # the lowest severity that fails the run: info (every finding), warning, error
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
     amp_device: Optional[str] = None  # AMP100 conversion: None = infer from the code, fallback "cuda"
     # The oldest torch the code must run on ("2.1"): fixes and deprecation rules only suggest APIs it has.
@@ -82,6 +85,7 @@ class Settings:
                 self.ignore,
                 self.extend_select,
                 self.per_file_ignores,
+                self.extend_per_file_ignores,
                 self.amp_dtype,
                 self.amp_device,
                 self.show_assumed,
@@ -122,36 +126,142 @@ class RuleSelection:
         base -= expand_codes(settings.ignore, all_codes)
         return cls(enabled=frozenset(base))
 
+    @staticmethod
+    def unfixable(settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
+        """The codes whose fixes are off: those `fixable` leaves out, and those `unfixable` names."""
+        all_codes = list(all_codes)
+        return (frozenset(all_codes) - expand_codes(settings.fixable, all_codes)) | expand_codes(settings.unfixable, all_codes)
+
     def for_path(self, path: str, settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
         ignored = set()
-        for pattern, codes in settings.per_file_ignores:
+        for pattern, codes in settings.per_file_ignores + settings.extend_per_file_ignores:
             if path_matches(path, pattern, settings.root):
                 ignored |= expand_codes(codes, all_codes)
         return self.enabled - ignored
 
 
-@lru_cache(maxsize=64)
-def _globs_regex(patterns: Tuple[str, ...]) -> "re.Pattern":
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or r"(?!)")
+# --- globs, as Ruff matches them ------------------------------------------------------------------
+#
+# Ruff's `exclude` and `per-file-ignores` globs are globset globs, not gitignore lines: `*` and `?` cross
+# `/`, `**/` is zero or more folders, `[...]` and `{a,b}` work. A relative pattern is made absolute against
+# the folder of the configuration file that holds it (the working folder for the command line and for
+# the defaults) and matched against a file's absolute path; a pattern with no `/` also matches the bare
+# name of a file or folder anywhere below. So `legacy/` is the top-level folder `legacy`, `tests` is every
+# folder named tests, `**/tests` too, `tests/*.py` everything below the top-level `tests`. Observed with
+# Ruff 0.17.6 (tests/test_daily_use.py runs Ruff on the same trees).
 
 
-def matches_any_glob(relative: str, name: str, patterns: Tuple[str, ...]) -> bool:
-    """Does any glob match the relative path or the bare name? One compiled regex per pattern set
-    (a walk over thousands of files asks this for every entry)."""
-    regex = _globs_regex(tuple(patterns))
-    return regex.match(relative) is not None or regex.match(name) is not None
+def glob_regex(pattern: str) -> str:
+    """A regular expression (no anchors) for a globset glob with `*` and `?` crossing `/`."""
+    out: List[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char == "*":
+            if pattern.startswith("**", i):
+                before_ok = i == 0 or pattern[i - 1] == "/"
+                after = i + 2
+                if before_ok and after < n and pattern[after] == "/":
+                    out.append("(?:.*/)?")  # `**/`: zero or more folders
+                    i = after + 1
+                    continue
+                if before_ok and after == n:
+                    out.append(".*")
+                    i = after
+                    continue
+                i = after
+            else:
+                i += 1
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+            i += 1
+        elif char == "[":
+            end = pattern.find("]", i + 2 if pattern.startswith(("[!", "[^"), i) else i + 1)
+            if end == -1:
+                out.append(re.escape(char))
+                i += 1
+                continue
+            body = pattern[i + 1 : end]
+            negated = body[:1] in ("!", "^")
+            if negated:
+                body = body[1:]
+            body = body.replace("\\", "\\\\").replace("^", "\\^")
+            out.append(f"[{'^' if negated else ''}{body}]")
+            i = end + 1
+        elif char == "{":
+            end = pattern.find("}", i)
+            if end == -1:
+                out.append(re.escape(char))
+                i += 1
+                continue
+            out.append("(?:" + "|".join(glob_regex(part) for part in pattern[i + 1 : end].split(",")) + ")")
+            i = end + 1
+        elif char == "\\" and i + 1 < n:
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        else:
+            out.append(re.escape(char))
+            i += 1
+    return "".join(out)
+
+
+def absolute_pattern(pattern: str, root: str) -> str:
+    """`pattern` made absolute against `root`, normalized as Ruff does (`./`, `..` and a final `/` go)."""
+    joined = os.path.join(root, pattern).replace(os.sep, "/")
+    parts: List[str] = []
+    for part in joined.split("/"):
+        if part in ("", "."):
+            continue
+        if part == ".." and parts and parts[-1] != "..":
+            parts.pop()
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+@lru_cache(maxsize=256)
+def _exclude_matchers(patterns: Tuple[str, ...], root: str) -> Tuple["re.Pattern", "re.Pattern"]:
+    """(absolute-path regex, bare-name regex) for a set of exclude patterns."""
+    absolute = [glob_regex(absolute_pattern(p, root)) for p in patterns]
+    names = [glob_regex(p) for p in patterns if "/" not in p]
+    never = r"(?!)"
+    return (
+        re.compile("|".join(f"(?:{r})" for r in absolute) or never, re.DOTALL),
+        re.compile("|".join(f"(?:{r})" for r in names) or never, re.DOTALL),
+    )
+
+
+def is_excluded(absolute_path: str, patterns: Tuple[str, ...], root: str) -> bool:
+    """Does an exclude pattern match this file or folder (an absolute, normalized path)? Ruff's semantics."""
+    by_path, by_name = _exclude_matchers(tuple(patterns), root)
+    path = absolute_path.replace(os.sep, "/")
+    name = path.rsplit("/", 1)[-1]
+    # Ruff also matches a pattern without `/` against the whole absolute path, so that `*test*` excludes
+    # every file of a project that lives in /tmp/tests; we do not (a bare-name glob names a bare name).
+    return by_path.fullmatch(path) is not None or by_name.fullmatch(name) is not None
+
+
+@lru_cache(maxsize=1024)
+def _per_file_matcher(pattern: str, root: str) -> Tuple[bool, "re.Pattern", "re.Pattern"]:
+    negated = pattern.startswith("!")
+    if negated:
+        pattern = pattern[1:]
+    return (
+        negated,
+        re.compile(glob_regex(absolute_pattern(pattern, root)), re.DOTALL),
+        re.compile(glob_regex(pattern), re.DOTALL),
+    )
 
 
 def path_matches(path: str, pattern: str, root: Optional[str] = None) -> bool:
-    """Glob match on the path relative to `root`, or on its file name, like Ruff's per-file-ignores."""
-    pure = PurePath(path)
-    candidates: List[str] = [pure.as_posix(), pure.name]
-    if root is not None:
-        try:
-            candidates.append(pure.relative_to(root).as_posix())
-        except ValueError:
-            pass
-    return any(fnmatch.fnmatch(candidate, pattern) for candidate in candidates)
+    """Does a per-file-ignores pattern apply to `path`? As in Ruff: the pattern (made absolute against
+    `root`, else the working folder) matches the absolute path, or the pattern matches the file name;
+    `!pattern` applies to the files it does not match."""
+    negated, by_path, by_name = _per_file_matcher(pattern, os.path.abspath(root) if root else os.getcwd())
+    absolute = os.path.abspath(path).replace(os.sep, "/")
+    matched = by_name.fullmatch(absolute.rsplit("/", 1)[-1]) is not None or by_path.fullmatch(absolute) is not None
+    return matched != negated
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
 from amp_lint.files.lines import LINE_BREAK
-from amp_lint.files.settings import Settings, matches_any_glob
+from amp_lint.files.settings import Settings, is_excluded
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 
@@ -68,6 +68,12 @@ def discover(
     return sorted(walker.files), walker.errors
 
 
+def excluded_by_settings(path: Path, settings_for: Callable[[Path], Settings]) -> bool:
+    """Would `--force-exclude` skip this file (or a folder it sits in)? For `--stdin-filename`, which
+    names a file that need not exist: editors and pre-commit pass the real name of the buffer."""
+    return _Walker(settings_for)._excluded_with_parents(path)
+
+
 # A parsed .gitignore (a pathspec.GitIgnoreSpec) and the folder its patterns are relative to.
 _IgnoreRule = Tuple[Path, object]
 # The rules in force in a folder, shallowest first; None outside a git work tree.
@@ -97,6 +103,9 @@ class _Walker:
             return
         if stat.S_ISDIR(info.st_mode):
             self._walk(path, info)
+        elif not stat.S_ISREG(info.st_mode):
+            # A FIFO named `x.py` would block the read; a device or socket is no source file either.
+            self._error(path, "not a regular file")
         else:
             self._add_file(path, info)
 
@@ -186,20 +195,14 @@ class _Walker:
         return Path(os.path.abspath(settings.root)) if settings.root else self._cwd
 
     def _excluded(self, path: Path, settings: Settings) -> bool:
-        """Exclude globs match the name, or the path relative to the settings' root (or the cwd).
+        """Ruff's exclude semantics (`amp_lint.files.settings.is_excluded`): a pattern made absolute against
+        the settings' root (or the cwd) matches the absolute path; a pattern without `/` matches the name.
 
-        Never the absolute path: `*test*` must not exclude a whole project that lives in /tmp/tests.
+        A bare-name glob never matches the absolute path: `*test*` must not exclude a whole project that
+        lives in /tmp/tests.
         """
         absolute = os.path.abspath(path)  # strings, not pathlib: a walk asks this for every file
-        root = str(self._root(settings))
-        name = os.path.basename(absolute)
-        if absolute == root:
-            relative = "."
-        elif absolute.startswith(root.rstrip(os.sep) + os.sep):
-            relative = absolute[len(root.rstrip(os.sep)) + 1 :].replace(os.sep, "/")
-        else:
-            relative = name
-        return matches_any_glob(relative, name, settings.exclude + settings.extend_exclude)
+        return is_excluded(absolute, settings.exclude + settings.extend_exclude, str(self._root(settings)))
 
     def _excluded_with_parents(self, path: Path) -> bool:
         """For --force-exclude: `build/x.py` is excluded by `build`, so the parents count too."""

@@ -42,6 +42,7 @@ class RenderOptions:
     unsafe_fixes: bool = False  # whether --unsafe-fixes was on
     fix_mode: bool = False  # whether --fix ran
     quiet: bool = False
+    fail_on: str = "info"  # the lowest severity that fails the run (the summary says what does not)
 
 
 def render(report: Report, output_format: str, options: RenderOptions) -> str:

@@ -7,6 +7,7 @@ from typing import Dict
 from amp_lint.diagnostics import Diagnostic, Location, Report, Severity
 from amp_lint.reports import RenderOptions
 from amp_lint.reports.text import rule_statistics
+from amp_lint.rules.docs import rule_url
 
 # --- json, json-lines --------------------------------------------------------------------------
 
@@ -41,7 +42,7 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
         "severity": diagnostic.severity.value,
         "confidence": diagnostic.confidence.value,
         "rule_name": diagnostic.rule_name,
-        "url": None,
+        "url": rule_url(diagnostic.code),
         "help": f"Run `amp-lint rule {diagnostic.code}` for details",
         "noqa_row": diagnostic.location.row,
         "cell": diagnostic.cell,
@@ -101,6 +102,15 @@ def render_github(report: Report, options: RenderOptions) -> str:
         # GitHub shows only the message, so it repeats where the finding is, as Ruff does.
         message = f"{d.filename}:{d.location.row}:{d.location.column}: {d.code} {d.message}"
         lines.append(f"::{_GITHUB_LEVELS[d.severity]} {joined}::{_escape_github_data(message)}")
+    for error in report.errors:
+        # A file that could not be read or parsed fails the job: it must show on the pull request too.
+        properties = {"file": error.filename}
+        if error.location is not None:
+            properties.update(line=error.location.row, col=error.location.column)
+        properties["title"] = "amp-lint (file error)"
+        joined = ",".join(f"{key}={_escape_github_property(str(value))}" for key, value in properties.items())
+        where = f":{error.location.row}:{error.location.column}" if error.location is not None else ""
+        lines.append(f"::error {joined}::{_escape_github_data(f'{error.filename}{where}: error: {error.message}')}")
     return "".join(line + "\n" for line in lines)
 
 

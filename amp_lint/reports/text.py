@@ -110,10 +110,20 @@ def summary_lines(report: Report, options: RenderOptions) -> List[str]:
             lines += _fixed_listing(report)
     elif remaining:
         lines.append(f"Found {plural(remaining, 'error')}.")
+    below = _below_fail_on(report, options.fail_on)
+    if below:
+        lines.append(f"{plural(below, 'finding')} below fail-on = \"{options.fail_on}\" (shown, not failing the run).")
     lines += _fixable_lines(report, options)
     if not remaining and not report.errors and not report.fixed_count:
         lines.append("All checks passed!")
     return lines
+
+
+_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _below_fail_on(report: Report, fail_on: str) -> int:
+    return sum(1 for d in report.diagnostics if _RANK[d.severity.value] < _RANK.get(fail_on, 0))
 
 
 def _fixable_lines(report: Report, options: RenderOptions) -> List[str]:

@@ -64,6 +64,7 @@ from amp_lint.rules.amp060_custom_function_without_custom_fwd import CustomFunct
 from amp_lint.rules.amp080_scaler_state_not_checkpointed import ScalerStateNotCheckpointed
 from amp_lint.rules.amp081_scaler_state_mid_iteration import ScalerStateMidIteration
 from amp_lint.rules.amp100_fp32_training_loop import Fp32TrainingLoop
+from amp_lint.rules.amp900_unused_noqa import UnusedNoqa
 
 ALL_RULES: List[Type[Rule]] = [
     BackwardInAutocast,
@@ -116,6 +117,7 @@ ALL_RULES: List[Type[Rule]] = [
     ScalerStateNotCheckpointed,
     ScalerStateMidIteration,
     Fp32TrainingLoop,
+    UnusedNoqa,
 ]
 
 ALL_RULES.sort(key=lambda rule: rule.code)

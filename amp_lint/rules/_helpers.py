@@ -8,6 +8,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from amp_lint.analysis import names, values
+from amp_lint.diagnostics import one_line
+from amp_lint.analysis import names
 from amp_lint.analysis.model import (
     AutocastRegion,
     Branch,
@@ -56,7 +58,7 @@ LOWER_PRECISION_METHODS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", 
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:
-    text = " ".join(code_of(node).split())
+    text = one_line(code_of(node))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -15,7 +15,7 @@ from typing import Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from amp_lint.diagnostics import Applicability, Confidence, Severity
+from amp_lint.diagnostics import Applicability, Confidence, Severity, one_line
 from amp_lint.analysis.model import FileModel
 from amp_lint.fixes.types import Fix, Import, Replacement  # noqa: F401  (re-exported for rules)
 
@@ -40,7 +40,7 @@ class Finding:
 
 
 def _short(node: cst.CSTNode) -> str:
-    text = cst.Module([]).code_for_node(node)
+    text = one_line(cst.Module([]).code_for_node(node))
     return text if len(text) <= 50 else text[:47] + "..."
 
 

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import click
 
-TORCH_MISSING = "amp-lint verify needs PyTorch: pip install 'amp-lint[verify]'"
+TORCH_MISSING = (
+    "amp-lint verify needs PyTorch: for the CPU-only build (about 200 MB) run "
+    "`pip install torch --index-url https://download.pytorch.org/whl/cpu`; "
+    "`pip install 'amp-lint[verify]'` installs the default build, with the CUDA libraries (about 3 GB)"
+)
 MATPLOTLIB_MISSING = "--plot needs matplotlib: pip install 'amp-lint[plot]'"
 
 _SCRIPT_ARGS = "amp_lint.verify.script_args"
