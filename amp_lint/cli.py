@@ -216,10 +216,12 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     if options["prefilter_only"]:
         from amp_lint.engine.runner import may_match
 
+        from amp_lint.files.sources import SourceError, read_bytes
+
         for path, config in planned:
             try:
-                text = Path(path).read_bytes().decode("utf-8", errors="replace")
-            except OSError:
+                text = read_bytes(path).decode("utf-8", errors="replace")
+            except SourceError:
                 continue
             if may_match(text, config):
                 click.echo(path)

@@ -300,12 +300,14 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
     Largest first: the files that take longest start first, and the workers are busy with them while
     the prefilter still reads the small ones.
     """
+    from amp_lint.files.sources import SourceError, read_bytes
+
     for path, config in sorted(plan.files, key=lambda item: -_size(item[0])):
         report.files_checked += 1
         try:
-            with open(path, "rb", buffering=0) as file:  # unbuffered, no pathlib: half the cost on small files
-                raw = file.read()
-        except OSError:
+            # Non-blocking, regular files only, size-limited: a FIFO or a device must not hang the run.
+            raw = read_bytes(path)
+        except SourceError:
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
             digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None

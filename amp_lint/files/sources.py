@@ -304,26 +304,66 @@ class SourceText:
         return codecs.BOM_UTF8 + data if self.bom else data
 
 
-def read_source(path: Path) -> SourceText:
-    """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
+# Python source this big is generated data, not code to lint; reading it whole (and LibCST's tree of
+# it, at some hundred times the text's size) would cost gigabytes. Notebooks carry their outputs
+# (images) and get a larger allowance.
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 128 * 1024 * 1024
+
+
+def read_limit(path: str) -> int:
+    """The most bytes `read_bytes` reads of `path` before refusing it."""
+    return MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_SOURCE_BYTES
+
+
+def read_bytes(path: str, limit: Optional[int] = None) -> bytes:
+    """The bytes of the regular file `path`, or `SourceError` with a one-line reason.
+
+    Whatever the path names, this neither hangs nor exhausts memory: the file is opened without
+    blocking (a FIFO has no writer to wait for), what was opened is checked with `fstat` (so a file
+    swapped for a FIFO or a device after discovery is refused too), and at most `limit` bytes are
+    read (`/dev/zero` named `z.py` is not a regular file; a file that grows while read stops there).
+    """
+    limit = read_limit(path) if limit is None else limit
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        # O_NONBLOCK: a FIFO named `x.py` must not hang the run; it is refused below.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise SourceError("Is a directory")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(info.st_mode):
             raise SourceError("not a regular file")
-        with open(fd, "rb", closefd=False) as stream:
-            raw = stream.read()
+        if info.st_size > limit:
+            raise SourceError(_too_large(info.st_size, limit))
+        chunks = []
+        total = 0
+        wanted = info.st_size + 1  # one byte more than expected: to see the end of the file at once
+        while True:
+            chunk = os.read(fd, min(max(wanted, 65536), limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise SourceError(_too_large(total, limit))
+            wanted = 65536
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
     finally:
         os.close(fd)
-    return decode_source(raw)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"file too large to analyse ({size / 1048576:.1f} MB or more; the limit is {limit // 1048576} MB); not read"
+
+
+def read_source(path: Path) -> SourceText:
+    """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
+    return decode_source(read_bytes(os.fspath(path)))
 
 
 def decode_source(raw: bytes) -> SourceText:

@@ -1,0 +1,144 @@
+"""Hostile inputs and hostile conditions: nothing hangs, nothing outlives the run, nothing malformed crashes it.
+
+Each test here is one failure a torture run found (issue 21). Every subprocess has a timeout, so a
+regression fails the test instead of hanging CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
+
+TIMEOUT = 60
+# A file that passes the prefilter, so that amp-lint really reads and parses it; AMP021 at line 8.
+BUGGY = MISSING_UPDATE
+FINDING = ":8:5: AMP021"
+
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+
+
+def amp_lint(*args: str, cwd: Path, timeout: float = TIMEOUT, input: bytes = b"") -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lint", *args], cwd=cwd, capture_output=True, timeout=timeout, input=input
+    )
+    result.stdout = result.stdout.decode("utf-8", errors="replace")
+    result.stderr = result.stderr.decode("utf-8", errors="replace")
+    return result
+
+
+def output(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr
+
+
+def assert_no_crash(result: subprocess.CompletedProcess, *exit_codes: int) -> None:
+    assert "Traceback" not in output(result), output(result)
+    assert result.returncode in exit_codes, (result.returncode, output(result))
+
+
+def write(path: Path, content) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    return path
+
+
+# -- 1, 2: FIFOs, devices and huge files -------------------------------------------------------------
+
+
+@needs_fifo
+@pytest.mark.parametrize("mode", [(), ("--fix",)], ids=["check", "fix"])
+def test_fifo_named_on_the_command_line_is_one_error_line(tmp_path, mode):
+    os.mkfifo(tmp_path / "pipe.py")
+    write(tmp_path / "good.py", BUGGY)
+    result = amp_lint("check", "--no-cache", *mode, "pipe.py", "good.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "pipe.py: error: not a regular file" in output(result)
+    assert ("good.py" + FINDING in output(result)) or mode  # the run goes on (with --fix: fixed)
+    if mode:
+        assert b"scaler.update()" in (tmp_path / "good.py").read_bytes()
+
+
+@needs_fifo
+def test_file_swapped_for_a_fifo_after_discovery_is_refused(tmp_path):
+    """The prefilter and the worker both read non-blocking and check what they opened (fstat)."""
+    import amp_lint.engine.checker  # noqa: F401 (the rules before the runner)
+    from amp_lint.engine import runner
+    from amp_lint.rules import ALL_RULES
+
+    config = runner.CheckConfig(frozenset(r.code for r in ALL_RULES), fix=True, unsafe_fixes=False, with_edits=False, write=True)
+    os.mkfifo(tmp_path / "swapped.py")  # discovered as a file; a FIFO by the time it is read
+    report, _ = runner.execute(runner.RunPlan([(str(tmp_path / "swapped.py"), config)], []), jobs=1)
+    assert [e.message for e in report.errors] == ["not a regular file"]
+
+
+@needs_fifo
+def test_config_naming_a_fifo_fails_at_once(tmp_path):
+    os.mkfifo(tmp_path / "amp-lint.toml")
+    write(tmp_path / "good.py", BUGGY)
+    result = amp_lint("check", "--config", "amp-lint.toml", "good.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "amp-lint.toml: cannot read: not a regular file" in output(result)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_device_behind_a_python_name_is_not_read(tmp_path, device):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    os.symlink(device, tmp_path / "z.py")
+    result = amp_lint("check", "--no-cache", "z.py", cwd=tmp_path, timeout=30)
+    assert_no_crash(result, 2)
+    assert "z.py: error: not a regular file" in output(result)
+
+
+def test_file_over_the_size_limit_is_that_files_error(tmp_path):
+    from amp_lint.files.sources import MAX_SOURCE_BYTES
+
+    big = write(tmp_path / "big.py", BUGGY)
+    with open(big, "ab") as file:
+        file.truncate(MAX_SOURCE_BYTES + 1)  # sparse: costs no disk
+    write(tmp_path / "good.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "big.py", "good.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "big.py: error: file too large to analyse" in output(result)
+    assert "good.py" + FINDING in output(result)
+
+
+def test_file_that_grows_while_read_stops_at_the_limit(tmp_path, monkeypatch):
+    from amp_lint.files import sources
+
+    path = write(tmp_path / "a.py", "x = 1\n" * 100)
+    with pytest.raises(sources.SourceError, match="too large"):
+        sources.read_bytes(str(path), limit=599)
+    assert sources.read_bytes(str(path), limit=600) == b"x = 1\n" * 100
+
+
+# -- 7: deeply nested notebook JSON and TOML ---------------------------------------------------------
+
+
+def test_deeply_nested_notebook_is_one_error_line(tmp_path):
+    cell = {"cell_type": "code", "source": [BUGGY], "metadata": {}, "outputs": [], "execution_count": None}
+    text = json.dumps({"cells": [cell], "metadata": {"x": "@"}, "nbformat": 4, "nbformat_minor": 5})
+    write(tmp_path / "deep.ipynb", text.replace('"@"', "[" * 200_000 + "]" * 200_000))
+    result = amp_lint("check", "--no-cache", "deep.ipynb", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "deep.ipynb: error: invalid notebook JSON: nested too deeply" in output(result)
+
+
+@pytest.mark.parametrize("name", ["amp-lint.toml", "pyproject.toml"])
+def test_deeply_nested_toml_is_one_error_line(tmp_path, name):
+    table = "[tool.amp-lint]\n" if name == "pyproject.toml" else ""
+    write(tmp_path / name, table + "select = [\"AMP021\"]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    write(tmp_path / "good.py", BUGGY)
+    for args in (("good.py",), ("--config", name, "good.py")):
+        result = amp_lint("check", "--no-cache", *args, cwd=tmp_path)
+        assert_no_crash(result, 2)
+        assert f"{name}: invalid TOML: nested too deeply" in output(result)
+
+
