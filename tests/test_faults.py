@@ -119,6 +119,21 @@ def test_file_that_grows_while_read_stops_at_the_limit(tmp_path, monkeypatch):
     assert sources.read_bytes(str(path), limit=600) == b"x = 1\n" * 100
 
 
+# -- 5: .gitignore lines git accepts -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", ["!", "\\"])
+def test_gitignore_line_git_accepts_does_not_crash_the_run(tmp_path, line):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / ".gitignore", f"{line}\nignored/\n")
+    write(tmp_path / "good.py", BUGGY)
+    write(tmp_path / "ignored" / "bad.py", BUGGY)
+    result = amp_lint("check", "--no-cache", ".", cwd=tmp_path)
+    assert_no_crash(result, 1)
+    assert "good.py" + FINDING in output(result)
+    assert "ignored" not in output(result)  # the other lines still apply
+
+
 # -- 7: deeply nested notebook JSON and TOML ---------------------------------------------------------
 
 

@@ -249,7 +249,20 @@ class _Walker:
             return ()
         import pathspec  # only where a project has ignore files: keeps a plain run's start-up fast
 
-        return ((self._absolute(base), pathspec.GitIgnoreSpec.from_lines(lines)),)
+        try:
+            spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        except ValueError:
+            # A line git accepts but pathspec refuses (`!` or `\` alone): git matches nothing with it.
+            spec = pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(pathspec, line)])
+        return ((self._absolute(base), spec),)
+
+
+def _valid_gitignore_line(pathspec, line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
 
 
 def _gitignored(path: Path, is_folder: bool, ignore_rules: Sequence[_IgnoreRule]) -> bool:
