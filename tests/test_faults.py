@@ -134,6 +134,60 @@ def test_gitignore_line_git_accepts_does_not_crash_the_run(tmp_path, line):
     assert "ignored" not in output(result)  # the other lines still apply
 
 
+# -- 6: malformed cache entries ----------------------------------------------------------------------
+
+
+def _entries(cache_dir: Path):
+    return [p for p in cache_dir.rglob("*.json") if not p.name.startswith(".tmp")]
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda text: text.replace('"code"', '"kode"'),
+        lambda text: text.replace('"diagnostics":[', '"diagnostics":5,"x":[', 1),
+        lambda text: text.replace('"location":[8,5]', '"location":["8",5]'),
+        lambda text: text.replace('"location":[8,5]', '"location":[8]'),
+        lambda text: text.replace('"severity":"error"', '"severity":"fatal"'),
+        lambda text: text.replace('"fix":{', '"fix":{"edits":7,"x":{', 1) if '"fix":{' in text else text[:-2] + "[" * 100000,
+        lambda text: text.replace('"unsafe_fixable":0', '"unsafe_fixable":"none"'),
+        lambda text: text.replace('"payload":{', '"payload":{"extra":1,', 1),
+    ],
+    ids=["key-renamed", "diagnostics-a-number", "row-a-string", "short-location", "unknown-severity", "bad-fix", "count-a-string", "extra-key"],
+)
+def test_cache_entry_that_does_not_validate_is_a_miss(tmp_path, corrupt):
+    write(tmp_path / "a.py", BUGGY)
+    first = amp_lint("check", "--cache-dir", "cache", "a.py", cwd=tmp_path)
+    assert first.returncode == 1, output(first)
+    entries = _entries(tmp_path / "cache")
+    assert len(entries) == 1
+    original = entries[0].read_text()
+    assert corrupt(original) != original
+    entries[0].write_text(corrupt(original))
+    for _ in range(2):  # the miss is checked afresh, and the next run reads the repaired entry
+        again = amp_lint("check", "--cache-dir", "cache", "a.py", cwd=tmp_path)
+        assert_no_crash(again, 1)
+        assert output(again) == output(first)
+
+
+def test_negatives_entry_of_the_wrong_shape_is_a_miss(tmp_path):
+    import amp_lint.engine.checker  # noqa: F401
+    from amp_lint.engine import runner
+    from amp_lint.files.cache import ResultCache
+    from amp_lint.rules import ALL_RULES
+
+    config = runner.CheckConfig(frozenset(r.code for r in ALL_RULES), fix=False, unsafe_fixes=False, with_edits=False, write=False)
+    clean = write(tmp_path / "clean.py", "x = 1\n")
+    buggy = write(tmp_path / "buggy.py", BUGGY)
+    plan = runner.RunPlan([(str(clean), config), (str(buggy), config)], [])
+    for shape in ({"files": 5}, {"files": {str(clean): 7}}, {"files": []}, {"other": 1}):
+        cache = ResultCache(tmp_path / "cache", "key", "test")
+        cache.put(runner._NEGATIVES_KEY, b"", shape)
+        report, _ = runner.execute(plan, jobs=1, cache=cache)
+        assert [d.code for d in report.diagnostics] == ["AMP021"], shape
+        assert not report.errors
+
+
 # -- 7: deeply nested notebook JSON and TOML ---------------------------------------------------------
 
 

@@ -264,7 +264,7 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
-    known_negatives = (cache.get(_NEGATIVES_KEY, b"") or {}).get("files", {}) if cache is not None else {}
+    known_negatives = _known_negatives(cache)
     negatives: Dict[str, str] = {}
     scheduler = _Scheduler(jobs)
     try:
@@ -321,8 +321,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                 continue
             if cache is not None and not config.fix:
                 hit = cache.get(Path(path), raw)
-                if hit is not None:
-                    outcomes[path] = _outcome_from_payload(path, hit)
+                cached = _outcome_from_payload(path, hit) if hit is not None else None
+                if cached is not None:
+                    outcomes[path] = cached
                     continue
         scheduler.add(path, config, len(raw) if raw is not None else 0, raw)
 
@@ -447,9 +448,62 @@ def _payload(outcome: FileOutcome) -> dict:
     return {"diagnostics": [diagnostic_to_record(d) for d in outcome.diagnostics], "unsafe_fixable": outcome.unsafe_fixable}
 
 
-def _outcome_from_payload(path: str, payload: dict) -> FileOutcome:
-    return FileOutcome(
-        path,
-        diagnostics=[diagnostic_from_record(d) for d in payload.get("diagnostics", [])],
-        unsafe_fixable=payload.get("unsafe_fixable", 0),
-    )
+def _outcome_from_payload(path: str, payload: dict) -> Optional[FileOutcome]:
+    """The outcome a cache entry stored, or None when the entry is not one we wrote (a miss).
+
+    A cache file is outside our control (a disk error, a hand edit, another version's bug): what it
+    holds is checked field by field, so that a renamed key or a number where a list belongs is a miss
+    instead of a crash in this run and every later one.
+    """
+    records = payload.get("diagnostics")
+    unsafe_fixable = payload.get("unsafe_fixable")
+    if set(payload) != {"diagnostics", "unsafe_fixable"} or not isinstance(records, list) or not _is_count(unsafe_fixable):
+        return None
+    diagnostics = []
+    for record in records:
+        diagnostic = _diagnostic_from_cache(record)
+        if diagnostic is None:
+            return None
+        diagnostics.append(diagnostic)
+    return FileOutcome(path, diagnostics=diagnostics, unsafe_fixable=unsafe_fixable)
+
+
+_RECORD_STRINGS = ("code", "message", "filename", "rule_name", "source_line", "context")
+
+
+def _diagnostic_from_cache(record: object) -> Optional[Diagnostic]:
+    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in _RECORD_STRINGS):
+        return None
+    positions = [record.get("location"), record.get("end_location")]
+    fix = record.get("fix")
+    if fix is not None:
+        edits = fix.get("edits") if isinstance(fix, dict) else None
+        if not isinstance(edits, list) or not isinstance(fix.get("message"), str):
+            return None
+        for edit in edits:
+            if not isinstance(edit, list) or len(edit) != 5 or not isinstance(edit[4], str):
+                return None
+            positions += [edit[0:2], edit[2:4]]
+    if not all(isinstance(p, list) and len(p) == 2 and all(_is_count(n) for n in p) for p in positions):
+        return None
+    if record.get("cell") is not None and not _is_count(record["cell"]):
+        return None
+    try:
+        diagnostic = diagnostic_from_record(record)
+    except (KeyError, TypeError, ValueError):  # a severity, confidence or applicability we do not know
+        return None
+    # Exactly what we write, no key more or less: anything else is not our entry.
+    return diagnostic if diagnostic_to_record(diagnostic) == record else None
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _known_negatives(cache) -> Dict[str, str]:
+    """The cache's list of files the prefilter ruled out ({path: digest}); empty when it does not validate."""
+    entry = cache.get(_NEGATIVES_KEY, b"") if cache is not None else None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        return {}
+    return files
