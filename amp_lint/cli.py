@@ -86,7 +86,9 @@ def _codes(values: Sequence[str]) -> tuple:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR", help="Where the cache lives.")
 @click.option("--amp-dtype", type=click.Choice(["float16", "bfloat16"]), help="AMP100 conversion dtype.")
-@click.option("--amp-device", help="AMP100 conversion device type (default: inferred, else cuda).")
+@click.option(
+    "--amp-device", callback=lambda ctx, param, value: _device_type(value), help="AMP100 conversion device type (default: inferred, else cuda)."
+)
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (migration aid).")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), help="Fail only on findings not in this baseline.")
 @click.option("--write-baseline", "write_baseline_path", type=click.Path(dir_okay=False), help="Record the current findings as the baseline.")
@@ -107,6 +109,15 @@ def check(paths, **options) -> None:
             sys.stderr.flush()
             os._exit(code)
     sys.exit(code)
+
+
+def _device_type(value: Optional[str]) -> Optional[str]:
+    """`--amp-device` goes into fixed code: only a device type (an identifier) is accepted."""
+    from amp_lint.files.config import is_device_type
+
+    if value is not None and not is_device_type(value):
+        raise click.BadParameter(f"{value!r} is not a device type such as 'cuda' or 'cpu' (an identifier)")
+    return value
 
 
 def _run_check(paths: List[str], options: dict) -> int:

@@ -211,3 +211,33 @@ def test_deeply_nested_toml_is_one_error_line(tmp_path, name):
         assert f"{name}: invalid TOML: nested too deeply" in output(result)
 
 
+# -- 8: --amp-device goes into fixed code ------------------------------------------------------------
+
+INJECTION = 'x", *__import__("os").system("echo INJECTED") or (), "'
+
+
+@pytest.mark.parametrize("device", [INJECTION, "cuda:0", "", "a b", "1cuda", "cu-da"])
+def test_amp_device_that_is_not_a_device_type_is_a_usage_error(tmp_path, device):
+    write(tmp_path / "a.py", BACKWARD_IN_AUTOCAST)
+    before = (tmp_path / "a.py").read_bytes()
+    result = amp_lint("check", "--no-cache", "--select", "AMP100", "--fix", "--amp-device", device, "a.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "Invalid value for '--amp-device'" in output(result)
+    assert (tmp_path / "a.py").read_bytes() == before
+
+
+def test_amp_device_key_that_is_not_a_device_type_is_a_config_error(tmp_path):
+    write(tmp_path / "amp-lint.toml", f"amp-device = {json.dumps(INJECTION)}\n")
+    write(tmp_path / "a.py", BACKWARD_IN_AUTOCAST)
+    before = (tmp_path / "a.py").read_bytes()
+    result = amp_lint("check", "--no-cache", "--select", "AMP100", "--fix", "a.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "'amp-device' must be a device type" in output(result)
+    assert (tmp_path / "a.py").read_bytes() == before
+
+
+@pytest.mark.parametrize("device", ["xpu", "mps", "hpu", "privateuseone"])
+def test_amp_device_types_are_accepted(tmp_path, device):
+    write(tmp_path / "a.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "--amp-device", device, "a.py", cwd=tmp_path)
+    assert_no_crash(result, 1)

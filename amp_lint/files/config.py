@@ -181,9 +181,16 @@ def _boolean(value: Any, context: _Context) -> bool:
     return value
 
 
-def _string(value: Any, context: _Context) -> str:
+def is_device_type(value: str) -> bool:
+    """Is `value` a device type (an identifier such as `cuda` or `xpu`) that may go into fixed code?"""
+    return bool(_DEVICE_TYPE.match(value))
+
+
+def _device_type(value: Any, context: _Context) -> str:
     if not isinstance(value, str) or not value:
         raise context.error("a non-empty string", value)
+    if not is_device_type(value):
+        raise ConfigError(f"{context.path}: {context.key!r} must be a device type such as 'cuda' or 'cpu' (an identifier), got {value!r}")
     return value
 
 
@@ -211,7 +218,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "unsafe-fixes": ("unsafe_fixes", _boolean),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
-    "amp-device": ("amp_device", _string),
+    "amp-device": ("amp_device", _device_type),
 }
 
 
