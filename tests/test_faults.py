@@ -241,3 +241,128 @@ def test_amp_device_types_are_accepted(tmp_path, device):
     write(tmp_path / "a.py", BUGGY)
     result = amp_lint("check", "--no-cache", "--amp-device", device, "a.py", cwd=tmp_path)
     assert_no_crash(result, 1)
+
+
+# -- 3: workers end with the main process ------------------------------------------------------------
+
+
+def _children(pid: int):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the workers")
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_killed_main_process_leaves_no_worker_and_no_later_write(tmp_path, signal_name):
+    import signal
+    import time
+
+    filler = "".join(f"def helper_{i}(a):\n    return combine(a, {i})\n" for i in range(1500))
+    for index in range(30):
+        write(tmp_path / f"f{index:02}.py", BUGGY + filler)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "amp_lint", "check", "--fix", "--no-cache", "-j", "2", "."],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(_children(process.pid)) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        workers = _children(process.pid)
+        assert len(workers) >= 2, "the workers never started"
+        time.sleep(0.5)  # into the middle of the work
+        os.kill(process.pid, getattr(signal, signal_name))
+        # The caller waiting for the output is not left hanging: every holder of the pipes ends.
+        _, stderr = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "Traceback" not in stderr.decode()
+    if signal_name == "SIGTERM":  # handled like Ctrl-C
+        assert process.returncode == 130 and b"interrupted" in stderr
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)]
+    written = {path: path.stat().st_mtime_ns for path in tmp_path.iterdir()}
+    time.sleep(2)
+    assert {path: path.stat().st_mtime_ns for path in tmp_path.iterdir()} == written
+    for path in tmp_path.glob("*.py"):  # each file untouched or fully fixed
+        assert path.read_text() in (BUGGY + filler, BUGGY.replace("scaler.step(optimizer)\n", "scaler.step(optimizer)\n    scaler.update()\n") + filler)
+
+
+# -- 4: a worker that dies ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers inherit the monkeypatch")
+def test_worker_that_dies_is_that_files_error_and_the_run_goes_on(tmp_path, monkeypatch):
+    import signal
+
+    import amp_lint.engine.checker  # noqa: F401
+    from amp_lint.engine import runner
+    from amp_lint.rules import ALL_RULES
+
+    real_check_file = runner.check_file
+
+    def crashing_check_file(path, config):
+        if path.endswith("crash.py"):
+            os.kill(os.getpid(), signal.SIGSEGV)  # as LibCST's native parser did on 100,000 brackets
+        return real_check_file(path, config)
+
+    monkeypatch.setattr(runner, "check_file", crashing_check_file)
+    monkeypatch.setattr(runner, "_PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(runner, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(runner, "_BATCH_FILES", 3)
+    config = runner.CheckConfig(frozenset(r.code for r in ALL_RULES), fix=False, unsafe_fixes=False, with_edits=False, write=False)
+    paths = [write(tmp_path / f"f{index}.py", BUGGY) for index in range(7)] + [write(tmp_path / "crash.py", BUGGY)]
+    report, _ = runner.execute(runner.RunPlan([(str(path), config) for path in paths], []), jobs=2)
+    assert [(Path(e.filename).name, e.message) for e in report.errors] == [("crash.py", runner._WORKER_DIED)]
+    assert sorted(Path(d.filename).name for d in report.diagnostics) == sorted(f"f{index}.py" for index in range(7))
+
+
+# -- 4: nested-bracket bombs and statements too long for LibCST --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bomb, message",
+    [
+        ("x = " + "(" * 3_000 + "1" + ")" * 3_000, "syntax error: too many nested parentheses"),
+        ("x = " + "[" * 100_000 + "]" * 100_000, "syntax error: too many nested parentheses"),
+        ("x = " + "f(" * 10_000 + ")" * 10_000, "syntax error: too many nested parentheses"),
+        ("\n".join(["x = " + "[" * 199 + "]" * 199] * 200), "not analysed: brackets nested up to 199 deep"),
+        ("x = [" + ", ".join(["1"] * 330_000) + "]", "not analysed: a statement of about 330,001 tokens"),
+        ("x = " + "+".join(["1"] * 5_000_000), "not analysed: a statement of about 5,000,000 tokens"),
+    ],
+    ids=["3000-parens", "100000-lists", "10000-calls", "200-lines-of-199-deep", "1MB-list", "10MB-sum"],
+)
+def test_bracket_bombs_and_huge_statements_are_refused_fast(tmp_path, bomb, message):
+    import time
+
+    write(tmp_path / "bomb.py", BUGGY + bomb + "\n")
+    write(tmp_path / "good.py", BUGGY)
+    started = time.monotonic()
+    for mode in ((), ("--fix",)):
+        result = amp_lint("check", "--no-cache", "-j", "2", *mode, "bomb.py", "good.py", cwd=tmp_path)
+        assert_no_crash(result, 2)
+        assert "bomb.py" in output(result) and message in output(result), output(result)
+        assert "good.py" + FINDING in output(result) or (mode and b"scaler.update()" in (tmp_path / "good.py").read_bytes())
+    assert time.monotonic() - started < TIMEOUT
+    assert (tmp_path / "bomb.py").read_text() == BUGGY + bomb + "\n"

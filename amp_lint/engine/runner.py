@@ -7,6 +7,7 @@ come back in a stable order whatever the scheduling.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -260,7 +261,34 @@ class RunPlan:
 
 
 def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) -> Tuple[Report, List[str]]:
-    """Check every planned file; returns the report and the diffs (for --diff)."""
+    """Check every planned file; returns the report and the diffs (for --diff).
+
+    SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
+    are on, files not started are left alone.
+    """
+    with _terminate_as_interrupt():
+        return _execute(plan, jobs=jobs, cache=cache)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    import signal
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List[str]]:
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
@@ -363,9 +391,12 @@ class _Scheduler:
         self.waiting_bytes = 0
         self.batch: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
         self.batch_bytes = 0
-        self.futures: List[Tuple[object, List[Optional[bytes]]]] = []
+        self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
         self.pool: Optional[ProcessPoolExecutor] = None
         self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
+        self.context = None
+        self.alone: Optional[ProcessPoolExecutor] = None  # one worker, to recheck a dead worker's files one by one
+        self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
         if self.pool is not None:
@@ -388,50 +419,146 @@ class _Scheduler:
         if not self.batch:
             return
         batch, self.batch, self.batch_bytes = self.batch, [], 0
-        future = self.pool.submit(check_files, [(path, config) for path, config, _, _ in batch])
-        self.futures.append((future, [raw for _, _, _, raw in batch]))
+        items = [(path, config) for path, config, _, _ in batch]
+        future = self.pool.submit(check_files, items)
+        self.futures.append((future, items, [raw for _, _, _, raw in batch]))
 
     def _start_pool(self) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else multiprocessing.get_context()
-        self.stop = context.Event()
-        self.pool = ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=context, initializer=_start_worker, initargs=(self.stop,)
-        )
+        self.pool = self._new_pool(self.workers)
         waiting, self.waiting = self.waiting, []
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
+    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+        import multiprocessing
+
+        if self.context is None:
+            fork = sys.platform.startswith("linux")
+            self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
+            self.stop = self.context.Event()
+            if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
+                self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
+            else:
+                self.watchdog = None
+        return ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=self.context,
+            initializer=_start_worker,
+            initargs=(self.stop, os.getpid(), self.watchdog),
+        )
+
     def results(self):
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             for path, config, _, raw in self.waiting:
                 yield check_file(path, config), raw
             if self.pool is not None:
                 self._submit_batch()
-            for future, raws in self.futures:
-                yield from zip(future.result(), raws)
+            for future, items, raws in self.futures:
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool:  # a worker died (LibCST's native parser crashed, say)
+                    outcomes = self._check_alone(items)
+                yield from zip(outcomes, raws)
         finally:
             self.close()
+
+    def _check_alone(self, items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
+        """Check a dead worker's files again, one per task in a worker of their own: the file that kills
+        it again is that file's error, and the run goes on."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        outcomes = []
+        for path, config in items:
+            if self.stop.is_set():
+                break
+            if self.alone is None:
+                self.alone = self._new_pool(1)
+            try:
+                outcomes.extend(self.alone.submit(check_files, [(path, config)]).result())
+            except BrokenProcessPool:
+                self.alone.shutdown(wait=False)
+                self.alone = None
+                outcomes.append(FileOutcome(path, errors=[FileError(path, _WORKER_DIED)]))
+        return outcomes
 
     def close(self) -> None:
         """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped."""
         if self.pool is not None:
             self.stop.set()
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            for pool in (self.pool, self.alone):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = self.alone = None
+        if self.watchdog is not None:
+            for end in self.watchdog:
+                with contextlib.suppress(OSError):
+                    os.close(end)
+            self.watchdog = None
 
+
+_WORKER_DIED = "not analysed: the process checking this file died (a crash in LibCST's native parser?); file left unchanged"
 
 _STOP = None  # in a worker: the scheduler's stop event
 
 
-def _start_worker(stop) -> None:
-    """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`)."""
+def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> None:
+    """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
+
+    And they end when the main process does, however it ends (kill -9 included): they must not go
+    on writing fixes, nor hold the output pipes open for a caller that waits for them to close.
+    On Linux the kernel kills them when their parent dies (PR_SET_PDEATHSIG); everywhere, a watchdog
+    thread waits on a pipe that only the main process holds open (forked workers), or polls the
+    parent's pid (other start methods), and ends the worker at once.
+    """
     import signal
 
     global _STOP
     _STOP = stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent(parent)
+    if watchdog is not None:
+        read_end, write_end = watchdog
+        os.close(write_end)  # this worker's inherited copy: only the main process may keep the pipe open
+        threading.Thread(target=_wait_for_eof, args=(read_end,), name="amp-lint-watchdog", daemon=True).start()
+    else:
+        threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before any of this was in place
+        os._exit(1)
+
+
+def _die_with_parent(parent: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc to speak of: the watchdog thread does the job
+        pass
+
+
+def _wait_for_eof(read_end: int) -> None:
+    try:
+        while os.read(read_end, 1):
+            pass
+    except OSError:
+        pass
+    os._exit(1)  # the main process is gone: end now, whatever this worker was doing
+
+
+def _poll_parent(parent: int) -> None:
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def check_files(items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
