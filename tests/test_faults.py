@@ -366,3 +366,33 @@ def test_bracket_bombs_and_huge_statements_are_refused_fast(tmp_path, bomb, mess
         assert "good.py" + FINDING in output(result) or (mode and b"scaler.update()" in (tmp_path / "good.py").read_bytes())
     assert time.monotonic() - started < TIMEOUT
     assert (tmp_path / "bomb.py").read_text() == BUGGY + bomb + "\n"
+
+
+# -- 9: internal errors are one file error line ------------------------------------------------------
+
+
+def test_code_libcst_cannot_build_is_not_analysed_not_an_internal_error(tmp_path):
+    write(tmp_path / "star.py", "import torch\nwith torch.autocast('cuda'):\n    for x in*a:\n        loss = model(x)\n        loss.backward()\n")
+    write(tmp_path / "good.py", BUGGY)
+    for mode in ((), ("--fix",), ("--select", "ALL", "--fix", "--unsafe-fixes")):
+        result = amp_lint("check", "--no-cache", *mode, "star.py", "good.py", cwd=tmp_path)
+        assert_no_crash(result, 2)
+        lines = [line for line in output(result).splitlines() if "star.py" in line]
+        assert lines == ["star.py: error: not analysed: valid Python that LibCST cannot parse (Must have at least one space after 'in' keyword.)"]
+
+
+def test_a_rules_internal_error_is_one_line_naming_the_rule_and_the_others_still_report(tmp_path, monkeypatch):
+    import amp_lint.engine.checker as checker_module
+    from amp_lint.rules import ALL_RULES
+
+    broken = next(rule for rule in ALL_RULES if rule.code == "AMP001")
+
+    def explode(self, model):
+        raise AttributeError("'Branch' object has no attribute 'test'")
+
+    monkeypatch.setattr(broken, "check", explode)
+    checker = checker_module.Checker(frozenset(r.code for r in ALL_RULES), fix=True)
+    result = checker.check(BUGGY, "a.py")
+    # (once per fix pass here; the runner reports each distinct error of a file once)
+    assert {e.message for e in result.errors} == {"internal error in AMP001: AttributeError: 'Branch' object has no attribute 'test'"}
+    assert result.fixed == {"AMP021": 1}
