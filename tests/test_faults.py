@@ -396,3 +396,89 @@ def test_a_rules_internal_error_is_one_line_naming_the_rule_and_the_others_still
     # (once per fix pass here; the runner reports each distinct error of a file once)
     assert {e.message for e in result.errors} == {"internal error in AMP001: AttributeError: 'Branch' object has no attribute 'test'"}
     assert result.fixed == {"AMP021": 1}
+
+
+# -- 11: form feeds, hard links, stale temporary files ----------------------------------------------
+
+FORM_FED = (
+    "import torch\n\n"
+    "\x0cscaler = torch.cuda.amp.GradScaler()\n"
+    "for x, y in loader:\n"
+    '    with torch.autocast("cuda"):\n'
+    "        loss = loss_fn(model(x), y)\n"
+    "\x0c        scaler.scale(loss).backward()\n"
+    "    scaler.step(optimizer)\n"
+    "    scaler.update()\n"
+)
+
+
+def test_form_feed_before_a_line_a_fix_rewrites_is_kept(tmp_path):
+    path = write(tmp_path / "a.py", FORM_FED)
+    result = amp_lint("check", "--no-cache", "--fix", "a.py", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert path.read_text() == (
+        FORM_FED.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")').replace(
+            "\x0c        scaler.scale", "\x0c    scaler.scale"
+        )
+    )
+    compile(path.read_text(), "a.py", "exec")
+    assert_no_crash(amp_lint("check", "--no-cache", "--fix", "a.py", cwd=tmp_path), 0)  # idempotent
+    assert path.read_text().count("\x0c") == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "link"), reason="needs hard links")
+def test_fix_keeps_hard_links(tmp_path):
+    path = write(tmp_path / "a.py", BUGGY)
+    os.chmod(path, 0o640)
+    os.link(path, tmp_path / "second_name.py")
+    inode = path.stat().st_ino
+    result = amp_lint("check", "--no-cache", "--fix", "a.py", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert b"scaler.update()" in path.read_bytes()
+    assert (tmp_path / "second_name.py").read_bytes() == path.read_bytes()  # the other name sees the fix
+    assert path.stat().st_ino == inode and path.stat().st_nlink == 2 and (path.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "second_name.py"]  # no temporary file left
+
+
+def test_failed_in_place_write_puts_the_original_back(tmp_path, monkeypatch):
+    from amp_lint.files import sources
+
+    path = write(tmp_path / "a.py", BUGGY)
+    os.link(path, tmp_path / "b.py")
+    original = sources.read_source(path)
+    calls = []
+
+    def failing_truncate(fd, length):
+        calls.append(length)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real_truncate(fd, length)
+
+    real_truncate = os.ftruncate
+    monkeypatch.setattr(os, "ftruncate", failing_truncate)
+    with pytest.raises(sources.SourceError, match="No space left"):
+        sources.write_atomic(path, BUGGY + "# fixed\n", original)
+    assert path.read_bytes() == (tmp_path / "b.py").read_bytes() == BUGGY.encode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]
+
+
+def test_stale_temporary_file_of_a_killed_write_is_removed_by_the_next_fix_run(tmp_path):
+    import time
+
+    write(tmp_path / "a.py", BUGGY)
+    old = time.time() - 3600
+    stale = write(tmp_path / ".a.py.amp-lint-k3x_9q2z.tmp", BUGGY[:20])
+    os.utime(stale, (old, old))
+    fresh = write(tmp_path / ".a.py.amp-lint-abcdefgh.tmp", "a concurrent run's write in progress")
+    unrelated = [
+        write(tmp_path / name, "not ours")
+        for name in (".a.py.amp-lint-abc.tmp", "a.py.amp-lint-abcdefgh.tmp", ".a.py.amp-lint-ABCDEFGH.tmp", ".a.py.tmp", "notes.tmp")
+    ]
+    for path in unrelated:
+        os.utime(path, (old, old))
+    check = amp_lint("check", "--no-cache", "a.py", cwd=tmp_path)
+    assert check.returncode == 1 and stale.exists()  # a check run writes nothing, removes nothing
+    result = amp_lint("check", "--no-cache", "--fix", "a.py", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert not stale.exists()
+    assert fresh.exists() and all(path.exists() for path in unrelated)

@@ -289,6 +289,7 @@ def _terminate_as_interrupt():
 
 
 def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List[str]]:
+    _remove_stale_temporaries(plan)
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
@@ -320,6 +321,21 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List
             diffs.append(outcome.diff)
     report.sort()
     return report, diffs
+
+
+def _remove_stale_temporaries(plan: RunPlan) -> None:
+    """A run that writes fixes first removes what a killed one left: its temporary files (see
+    `amp_lint.files.sources.remove_stale_temporaries`), in the folders of the files it may write."""
+    folders = {os.path.dirname(os.path.abspath(path)) for path, config in plan.files if config.write and config.fix}
+    if not folders:
+        return
+    import time
+
+    from amp_lint.files.sources import remove_stale_temporaries
+
+    started = time.time()
+    for folder in sorted(folders):
+        remove_stale_temporaries(folder, started)
 
 
 def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import stat
 import tokenize
 from dataclasses import dataclass
@@ -438,6 +439,11 @@ def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
     crash, a full disk or Ctrl-C never leaves a half-written file. The write is refused
     (`FileChangedError`) if the file on disk no longer holds exactly `original.raw`, checked just
     before the rename. A symlink is written through: its target is replaced, the link stays.
+
+    A file with hard links (a second name for the same file) is written in place instead, as Ruff
+    and Black write every file: a rename would give this name a new file and leave the others with
+    the old text. The temporary copy is still written and read back first (a full disk fails there,
+    with the original untouched), and a failed in-place write puts the original bytes back.
     """
     data = original.encode(new_text)
     if data == original.raw:
@@ -466,19 +472,79 @@ def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -
         try:
             _keep_owner(temporary, fd, info)  # before chmod: chown clears setuid/setgid bits
             os.chmod(temporary, stat.S_IMODE(info.st_mode))
-            remaining = memoryview(data)
-            while remaining:
-                remaining = remaining[os.write(fd, remaining) :]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         if _read_bytes(target) != expected:
             raise FileChangedError("file changed on disk after it was read; not written")
-        os.replace(temporary, target)
+        if info.st_nlink > 1:
+            if _read_bytes(Path(temporary)) != data:
+                raise SourceError("the temporary copy does not read back as written; file left unchanged")
+            _write_in_place(target, data, expected)
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _write_in_place(target: Path, data: bytes, original: bytes) -> None:
+    """Overwrite the file itself (its inode: every hard link sees the change); on failure, the original back."""
+    fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.lseek(fd, 0, os.SEEK_SET)
+                _write_all(fd, original)
+                os.ftruncate(fd, len(original))
+                os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    remaining = memoryview(data)
+    while remaining:
+        remaining = remaining[os.write(fd, remaining) :]
+
+
+# The temporary files `_replace` creates: `tempfile.mkstemp` puts 8 characters of its alphabet
+# between the prefix and the suffix.
+_TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.amp-lint-[a-z0-9_]{8}\.tmp\Z")
+# A write takes milliseconds; a temporary file this much older than the run was left by a killed one.
+STALE_TEMPORARY_SECONDS = 60
+
+
+def remove_stale_temporaries(folder: str, started: float) -> List[str]:
+    """Remove the temporary files a killed `--fix` left in `folder` (`.name.py.amp-lint-XXXX.tmp`).
+
+    Only regular files with exactly our name pattern, last modified well before this run started (a
+    concurrent run's write in progress is left alone). Returns the paths removed.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.endswith(".tmp") or ".amp-lint-" not in entry.name or not _TEMPORARY_NAME.match(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < started - STALE_TEMPORARY_SECONDS:
+                os.unlink(entry.path)
+                removed.append(entry.path)
+        except OSError:
+            continue
+    return removed
 
 
 def _keep_owner(temporary: str, fd: int, info: os.stat_result) -> None:
