@@ -201,7 +201,9 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR", help="Where the cache lives.")
 @click.option("--amp-dtype", type=click.Choice(["float16", "bfloat16"]), help="AMP100 conversion dtype.")
-@click.option("--amp-device", help="AMP100 conversion device type (default: inferred, else cuda).")
+@click.option(
+    "--amp-device", callback=lambda ctx, param, value: _device_type(value), help="AMP100 conversion device type (default: inferred, else cuda)."
+)
 @click.option(
     "--target-torch",
     help="The oldest torch the code must support (e.g. 2.1): fixes suggest only APIs it has "
@@ -227,6 +229,15 @@ def check(paths, **options) -> None:
             sys.stderr.flush()
             os._exit(code)
     sys.exit(code)
+
+
+def _device_type(value: Optional[str]) -> Optional[str]:
+    """`--amp-device` goes into fixed code: only a device type (an identifier) is accepted."""
+    from amp_lint.files.config import is_device_type
+
+    if value is not None and not is_device_type(value):
+        raise click.BadParameter(f"{value!r} is not a device type such as 'cuda' or 'cpu' (an identifier)")
+    return value
 
 
 def _run_check(paths: List[str], options: dict) -> int:
@@ -450,10 +461,12 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
     if options["prefilter_only"]:
         from amp_lint.engine.runner import may_match
 
+        from amp_lint.files.sources import SourceError, read_bytes
+
         for path, config in planned:
             try:
-                text = Path(path).read_bytes().decode("utf-8", errors="replace")
-            except OSError:
+                text = read_bytes(path).decode("utf-8", errors="replace")
+            except SourceError:
                 continue
             if may_match(text, config):
                 click.echo(path)

@@ -122,9 +122,14 @@ def test_form_feed_goes_back_on_its_line_after_others_move():
     assert restored.form_feeds == {3: "\x0c"}
 
 
-def test_line_a_fix_rewrote_loses_its_form_feed():
+def test_line_a_fix_rewrote_keeps_its_form_feed():
     prepared = prepare("a = 1\n\x0cb = 2\nc = 3\n")
-    assert prepared.restore("a = 1\nb = 3\nc = 3\n").text == "a = 1\nb = 3\nc = 3\n"
+    assert prepared.restore("a = 1\nb = 3\nc = 3\n").text == "a = 1\n\x0cb = 3\nc = 3\n"
+
+
+def test_form_feed_of_a_deleted_line_is_not_put_on_another():
+    prepared = prepare("a = 1\n\x0cb = 2\nc = 3\n")
+    assert prepared.restore("a = 1\nc = 3\n").text == "a = 1\nc = 3\n"
 
 
 def test_final_cr_comes_back_after_a_line_added_at_the_end():

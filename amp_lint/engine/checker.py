@@ -107,6 +107,9 @@ class Checker:
         except cst.ParserSyntaxError as error:
             result.errors.append(_parse_failure(filename, prepared.text, error))
             return result
+        except cst.CSTValidationError as error:  # LibCST's parser builds a node it then refuses (`for x in*a:`)
+            result.errors.append(FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({error})"))
+            return result
         result.parsed = True
         final: Optional[_Placed] = None
         if self.fix and prepared.restore(module.code).text != source:

@@ -7,6 +7,7 @@ come back in a stable order whatever the scheduling.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -255,11 +256,39 @@ class RunPlan:
 
 
 def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) -> Tuple[Report, List[str]]:
-    """Check every planned file; returns the report and the diffs (for --diff)."""
+    """Check every planned file; returns the report and the diffs (for --diff).
+
+    SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
+    are on, files not started are left alone.
+    """
+    with _terminate_as_interrupt():
+        return _execute(plan, jobs=jobs, cache=cache)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    import signal
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List[str]]:
+    _remove_stale_temporaries(plan)
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
-    known_negatives = (cache.get(_NEGATIVES_KEY, b"") or {}).get("files", {}) if cache is not None else {}
+    known_negatives = _known_negatives(cache)
     negatives: Dict[str, str] = {}
     scheduler = _Scheduler(jobs)
     try:
@@ -289,18 +318,35 @@ def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) ->
     return report, diffs
 
 
+def _remove_stale_temporaries(plan: RunPlan) -> None:
+    """A run that writes fixes first removes what a killed one left: its temporary files (see
+    `amp_lint.files.sources.remove_stale_temporaries`), in the folders of the files it may write."""
+    folders = {os.path.dirname(os.path.abspath(path)) for path, config in plan.files if config.write and config.fix}
+    if not folders:
+        return
+    import time
+
+    from amp_lint.files.sources import remove_stale_temporaries
+
+    started = time.time()
+    for folder in sorted(folders):
+        remove_stale_temporaries(folder, started)
+
+
 def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives) -> None:
     """Read each file, rule out what cannot hold a finding (or is cached), and schedule the rest.
 
     Largest first: the files that take longest start first, and the workers are busy with them while
     the prefilter still reads the small ones.
     """
+    from amp_lint.files.sources import SourceError, read_bytes
+
     for path, config in sorted(plan.files, key=lambda item: -_size(item[0])):
         report.files_checked += 1
         try:
-            with open(path, "rb", buffering=0) as file:  # unbuffered, no pathlib: half the cost on small files
-                raw = file.read()
-        except OSError:
+            # Non-blocking, regular files only, size-limited: a FIFO or a device must not hang the run.
+            raw = read_bytes(path)
+        except SourceError:
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
             digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
@@ -314,8 +360,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                 continue
             if cache is not None and not config.fix:
                 hit = cache.get(Path(path), raw)
-                if hit is not None:
-                    outcomes[path] = _outcome_from_payload(path, hit)
+                cached = _outcome_from_payload(path, hit) if hit is not None else None
+                if cached is not None:
+                    outcomes[path] = cached
                     continue
         scheduler.add(path, config, len(raw) if raw is not None else 0, raw)
 
@@ -355,9 +402,12 @@ class _Scheduler:
         self.waiting_bytes = 0
         self.batch: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
         self.batch_bytes = 0
-        self.futures: List[Tuple[object, List[Optional[bytes]]]] = []
+        self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
         self.pool: Optional[ProcessPoolExecutor] = None
         self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
+        self.context = None
+        self.alone: Optional[ProcessPoolExecutor] = None  # one worker, to recheck a dead worker's files one by one
+        self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
         if self.pool is not None:
@@ -380,50 +430,146 @@ class _Scheduler:
         if not self.batch:
             return
         batch, self.batch, self.batch_bytes = self.batch, [], 0
-        future = self.pool.submit(check_files, [(path, config) for path, config, _, _ in batch])
-        self.futures.append((future, [raw for _, _, _, raw in batch]))
+        items = [(path, config) for path, config, _, _ in batch]
+        future = self.pool.submit(check_files, items)
+        self.futures.append((future, items, [raw for _, _, _, raw in batch]))
 
     def _start_pool(self) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork") if sys.platform.startswith("linux") else multiprocessing.get_context()
-        self.stop = context.Event()
-        self.pool = ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=context, initializer=_start_worker, initargs=(self.stop,)
-        )
+        self.pool = self._new_pool(self.workers)
         waiting, self.waiting = self.waiting, []
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
+    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+        import multiprocessing
+
+        if self.context is None:
+            fork = sys.platform.startswith("linux")
+            self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
+            self.stop = self.context.Event()
+            if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
+                self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
+            else:
+                self.watchdog = None
+        return ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=self.context,
+            initializer=_start_worker,
+            initargs=(self.stop, os.getpid(), self.watchdog),
+        )
+
     def results(self):
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             for path, config, _, raw in self.waiting:
                 yield check_file(path, config), raw
             if self.pool is not None:
                 self._submit_batch()
-            for future, raws in self.futures:
-                yield from zip(future.result(), raws)
+            for future, items, raws in self.futures:
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool:  # a worker died (LibCST's native parser crashed, say)
+                    outcomes = self._check_alone(items)
+                yield from zip(outcomes, raws)
         finally:
             self.close()
+
+    def _check_alone(self, items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
+        """Check a dead worker's files again, one per task in a worker of their own: the file that kills
+        it again is that file's error, and the run goes on."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        outcomes = []
+        for path, config in items:
+            if self.stop.is_set():
+                break
+            if self.alone is None:
+                self.alone = self._new_pool(1)
+            try:
+                outcomes.extend(self.alone.submit(check_files, [(path, config)]).result())
+            except BrokenProcessPool:
+                self.alone.shutdown(wait=False)
+                self.alone = None
+                outcomes.append(FileOutcome(path, errors=[FileError(path, _WORKER_DIED)]))
+        return outcomes
 
     def close(self) -> None:
         """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped."""
         if self.pool is not None:
             self.stop.set()
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            for pool in (self.pool, self.alone):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = self.alone = None
+        if self.watchdog is not None:
+            for end in self.watchdog:
+                with contextlib.suppress(OSError):
+                    os.close(end)
+            self.watchdog = None
 
+
+_WORKER_DIED = "not analysed: the process checking this file died (a crash in LibCST's native parser?); file left unchanged"
 
 _STOP = None  # in a worker: the scheduler's stop event
 
 
-def _start_worker(stop) -> None:
-    """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`)."""
+def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> None:
+    """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
+
+    And they end when the main process does, however it ends (kill -9 included): they must not go
+    on writing fixes, nor hold the output pipes open for a caller that waits for them to close.
+    On Linux the kernel kills them when their parent dies (PR_SET_PDEATHSIG); everywhere, a watchdog
+    thread waits on a pipe that only the main process holds open (forked workers), or polls the
+    parent's pid (other start methods), and ends the worker at once.
+    """
     import signal
 
     global _STOP
     _STOP = stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent(parent)
+    if watchdog is not None:
+        read_end, write_end = watchdog
+        os.close(write_end)  # this worker's inherited copy: only the main process may keep the pipe open
+        threading.Thread(target=_wait_for_eof, args=(read_end,), name="amp-lint-watchdog", daemon=True).start()
+    else:
+        threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before any of this was in place
+        os._exit(1)
+
+
+def _die_with_parent(parent: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc to speak of: the watchdog thread does the job
+        pass
+
+
+def _wait_for_eof(read_end: int) -> None:
+    try:
+        while os.read(read_end, 1):
+            pass
+    except OSError:
+        pass
+    os._exit(1)  # the main process is gone: end now, whatever this worker was doing
+
+
+def _poll_parent(parent: int) -> None:
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def check_files(items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
@@ -440,11 +586,65 @@ def _payload(outcome: FileOutcome) -> dict:
     return {"diagnostics": [diagnostic_to_record(d) for d in outcome.diagnostics], "unsafe_fixable": outcome.unsafe_fixable}
 
 
-def _outcome_from_payload(path: str, payload: dict) -> FileOutcome:
-    # The entry is keyed by the absolute path, so another run may have named the file differently
-    # (`pkg/train.py`, then `train.py` from inside pkg/): findings name the file as this run does.
-    return FileOutcome(
-        path,
-        diagnostics=[dataclasses.replace(diagnostic_from_record(d), filename=path) for d in payload.get("diagnostics", [])],
-        unsafe_fixable=payload.get("unsafe_fixable", 0),
-    )
+def _outcome_from_payload(path: str, payload: dict) -> Optional[FileOutcome]:
+    """The outcome a cache entry stored, or None when the entry is not one we wrote (a miss).
+
+    The entry is keyed by the absolute path, so another run may have named the file differently
+    (`pkg/train.py`, then `train.py` from inside pkg/): findings name the file as this run does.
+
+    A cache file is outside our control (a disk error, a hand edit, another version's bug): what it
+    holds is checked field by field, so that a renamed key or a number where a list belongs is a miss
+    instead of a crash in this run and every later one.
+    """
+    records = payload.get("diagnostics")
+    unsafe_fixable = payload.get("unsafe_fixable")
+    if set(payload) != {"diagnostics", "unsafe_fixable"} or not isinstance(records, list) or not _is_count(unsafe_fixable):
+        return None
+    diagnostics = []
+    for record in records:
+        diagnostic = _diagnostic_from_cache(record)
+        if diagnostic is None:
+            return None
+        diagnostics.append(dataclasses.replace(diagnostic, filename=path))
+    return FileOutcome(path, diagnostics=diagnostics, unsafe_fixable=unsafe_fixable)
+
+
+_RECORD_STRINGS = ("code", "message", "filename", "rule_name", "source_line", "context")
+
+
+def _diagnostic_from_cache(record: object) -> Optional[Diagnostic]:
+    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in _RECORD_STRINGS):
+        return None
+    positions = [record.get("location"), record.get("end_location")]
+    fix = record.get("fix")
+    if fix is not None:
+        edits = fix.get("edits") if isinstance(fix, dict) else None
+        if not isinstance(edits, list) or not isinstance(fix.get("message"), str):
+            return None
+        for edit in edits:
+            if not isinstance(edit, list) or len(edit) != 5 or not isinstance(edit[4], str):
+                return None
+            positions += [edit[0:2], edit[2:4]]
+    if not all(isinstance(p, list) and len(p) == 2 and all(_is_count(n) for n in p) for p in positions):
+        return None
+    if record.get("cell") is not None and not _is_count(record["cell"]):
+        return None
+    try:
+        diagnostic = diagnostic_from_record(record)
+    except (KeyError, TypeError, ValueError):  # a severity, confidence or applicability we do not know
+        return None
+    # Exactly what we write, no key more or less: anything else is not our entry.
+    return diagnostic if diagnostic_to_record(diagnostic) == record else None
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _known_negatives(cache) -> Dict[str, str]:
+    """The cache's list of files the prefilter ruled out ({path: digest}); empty when it does not validate."""
+    entry = cache.get(_NEGATIVES_KEY, b"") if cache is not None else None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
+        return {}
+    return files

@@ -99,7 +99,7 @@ class ResultCache:
 
         try:
             entry = json.loads(raw)
-        except ValueError:  # corrupt (a disk error, a hand edit): a miss, the next put repairs it
+        except (ValueError, RecursionError):  # corrupt (a disk error, a hand edit): a miss, the next put repairs it
             return None
         # The entry names its own key, so a file that ended up under the wrong name is a miss too.
         if not isinstance(entry, dict) or entry.get("key") != key:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
+from amp_lint.files.sources import SourceError, read_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,6 +25,10 @@ else:  # pragma: no cover - Python < 3.11
 
 CONFIG_NAMES = (".amp-lint.toml", "amp-lint.toml", "pyproject.toml")
 AMP_DTYPES = ("float16", "bfloat16")
+# A device type as `torch.autocast(device_type=...)` takes it (`cuda`, `cpu`, `xpu`, `mps`, `hpu`, a
+# backend's own name): an identifier. The conversion writes it into the fixed code, so nothing else passes.
+_DEVICE_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CONFIG_BYTES = 4 * 1024 * 1024  # a configuration file bigger than this is not one
 
 
 class ConfigError(ValueError):
@@ -59,14 +65,14 @@ def _config_in(folder: Path) -> Optional[Path]:
 
 def _has_amp_lint_table(pyproject: Path) -> bool:
     try:
-        content = pyproject.read_bytes()
-    except OSError:
+        content = read_bytes(str(pyproject), _CONFIG_BYTES)
+    except SourceError:
         return False
     if b"amp-lint" not in content and b"amp_lint" not in content:  # skip the many pyproject.toml files that cannot match
         return False
     try:
         data = tomllib.loads(content.decode("utf-8", errors="replace"))
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")
     if isinstance(tool, dict) and "amp-lint" not in tool:
@@ -165,13 +171,16 @@ def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
 def _read_table(path: Path) -> Tuple[dict, str]:
     """The amp-lint settings table of the file, and how messages name it (" in [tool.amp-lint]" or "")."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from error
+        # Not `read_text`: `--config` naming a FIFO or a device must fail at once, not hang.
+        data = tomllib.loads(read_bytes(str(path), _CONFIG_BYTES).decode("utf-8"))
+    except SourceError as error:
+        raise ConfigError(f"{path}: cannot read: {error.message}") from error
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text: {error.reason}") from error
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from error
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     if path.name != "pyproject.toml":
         return data, ""
     tool = data.get("tool", {})
@@ -246,9 +255,16 @@ def _boolean(value: Any, context: _Context) -> bool:
     return value
 
 
-def _string(value: Any, context: _Context) -> str:
+def is_device_type(value: str) -> bool:
+    """Is `value` a device type (an identifier such as `cuda` or `xpu`) that may go into fixed code?"""
+    return bool(_DEVICE_TYPE.match(value))
+
+
+def _device_type(value: Any, context: _Context) -> str:
     if not isinstance(value, str) or not value:
         raise context.error("a non-empty string", value)
+    if not is_device_type(value):
+        raise ConfigError(f"{context.path}: {context.key!r} must be a device type such as 'cuda' or 'cpu' (an identifier), got {value!r}")
     return value
 
 
@@ -301,7 +317,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "fail-on": ("fail_on", _one_of(("info", "warning", "error"))),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
-    "amp-device": ("amp_device", _string),
+    "amp-device": ("amp_device", _device_type),
     "target-torch": ("target_torch", _torch_version),
 }
 

@@ -70,6 +70,8 @@ class Notebook:
             document = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SourceError(f"invalid notebook JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        except RecursionError:  # `[[[[...` thousands deep: json's parser recurses
+            raise SourceError("invalid notebook JSON: nested too deeply") from None
         if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
             raise SourceError("not a Jupyter notebook (nbformat 4): no list of cells")
         cells: List[_CodeCell] = []
@@ -151,7 +153,10 @@ class Notebook:
                 replacements[position] = new_text
         if not replacements:
             return self.text
-        return self._with_sources(replacements)
+        try:
+            return self._with_sources(replacements)
+        except RecursionError:  # parsed once at this depth, but the writer's own walk may not be so lucky
+            raise SourceError("notebook JSON nested too deeply to rewrite") from None
 
     def _split_cells(self, new_source: str) -> List[List[str]]:
         segments: List[List[str]] = []

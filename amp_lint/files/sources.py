@@ -13,6 +13,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import stat
 import tokenize
 from dataclasses import dataclass
@@ -252,7 +253,20 @@ class _Walker:
             return ()
         import pathspec  # only where a project has ignore files: keeps a plain run's start-up fast
 
-        return ((self._absolute(base), pathspec.GitIgnoreSpec.from_lines(lines)),)
+        try:
+            spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        except ValueError:
+            # A line git accepts but pathspec refuses (`!` or `\` alone): git matches nothing with it.
+            spec = pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(pathspec, line)])
+        return ((self._absolute(base), spec),)
+
+
+def _valid_gitignore_line(pathspec, line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except ValueError:
+        return False
+    return True
 
 
 def _gitignored(path: Path, is_folder: bool, ignore_rules: Sequence[_IgnoreRule]) -> bool:
@@ -307,26 +321,66 @@ class SourceText:
         return codecs.BOM_UTF8 + data if self.bom else data
 
 
-def read_source(path: Path) -> SourceText:
-    """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
+# Python source this big is generated data, not code to lint; reading it whole (and LibCST's tree of
+# it, at some hundred times the text's size) would cost gigabytes. Notebooks carry their outputs
+# (images) and get a larger allowance.
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 128 * 1024 * 1024
+
+
+def read_limit(path: str) -> int:
+    """The most bytes `read_bytes` reads of `path` before refusing it."""
+    return MAX_NOTEBOOK_BYTES if path.endswith(".ipynb") else MAX_SOURCE_BYTES
+
+
+def read_bytes(path: str, limit: Optional[int] = None) -> bytes:
+    """The bytes of the regular file `path`, or `SourceError` with a one-line reason.
+
+    Whatever the path names, this neither hangs nor exhausts memory: the file is opened without
+    blocking (a FIFO has no writer to wait for), what was opened is checked with `fstat` (so a file
+    swapped for a FIFO or a device after discovery is refused too), and at most `limit` bytes are
+    read (`/dev/zero` named `z.py` is not a regular file; a file that grows while read stops there).
+    """
+    limit = read_limit(path) if limit is None else limit
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        # O_NONBLOCK: a FIFO named `x.py` must not hang the run; it is refused below.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise SourceError("Is a directory")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(info.st_mode):
             raise SourceError("not a regular file")
-        with open(fd, "rb", closefd=False) as stream:
-            raw = stream.read()
+        if info.st_size > limit:
+            raise SourceError(_too_large(info.st_size, limit))
+        chunks = []
+        total = 0
+        wanted = info.st_size + 1  # one byte more than expected: to see the end of the file at once
+        while True:
+            chunk = os.read(fd, min(max(wanted, 65536), limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise SourceError(_too_large(total, limit))
+            wanted = 65536
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
     finally:
         os.close(fd)
-    return decode_source(raw)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"file too large to analyse ({size / 1048576:.1f} MB or more; the limit is {limit // 1048576} MB); not read"
+
+
+def read_source(path: Path) -> SourceText:
+    """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
+    return decode_source(read_bytes(os.fspath(path)))
 
 
 def decode_source(raw: bytes) -> SourceText:
@@ -388,6 +442,11 @@ def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
     crash, a full disk or Ctrl-C never leaves a half-written file. The write is refused
     (`FileChangedError`) if the file on disk no longer holds exactly `original.raw`, checked just
     before the rename. A symlink is written through: its target is replaced, the link stays.
+
+    A file with hard links (a second name for the same file) is written in place instead, as Ruff
+    and Black write every file: a rename would give this name a new file and leave the others with
+    the old text. The temporary copy is still written and read back first (a full disk fails there,
+    with the original untouched), and a failed in-place write puts the original bytes back.
     """
     data = original.encode(new_text)
     if data == original.raw:
@@ -416,19 +475,79 @@ def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -
         try:
             _keep_owner(temporary, fd, info)  # before chmod: chown clears setuid/setgid bits
             os.chmod(temporary, stat.S_IMODE(info.st_mode))
-            remaining = memoryview(data)
-            while remaining:
-                remaining = remaining[os.write(fd, remaining) :]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         if _read_bytes(target) != expected:
             raise FileChangedError("file changed on disk after it was read; not written")
-        os.replace(temporary, target)
+        if info.st_nlink > 1:
+            if _read_bytes(Path(temporary)) != data:
+                raise SourceError("the temporary copy does not read back as written; file left unchanged")
+            _write_in_place(target, data, expected)
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _write_in_place(target: Path, data: bytes, original: bytes) -> None:
+    """Overwrite the file itself (its inode: every hard link sees the change); on failure, the original back."""
+    fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.lseek(fd, 0, os.SEEK_SET)
+                _write_all(fd, original)
+                os.ftruncate(fd, len(original))
+                os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    remaining = memoryview(data)
+    while remaining:
+        remaining = remaining[os.write(fd, remaining) :]
+
+
+# The temporary files `_replace` creates: `tempfile.mkstemp` puts 8 characters of its alphabet
+# between the prefix and the suffix.
+_TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.amp-lint-[a-z0-9_]{8}\.tmp\Z")
+# A write takes milliseconds; a temporary file this much older than the run was left by a killed one.
+STALE_TEMPORARY_SECONDS = 60
+
+
+def remove_stale_temporaries(folder: str, started: float) -> List[str]:
+    """Remove the temporary files a killed `--fix` left in `folder` (`.name.py.amp-lint-XXXX.tmp`).
+
+    Only regular files with exactly our name pattern, last modified well before this run started (a
+    concurrent run's write in progress is left alone). Returns the paths removed.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.endswith(".tmp") or ".amp-lint-" not in entry.name or not _TEMPORARY_NAME.match(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < started - STALE_TEMPORARY_SECONDS:
+                os.unlink(entry.path)
+                removed.append(entry.path)
+        except OSError:
+            continue
+    return removed
 
 
 def _keep_owner(temporary: str, fd: int, info: os.stat_result) -> None:

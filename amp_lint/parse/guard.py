@@ -17,6 +17,8 @@ chains are the slowest (0.9, 0.7 and 0.4 us on a 2-CPU test machine), operators 
 from __future__ import annotations
 
 import ast
+import bisect
+import itertools
 import math
 import re
 import warnings
@@ -70,14 +72,46 @@ _NO_CHAIN = Chain(0, 0, None)
 _SIMPLE_LINKS_AT_THE_LIMIT = math.isqrt(PARSE_COST_LIMIT)  # links of two nodes each, like `+ 1`
 
 
+# Bracket nesting. Python's tokenizer refuses more than 200 levels ("too many nested parentheses"),
+# but LibCST's parser does not: 3,000 levels take it 8.5 GB, 100,000 crash it. Within Python's limit,
+# LibCST's memory grows with the square of the depth (a line of 199-deep lists: about 30 MB, and
+# 200 such lines about 6 GB): the nesting cost of a file is the sum, over its opening brackets, of
+# their depth beyond `_SHALLOW_DEPTH` (ordinary code never gets there).
+_SHALLOW_DEPTH = 10
+# About 5 lines of 199-deep lists (150 MB, a few seconds); one such line costs 18,000.
+NESTING_COST_LIMIT = 100_000
+# Python's limit: from this (raw) depth on, its own parser is asked first; it refuses at once.
+_ASK_PYTHON_DEPTH = 200
+# One statement of this many tokens takes LibCST's parser half a minute and gigabytes, however flat
+# (a 1 MB list literal: 330,000 elements). Counted cheaply as the commas, colons, operators and
+# brackets of the statement's text. A 25,000-row table of 3-tuples (150,000) still passes.
+STATEMENT_TOKEN_LIMIT = 200_000
+_BRACKETS = re.compile(r"[()\[\]{}]")
+_OPENING = frozenset("([{")
+_SEPARATORS = ",:+-*/%@&|^<>=.()[]{}"
+# Below this many characters a statement cannot hold `STATEMENT_TOKEN_LIMIT` tokens of the above.
+_SHORTEST_HUGE_STATEMENT = STATEMENT_TOKEN_LIMIT
+
+
 def check_parse_cost(source: str, filename: str) -> Optional[FileError]:
     """An error to report instead of parsing `source` with LibCST, or None when it parses in time.
 
-    Most files are let through by a text test alone; only a file with a logical line long enough
-    to hold a costly chain pays for Python's own `ast` (about a tenth of a LibCST parse).
+    Most files are let through by text tests alone (bracket depth, statement and logical line
+    lengths); only a file deep enough for Python's limit or with a logical line long enough to
+    hold a costly chain pays for Python's own parser (about a tenth of a LibCST parse).
     """
-    if not _may_hold_costly_chain(source):
+    refusal = _check_nesting(source, filename)
+    if refusal is not None:
+        return refusal
+    if len(source) < _SHORTEST_COSTLY_TEXT:
         return None
+    longest = _longest_logical_line(source)
+    if len(longest) < _SHORTEST_COSTLY_TEXT:  # no logical line long enough to hold a costly chain
+        return None
+    if len(longest) >= _SHORTEST_HUGE_STATEMENT:  # a 10 MB `1+1+...`: no need for `ast` to refuse it
+        tokens = _separators(longest, 0, len(longest))
+        if tokens > STATEMENT_TOKEN_LIMIT:
+            return _too_long_statement(filename, tokens)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -97,6 +131,119 @@ def check_parse_cost(source: str, filename: str) -> Optional[FileError]:
     )
 
 
+def _check_nesting(source: str, filename: str) -> Optional[FileError]:
+    """Refuse what Python's parser refuses for its nesting, deep nesting LibCST would choke on, and a
+    bracketed statement too long for LibCST's parser (see `NESTING_COST_LIMIT` and `STATEMENT_TOKEN_LIMIT`).
+
+    Brackets are counted in the raw text, strings and comments included: an estimate, cheap enough
+    for every file (a regular-expression scan and C-level sums; a Python loop only over a file with
+    more separators than the statement limit, or with stray closing brackets).
+    """
+    brackets = _BRACKETS.findall(source)
+    if not brackets:
+        return None
+    depths = list(itertools.accumulate(map(_STEP.__getitem__, brackets)))
+    if min(depths) < 0:  # a closing bracket in a string or comment: count it, but never below zero
+        depths = _clamped_depths(brackets)
+    deepest = max(depths)
+    if deepest >= _ASK_PYTHON_DEPTH:
+        refusal = _python_refusal(source, filename)
+        if refusal is not None:
+            return refusal
+    if deepest > _SHALLOW_DEPTH:
+        # Each opening bracket at depth d is matched by a closing one that leaves depth d - 1: half
+        # the sum over all brackets is about the sum over the opening ones.
+        depths.sort()
+        deep = depths[bisect.bisect_right(depths, _SHALLOW_DEPTH) :]
+        cost = (sum(deep) - _SHALLOW_DEPTH * len(deep)) // 2
+        if cost > NESTING_COST_LIMIT:
+            return FileError(
+                filename,
+                f"not analysed: brackets nested up to {deepest} deep are too costly for LibCST's parser "
+                f"(its memory grows with the square of the depth; nesting cost {cost:,}, limit {NESTING_COST_LIMIT:,})",
+            )
+    if len(source) >= _SHORTEST_HUGE_STATEMENT and _separators(source, 0, len(source)) > STATEMENT_TOKEN_LIMIT:
+        start, end = _longest_bracketed_statement(source)
+        tokens = _separators(source, start, end)
+        if tokens > STATEMENT_TOKEN_LIMIT:
+            return _too_long_statement(filename, tokens, _location_of_offset(source, start))
+    return None
+
+
+_STEP = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+
+
+def _clamped_depths(brackets: List[str]) -> List[int]:
+    depths, depth = [], 0
+    for bracket in brackets:
+        depth = depth + 1 if bracket in _OPENING else max(depth - 1, 0)
+        depths.append(depth)
+    return depths
+
+
+def _longest_bracketed_statement(source: str) -> Tuple[int, int]:
+    """(start, end) of the longest outermost bracket group of `source` (to its end if unclosed)."""
+    depth = group_start = 0
+    longest = (0, 0)
+    for match in _BRACKETS.finditer(source):
+        if match.group() in _OPENING:
+            if depth == 0:
+                group_start = match.start()
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0 and match.end() - group_start > longest[1] - longest[0]:
+                longest = (group_start, match.end())
+    if depth and len(source) - group_start > longest[1] - longest[0]:
+        longest = (group_start, len(source))
+    return longest
+
+
+def _python_refusal(source: str, filename: str) -> Optional[FileError]:
+    """Python's own verdict on deeply nested code: its syntax error, or None when it accepts it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        location = Location(error.lineno, error.offset or 1) if error.lineno else None
+        return FileError(filename, f"syntax error: {error.msg}", location)
+    except (RecursionError, MemoryError):
+        return FileError(filename, "not analysed: an expression is nested too deeply even for Python's own parser")
+    except (ValueError, OverflowError):
+        return None  # not Python that this interpreter reads: LibCST decides
+    return None
+
+
+def _separators(text: str, start: int, end: int) -> int:
+    return sum(text.count(character, start, end) for character in _SEPARATORS)
+
+
+def _too_long_statement(filename: str, tokens: int, location: Optional[Location] = None) -> FileError:
+    return FileError(
+        filename,
+        f"not analysed: a statement of about {tokens:,} tokens is too long for LibCST's parser "
+        f"(generated data?; limit: {STATEMENT_TOKEN_LIMIT:,})",
+        location,
+    )
+
+
+def _location_of_offset(source: str, offset: int) -> Location:
+    lines = LINE_BREAK.split(source[:offset])
+    return Location(len(lines), len(lines[-1]) + 1)
+
+
+def _longest_logical_line(source: str) -> str:
+    """The longest line of `source` once lines are joined where a chain may go on."""
+    longest_physical = max(source.split("\n"), key=len)
+    if _separators(longest_physical, 0, len(longest_physical)) > STATEMENT_TOKEN_LIMIT:
+        return longest_physical  # already too long: no need to join lines (seconds on 10 MB)
+    if "\r" in source:
+        source = LINE_BREAK.sub("\n", source)
+    joined = _BREAK_BEFORE_CHAIN_TOKEN.sub(" ", _BREAK_AFTER_CHAIN_TOKEN.sub(" ", source))
+    return max(joined.split("\n"), key=len)
+
+
 def _may_hold_costly_chain(source: str) -> bool:
     """False when no logical line (lines joined where a chain may go on) is long enough.
 
@@ -105,12 +252,7 @@ def _may_hold_costly_chain(source: str) -> bool:
     a chain must run over some 2,000 lines (500 calls of two arguments: 0.9 s; 1,000 calls: 4 s),
     so the text test is trusted there rather than paying for `ast` on every file with multi-line calls.
     """
-    if len(source) < _SHORTEST_COSTLY_TEXT:
-        return False
-    if "\r" in source:
-        source = LINE_BREAK.sub("\n", source)
-    joined = _BREAK_BEFORE_CHAIN_TOKEN.sub(" ", _BREAK_AFTER_CHAIN_TOKEN.sub(" ", source))
-    return max(map(len, joined.split("\n"))) >= _SHORTEST_COSTLY_TEXT
+    return len(source) >= _SHORTEST_COSTLY_TEXT and len(_longest_logical_line(source)) >= _SHORTEST_COSTLY_TEXT
 
 
 def costliest_chain(tree: ast.AST) -> Chain:

@@ -82,7 +82,7 @@ class PreparedSource:
     def restore(self, code: str) -> Restored:
         """`code` (LibCST's output for `text`, maybe fixed) with the form feeds and the final CR back.
 
-        A form feed goes back on its line when the fixes left that line as it was. The CR goes back
+        A form feed goes back on its line when the fixes left that line, or rewrote it. The CR goes back
         when the output ends the way `text` does, with or without a line break.
         """
         restored = self._with_form_feeds(code) if self.form_feeds else Restored(code)
@@ -101,14 +101,21 @@ class PreparedSource:
         return Restored("".join(lines), put_back)
 
     def _unchanged_lines(self, code: str, new_lines: List[str]) -> Iterator[Tuple[int, int]]:
-        """(index in `code`, index in `text`) of each line the fixes did not touch."""
+        """(index in `code`, index in `text`) of each line the fixes left, or rewrote in place.
+
+        A line a fix rewrote (a renamed call, a moved statement's new indentation) is the old line at
+        the same offset of a replaced block: its form feed goes back before it, as the README promises.
+        """
         if code == self.text:
             yield from ((index, index) for index in range(len(new_lines)))
             return
         old_lines = lines_with_ends(self.text)
         matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
-        for old_start, new_start, length in matcher.get_matching_blocks():
-            yield from ((new_start + offset, old_start + offset) for offset in range(length))
+        for tag, old_start, old_end, new_start, new_end in matcher.get_opcodes():
+            if tag == "equal" or tag == "replace":
+                for offset in range(min(old_end - old_start, new_end - new_start)):
+                    if tag == "equal" or new_lines[new_start + offset].strip():
+                        yield new_start + offset, old_start + offset
 
 
 def prepare(source: str) -> PreparedSource:
