@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from amp_lint import __version__
-from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, Location, Severity
+from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Severity
 from amp_lint.engine.runner import check_text
 from amp_lint.files.lines import lines_with_ends, split_lines
 from amp_lint.files.sources import SourceError
@@ -54,6 +54,12 @@ class Checked:
     view: DocumentView
     findings: List[Diagnostic]
     published: Dict[str, List[Tuple[types.Diagnostic, Optional[Diagnostic]]]] = field(default_factory=dict)
+    # The findings' fixes with their text edits, computed on the first code-action request.
+    fixes: Optional[Dict[tuple, FixSummary]] = None
+
+
+def _finding_key(finding: Diagnostic) -> tuple:
+    return (finding.code, finding.location, finding.end_location, finding.message)
 
 
 class AmpLintServer(LanguageServer):
@@ -143,9 +149,8 @@ class AmpLintServer(LanguageServer):
         view = self.view_of(key)
         if view is None:
             return None
-        loop = asyncio.get_running_loop()
         try:
-            checked, messages = await loop.run_in_executor(self.checks, self._check, view)
+            checked, messages = await self.in_check_thread(self._check, view)
         except Exception as error:  # never fatal: log it, keep the last diagnostics
             self.log(f"amp-lint: checking {view.path} failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
             return None
@@ -299,7 +304,19 @@ class AmpLintServer(LanguageServer):
             return None
         return types.WorkspaceEdit(changes=lsp_changes)
 
-    def code_actions(self, checked: Checked, uri: str, params: types.CodeActionParams) -> List[types.CodeAction]:
+    async def in_check_thread(self, function, *args):
+        """Run engine work in the check thread (never in the event loop, never beside another check)."""
+        return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
+
+    async def fixes_of(self, checked: Checked) -> Dict[tuple, FixSummary]:
+        """The fixes of the checked findings, with their text edits (the engine computes them on request)."""
+        if checked.fixes is None:
+            config = self.settings.for_path(checked.view.path).with_edits
+            outcome = await self.in_check_thread(check_text, checked.view.program, checked.view.path, config)
+            checked.fixes = {_finding_key(d): d.fix for d in outcome.diagnostics if d.fix is not None}
+        return checked.fixes
+
+    async def code_actions(self, checked: Checked, uri: str, params: types.CodeActionParams) -> List[types.CodeAction]:
         view = checked.view
         wanted = params.context.only
         actions: List[types.CodeAction] = []
@@ -309,6 +326,8 @@ class AmpLintServer(LanguageServer):
                 if finding is None or not _overlaps(diagnostic.range, params.range):
                     continue
                 fix = finding.fix
+                if fix is not None and (fix.applicability is Applicability.SAFE or unsafe_allowed):
+                    fix = (await self.fixes_of(checked)).get(_finding_key(finding))
                 if fix is not None and fix.edits and (fix.applicability is Applicability.SAFE or unsafe_allowed):
                     edit = self._edit_from(view, fix.edits)
                     if edit is not None:
@@ -335,7 +354,7 @@ class AmpLintServer(LanguageServer):
         if _wants(wanted, FIX_ALL) and any(
             f.fix is not None and f.fix.applicability is Applicability.SAFE for f in checked.findings
         ):
-            fix_all = self.fix_all_edit(view)
+            fix_all = await self.fix_all_edit(view)
             if fix_all is not None:
                 actions.append(types.CodeAction(title="amp-lint: Fix all safe fixes", kind=FIX_ALL, edit=fix_all))
         return actions
@@ -356,8 +375,8 @@ class AmpLintServer(LanguageServer):
             return None
         return self.workspace_edit(view, "".join(lines)) if edited else None
 
-    def fix_all_edit(self, view: DocumentView) -> Optional[types.WorkspaceEdit]:
-        outcome = check_text(view.program, view.path, self.settings.for_path(view.path).fix_all)
+    async def fix_all_edit(self, view: DocumentView) -> Optional[types.WorkspaceEdit]:
+        outcome = await self.in_check_thread(check_text, view.program, view.path, self.settings.for_path(view.path).fix_all)
         if outcome.fixed_text is None or outcome.fixed_text == view.program:
             return None
         return self.workspace_edit(view, outcome.fixed_text)
@@ -515,7 +534,7 @@ def create_server() -> AmpLintServer:
             checked = await ls.current(key)
             if checked is None:
                 return None
-            return ls.code_actions(checked, uri, params) or None
+            return await ls.code_actions(checked, uri, params) or None
         except Exception as error:  # a bug in building an action must not take the server down
             ls.log(f"amp-lint: code actions failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
             return None
