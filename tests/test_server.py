@@ -52,6 +52,32 @@ def test_the_core_never_imports_pygls():
     assert "server" in listed.stdout
 
 
+def test_the_readme_editor_configurations_run_the_server_with_options_it_knows():
+    """The README's VS Code, Neovim and Helix set-ups start `amp-lint server` and pass options the server reads."""
+    import re
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    from amp_lint.server.settings import parse_options
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## In the editor") :]
+    section = section[: section.index("\n## ", 1)]
+    vscode = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    assert [vscode["glspc.server.command"], *vscode["glspc.server.commandArguments"]] == ["amp-lint", "server"]
+    helix = tomllib.loads(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    server = helix["language-server"]["amp-lint"]
+    assert [server["command"], *server["args"]] == ["amp-lint", "server"]
+    assert "amp-lint" in helix["language"][0]["language-servers"]
+    neovim = re.findall(r"cmd = (\{[^}]*\})", section)
+    assert len(neovim) == 3 and set(neovim) == {'{ "amp-lint", "server" }'}
+    for options in (vscode["glspc.server.initializationOptions"], server["config"]):
+        assert parse_options(options) == ({"unsafe_fixes": False}, [])
+    assert '"source.fixAll.amp-lint"' in section
+
+
 # --- the end-to-end tests need the extra and pytest-lsp (the `test` extra installs both) ------------
 
 try:

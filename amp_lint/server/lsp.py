@@ -398,9 +398,9 @@ def _overlaps(a: types.Range, b: types.Range) -> bool:
 
 
 def _is_python(uri: str, language_id: Optional[str]) -> bool:
-    if language_id is not None:
-        return language_id == "python"
-    return uri.endswith((".py", ".pyi"))
+    """A Python document: said so by the client, or named so (a client without filetype detection
+    sends an empty language id)."""
+    return language_id == "python" or urlparse(uri).path.endswith((".py", ".pyi"))
 
 
 def _config_uri(uri: str) -> bool:
