@@ -133,6 +133,11 @@ class Session:
         self.client = LanguageClient("amp-lint-bench", "1")
         self.published = {}  # uri -> {version: monotonic time}
         self.waiters = {}
+        self.logs = []
+
+        @self.client.feature(types.WINDOW_LOG_MESSAGE)
+        def log(params):
+            self.logs.append(params.message)
 
         @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def publish(params):
@@ -190,6 +195,12 @@ class Session:
         received = await asyncio.wait_for(done, 120)
         return received - sent
 
+    def cpu_seconds(self) -> float:
+        """The server's user + system CPU time so far (a measure the machine's other load hardly changes)."""
+        with open(f"/proc/{self.client._server.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mib(self) -> float:
         pid = self.client._server.pid
         with open(f"/proc/{pid}/status", encoding="ascii") as status:
@@ -215,12 +226,13 @@ async def latency(folder: Path, edits: int, debounce_ms) -> list:
         last = text.rstrip("\n").split("\n")[-1]  # `EDITED = 0`, the line every edit rewrites
         line = text.count("\n") - 1
         times = []
+        cpu_before = session.cpu_seconds()
         for version in range(2, edits + 2):
             new_line = f"EDITED = {version}"
             times.append(await session.edit(path.as_uri(), version, line, new_line, len(last)))
             last = new_line
             await asyncio.sleep(0.05)  # an editor's user pauses between edits
-        return times
+        return times, (session.cpu_seconds() - cpu_before) / edits
     finally:
         await session.stop()
 
@@ -252,12 +264,17 @@ def main(argv=None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
+        if hasattr(os, "getloadavg"):
+            print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"1,000-line training script, {args.edits} edits (one line each), didChange -> publishDiagnostics:")
         for debounce_ms, label in ((None, "default debounce (150 ms)"), (0, "no debounce (the check alone)")):
-            times = asyncio.run(latency(folder, args.edits, debounce_ms))
+            times, cpu = asyncio.run(latency(folder, args.edits, debounce_ms))
             ms = sorted(t * 1000 for t in times)
             p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
-            print(f"  {label:32s} median {statistics.median(ms):7.1f} ms   p90 {p90:7.1f} ms   max {ms[-1]:7.1f} ms")
+            print(
+                f"  {label:32s} median {statistics.median(ms):7.1f} ms   p90 {p90:7.1f} ms   max {ms[-1]:7.1f} ms"
+                f"   server CPU per edit {cpu * 1000:6.1f} ms"
+            )
         start_rss, rss = asyncio.run(memory(folder, args.files))
         print(f"server RSS: {start_rss:.0f} MiB after start, {rss:.0f} MiB after opening {args.files} files of 1,000 lines")
     return 0
