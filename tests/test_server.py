@@ -171,6 +171,14 @@ def _client_factory(registrations):
     return make
 
 
+def vscode_capabilities():
+    """VS Code's capabilities (1.65, as pytest-lsp records them) and, as newer VS Code, notebook sync."""
+    import attrs
+
+    notebooks = types.NotebookDocumentClientCapabilities(synchronization=types.NotebookDocumentSyncClientCapabilities())
+    return attrs.evolve(client_capabilities("visual-studio-code"), notebook_document=notebooks)
+
+
 @contextlib.asynccontextmanager
 async def session(folders, *, capabilities=None, options=None, command=SERVER, registrations=None):
     """A started and initialized client; shut down cleanly afterwards (the server must exit 0)."""
@@ -178,9 +186,9 @@ async def session(folders, *, capabilities=None, options=None, command=SERVER, r
     config = ClientServerConfig(server_command=command, server_env=ENV, client_factory=_client_factory(registrations))
     client = await config.start()
     folders = [Path(f) for f in folders]
-    await client.initialize_session(
+    client.initialize_result = await client.initialize_session(
         types.InitializeParams(
-            capabilities=capabilities or client_capabilities("visual-studio-code"),
+            capabilities=capabilities or vscode_capabilities(),
             root_uri=folders[0].as_uri() if folders else None,
             workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders],
             initialization_options=options,
@@ -518,6 +526,13 @@ async def test_multi_root_workspaces_use_each_folders_configuration(tmp_path):
             types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=untitled, language_id="python", version=1, text=text))
         )
         assert codes(await diagnostics(client, untitled)) == ["AMP062", "AMP062"]
+        # The first folder is closed: the unsaved document now follows the second's configuration.
+        client.workspace_did_change_workspace_folders(
+            types.DidChangeWorkspaceFoldersParams(
+                types.WorkspaceFoldersChangeEvent(added=[], removed=[types.WorkspaceFolder(uri=first.as_uri(), name="first")])
+            )
+        )
+        await wait_for(lambda: codes(client.diagnostics.get(untitled, [])) == ["AMP072"])
 
 
 # --- notebooks -------------------------------------------------------------------------------------
@@ -553,6 +568,9 @@ async def test_notebook_cells_get_cell_relative_diagnostics_and_fixes(shared):
         (code, "python", "x = 1\nscaler = torch.cuda.amp.GradScaler()"),
     ]
     client, tmp_path = shared
+    # Offered because the client said it syncs notebooks.
+    [selector] = client.initialize_result.capabilities.notebook_document_sync.notebook_selector
+    assert selector.notebook == "jupyter-notebook" and selector.cells[0].language == "python"
     notebook_uri, cell_uris = _open_notebook(client, tmp_path / "train.ipynb", cells)
     [found] = await diagnostics(client, cell_uris[2])
     assert found.code == "AMP072"
