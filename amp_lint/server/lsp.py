@@ -32,7 +32,7 @@ from amp_lint.files.sources import SourceError
 from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines
 from amp_lint.rules.urls import rule_url
 from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView, apply_edits, client_position
-from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, parse_options
+from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
 
 FIX_ALL = "source.fixAll.amp-lint"
 SOURCE = "amp-lint"
@@ -84,6 +84,7 @@ class AmpLintServer(LanguageServer):
         # One thread runs the checks, one after the other (the engine's checkers are shared).
         self.checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amp-lint-server-check")
         self.shown_errors: set = set()
+        self.option_problems: List[str] = []  # refused initialization options, shown once initialized
 
     # --- logging ------------------------------------------------------------------------------------
 
@@ -417,16 +418,15 @@ def create_server() -> AmpLintServer:
     def initialize(ls: AmpLintServer, params: types.InitializeParams) -> None:
         options = params.initialization_options
         overrides, problems = parse_options(options)
-        if isinstance(options, dict):
-            debounce = options.get("debounce", options.get("settings", {}).get("debounce") if isinstance(options.get("settings"), dict) else None)
-            if isinstance(debounce, (int, float)) and not isinstance(debounce, bool) and debounce >= 0:
-                ls.debounce = debounce / 1000  # milliseconds, like the editors' own settings
+        debounce = debounce_option(options)
+        if debounce is not None:
+            ls.debounce = debounce
         ls.settings.set_overrides(overrides)
         ls.option_problems = problems
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: AmpLintServer, params: types.InitializedParams) -> None:
-        for problem in getattr(ls, "option_problems", []):
+        for problem in ls.option_problems:
             ls.show(f"amp-lint: {problem}")
         workspace = ls.client_capabilities.workspace
         watched = workspace.did_change_watched_files if workspace is not None else None

@@ -95,6 +95,18 @@ def parse_options(options: Any) -> Tuple[Dict[str, Any], List[str]]:
     return overrides, problems
 
 
+def debounce_option(options: Any) -> Optional[float]:
+    """The `debounce` initialization option (milliseconds, like editors' own settings) in seconds."""
+    if not isinstance(options, dict):
+        return None
+    value = options.get("debounce")
+    if value is None and isinstance(options.get("settings"), dict):
+        value = options["settings"].get("debounce")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return value / 1000
+    return None
+
+
 class ServerSettings:
     """Settings per document path, cached per configuration file until `reload`."""
 
