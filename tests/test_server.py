@@ -410,6 +410,17 @@ async def test_quick_fix_noqa_and_fix_all(shared):
     # Asked for `source.fixAll` only (VS Code's editor.codeActionsOnSave): just that one.
     only = await actions(client, uri, found, only=[types.CodeActionKind.SourceFixAll])
     assert [a.kind for a in only] == ["source.fixAll.amp-lint"]
+    # Quick fixes only: no fix-all. And the cursor away from every finding: nothing at all.
+    quick_only = await actions(client, uri, found, only=[types.CodeActionKind.QuickFix])
+    assert sorted(a.kind for a in quick_only) == ["quickfix", "quickfix"]
+    elsewhere = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(types.Position(0, 0), types.Position(0, 3)),
+            context=types.CodeActionContext(diagnostics=[]),
+        )
+    )
+    assert not elsewhere
 
 
 @e2e

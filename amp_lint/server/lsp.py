@@ -54,8 +54,10 @@ class Checked:
     view: DocumentView
     findings: List[Diagnostic]
     published: Dict[str, List[Tuple[types.Diagnostic, Optional[Diagnostic]]]] = field(default_factory=dict)
-    # The findings' fixes with their text edits, computed on the first code-action request.
+    # The findings' fixes with their text edits, and the fix-all edit: computed on the first code-action
+    # request that needs them (an editor asks for code actions at every cursor move).
     fixes: Optional[Dict[tuple, FixSummary]] = None
+    fix_all: Optional[Tuple[Optional[types.WorkspaceEdit]]] = None
 
 
 def _finding_key(finding: Diagnostic) -> tuple:
@@ -158,7 +160,10 @@ class AmpLintServer(LanguageServer):
         current = self.view_of(key)
         if current is None or current.version != view.version:
             return None  # edited (or closed) meanwhile: a newer check is on its way
-        self.publish(key, checked, messages)
+        try:
+            self.publish(key, checked, messages)
+        except Exception as error:
+            self.log(f"amp-lint: publishing the diagnostics of {view.path} failed: {type(error).__name__}: {error}", types.MessageType.Error)
         return checked
 
     def _check(self, view: DocumentView) -> Tuple[Checked, List[str]]:
@@ -352,10 +357,14 @@ class AmpLintServer(LanguageServer):
                             edit=noqa,
                         )
                     )
-        if _wants(wanted, FIX_ALL) and any(
+        # Fix-all when asked for by kind (on save, say), or beside the quick fixes under the cursor.
+        asked = bool(wanted) and _wants(wanted, FIX_ALL)
+        if (asked or (not wanted and actions)) and any(
             f.fix is not None and f.fix.applicability is Applicability.SAFE for f in checked.findings
         ):
-            fix_all = await self.fix_all_edit(view)
+            if checked.fix_all is None:
+                checked.fix_all = (await self.fix_all_edit(view),)
+            fix_all = checked.fix_all[0]
             if fix_all is not None:
                 actions.append(types.CodeAction(title="amp-lint: Fix all safe fixes", kind=FIX_ALL, edit=fix_all))
         return actions
