@@ -516,6 +516,9 @@ async def test_initialization_options_override_the_selection(tmp_path):
     async with session([tmp_path], options={"select": ["AMP072"]}) as client:
         uri = open_file(client, tmp_path / "train9.py", both)
         assert codes(await diagnostics(client, uri)) == ["AMP072"]
+        # Changed while running (workspace/didChangeConfiguration, the `amp-lint` section): checked again.
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"amp-lint": {"select": ["AMP062"]}}))
+        await wait_for(lambda: codes(client.diagnostics.get(uri, [])) == ["AMP062", "AMP062"])
 
 
 @e2e
