@@ -16,7 +16,7 @@ import click
 from amp_lint import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "generate-shell-completion")
+_SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server", "generate-shell-completion")
 
 
 class _DefaultToCheck(click.Group):
@@ -809,6 +809,14 @@ def rules_command(output_format: str) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5])
+
+
+@main.command("server")
+def server_command() -> None:
+    """Run the language server for editors (LSP over stdio; needs `pip install 'amp-lint[lsp]'`)."""
+    from amp_lint.server import serve
+
+    sys.exit(serve())
 
 
 @main.command("clean")

@@ -52,6 +52,15 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class RelatedLocation:
+    """A place the analysis went through on its way to a finding ("scaler created", a helper call)."""
+
+    message: str
+    location: Location
+    end_location: Location
+
+
+@dataclass(frozen=True)
 class FixSummary:
     applicability: Applicability
     message: str
@@ -75,6 +84,8 @@ class Diagnostic:
     context: str = ""
     # Jupyter notebooks: the 1-based cell number; `location` is then relative to the cell.
     cell: Optional[int] = None
+    # The path the analysis followed (also named in the message, "(scaler created at line 3)").
+    related: Tuple[RelatedLocation, ...] = ()
 
     @property
     def sort_key(self):
@@ -147,6 +158,9 @@ def diagnostic_to_record(diagnostic: Diagnostic) -> dict:
         "source_line": diagnostic.source_line,
         "context": diagnostic.context,
         "cell": diagnostic.cell,
+        "related": [
+            [r.message, r.location.row, r.location.column, r.end_location.row, r.end_location.column] for r in diagnostic.related
+        ],
     }
 
 
@@ -171,4 +185,7 @@ def diagnostic_from_record(record: dict) -> Diagnostic:
         source_line=record.get("source_line", ""),
         context=record.get("context", ""),
         cell=record.get("cell"),
+        related=tuple(
+            RelatedLocation(message, Location(a, b), Location(c, d)) for message, a, b, c, d in record.get("related", ())
+        ),
     )

@@ -18,7 +18,17 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from amp_lint import rules as registry
-from amp_lint.diagnostics import Applicability, Confidence, Diagnostic, Edit, FileError, FixSummary, Location, one_line
+from amp_lint.diagnostics import (
+    Applicability,
+    Confidence,
+    Diagnostic,
+    Edit,
+    FileError,
+    FixSummary,
+    Location,
+    RelatedLocation,
+    one_line,
+)
 from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
@@ -148,6 +158,7 @@ class Checker:
                     fix=self._fix_summary(fix, edits_of) if fix is not None else None,
                     source_line=lines[start.row - 1] if 0 < start.row <= len(lines) else "",
                     context=finding.context,
+                    related=_related_locations(finding.related, locator.range_of),
                 )
             )
         if prepared.changed:
@@ -480,6 +491,17 @@ def _related_text(related, range_of) -> str:
         code_range = range_of(id(node))
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
+
+
+def _related_locations(related, range_of) -> Tuple[RelatedLocation, ...]:
+    """The related nodes that have a place in the file, 1-based, each (label, place) once."""
+    located = []
+    for label, node in dict.fromkeys(related):
+        code_range = range_of(id(node))
+        if code_range is not None:
+            start = Location(code_range.start.line, code_range.start.column + 1)
+            located.append(RelatedLocation(label, start, Location(code_range.end.line, code_range.end.column + 1)))
+    return tuple(dict.fromkeys(located))
 
 
 def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> int:

@@ -1,0 +1,562 @@
+"""The language server (pygls 2): diagnostics as you type, quick fixes, `# noqa`, fix-all, reloaded settings.
+
+Each open document (or notebook) is checked in-process by the engine, in one worker thread so that the
+server keeps answering while a big file is analysed; edits are debounced (a check starts once typing
+pauses for `debounce` seconds) and a result that arrives after a newer edit is dropped. The last result
+per document is kept: code actions are built from it (from the engine's fix edits), not recomputed.
+
+A check that fails (a bug of ours) is logged to the client (`window/logMessage`) and the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from amp_lint import __version__
+from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Severity
+from amp_lint.engine.runner import check_text
+from amp_lint.files.lines import lines_with_ends, split_lines
+from amp_lint.files.sources import SourceError
+from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines
+from amp_lint.rules.urls import rule_url
+from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView, apply_edits, client_position
+from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
+
+FIX_ALL = "source.fixAll.amp-lint"
+SOURCE = "amp-lint"
+DEFAULT_DEBOUNCE = 0.15  # seconds without edits before a document is checked again
+_WATCHER_ID = "amp-lint-config-watcher"
+
+_SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFO: types.DiagnosticSeverity.Information,
+}
+
+
+@dataclass
+class Checked:
+    """The last check of one document: the view it ran on, its findings (in program coordinates) and
+    the LSP diagnostics published for each uri."""
+
+    view: DocumentView
+    findings: List[Diagnostic]
+    published: Dict[str, List[Tuple[types.Diagnostic, Optional[Diagnostic]]]] = field(default_factory=dict)
+    # The findings' fixes with their text edits, and the fix-all edit: computed on the first code-action
+    # request that needs them (an editor asks for code actions at every cursor move).
+    fixes: Optional[Dict[tuple, FixSummary]] = None
+    fix_all: Optional[Tuple[Optional[types.WorkspaceEdit]]] = None
+
+
+def _finding_key(finding: Diagnostic) -> tuple:
+    return (finding.code, finding.location, finding.end_location, finding.message)
+
+
+class AmpLintServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            "amp-lint",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=types.NotebookDocumentSyncOptions(
+                notebook_selector=[
+                    types.NotebookDocumentFilterWithCells(
+                        cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook"
+                    )
+                ],
+                save=True,
+            ),
+        )
+        self.settings = ServerSettings()
+        self.debounce = DEFAULT_DEBOUNCE
+        self.results: Dict[str, Checked] = {}
+        self.pending: Dict[str, asyncio.Task] = {}
+        # One thread runs the checks, one after the other (the engine's checkers are shared).
+        self.checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amp-lint-server-check")
+        self.shown_errors: set = set()
+        self.option_problems: List[str] = []  # refused initialization options, shown once initialized
+
+    # --- logging ------------------------------------------------------------------------------------
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Log) -> None:
+        self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        self.log(message, kind)
+
+    # --- documents ----------------------------------------------------------------------------------
+
+    def view_of(self, key: str) -> Optional[DocumentView]:
+        """The current view of an open document or notebook (None when it is closed or not Python)."""
+        notebook = self.workspace.get_notebook_document(notebook_uri=key)
+        if notebook is not None:
+            cells = []
+            for cell in notebook.cells:
+                document = self.workspace.text_documents.get(unquote(cell.document))
+                text = document.source if document is not None else ""
+                language = document.language_id if document is not None else None
+                is_code = cell.kind == types.NotebookCellKind.Code and language in (None, "python")
+                cells.append(Cell(cell.document, text, is_code))
+            return NotebookView(key, self.path_of(key), cells, notebook.version)
+        document = self.workspace.text_documents.get(unquote(key))
+        if document is None or not _is_python(document.uri, document.language_id):
+            return None
+        return TextView(key, self.path_of(key), document.source, document.version)
+
+    def path_of(self, uri: str) -> str:
+        """The file path of a document: its own, or for an unsaved one a name in the first workspace folder."""
+        if urlparse(uri).scheme == "file":
+            path = to_fs_path(uri)
+            if path:
+                return path
+        folders = list(self.workspace.folders.values())
+        base = to_fs_path(folders[0].uri) if folders else (self.workspace.root_path or os.getcwd())
+        name = os.path.basename(unquote(urlparse(uri).path)) or "untitled.py"
+        return os.path.join(base or os.getcwd(), name)
+
+    def key_of(self, uri: str) -> str:
+        """The key results are kept under: the notebook's uri for a cell, else the document's."""
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        return notebook.uri if notebook is not None else uri
+
+    # --- checking -----------------------------------------------------------------------------------
+
+    def schedule(self, key: str, delay: float) -> None:
+        """Check `key` after `delay` seconds without another edit; the newest request wins."""
+        previous = self.pending.pop(key, None)
+        if previous is not None:
+            previous.cancel()
+        task = asyncio.ensure_future(self._check_later(key, delay))
+        self.pending[key] = task
+        task.add_done_callback(lambda done: self.pending.pop(key, None) if self.pending.get(key) is done else None)
+
+    async def _check_later(self, key: str, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await self.check_now(key)
+
+    async def check_now(self, key: str) -> Optional[Checked]:
+        view = self.view_of(key)
+        if view is None:
+            return None
+        try:
+            checked, messages = await self.in_check_thread(self._check, view)
+        except Exception as error:  # never fatal: log it, keep the last diagnostics
+            self.log(f"amp-lint: checking {view.path} failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
+            return None
+        current = self.view_of(key)
+        if current is None or current.version != view.version:
+            return None  # edited (or closed) meanwhile: a newer check is on its way
+        try:
+            self.publish(key, checked, messages)
+        except Exception as error:
+            self.log(f"amp-lint: publishing the diagnostics of {view.path} failed: {type(error).__name__}: {error}", types.MessageType.Error)
+        return checked
+
+    def _check(self, view: DocumentView) -> Tuple[Checked, List[str]]:
+        """In the check thread: run the engine over the view's program."""
+        settings = self.settings.for_path(view.path)
+        outcome = check_text(view.program, view.path, settings.config)
+        messages = []
+        if settings.error:
+            messages.append(settings.error)
+        checked = Checked(view, list(outcome.diagnostics))
+        units = self.workspace.position_codec.client_num_units
+        published: Dict[str, list] = {uri: [] for uri in view.uris()}
+        for finding in outcome.diagnostics:
+            uri, diagnostic = self._lsp_diagnostic(view, finding, units)
+            published.setdefault(uri, []).append((diagnostic, finding))
+        for error in outcome.errors:
+            if error.location is None:
+                messages.append(f"{error.filename}: {error.message}")
+                continue
+            uri, diagnostic = self._error_diagnostic(view, error, units)
+            published.setdefault(uri, []).append((diagnostic, None))
+        checked.published = published
+        return checked, messages
+
+    def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
+        uri, line, character = view.place(finding.location, units)
+        end_uri, end_line, end_character = view.place(finding.end_location, units)
+        if end_uri != uri:  # cannot span cells; keep it on its first line
+            end_line, end_character = line, character
+        related = []
+        for place in finding.related:
+            related_uri, related_line, related_character = view.place(place.location, units)
+            end = view.place(place.end_location, units)
+            end_position = (end[1], end[2]) if end[0] == related_uri else (related_line, related_character)
+            related.append(
+                types.DiagnosticRelatedInformation(
+                    location=types.Location(
+                        uri=related_uri,
+                        range=types.Range(
+                            types.Position(related_line, related_character), types.Position(*end_position)
+                        ),
+                    ),
+                    message=place.message,
+                )
+            )
+        tags = [types.DiagnosticTag.Deprecated] if "deprecated" in finding.rule_name else None
+        return uri, types.Diagnostic(
+            range=types.Range(types.Position(line, character), types.Position(end_line, end_character)),
+            message=finding.message,
+            severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
+            code=finding.code,
+            code_description=types.CodeDescription(href=rule_url(finding.code)),
+            source=SOURCE,
+            related_information=related or None,
+            tags=tags,
+        )
+
+    def _error_diagnostic(self, view: DocumentView, error: FileError, units) -> Tuple[str, types.Diagnostic]:
+        """A syntax error (or another located file error) as an error diagnostic without a code."""
+        uri, line, character = view.place(error.location, units)
+        message = error.message.split(": ", 1)[1] if error.message.startswith("cell ") else error.message
+        return uri, types.Diagnostic(
+            range=types.Range(types.Position(line, character), types.Position(line, character + 1)),
+            message=message,
+            severity=types.DiagnosticSeverity.Error,
+            source=SOURCE,
+        )
+
+    def publish(self, key: str, checked: Checked, messages: Sequence[str] = ()) -> None:
+        previous = self.results.get(key)
+        self.results[key] = checked
+        for message in messages:
+            if message not in self.shown_errors:
+                self.shown_errors.add(message)
+                if "internal error" in message:  # our bug: logged, not shown in the user's face
+                    self.log(f"amp-lint: {message}", types.MessageType.Error)
+                else:  # a broken configuration file: the user must see it
+                    self.show(f"amp-lint: {message}")
+        stale = set(previous.published) - set(checked.published) if previous is not None else set()
+        for uri in stale:  # a cell that was removed
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        version = checked.view.version if isinstance(checked.view, TextView) else None
+        for uri, pairs in checked.published.items():
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(
+                    uri=uri,
+                    diagnostics=[diagnostic for diagnostic, _ in pairs],
+                    version=version if isinstance(version, int) else None,
+                )
+            )
+
+    def forget(self, key: str, uris: Sequence[str] = ()) -> None:
+        task = self.pending.pop(key, None)
+        if task is not None:
+            task.cancel()
+        checked = self.results.pop(key, None)
+        for uri in set(uris) | (set(checked.published) if checked is not None else set()):
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    def recheck_all(self) -> None:
+        keys = set(self.results)
+        keys |= {uri for uri in self.workspace.notebook_documents}
+        keys |= {uri for uri, doc in self.workspace.text_documents.items() if self.key_of(uri) == uri}
+        for key in keys:
+            self.schedule(key, 0)
+
+    async def current(self, key: str) -> Optional[Checked]:
+        """The result for the document as it is now (checked again if an edit is pending)."""
+        checked = self.results.get(key)
+        view = self.view_of(key)
+        if view is None:
+            return None
+        if checked is None or checked.view.version != view.version or key in self.pending:
+            task = self.pending.pop(key, None)
+            if task is not None:
+                task.cancel()
+            return await self.check_now(key)
+        return checked
+
+    # --- code actions -------------------------------------------------------------------------------
+
+    def workspace_edit(self, view: DocumentView, new_program: str) -> Optional[types.WorkspaceEdit]:
+        try:
+            changes = view.changes_for(new_program)
+        except SourceError as error:
+            self.log(f"amp-lint: edit not offered for {view.path}: {error.message}", types.MessageType.Warning)
+            return None
+        units = self.workspace.position_codec.client_num_units
+        lsp_changes: Dict[str, List[types.TextEdit]] = {}
+        for uri, edits in changes.items():
+            text = view.text_of(uri)
+            lines = split_lines(text)
+            lsp_changes[uri] = [
+                types.TextEdit(
+                    range=types.Range(
+                        types.Position(*client_position(lines, text, edit.location, units)),
+                        types.Position(*client_position(lines, text, edit.end_location, units)),
+                    ),
+                    new_text=edit.content,
+                )
+                for edit in edits
+            ]
+        if not any(lsp_changes.values()):
+            return None
+        return types.WorkspaceEdit(changes=lsp_changes)
+
+    async def in_check_thread(self, function, *args):
+        """Run engine work in the check thread (never in the event loop, never beside another check)."""
+        return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
+
+    async def fixes_of(self, checked: Checked) -> Dict[tuple, FixSummary]:
+        """The fixes of the checked findings, with their text edits (the engine computes them on request)."""
+        if checked.fixes is None:
+            config = self.settings.for_path(checked.view.path).with_edits
+            outcome = await self.in_check_thread(check_text, checked.view.program, checked.view.path, config)
+            checked.fixes = {_finding_key(d): d.fix for d in outcome.diagnostics if d.fix is not None}
+        return checked.fixes
+
+    async def code_actions(self, checked: Checked, uri: str, params: types.CodeActionParams) -> List[types.CodeAction]:
+        view = checked.view
+        wanted = params.context.only
+        actions: List[types.CodeAction] = []
+        if _wants(wanted, types.CodeActionKind.QuickFix):
+            unsafe_allowed = self.settings.for_path(view.path).unsafe_fixes
+            for diagnostic, finding in checked.published.get(uri, []):
+                if finding is None or not _overlaps(diagnostic.range, params.range):
+                    continue
+                fix = finding.fix
+                if fix is not None and (fix.applicability is Applicability.SAFE or unsafe_allowed):
+                    fix = (await self.fixes_of(checked)).get(_finding_key(finding))
+                if fix is not None and fix.edits and (fix.applicability is Applicability.SAFE or unsafe_allowed):
+                    edit = self._edit_from(view, fix.edits)
+                    if edit is not None:
+                        unsafe = " (unsafe)" if fix.applicability is Applicability.UNSAFE else ""
+                        actions.append(
+                            types.CodeAction(
+                                title=f"amp-lint ({finding.code}): {fix.message}{unsafe}",
+                                kind=types.CodeActionKind.QuickFix,
+                                diagnostics=[diagnostic],
+                                edit=edit,
+                                is_preferred=fix.applicability is Applicability.SAFE,
+                            )
+                        )
+                noqa = self._noqa_edit(view, finding)
+                if noqa is not None:
+                    actions.append(
+                        types.CodeAction(
+                            title=f"amp-lint ({finding.code}): Disable for this line (# noqa: {finding.code})",
+                            kind=types.CodeActionKind.QuickFix,
+                            diagnostics=[diagnostic],
+                            edit=noqa,
+                        )
+                    )
+        # Fix-all when asked for by kind (on save, say), or beside the quick fixes under the cursor.
+        asked = bool(wanted) and _wants(wanted, FIX_ALL)
+        if (asked or (not wanted and actions)) and any(
+            f.fix is not None and f.fix.applicability is Applicability.SAFE for f in checked.findings
+        ):
+            if checked.fix_all is None:
+                checked.fix_all = (await self.fix_all_edit(view),)
+            fix_all = checked.fix_all[0]
+            if fix_all is not None:
+                actions.append(types.CodeAction(title="amp-lint: Fix all safe fixes", kind=FIX_ALL, edit=fix_all))
+        return actions
+
+    def _edit_from(self, view: DocumentView, edits: Sequence[Edit]) -> Optional[types.WorkspaceEdit]:
+        try:
+            new_program = apply_edits(view.program, edits)
+        except SourceError:
+            return None
+        return self.workspace_edit(view, new_program)
+
+    def _noqa_edit(self, view: DocumentView, finding: Diagnostic) -> Optional[types.WorkspaceEdit]:
+        lines = lines_with_ends(view.program)
+        try:
+            # The same placement as `--add-noqa`: merged into an existing `# noqa: A, B`, never inside a string.
+            edited, _ = add_noqa_to_lines(lines, [(finding, finding.location.row, finding.end_location.row)], view.path)
+        except SourceError:
+            return None
+        return self.workspace_edit(view, "".join(lines)) if edited else None
+
+    async def fix_all_edit(self, view: DocumentView) -> Optional[types.WorkspaceEdit]:
+        outcome = await self.in_check_thread(check_text, view.program, view.path, self.settings.for_path(view.path).fix_all)
+        if outcome.fixed_text is None or outcome.fixed_text == view.program:
+            return None
+        return self.workspace_edit(view, outcome.fixed_text)
+
+
+def _wants(only: Optional[Sequence[str]], kind: str) -> bool:
+    """Does the client's `only` filter (None: everything) ask for actions of `kind`? Kinds are
+    hierarchical: asking for `source.fixAll` or `source` includes `source.fixAll.amp-lint`."""
+    if not only:
+        return True
+    return any(kind == wanted or kind.startswith(wanted + ".") for wanted in only)
+
+
+def _overlaps(a: types.Range, b: types.Range) -> bool:
+    def key(position: types.Position):
+        return (position.line, position.character)
+
+    return key(a.start) <= key(b.end) and key(b.start) <= key(a.end)
+
+
+def _is_python(uri: str, language_id: Optional[str]) -> bool:
+    """A Python document: said so by the client, or named so (a client without filetype detection
+    sends an empty language id)."""
+    return language_id == "python" or urlparse(uri).path.endswith((".py", ".pyi"))
+
+
+def _config_uri(uri: str) -> bool:
+    return os.path.basename(unquote(urlparse(uri).path)) in WATCHED_NAMES
+
+
+# --- wiring -----------------------------------------------------------------------------------------
+
+
+def create_server() -> AmpLintServer:
+    server = AmpLintServer()
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: AmpLintServer, params: types.InitializeParams) -> None:
+        options = params.initialization_options
+        overrides, problems = parse_options(options)
+        debounce = debounce_option(options)
+        if debounce is not None:
+            ls.debounce = debounce
+        ls.settings.set_overrides(overrides)
+        ls.option_problems = problems
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: AmpLintServer, params: types.InitializedParams) -> None:
+        for problem in ls.option_problems:
+            ls.show(f"amp-lint: {problem}")
+        workspace = ls.client_capabilities.workspace
+        watched = workspace.did_change_watched_files if workspace is not None else None
+        if watched is not None and watched.dynamic_registration:
+            watchers = [types.FileSystemWatcher(glob_pattern=f"**/{name}") for name in WATCHED_NAMES]
+            try:
+                await ls.client_register_capability_async(
+                    types.RegistrationParams(
+                        registrations=[
+                            types.Registration(
+                                id=_WATCHER_ID,
+                                method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                                register_options=types.DidChangeWatchedFilesRegistrationOptions(watchers=watchers),
+                            )
+                        ]
+                    )
+                )
+            except Exception as error:  # the client refused: settings are then read at start only
+                ls.log(f"amp-lint: could not watch the configuration files: {error}", types.MessageType.Warning)
+        else:
+            ls.log("amp-lint: the client cannot watch files; configuration changes apply after a restart", types.MessageType.Info)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: AmpLintServer, params: None) -> None:
+        for task in list(ls.pending.values()):
+            task.cancel()
+        ls.pending.clear()
+        ls.checks.shutdown(wait=False, cancel_futures=True)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: AmpLintServer, params: types.DidOpenTextDocumentParams) -> None:
+        if _config_uri(params.text_document.uri):
+            return
+        ls.schedule(params.text_document.uri, 0)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: AmpLintServer, params: types.DidChangeTextDocumentParams) -> None:
+        key = ls.key_of(params.text_document.uri)
+        ls.schedule(key, ls.debounce)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: AmpLintServer, params: types.DidSaveTextDocumentParams) -> None:
+        if _config_uri(params.text_document.uri):  # a configuration file edited in the editor itself
+            ls.settings.reload()
+            ls.shown_errors.clear()
+            ls.recheck_all()
+            return
+        ls.schedule(ls.key_of(params.text_document.uri), 0)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: AmpLintServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.forget(params.text_document.uri, [params.text_document.uri])
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_open(ls: AmpLintServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        ls.schedule(params.notebook_document.uri, 0)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_change(ls: AmpLintServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        ls.schedule(params.notebook_document.uri, ls.debounce)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_save(ls: AmpLintServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        ls.schedule(params.notebook_document.uri, 0)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_close(ls: AmpLintServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        ls.forget(params.notebook_document.uri, [cell.uri for cell in params.cell_text_documents])
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def watched_files(ls: AmpLintServer, params: types.DidChangeWatchedFilesParams) -> None:
+        if any(_config_uri(change.uri) for change in params.changes):
+            ls.settings.reload()
+            ls.shown_errors.clear()
+            ls.log("amp-lint: configuration changed; checking the open documents again", types.MessageType.Info)
+            ls.recheck_all()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def folders_changed(ls: AmpLintServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        ls.settings.reload()  # an unsaved document's settings follow the first folder
+        ls.recheck_all()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def configuration_changed(ls: AmpLintServer, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings
+        if not isinstance(settings, dict):
+            return
+        ours = settings.get("amp-lint", settings.get("ampLint"))
+        if not isinstance(ours, dict):
+            return
+        overrides, problems = parse_options(ours)
+        for problem in problems:
+            ls.show(f"amp-lint: {problem}")
+        ls.settings.set_overrides(overrides)
+        ls.recheck_all()
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL], resolve_provider=False),
+    )
+    async def code_action(ls: AmpLintServer, params: types.CodeActionParams) -> Optional[List[types.CodeAction]]:
+        uri = params.text_document.uri
+        key = ls.key_of(uri)
+        try:
+            checked = await ls.current(key)
+            if checked is None:
+                return None
+            return await ls.code_actions(checked, uri, params) or None
+        except Exception as error:  # a bug in building an action must not take the server down
+            ls.log(f"amp-lint: code actions failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
+            return None
+
+    return server
+
+
+def serve_stdio() -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="amp-lint server: %(message)s")
+    server = create_server()
+    # Standard output is the protocol's: anything printed by mistake would corrupt it, so it goes to stderr.
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    server.start_io(stdin, stdout)
+    # LSP: exit after shutdown is a success; exit without it (or a client that went away) is not.
+    return 0 if getattr(server.protocol, "_shutdown", False) else 1
