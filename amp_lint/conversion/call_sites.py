@@ -51,6 +51,8 @@ def references(ctx: FileContext, function: cst.FunctionDef) -> Tuple[List[Tuple[
                 continue
         elif isinstance(parent, (cst.ImportAlias, cst.FunctionDef)):
             continue
+        elif isinstance(parent, cst.Arg) and parent.keyword is ref:
+            continue  # `datasets.MNIST(..., train=True)`: a keyword, not this function
         else:
             expr = ref
             if is_method:

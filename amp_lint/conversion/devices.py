@@ -12,6 +12,7 @@ from amp_lint.analysis.model import FileModel, Scope, code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.conversion.call_sites import argument_for, call_sites
 from amp_lint.conversion.file_context import DEVICE_TYPES, FileContext
+from amp_lint.conversion.refusals import Refusal
 
 DEVICE_NAME = re.compile(r"(^|_)dev(ice)?s?($|_)", re.IGNORECASE)
 # --- device expressions -------------------------------------------------------------------------------
@@ -26,23 +27,43 @@ class DeviceExpression:
     kind: str = "literal"  # literal | torch.device | string | unknown
 
 
+ACCELERATOR = "torch.accelerator.current_accelerator"
+
+
 def classify_device_value(value: cst.BaseExpression, scope: Scope) -> Tuple[str, List[str]]:
-    """("torch.device", []) / ("string", [literals]) / ("unknown", [])."""
-    call = value
-    if isinstance(call, cst.Call) and scope.names.qualify(call.func) == "torch.device":
+    """How a value names a device: ("torch.device", []) / ("string", [literals]) / ("unknown", []).
+
+    `torch.accelerator.current_accelerator()` is a `torch.device`, or None on a machine without an
+    accelerator: it counts as a `torch.device` only beside a fallback (`... if ... else torch.device("cpu")`,
+    or another assignment of the same variable; see :func:`device_kind`), else it is "accelerator".
+    """
+    if isinstance(value, cst.Call):
+        qualified = scope.names.qualify(value.func)
+        if qualified == "torch.device":
+            return "torch.device", []
+        if qualified == ACCELERATOR:
+            return "accelerator", []
+    if isinstance(value, cst.IfExp):
+        body, orelse = classify_device_value(value.body, scope), classify_device_value(value.orelse, scope)
+        kinds = {body[0], orelse[0]}
+        if kinds <= {"torch.device", "accelerator"} and "torch.device" in kinds:
+            return "torch.device", []
+        if kinds == {"string"}:
+            return "string", body[1] + orelse[1]
+        return "unknown", []
+    if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
+        return "string", [value.evaluated_value]
+    return "unknown", []
+
+
+def device_kind(kinds: Sequence[Tuple[str, List[str]]]) -> Tuple[str, List[str]]:
+    """The kind of a variable from the kinds of all its assignments (an accelerator with a fallback is a device)."""
+    names = {kind for kind, _ in kinds}
+    literals = [s for _, strings in kinds for s in strings]
+    if names <= {"torch.device", "accelerator"} and "torch.device" in names:
         return "torch.device", []
-    literals: List[str] = []
-
-    def strings(node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
-            literals.append(node.evaluated_value)
-            return True
-        if isinstance(node, cst.IfExp):
-            return strings(node.body) and strings(node.orelse)
-        return False
-
-    if strings(value):
-        return "string", literals
+    if len(names) == 1:
+        return next(iter(names)), literals
     return "unknown", []
 
 
@@ -79,10 +100,10 @@ class DeviceResolver:
                     continue
                 if outer.names.lookup(name) is not None:
                     continue
-                kinds = [classify_device_value(value, outer) for value, _ in values]
-                if any(k != kinds[0][0] for k, _ in kinds) or kinds[0][0] == "unknown":
+                kind, literals = device_kind([classify_device_value(value, outer) for value, _ in values])
+                if kind in ("unknown", "accelerator"):
                     continue
-                if kinds[0][0] == "string" and not DEVICE_NAME.search(name):
+                if kind == "string" and not DEVICE_NAME.search(name):
                     continue
                 if outer is scope and before is not None:
                     statement = values[0][1]
@@ -90,9 +111,8 @@ class DeviceResolver:
                         continue
                 if any(name in inner.params or (name in inner.assignments) for inner in scopes_between(scope, outer)):
                     continue  # shadowed by an inner scope
-                literals = [s for _, strings in kinds for s in strings]
                 rank = (0 if name in transfers else 1) + (0 if DEVICE_NAME.search(name) else 2)
-                candidates.append((rank, name, self.for_variable(name, kinds[0][0], literals, outer)))
+                candidates.append((rank, name, self.for_variable(name, kind, literals, outer)))
             if candidates:
                 break
             if outer.is_function:
@@ -119,8 +139,8 @@ class DeviceResolver:
             ]
             if not values:
                 continue
-            kinds = [classify_device_value(value, owner) for value, owner in values]
-            if all(kind == "torch.device" for kind, _ in kinds):
+            kind, _ = device_kind([classify_device_value(value, owner) for value, owner in values])
+            if kind == "torch.device":
                 return DeviceExpression(f"{key}.type", key, "torch.device")
             return DeviceExpression(f"{self.torch_name(scope)}.device({key}).type", key, "unknown")
         return None
@@ -132,6 +152,11 @@ class DeviceResolver:
                 continue
             if param not in transfers and (annotation is None or "device" not in code_of(annotation)):
                 continue
+            if _defaults_to_none(scope, param):
+                raise Refusal(
+                    f"`{param}` defaults to None (the model stays where it is), so the device type cannot be derived "
+                    "from it: set the `amp-device` option to convert"
+                )
             if annotation is not None and "torch.device" in code_of(annotation):
                 return DeviceExpression(f"{param}.type", param, "torch.device")
             kinds = self.argument_kinds(scope, param)
@@ -158,15 +183,27 @@ class DeviceResolver:
                 values = assignments_in_chain(caller, value.value)
                 if values is None:
                     return []
-                classified = [classify_device_value(v, owner) for v, owner in values]
-                if any(k != classified[0][0] for k, _ in classified):
+                kind, literals = device_kind([classify_device_value(v, owner) for v, owner in values])
+                if kind in ("unknown", "accelerator"):
                     return []
-                kinds.append((classified[0][0], [s for _, strings in classified for s in strings]))
+                kinds.append((kind, literals))
             elif key is None and caller is not None:
                 kinds.append(classify_device_value(value, caller))
             else:
                 return []
         return kinds
+
+
+def _defaults_to_none(scope: Scope, param: str) -> bool:
+    function = scope.node
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    params = function.params
+    for candidate in [*params.posonly_params, *params.params, *params.kwonly_params]:
+        if candidate.name.value == param:
+            default = candidate.default
+            return isinstance(default, cst.Name) and default.value == "None"
+    return False
 
 
 def scopes_between(scope: Scope, outer: Scope) -> List[Scope]:
@@ -190,11 +227,25 @@ def assignments_in_chain(scope: Scope, name: str) -> Optional[List[Tuple[cst.Bas
 
 
 def has_run_time_device(model: FileModel) -> bool:
-    """A `torch.device(...)` whose argument is not a literal: the device is chosen at run time."""
+    """The device is chosen at run time: `torch.accelerator.current_accelerator()`, `torch.device(args.device)`,
+    `"cuda" if torch.cuda.is_available() else "cpu"`. Checks that depend on the device then assume it may be CUDA."""
     for scope in model.scopes:
         for values in scope.assignments.values():
             for value, _ in values:
-                if isinstance(value, cst.Call) and scope.names.qualify(value.func) == "torch.device":
-                    if not (value.args and isinstance(value.args[0].value, cst.SimpleString)):
-                        return True
+                if _chosen_at_run_time(value, scope):
+                    return True
+    return False
+
+
+def _chosen_at_run_time(value: cst.BaseExpression, scope: Scope) -> bool:
+    if isinstance(value, cst.IfExp):
+        kind, literals = classify_device_value(value, scope)
+        return kind == "torch.device" or (kind == "string" and any(s.split(":")[0] in DEVICE_TYPES for s in literals))
+    if not isinstance(value, cst.Call):
+        return False
+    qualified = scope.names.qualify(value.func)
+    if qualified == ACCELERATOR:
+        return True
+    if qualified == "torch.device":
+        return not (value.args and isinstance(value.args[0].value, cst.SimpleString))
     return False

@@ -11,15 +11,13 @@ import libcst as cst
 from amp_lint.analysis.model import Event, EventKind, Scope, code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
-from amp_lint.conversion.call_sites import argument_for, references
-from amp_lint.conversion.devices import DeviceExpression, DeviceResolver
+from amp_lint.conversion.devices import DeviceResolver
 from amp_lint.conversion.file_context import FileContext
 from amp_lint.conversion.refusals import Refusal
+from amp_lint.conversion.scaler_placement import ScalerPlacement
 from amp_lint.conversion.syntax import (
     Block,
     Statement,
-    add_keyword,
-    add_parameter,
     plain_assignments,
     same_branch,
     statement_facts,
@@ -29,7 +27,6 @@ from amp_lint.conversion.syntax import (
 )
 from amp_lint.conversion.training_steps import (
     Iteration,
-    amp_in_reach,
     is_function_form,
     own_events,
     short_code,
@@ -76,7 +73,7 @@ class EditPlanner:
         self.before: Dict[int, Tuple[cst.CSTNode, List[Tuple[int, cst.BaseStatement]]]] = {}
         self.wrapped_first: Dict[int, cst.CSTNode] = {}
         self.slices: List[ForwardSlice] = []
-        self.caller_devices: Dict[int, DeviceExpression] = {}  # by id of a step function's call site
+        self.scaler_candidates = SCALER_NAMES
 
     # spelling
     def _torch(self, scope: Scope) -> str:
@@ -94,32 +91,17 @@ class EditPlanner:
     def build(self) -> Fix:
         fp16 = self.dtype == FLOAT16
         first = self.iterations[0]
-        step_function = first.is_step_function
-        scaler = self.ctx.fresh_name(SCALER_NAMES) if fp16 else None
         transfers = self._transfer_names(self.scope)
-        if step_function and fp16:
-            callers = self._callers(first)
-            device = self._step_function_device(first, callers, transfers)
-        elif step_function:
-            callers = []
-            device = self.devices.resolve(self.scope, None, transfers)
-        else:
-            callers = []
-            device = self.devices.resolve(self.scope, self._scaler_position(), transfers)
+        position = None if first.is_step_function else self._scaler_position()
+        device = self.devices.resolve(self.scope, position, transfers)
         torch_name = self._torch(self.scope)
         autocast = f"{torch_name}.amp.autocast({device.code}, dtype={torch_name}.{self.dtype})"
         for iteration in self.iterations:
             self._wrap_forward(iteration, autocast)
         if fp16:
-            assert scaler is not None
+            scaler = ScalerPlacement(self, self.ctx.fresh_name(self.scaler_candidates)).plan()
             for iteration in self.iterations:
                 self._scale(iteration, scaler)
-            if step_function:
-                self._pass_scaler(first, scaler, callers)
-            else:
-                anchor = self._scaler_anchor()
-                statement = self.builder.statement(f"{scaler} = {torch_name}.amp.GradScaler({device.code})\n")
-                self._insert_before(anchor, statement, priority=0)
         self._flush()
         if self.needs_torch_import:
             self.builder.need_import("torch")
@@ -328,7 +310,7 @@ class EditPlanner:
 
         def scale(expression: cst.BaseExpression) -> cst.Call:
             return cst.Call(
-                func=cst.Attribute(value=cst.Name(scaler), attr=cst.Name("scale")),
+                func=cst.Attribute(value=cst.parse_expression(scaler), attr=cst.Name("scale")),
                 args=[cst.Arg(value=without_parens(expression))],
             )
 
@@ -512,103 +494,6 @@ class EditPlanner:
 
         visit_read_only(node, Transfers())
         return names
-
-    # --- step functions ---
-    def _callers(self, iteration: Iteration) -> List[Tuple[cst.Call, Scope]]:
-        function = iteration.scope.node
-        assert isinstance(function, cst.FunctionDef)
-        sites, complete = references(self.ctx, function)
-        name = function.name.value
-        if not complete:
-            raise Refusal(
-                f"`{name}` runs one training step, but not all of its call sites are visible in this file "
-                "(the GradScaler must be created once, outside the loop that calls it)"
-            )
-        callers = []
-        for call, caller in sites:
-            if caller is None or caller is iteration.scope:
-                raise Refusal(f"`{name}` calls itself")
-            if not self.tree.loops_around(call):
-                raise Refusal(
-                    f"`{name}` runs one training step but `{code_of(call.func)}(...)` is not called from a loop: "
-                    "the GradScaler must be created once, outside the training loop"
-                )
-            if amp_in_reach(self.model, caller):
-                raise Refusal(
-                    f"`{name}` is called where AMP is already set up; fix that code with the other AMP rules"
-                )
-            callers.append((call, caller))
-        return callers
-
-    def _step_function_device(
-        self, iteration: Iteration, callers: List[Tuple[cst.Call, Scope]], transfers: Set[str]
-    ) -> DeviceExpression:
-        """The device inside the step function; each caller's scaler must agree with it."""
-        if self.devices.explicit:
-            device = self.devices.literal()
-            for call, caller in callers:
-                self.caller_devices[id(call)] = device
-            return device
-        device = self.devices.variable(iteration.scope, None, transfers)
-        function = iteration.scope.node
-        assert isinstance(function, cst.FunctionDef)
-        if device is not None and device.variable is not None and device.variable in iteration.scope.params:
-            for call, caller in callers:
-                arg = argument_for(function, call, device.variable)
-                key = dotted_name(arg.value) if arg is not None else None
-                if key is None:
-                    device = None
-                    break
-                found = self.devices.variable(caller, self.tree.position(call), {key})
-                if found is not None and found.variable == key:
-                    self.caller_devices[id(call)] = found
-                else:
-                    self.caller_devices[id(call)] = DeviceExpression(
-                        f"{self._torch(caller)}.device({key}).type", key, "unknown"
-                    )
-            if device is not None:
-                return device
-        elif device is not None:
-            # A module-level variable: callers see the same one unless they shadow it.
-            for call, caller in callers:
-                seen = self.devices.variable(caller, self.tree.position(call), {device.variable or ""})
-                if seen is None or seen.variable != device.variable:
-                    device = None
-                    break
-                self.caller_devices[id(call)] = seen
-            if device is not None:
-                return device
-        literal = self.devices.literal()
-        for call, caller in callers:
-            self.caller_devices[id(call)] = literal
-        return literal
-
-    def _pass_scaler(self, iteration: Iteration, scaler: str, callers: List[Tuple[cst.Call, Scope]]) -> None:
-        function = iteration.scope.node
-        assert isinstance(function, cst.FunctionDef)
-        self.builder.replace(function.params, lambda params: add_parameter(params, scaler))
-        by_scope: Dict[int, Tuple[Scope, List[cst.Call]]] = {}
-        for call, caller in callers:
-            self.builder.replace(call, lambda node: add_keyword(node, scaler))
-            by_scope.setdefault(id(caller.node), (caller, []))[1].append(call)
-        for caller, calls in by_scope.values():
-            loops = []
-            for call in calls:
-                outer = self.tree.loops_around(call)[0]
-                if not any(outer is loop for loop in loops):
-                    loops.append(outer)
-            anchor = self._before_all(loops)
-            device = self.caller_devices[id(calls[0])]
-            if any(self.caller_devices[id(c)].code != device.code for c in calls[1:]):
-                device = self.devices.literal()
-            if device.variable is not None:
-                if not self._bound_before(caller, device.variable, anchor):
-                    raise Refusal(
-                        f"`{device.variable}` is not bound before the loop that calls `{function.name.value}`"
-                    )
-            torch_name = self._torch(caller)
-            statement = self.builder.statement(f"{scaler} = {torch_name}.amp.GradScaler({device.code})\n")
-            self._insert_before(anchor, statement, priority=0)
 
     def _bound_before(self, scope: Scope, name: str, anchor: cst.CSTNode) -> bool:
         if name.startswith("self.") or name in scope.params:

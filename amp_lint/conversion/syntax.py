@@ -240,7 +240,7 @@ def step_through_scaler(scaler: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
     def change(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
         return cst.Call(
-            func=cst.Attribute(value=cst.Name(scaler), attr=cst.Name("step")),
+            func=cst.Attribute(value=cst.parse_expression(scaler), attr=cst.Name("step")),
             args=[cst.Arg(value=node.func.value)],
             lpar=node.lpar,
             rpar=node.rpar,
