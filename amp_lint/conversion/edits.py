@@ -225,7 +225,15 @@ class EditPlanner:
             return (start, end)
         if start is None:
             # The loss is assigned from other values only (`loss = a + b`): wrap that statement if it computes.
-            return (end, end) if self.ctx.statement_tier(scope, body[end]) else None
+            if not self.ctx.statement_tier(scope, body[end]):
+                return None
+            start = end
+        if best_model is None and self.ctx.only_tensor_arithmetic(scope, body[start : end + 1]):
+            computed = code_of(body[end].with_changes(leading_lines=())).strip().splitlines()[0]
+            raise Refusal(
+                f"no model runs where the loss is computed (`{computed}` only combines values computed earlier, "
+                "e.g. log-probabilities saved when actions were chosen): autocast around it would change nothing"
+            )
         return (start, end)
 
     def _cover_later_losses(

@@ -57,6 +57,12 @@ TORCH_FACTORIES = frozenset(
     "enable_grad set_grad_enabled inference_mode get_default_dtype normal bernoulli multinomial Generator "
     "save load".split()
 )
+# Tensor methods that combine values already computed (no network runs in them).
+TENSOR_OPS = frozenset(
+    "sum mean prod std var norm max min abs neg exp log log1p sqrt pow mul add sub div clamp clip square sign "
+    "cumsum sigmoid tanh relu softmax log_softmax gather index_select masked_fill where mm matmul bmm dot "
+    "stack cat".split()
+)
 TORCH_NON_COMPUTE_MODULES = ("torch.cuda.", "torch.backends.", "torch.distributed.")
 LOGGING_ROOTS = frozenset({"logger", "logging", "log", "wandb", "writer", "tqdm", "pbar", "progress", "tb", "mlflow"})
 
@@ -178,6 +184,21 @@ class FileContext:
         if isinstance(func, cst.Attribute) and func.attr.value in PLAIN_METHODS:
             return 0
         return 1
+
+    def only_tensor_arithmetic(self, scope: Scope, statements: Sequence[cst.CSTNode]) -> bool:
+        """Every call is a torch function or a tensor method (`torch.cat(log_probs).sum()`): no model runs here."""
+        for statement in statements:
+            for call in statement_facts(statement).calls:
+                if self.call_tier(scope, call) == 0:
+                    continue
+                func = call.func
+                qualified = scope.names.qualify(func) if dotted_name(func) is not None else None
+                if qualified is not None and qualified.startswith("torch.") and not qualified.startswith("torch.nn."):
+                    continue
+                if isinstance(func, cst.Attribute) and func.attr.value in TENSOR_OPS:
+                    continue
+                return False
+        return True
 
     def statement_tier(self, scope: Scope, statement: cst.CSTNode) -> int:
         return max((self.call_tier(scope, call) for call in statement_facts(statement).calls), default=0)

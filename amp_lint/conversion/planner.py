@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from amp_lint.analysis.model import Event, EventKind, FileModel, Scope
+from amp_lint.conversion.already_mixed import already_mixed_precision, is_unit_test
 from amp_lint.conversion.devices import has_run_time_device
 from amp_lint.conversion.edits import BFLOAT16, FLOAT16, EditPlanner
 from amp_lint.conversion.file_context import FileContext
@@ -32,6 +33,7 @@ from amp_lint.conversion.refusals import (
     is_lbfgs,
     iteration_refusal,
     manual_update,
+    passed_closure,
 )
 from amp_lint.conversion.training_steps import (
     Iteration,
@@ -65,6 +67,11 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
     iterations = find_iterations(model)
     if not iterations:
         return []
+    if already_mixed_precision(model) is not None:
+        return []
+    iterations = [it for it in iterations if not is_unit_test(it.scope)]
+    if not iterations:
+        return []
     ctx = FileContext(model)
     outcomes: List[Outcome] = []
     stepping = [it for it in iterations if it.optimizer_steps]
@@ -89,11 +96,14 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
                 )
             elif steps_elsewhere:
                 where = steps_elsewhere[0]
-                closure = next((e for e in steps_elsewhere if e.call.args or is_lbfgs(model, e.target or "")), None)
+                closure = next(
+                    (e for e in steps_elsewhere if passed_closure(e.call) is not None or is_lbfgs(model, e.target or "")),
+                    None,
+                )
                 if closure is not None:
                     reason = (
-                        f"`{short_code(closure)}` steps a closure optimizer (LBFGS, `step(closure)`): "
-                        "GradScaler cannot step it"
+                        f"`{short_code(closure)}` steps the optimizer with a closure that runs this backward: "
+                        "GradScaler.step cannot run a closure"
                     )
                 elif where.scope is iteration.scope:
                     reason = f"`{short_code(where)}` runs outside the loop that runs `{short_code(anchor)}`"

@@ -93,13 +93,38 @@ def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
             )
         return "`torch.autograd.grad(...)` gradients would be scaled; convert this step by hand"
     for step in iteration.optimizer_steps:
-        if step.call.args:
-            return f"`{code_of(step.call)}` passes a closure: GradScaler cannot step a closure optimizer (LBFGS)"
+        closure = passed_closure(step.call)
+        if closure is not None:
+            return (
+                f"`{code_of(step.call)}` passes a closure (`{code_of(closure)}`) to the optimizer: "
+                "GradScaler.step cannot run a closure"
+            )
         if is_lbfgs(model, step.target or ""):
-            return f"`{step.target}` is LBFGS, a closure optimizer: GradScaler cannot step it"
+            return f"`{step.target}` is LBFGS, which needs a closure for every step: GradScaler.step cannot run one"
+    if iteration.optimizer_steps:
+        manual = manual_update(ctx, iteration)
+        if manual is not None:
+            return (
+                f"beside `{code_of(iteration.optimizer_steps[0].call)}`, another branch updates the parameters by "
+                f"hand (`{manual}`) from gradients a GradScaler would leave scaled; convert that branch to a torch "
+                "optimizer (or remove it) first"
+            )
     for event in own_events(iteration.step, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE):
         if event:
             return "the loop already uses a GradScaler; fix it with the other AMP rules"
+    return None
+
+
+def passed_closure(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The closure an `optimizer.step(...)` call passes: its positional argument or `closure=`.
+
+    Other arguments (`step(**kwargs)`, `step(grad_scale=...)`) are not a closure: GradScaler.step passes them on.
+    """
+    for arg in call.args:
+        if arg.keyword is None and not arg.star:
+            return arg.value
+        if arg.keyword is not None and arg.keyword.value == "closure":
+            return arg.value
     return None
 
 

@@ -237,11 +237,16 @@ def without_parens(expression: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def step_through_scaler(scaler: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """`optimizer.step(**kwargs)` -> `scaler.step(optimizer, **kwargs)` (GradScaler.step passes the arguments on)."""
+
     def change(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        first = cst.Arg(value=node.func.value)
+        if node.args:
+            first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return cst.Call(
             func=cst.Attribute(value=cst.parse_expression(scaler), attr=cst.Name("step")),
-            args=[cst.Arg(value=node.func.value)],
+            args=[first, *node.args],
             lpar=node.lpar,
             rpar=node.rpar,
         )
