@@ -11,7 +11,7 @@ import libcst as cst
 from amp_lint.analysis.model import Event, EventKind, Scope, code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
-from amp_lint.conversion.devices import DeviceResolver
+from amp_lint.conversion.devices import DeviceExpression, DeviceResolver
 from amp_lint.conversion.file_context import FileContext
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.scaler_placement import ScalerPlacement
@@ -74,6 +74,7 @@ class EditPlanner:
         self.wrapped_first: Dict[int, cst.CSTNode] = {}
         self.slices: List[ForwardSlice] = []
         self.scaler_candidates = SCALER_NAMES
+        self.autocast_device: Optional[DeviceExpression] = None
 
     # spelling
     def _torch(self, scope: Scope) -> str:
@@ -94,6 +95,7 @@ class EditPlanner:
         transfers = self._transfer_names(self.scope)
         position = None if first.is_step_function else self._scaler_position()
         device = self.devices.resolve(self.scope, position, transfers)
+        self.autocast_device = device
         torch_name = self._torch(self.scope)
         autocast = f"{torch_name}.amp.autocast({device.code}, dtype={torch_name}.{self.dtype})"
         for iteration in self.iterations:

@@ -19,7 +19,7 @@ beside it, and loaded beside `optimizer.load_state_dict(checkpoint["optimizer"])
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -33,6 +33,7 @@ from amp_lint.conversion.syntax import add_keyword, add_parameter
 from amp_lint.conversion.training_steps import amp_in_reach
 
 if TYPE_CHECKING:
+    from amp_lint.conversion.devices import DeviceExpression
     from amp_lint.conversion.edits import EditPlanner
 
 #: How many callers up a scaler is passed down through parameters.
@@ -45,6 +46,7 @@ class _Creation:
     anchor: cst.CSTNode
     after: bool
     optimizer: Optional[str]  # the optimizer's key in `scope`, for the checkpoint edits
+    device_hints: Set[str] = field(default_factory=set)  # names holding the step's device in `scope`
 
 
 class ScalerPlacement:
@@ -60,6 +62,8 @@ class ScalerPlacement:
         self.creations: List[_Creation] = []
         self.attribute: Optional[str] = None
         self._parameters_added: Set[int] = set()
+        self._hints: Set[str] = set()
+        self._passed_device: Dict[int, str] = {}
 
     # --- the plan ---
     def plan(self) -> str:
@@ -80,8 +84,15 @@ class ScalerPlacement:
         return self.name
 
     def _home(
-        self, scope: Scope, optimizer: Optional[str], loops: List[cst.CSTNode], depth: int, step_function: bool
+        self,
+        scope: Scope,
+        optimizer: Optional[str],
+        loops: List[cst.CSTNode],
+        depth: int,
+        step_function: bool,
+        hints: Optional[Set[str]] = None,
     ) -> None:
+        self._hints = set(hints or ())
         binding = self._binding(scope, optimizer)
         if binding is None or (binding[0] is scope and binding[1] == "local"):
             self._create_before(scope, loops, optimizer)
@@ -103,10 +114,10 @@ class ScalerPlacement:
                 block = self.tree.block_of(holder)
                 top = self.tree.child_in(statement, block) if block is not None else None
                 if top is not None and self.tree.position(top) < self.tree.position(holder):
-                    self.creations.append(_Creation(owner, top, True, root))
+                    self.creations.append(_Creation(owner, top, True, root, self._hints))
                     return
         elif holder is not None:  # a parameter of the enclosing function: before the nested function
-            self.creations.append(_Creation(owner, holder, False, root))
+            self.creations.append(_Creation(owner, holder, False, root, self._hints))
             return
         if step_function or not loops:
             self._refuse_step_function(scope)
@@ -141,7 +152,7 @@ class ScalerPlacement:
             anchor = self.planner._scaler_anchor()
         else:
             raise Refusal("could not place the GradScaler before the training loop")
-        self.creations.append(_Creation(scope, anchor, False, optimizer))
+        self.creations.append(_Creation(scope, anchor, False, optimizer, self._hints))
 
     # --- passing the scaler in ---
     def _pass_in(self, scope: Scope, optimizer: str, depth: int, step_function: bool, loops: List[cst.CSTNode]) -> bool:
@@ -183,6 +194,16 @@ class ScalerPlacement:
                 arg = argument_for(function, call, parameter)
                 keys.add(dotted_name(arg.value) if arg is not None else None)
             key = keys.pop() if len(keys) == 1 else None
+            hints: Set[str] = set()
+            device_variable = self._device_variable_in(scope)
+            if device_variable is not None:
+                for call in calls:
+                    arg = argument_for(function, call, device_variable)
+                    name = dotted_name(arg.value) if arg is not None else None
+                    if name is not None:
+                        hints.add(name)
+                        if name in caller.params:
+                            self._passed_device[id(caller.node)] = name
             caller_loops: List[cst.CSTNode] = []
             for call in calls:
                 around = self.tree.loops_around(call)
@@ -192,15 +213,24 @@ class ScalerPlacement:
                 statement = self.tree.enclosing_statement(calls[0])
                 if statement is None:
                     raise Refusal(f"could not place the GradScaler before the call of `{name}`")
-                self.creations.append(_Creation(caller, statement, False, key))
+                self.creations.append(_Creation(caller, statement, False, key, hints))
                 continue
             if key is not None and key.startswith("self.") and caller.class_name and self._on_the_instance(caller, key):
                 # The caller's class holds the optimizer: it holds the scaler too and passes `self.scaler`.
                 for call in calls:
                     self.builder.replace(call, lambda node: _pass_attribute(node, self.name, self.attribute))
                 continue
-            self._home(caller, key, caller_loops, depth + 1, step_function=False)
+            self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
+
+    def _device_variable_in(self, scope: Scope) -> Optional[str]:
+        """The parameter of `scope` that the step's device expression reads (`device` in `device.type`)."""
+        if scope is not self.planner.scope:
+            return self._passed_device.get(id(scope.node))
+        device = self.planner.autocast_device
+        if device is not None and device.variable is not None and device.variable in scope.params:
+            return device.variable
+        return None
 
     def _add_parameter(self, function: cst.FunctionDef) -> None:
         if id(function) in self._parameters_added:
@@ -243,10 +273,7 @@ class ScalerPlacement:
         for creation in self.creations:
             scope = creation.scope
             target = self.attribute if creation.optimizer and creation.optimizer.startswith("self.") and self.attribute else self.name
-            position = self.tree.position(creation.anchor) + (len(code_of(creation.anchor)) if creation.after else 0)
-            device = planner.devices.resolve(scope, self.tree.position(creation.anchor) + (1 if creation.after else 0),
-                                             planner._transfer_names(scope))  # fmt: skip
-            del position
+            device = self._device_for(creation)
             if device.variable is not None and not creation.after and not planner._bound_before(scope, device.variable, creation.anchor):
                 raise Refusal(f"`{device.variable}` is not bound before the GradScaler can be created")
             torch_name = planner._torch(scope)
@@ -257,6 +284,19 @@ class ScalerPlacement:
                 planner._insert_before(creation.anchor, statement, priority=0)
             if creation.optimizer:
                 self._checkpoint_edits(creation, target)
+
+    def _device_for(self, creation: _Creation) -> "DeviceExpression":
+        """The step's own device expression where it is visible here, else the one this scope uses."""
+        planner = self.planner
+        scope = creation.scope
+        own = planner.autocast_device
+        if own is not None and own.variable is not None and "." not in own.variable and not planner.devices.explicit:
+            binding = self._binding(planner.scope, own.variable)
+            if binding is not None and binding[0] is not planner.scope and binding[0] in list(scope.chain()):
+                return own  # a global (or an enclosing function's variable) seen from both places
+        position = self.tree.position(creation.anchor) + (1 if creation.after else 0)
+        transfers = planner._transfer_names(scope) | creation.device_hints
+        return planner.devices.resolve(scope, position, transfers)
 
     def _state_calls(self, scope: Scope, optimizer: str) -> Tuple[List[cst.DictElement], List[cst.SimpleStatementLine]]:
         """`"optimizer": optimizer.state_dict()` dict entries and `optimizer.load_state_dict(...)` statements."""
