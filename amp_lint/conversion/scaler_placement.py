@@ -29,7 +29,7 @@ from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.call_sites import argument_for, references
 from amp_lint.conversion.refusals import Refusal
-from amp_lint.conversion.syntax import add_keyword, add_parameter
+from amp_lint.conversion.syntax import add_keyword, add_parameter, append_with_comma
 from amp_lint.conversion.training_steps import amp_in_reach
 
 if TYPE_CHECKING:
@@ -355,11 +355,10 @@ class ScalerPlacement:
                 new = cst.DictElement(cst.parse_expression(key), cst.parse_expression(f"{target}.state_dict()"))
                 elements = list(node.elements)
                 index = next(i for i, e in enumerate(elements) if e is element)
-                comma = elements[index].comma
-                spacing = comma if isinstance(comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                elements[index] = elements[index].with_changes(comma=spacing)
-                elements.insert(index + 1, new.with_changes(comma=comma))
-                return node.with_changes(elements=elements)
+                if index + 1 < len(elements):  # in the middle: the new entry repeats this one's comma and layout
+                    elements.insert(index + 1, new.with_changes(comma=elements[index].comma))
+                    return node.with_changes(elements=elements)
+                return node.with_changes(elements=append_with_comma(elements, new))
 
             parent = self.tree.parent_of(element)
             if isinstance(parent, cst.Dict):
