@@ -309,6 +309,13 @@ def test_curves_that_agree_are_never_not_equivalent_even_when_they_do_not_fall()
     assert result.reasons[0].startswith("fp32 itself did not learn")
 
 
+def test_no_step_recorded_is_not_run():
+    result = _judged([_record([]) for seed in range(3)], [_record([]) for seed in range(3)])
+
+    assert result.status == NOT_RUN
+    assert result.reasons[0].startswith("the fp32 run recorded no training step")
+
+
 def test_too_few_steps_is_inconclusive():
     result = _judged([_record(_curve(seed, steps=12)) for seed in range(3)],
                      [_record(_curve(seed, steps=12)) for seed in range(3)])  # fmt: skip

@@ -470,7 +470,8 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     :data:`MAX_NONFINITE_FRACTION` of the steps. Otherwise they are *equivalent*, unless the evidence is too thin:
     *inconclusive* when fewer than :data:`MIN_COMPARED_STEPS` steps follow the warm-up, or when the fp32 curve did
     not fall beyond its own noise (agreeing curves that do not learn say nothing). *Not run* when AMP never really
-    ran: no enabled autocast, autocast on another device than the parameters', or AMP switching itself off.
+    ran (no enabled autocast, autocast on another device than the parameters', or AMP switching itself off) or no
+    training step was recorded at all.
     """
     reasons = result.reasons
     fp32, amp = result.fp32, result.amp
@@ -479,6 +480,14 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         result.status, reasons[:] = NOT_RUN, not_run
         return
     length = min(len(record.losses) for record in [*fp32, *amp])
+    if length == 0:
+        side = "fp32" if min(len(record.losses) for record in fp32) == 0 else "AMP"
+        result.status = NOT_RUN
+        reasons.append(
+            f"the {side} run recorded no training step: the script ended before its first optimizer step "
+            "(or trains in subprocesses, which verify does not follow)"
+        )
+        return
     compared = length - warmup
     if compared < MIN_COMPARED_STEPS:
         result.status = INCONCLUSIVE
