@@ -1,53 +1,100 @@
 #!/usr/bin/env bash
-# Run `amp-lint verify` over the bundled training scripts on CUDA at GPU sizes and print the verdict tables.
+# Run `amp-lint verify` on CUDA at GPU sizes and print the verdict tables, one pass per AMP dtype.
 #
-#   bench/verify_gpu.sh                                   # float16, then bfloat16; VERIFY_SCALE=8, 300 steps
-#   DTYPES=float16 VERIFY_SCALE=16 STEPS=500 bench/verify_gpu.sh
+#   bench/verify_gpu.sh                                   # the bundled scripts; float16, then bfloat16
+#   DTYPES=float16 VERIFY_SCALE=16 STEPS=500 bench/verify_gpu.sh path/to/train.py other/dir
 #
-# Environment: PYTHON (default .venv/bin/python when present, else python3), VERIFY_SCALE (8: the scripts widen
-# their models and batches by this factor), STEPS (300), WARMUP (20), DTYPES ("float16 bfloat16"), and OUT: when
-# set, each pass's table (verify-<dtype>.txt), JSON report (verify-<dtype>.json) and converted scripts
-# (converted-<dtype>/) are written there. Exit status: the worst pass's (0 equivalent, 1 not, 2 crash or error).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# Arguments: scripts or folders to verify (default: the scripts bundled with amp-lint), relative to the folder you
+# call this from. Environment: PYTHON (default .venv/bin/python of the repository when present, else python3),
+# VERIFY_SCALE (8: the bundled scripts widen their models and batches by this factor), STEPS (300), WARMUP (20),
+# SEEDS (3), DTYPES ("float16 bfloat16"), and OUT (a folder, relative to where you call from): when set, each
+# pass's table (verify-<dtype>.txt), JSON report (verify-<dtype>.json), loss CSVs and plots (files-<dtype>/) and
+# converted scripts (converted-<dtype>/) are written there. bfloat16 is skipped, with a note, on a GPU without it.
+#
+# Exit status: the worst pass's verdict code (0 equivalent, 1 not equivalent, 3 inconclusive, 4 not run); 2 when
+# the script cannot run (no CUDA, no torch, a bad path or option).
+set -uo pipefail
 
-PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+caller=$(pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd) || { echo "verify_gpu.sh: cannot find the repository" >&2; exit 2; }
+
+PYTHON=${PYTHON:-$([ -x "$repo/.venv/bin/python" ] && echo "$repo/.venv/bin/python" || echo python3)}
+case "$PYTHON" in
+  */*) [[ "$PYTHON" = /* ]] || PYTHON="$caller/$PYTHON" ;;
+esac
+command -v "$PYTHON" >/dev/null 2>&1 || { echo "verify_gpu.sh: no Python at $PYTHON" >&2; exit 2; }
 export VERIFY_SCALE=${VERIFY_SCALE:-8}
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 
-exec "$PYTHON" - "${STEPS:-300}" "${WARMUP:-20}" "${DTYPES:-float16 bfloat16}" "${OUT:-}" <<'PY'
+out=${OUT:-}
+if [[ -n "$out" && "$out" != /* ]]; then out="$caller/$out"; fi
+paths=()
+for path in "$@"; do
+  [[ "$path" = /* ]] || path="$caller/$path"
+  [[ -e "$path" ]] || { echo "verify_gpu.sh: no such file or folder: $path" >&2; exit 2; }
+  paths+=("$path")
+done
+for number in "${STEPS:-300}" "${WARMUP:-20}" "${SEEDS:-3}"; do
+  [[ "$number" =~ ^[0-9]+$ ]] || { echo "verify_gpu.sh: STEPS, WARMUP and SEEDS must be whole numbers, got '$number'" >&2; exit 2; }
+done
+
+"$PYTHON" - "${STEPS:-300}" "${WARMUP:-20}" "${SEEDS:-3}" "${DTYPES:-float16 bfloat16}" "$out" "${paths[@]}" <<'PY'
 import json
 import os
 import sys
 from pathlib import Path
 
-from amp_lint.verify.runner import VerifyError, format_text, verify_scripts
+try:
+    from amp_lint.verify.runner import VerifyError, format_text, verify_scripts
+except ImportError as exc:
+    print(f"verify_gpu.sh: cannot import amp_lint: {exc}", file=sys.stderr)
+    sys.exit(2)
 
-steps, warmup, dtypes, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
+steps, warmup, seeds, dtypes, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5]
+paths = sys.argv[6:]
+unknown = [dtype for dtype in dtypes if dtype not in ("float16", "bfloat16")]
+if unknown:
+    print(f"verify_gpu.sh: DTYPES may hold float16 and bfloat16, not {' '.join(unknown)}", file=sys.stderr)
+    sys.exit(2)
 epochs = steps // 32 + 2  # the bundled scripts make at least 32 steps per epoch: enough epochs for `steps`
 
-import torch  # only to describe the machine; the runs themselves happen in child processes
-
+try:
+    import torch  # only to describe the machine; the runs themselves happen in child processes
+except ImportError:
+    print("verify_gpu.sh: torch is not installed in this Python", file=sys.stderr)
+    sys.exit(2)
 if not torch.cuda.is_available():
-    sys.exit("verify_gpu.sh: CUDA is not available to this Python")
+    print("verify_gpu.sh: CUDA is not available to this Python", file=sys.stderr)
+    sys.exit(2)
 print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, VERIFY_SCALE={os.environ['VERIFY_SCALE']}, "
-      f"{steps} steps, {warmup} warm-up", flush=True)
+      f"{steps} steps x {seeds} seeds, {warmup} warm-up", flush=True)
 
-worst = 0
+if out:
+    Path(out).mkdir(parents=True, exist_ok=True)
+worst = None
+severity = [1, 4, 3, 0]
 for dtype in dtypes:
     print(f"\n== {dtype} ==", flush=True)
+    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+        print(f"Note: skipped: {torch.cuda.get_device_name()} does not support bfloat16.", flush=True)
+        continue
     keep = Path(out, f"converted-{dtype}") if out else None
     try:
         report = verify_scripts(
-            [], device="cuda", dtype=dtype, steps=steps, warmup=warmup, script_args=["--epochs", str(epochs)],
+            paths, device="cuda", dtype=dtype, steps=steps, warmup=warmup, seeds=seeds,
+            script_args=["--epochs", str(epochs)] if not paths else [],
             progress=lambda message: print(message, file=sys.stderr, flush=True), keep_converted=keep,
+            output_dir=Path(out, f"files-{dtype}") if out else None,
         )
     except VerifyError as exc:
-        sys.exit(f"verify_gpu.sh: {exc}")
+        print(f"verify_gpu.sh: {exc}", file=sys.stderr)
+        sys.exit(2)
     table = format_text(report)
     print(table, flush=True)
     if out:
         Path(out, f"verify-{dtype}.txt").write_text(table + "\n")
         Path(out, f"verify-{dtype}.json").write_text(json.dumps(report.to_dict(), indent=1))
-    worst = max(worst, report.exit_code)
-sys.exit(worst)
+    code = report.exit_code
+    worst = code if worst is None else min(worst, code, key=severity.index)
+sys.exit(worst or 0)
 PY

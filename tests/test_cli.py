@@ -184,4 +184,4 @@ def test_readme_rules_table_is_up_to_date():
 def test_verify_subcommand_is_routed(project):
     result = amp_lint("verify", "--help", cwd=project)
     assert result.returncode == 0, result.stderr
-    assert "--device" in result.stdout and "--rtol" in result.stdout
+    assert "--device" in result.stdout and "--seeds" in result.stdout

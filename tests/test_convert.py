@@ -50,6 +50,8 @@ BASE_OPTIONS = ["--isolated", "--no-cache", "--color", "never"]
 _FIX_HEADER = re.compile(r"^# amp-lint-fix: (?P<flags>.+?)\r?$", re.M)
 _RUN_HEADER = re.compile(r"^# amp-lint-run(?::[ \t]*(?P<label>\S+))?\r?$", re.M)
 MODES = ("bfloat16", "float16")
+SCRIPT_DEVICE = "float16-script-device"
+_LITERAL_SCALER = re.compile(r"GradScaler\((['\"])")
 
 
 def amp_lint(*args: str) -> Tuple[int, str]:
@@ -235,11 +237,20 @@ def _enter(self):
     return _original_enter(self)
 
 torch.amp.autocast_mode.autocast.__enter__ = _enter
+scalers = []
+_original_scaler_init = torch.amp.GradScaler.__init__
+
+def _scaler_init(self, *args, **kwargs):
+    scalers.append(self)
+    return _original_scaler_init(self, *args, **kwargs)
+
+torch.amp.GradScaler.__init__ = _scaler_init
 jobs_path, results_path = sys.argv[1], sys.argv[2]
 jobs = json.load(open(jobs_path))
 results = {}
 for job in jobs:
     entered.clear()
+    scalers.clear()
     started = time.perf_counter()
     out = io.StringIO()
     error = None
@@ -261,6 +272,7 @@ for job in jobs:
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         "autocast": [list(e) for e in {tuple(e) for e in entered}],
         "seconds": time.perf_counter() - started,
+        "scalers": len(scalers),
     }
 json.dump(results, open(results_path, "w"))
 '''
@@ -289,8 +301,13 @@ def script_runs(tmp_path_factory) -> Dict[str, dict]:
     if RUN_VERIFY_SCRIPTS:
         sources += [(f"verify-{p.stem}", p, ["--epochs", "1"]) for p in VERIFY_SCRIPTS]
     for name, path, args in sources:
-        for mode in MODES:
-            result = convert_source(path.read_text(encoding="utf-8"), amp_dtype=mode, amp_device="cpu")
+        for mode in (*MODES, SCRIPT_DEVICE) if path in RUNNABLE else MODES:
+            if mode == SCRIPT_DEVICE:  # float16 and the script's own device expression, as --fix writes it
+                result = convert_source(path.read_text(encoding="utf-8"))
+                if _LITERAL_SCALER.search(result.code):
+                    continue
+            else:
+                result = convert_source(path.read_text(encoding="utf-8"), amp_dtype=mode, amp_device="cpu")
             assert result.converted, (name, result.reasons)
             folder = work / f"{name}-{mode}"
             folder.mkdir()
@@ -344,3 +361,26 @@ def test_converted_verify_script_runs(script_runs, script: Path, mode: str):
     record = script_runs[f"verify-{script.stem}-{mode}"]
     _check_run(record, mode)
     assert record["stdout"].strip(), "the script printed nothing"
+
+
+SCRIPT_DEVICE_RUNS = [
+    p for p in RUNNABLE if not _LITERAL_SCALER.search(convert_source(p.read_text(encoding="utf-8")).code)
+]
+
+
+@pytest.mark.parametrize("path", SCRIPT_DEVICE_RUNS, ids=[p.name[: -len(".in.py")] for p in SCRIPT_DEVICE_RUNS])
+def test_converted_run_keeps_the_device_expression_and_builds_one_scaler(script_runs, path: Path):
+    """Converted as `--fix` writes it (no `amp-device`): the script's own device choice, CPU on this machine, and
+    one GradScaler for the whole run however often the epoch function is called (counted at run time)."""
+    name = path.name[: -len(".in.py")]
+    record = script_runs[f"{name}-{SCRIPT_DEVICE}"]
+    _check_run(record, "float16")
+    assert record["scalers"] == 1, f"{record['scalers']} GradScalers built in one run"
+    values = _values(record["stdout"], _run_label(path))
+    assert len(values) >= 4 and values[-1] < values[0], values
+
+
+def test_the_script_device_runs_cover_the_real_shapes():
+    names = {p.name[: -len(".in.py")] for p in SCRIPT_DEVICE_RUNS}
+    assert {"per_epoch_train_accelerator", "global_optimizer_train_epoch", "checkpoint_resume",
+            "trainer_factory_closure"} <= names  # fmt: skip

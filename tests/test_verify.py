@@ -1,7 +1,7 @@
 """Tests for `amp-lint verify`: the bootstrap's step recording, the runner's verdicts, and the command line.
 
-The runner tests feed hand-written AMP programs through `verify_scripts(converter=...)`, so they do not depend on
-`amp_lint.engine.convert`; only the end-to-end test over the bundled scripts needs it (and is skipped without it).
+The runner tests feed hand-written AMP programs through `--amp-script` or `verify_scripts(converter=...)`; the
+judgement tests use synthetic loss curves. Training runs are tiny (a 16-64-1 network, 40 steps) to stay cheap.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +20,15 @@ from click.testing import CliRunner
 
 from amp_lint.verify import (
     BUNDLED_SCRIPTS,
-    CRASHED,
     EQUIVALENT,
+    EXIT_CODES,
+    INCONCLUSIVE,
     NOT_EQUIVALENT,
+    NOT_RUN,
     RunRecord,
     ScriptResult,
     VerifyReport,
+    local_imports,
     verify_scripts,
 )
 from amp_lint.verify import cli as verify_cli
@@ -80,49 +84,38 @@ with torch.autocast("cpu", dtype=torch.float32):
 raise ValueError("deliberate failure")
 """
 
-# A regression whose loss is multiplied by 1e-5: Adam does not mind the scale, but in float16 such gradients
-# underflow. {setup} and {step} are filled with the fp32 original's code or with an AMP version's.
-TINY_SCRIPT_TEMPLATE = """
+
+# A small regression trained with SGD and gradient clipping, seeded by the script itself (the bootstrap offsets that
+# seed per run). The AMP versions below are the user's own (`--amp-script`).
+TINY_FP32_SCRIPT = """
 import torch
 
 torch.manual_seed(0)
 x = torch.randn(256, 16)
 y = torch.sin(x @ torch.randn(16, 1))
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-{setup}for epoch in range(100):
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(100):
     optimizer.zero_grad()
-{step}"""
-
-TINY_FP32_SCRIPT = TINY_SCRIPT_TEMPLATE.format(
-    setup="",
-    step="""\
-    loss = 1e-5 * torch.nn.functional.mse_loss(model(x), y)
+    loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-""",
-)
-
-_SCALER = 'scaler = torch.amp.GradScaler("cpu")\n'
-_FP16_FORWARD = """\
-    with torch.autocast("cpu", dtype=torch.float16):
-        loss = 1e-5 * torch.nn.functional.mse_loss(model(x), y)
 """
-AMP_VARIANTS = {
-    # The canonical conversion: the scaler lifts the tiny gradients out of float16's underflow range.
-    "correct": TINY_SCRIPT_TEMPLATE.format(
-        setup=_SCALER,
-        step=_FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n",
-    ),
-    # float16 autocast without a GradScaler: the gradients underflow to zero and training stalls.
-    "no scaler": TINY_SCRIPT_TEMPLATE.format(
-        setup="",
-        step=_FP16_FORWARD + "    loss.backward()\n    optimizer.step()\n",
-    ),
-    # scaler.update() never called: the second scaler.step() raises.
-    "never updated": TINY_SCRIPT_TEMPLATE.format(
-        setup=_SCALER,
-        step=_FP16_FORWARD + "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n",
+
+_AMP_TEMPLATE = TINY_FP32_SCRIPT.replace("for epoch", 'scaler = torch.amp.GradScaler("cpu")\nfor epoch').replace(
+    "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n",
+    '    with torch.autocast("cpu", dtype=torch.float16):\n'
+    "        loss = torch.nn.functional.mse_loss(model(x), y)\n    scaler.scale(loss).backward()\n{unscale}",
+).replace("    optimizer.step()\n", "    scaler.step(optimizer)\n    scaler.update()\n")
+AMP_VERSIONS = {
+    # The canonical pattern: unscale_ before clipping.
+    "correct": _AMP_TEMPLATE.format(unscale="    scaler.unscale_(optimizer)\n"),
+    # Clipping the *scaled* gradients (65536x): they are cut to norm 1, then unscaled to almost nothing.
+    "clip before unscale_": _AMP_TEMPLATE.format(unscale=""),
+    # scaler.update() never called: the second iteration's unscale_() raises.
+    "never updated": _AMP_TEMPLATE.format(unscale="    scaler.unscale_(optimizer)\n").replace(
+        "    scaler.update()\n", ""
     ),
 }
 
@@ -177,110 +170,236 @@ def test_bootstrap_reports_a_crash_and_autocast_disabling_itself(tmp_path):
     assert record.losses == [] and not record.reached_step_limit
 
 
+
+@needs_torch
+def test_bootstrap_runs_from_the_origin_folder_seeds_everything_and_hooks_autograd(tmp_path):
+    """`__file__`, the working directory and imports are the original's; numpy/random/torch seeds are offset per
+    run; `torch.autograd.backward` and `torch.autograd.grad` record losses; a converted module replaces the local one."""
+    project = tmp_path / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "data.txt").write_text("3\n")
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "helper.py").write_text("SOURCE = 'original'\n")
+    converted_helper = tmp_path / "converted_helper.py"
+    converted_helper.write_text("SOURCE = 'converted'\n")
+    (project / "train.py").write_text(
+        "import os, random, sys, torch\n"
+        "from pkg.helper import SOURCE\n"
+        "steps = int(open(os.path.join(os.path.dirname(__file__), 'data.txt')).read())\n"
+        "torch.manual_seed(1)\n"
+        "print('INFO', os.getcwd(), SOURCE, random.random(), torch.rand(1).item(), file=open(sys.argv[1], 'a'))\n"
+        "w = torch.nn.Parameter(torch.ones(2))\n"
+        "opt = torch.optim.SGD([w], lr=0.1)\n"
+        "for step in range(steps):\n"
+        "    loss = (w ** 2).sum()\n"
+        "    if step % 2:\n"
+        "        torch.autograd.backward(loss)\n"
+        "    else:\n"
+        "        (w.grad,) = torch.autograd.grad(loss, [w])\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    log = tmp_path / "log.txt"
+    out = tmp_path / "out.json"
+    command = [sys.executable, "-m", "amp_lint.verify.bootstrap", "--script", str(project / "train.py"),
+               "--origin", str(project / "train.py"), "--seeds", "0,1", "--steps", "10", "--warmup", "1",
+               "--module", f"pkg.helper={converted_helper}", "--out", str(out), "--", str(log)]  # fmt: skip
+    child = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=runner.child_environment("cpu"))
+
+    assert child.returncode == 0, child.stderr
+    records = runner.read_records(out)
+    assert [record.seed for record in records] == [0, 1]
+    assert [len(record.losses) for record in records] == [3, 3]  # the script read data.txt next to __file__
+    assert records[0].losses == pytest.approx([2.0, 2.0 * 0.8**2, 2.0 * 0.8**4])  # both autograd entry points
+    runs = [line.split() for line in log.read_text().splitlines()]
+    assert [run[1:3] for run in runs] == [[str(project), "converted"]] * 2
+    assert runs[0][3:] != runs[1][3:]  # the script's own seeds are offset per run: random and torch differ
+
+
+def verify_cli_run(tmp_path, *arguments):
+    script = tmp_path / "train.py"
+    script.write_text(TINY_FP32_SCRIPT)
+    result = CliRunner().invoke(
+        verify_cli.verify,
+        ["--device", "cpu", "--steps", "40", "--warmup", "5", "--output-format", "json",
+         "--output-dir", str(tmp_path / "out"), str(script), *arguments],
+    )  # fmt: skip
+    return result, json.loads(result.stdout) if result.stdout.startswith("{") else None
+
+
 @needs_torch
 @pytest.mark.parametrize(
-    ("variant", "status", "explanation"),
-    [
-        ("correct", EQUIVALENT, None),
-        ("no scaler", NOT_EQUIVALENT, "the AMP loss did not fall clearly"),
-        ("never updated", CRASHED, "step() has already been called since the last update()"),
-    ],
+    ("version", "status"),
+    [("correct", EQUIVALENT), ("clip before unscale_", NOT_EQUIVALENT), ("never updated", NOT_EQUIVALENT)],
 )
-def test_runner_judges_hand_converted_variants(tmp_path, variant, status, explanation):
-    script = tmp_path / "tiny_regression.py"
-    script.write_text(TINY_FP32_SCRIPT)
-    requests, progress = [], []
+def test_verify_judges_the_users_own_amp_version(tmp_path, version, status):
+    amp_script = tmp_path / "train_amp.py"
+    amp_script.write_text(AMP_VERSIONS[version])
 
-    def converter(source, *, amp_dtype, amp_device):
-        requests.append((source, amp_dtype, amp_device))
-        return SimpleNamespace(code=AMP_VARIANTS[variant], converted=True, reasons=[])
+    result, report = verify_cli_run(tmp_path, "--amp-script", str(amp_script))
 
-    report = verify_scripts(
-        [script],
-        device="cpu",
-        dtype="float16",
-        steps=40,
-        warmup=5,
-        last_k=5,
-        converter=converter,
-        keep_converted=tmp_path / "converted",
-        progress=progress.append,
+    [entry] = report["scripts"]
+    assert entry["status"] == status, entry["reasons"]
+    assert result.exit_code == EXIT_CODES[status]
+    assert len(entry["fp32"]) == 3 and entry["amp_source"] == str(amp_script)
+    judgement = entry["judgement"]
+    if version == "correct":
+        assert len(entry["amp"]) == 3 and all(len(run["losses"]) == 40 for run in entry["amp"])
+        assert judgement["gap"] <= judgement["allowed"] and judgement["parted_at"] is None
+    elif version == "clip before unscale_":
+        assert judgement["gap"] > 5 * judgement["spread"] and judgement["parted_at"] is not None
+        assert "beyond the noise" in entry["reasons"][0]
+    else:
+        assert "unscale_() is being called after step()" in entry["crash"]
+        assert entry["reasons"] == ["the AMP run crashed after 1 training step(s); the fp32 run did not"]
+    csv_lines = (tmp_path / "out" / "train" / "losses.csv").read_text().splitlines()
+    assert csv_lines[0] == "step,fp32_seed0,fp32_seed1,fp32_seed2" + (
+        ",amp_seed0" if version == "never updated" else ",amp_seed0,amp_seed1,amp_seed2"
     )
-
-    assert requests == [(TINY_FP32_SCRIPT, "float16", "cpu")]
-    assert (tmp_path / "converted" / "tiny_regression.py").read_text() == AMP_VARIANTS[variant]
-    [result] = report.results
-    assert result.status == status, result.reasons or result.crash
-    assert report.exit_code == {EQUIVALENT: 0, NOT_EQUIVALENT: 1, CRASHED: 2}[status]
-    text = runner.format_text(report)
-    assert "Note: CPU runs use CPU autocast" in text
-    assert "[1/1] tiny_regression.py: fp32 run, step 40/40" in progress
-    if status == EQUIVALENT:
-        assert result.relative_difference <= 0.05 and len(result.amp.losses) == 40
-        assert "[1/1] tiny_regression.py: AMP run, step 40/40" in progress
-    if status == NOT_EQUIVALENT:
-        assert any(reason.startswith(explanation) for reason in result.reasons)
-    if status == CRASHED:
-        assert result.fp32.status == "ok" and result.amp.status == "crashed"
-        assert explanation in result.crash and explanation in text
+    assert len(csv_lines) == 41
 
 
-FALLING = [2.0] * 10 + [1.0] * 10  # first-10 mean 2.0, last-10 mean 1.0
-BF16_AUTOCAST = [{"device_type": "cpu", "dtype": "bfloat16", "enabled": True}]
+def _record(losses, **fields):
+    autocast = fields.pop("autocast", [{"device_type": "cpu", "dtype": "float16", "enabled": True}])
+    return RunRecord("ok", losses=list(losses), autocast=autocast, device="cpu", **fields)
+
+
+def _curve(seed, *, level=1.0, rate=0.05, noise=0.02, steps=60, offset=0.0):
+    """A falling loss curve with seed-dependent level and jitter (deterministic)."""
+    return [
+        (level + 0.1 * seed) * math.exp(-rate * step) + offset + noise * math.sin(7.3 * step + seed)
+        for step in range(steps)
+    ]
+
+
+def _judged(fp32, amp, warmup=5, dtype="float16"):
+    result = ScriptResult(Path("s.py"), None, fp32=fp32, amp=amp)
+    runner.judge(result, warmup=warmup, tolerance=3.0, dtype=dtype)
+    return result
 
 
 @pytest.mark.parametrize(
-    ("amp_run", "reason"),
+    ("amp", "status", "reason"),
     [
-        (dict(losses=FALLING, autocast=BF16_AUTOCAST), None),
-        (dict(losses=[None, None, *FALLING[2:]], skipped_steps=[0, 1], autocast=BF16_AUTOCAST), None),
-        (dict(losses=[x * 1.06 for x in FALLING], autocast=BF16_AUTOCAST), "AMP final loss 1.06 differs"),
-        (dict(losses=[*FALLING[:12], None, *FALLING[13:]], autocast=BF16_AUTOCAST), "1 non-finite"),
-        (dict(losses=[1.0] * 20, autocast=BF16_AUTOCAST), "the AMP loss did not fall clearly"),
-        (dict(losses=FALLING), "the converted script never entered an enabled autocast region"),
-        (dict(losses=FALLING, autocast=[{**BF16_AUTOCAST[0], "dtype": "float16"}]), "autocast ran with float16"),
-        (
-            dict(losses=FALLING, autocast=BF16_AUTOCAST, disabling_warnings=["CUDA is not available. Disabling."]),
-            "AMP switched itself off: CUDA is not available. Disabling.",
-        ),
+        # AMP jitters differently from fp32 but stays within the seeds' spread.
+        (lambda seed: _curve(seed, noise=0.03, offset=0.002), EQUIVALENT, None),
+        # The first steps skipped while the GradScaler calibrates: not counted.
+        (lambda seed: [None, None, *_curve(seed)[2:]], EQUIVALENT, None),
+        # AMP learns half as fast: beyond the noise.
+        (lambda seed: _curve(seed, rate=0.025), NOT_EQUIVALENT, "the AMP curve is"),
+        (lambda seed: [*_curve(seed)[:20], *[None] * 40], NOT_EQUIVALENT, "the AMP loss is non-finite in 40"),
     ],
-    ids=["same", "skipped-at-start", "rtol", "nan-later", "flat", "no-autocast", "wrong-dtype", "disabled"],
+    ids=["within-spread", "calibration-skips", "slower", "nan"],
 )
-def test_judge(amp_run, reason):
-    result = ScriptResult(Path("s.py"), CRASHED, fp32=RunRecord("ok", losses=FALLING), amp=RunRecord("ok", **amp_run))
+def test_judge_against_fp32_spread(amp, status, reason):
+    result = _judged([_record(_curve(seed)) for seed in range(3)], [_record(amp(seed)) for seed in range(3)])
 
-    runner.judge(result, rtol=0.05, last_k=10, dtype="bfloat16")
-
+    assert result.status == status, result.reasons
     if reason is None:
-        assert (result.status, result.reasons) == (EQUIVALENT, [])
+        assert result.reasons == [] and result.judgement.gap <= result.judgement.allowed
     else:
-        assert result.status == NOT_EQUIVALENT
-        assert any(line.startswith(reason) for line in result.reasons), result.reasons
+        assert result.reasons[0].startswith(reason), result.reasons
 
 
-def test_runner_does_not_run_a_script_the_conversion_refused(tmp_path):
-    script = tmp_path / "closure.py"
-    script.write_text("raise AssertionError('must not run')\n")
-    refused = SimpleNamespace(code="", converted=False, reasons=["optimizer.step(closure) (LBFGS)"])
+def test_curves_that_agree_are_never_not_equivalent_even_when_they_do_not_fall():
+    flat = [_record([1.0 + 0.001 * math.sin(step + seed) for step in range(60)]) for seed in range(3)]
+    result = _judged(flat, [_record(r.losses) for r in flat])
 
-    report = verify_scripts([script], device="cpu", steps=20, warmup=2, last_k=5, converter=lambda *a, **k: refused)
+    assert result.status == INCONCLUSIVE
+    assert result.reasons[0].startswith("fp32 itself did not learn")
+
+
+def test_no_step_recorded_is_not_run():
+    result = _judged([_record([]) for seed in range(3)], [_record([]) for seed in range(3)])
+
+    assert result.status == NOT_RUN
+    assert result.reasons[0].startswith("the fp32 run recorded no training step")
+
+
+def test_too_few_steps_is_inconclusive():
+    result = _judged([_record(_curve(seed, steps=12)) for seed in range(3)],
+                     [_record(_curve(seed, steps=12)) for seed in range(3)])  # fmt: skip
+
+    assert result.status == INCONCLUSIVE
+    assert result.reasons == ["too few steps: 12 recorded, 7 after the warm-up of 5 (at least 10 are needed)"]
+
+
+@pytest.mark.parametrize(
+    ("autocast", "device", "warnings", "reason"),
+    [
+        ([], "cpu", [], "AMP did not run: the AMP script never entered an enabled autocast region"),
+        ([{"device_type": "cpu", "dtype": "float16", "enabled": True}], "cuda:0", [],
+         "AMP did not run: autocast was entered for cpu, but the parameters are on cuda"),
+        ([{"device_type": "cpu", "dtype": "float16", "enabled": True}], "cpu", ["CUDA is not available. Disabling."],
+         "AMP did not run: it switched itself off: CUDA is not available. Disabling."),
+    ],
+    ids=["no-autocast", "device-mismatch", "disabled"],
+)
+def test_amp_that_did_not_really_run_is_not_run(autocast, device, warnings, reason):
+    fp32 = [_record(_curve(seed)) for seed in range(3)]
+    amp = [RunRecord("ok", losses=_curve(s), autocast=autocast, device=device, disabling_warnings=warnings)
+           for s in range(3)]  # fmt: skip
+
+    result = _judged(fp32, amp)
+
+    assert result.status == NOT_RUN
+    assert result.reasons[0].startswith(reason), result.reasons
+
+
+def test_not_run_when_the_conversion_refused_or_the_script_crashed_before_a_step(tmp_path):
+    refused_script = tmp_path / "closure.py"
+    refused_script.write_text("raise AssertionError('must not run')\n")
+    refused = SimpleNamespace(code="", converted=False, reasons=["optimizer.step(closure) passes a closure"])
+
+    report = verify_scripts([refused_script], device="cpu", steps=20, warmup=2, converter=lambda *a, **k: refused)
 
     [result] = report.results
-    assert result.status == NOT_EQUIVALENT and result.fp32 is None
-    assert result.reasons == ["the conversion converted nothing: optimizer.step(closure) (LBFGS)"]
+    assert result.status == NOT_RUN and result.fp32 == [] and report.exit_code == 4
+    assert result.reasons == ["the conversion converted nothing: closure.py: optimizer.step(closure) passes a closure"]
+
+    crashing = tmp_path / "crash.py"
+    crashing.write_text("import torch\nraise RuntimeError('no data')\n")
+    converted = SimpleNamespace(code="import torch\nraise RuntimeError('no data')\n", converted=True, reasons=[])
+
+    report = verify_scripts([crashing], device="cpu", steps=20, warmup=2, converter=lambda *a, **k: converted)
+
+    [result] = report.results
+    assert result.status == NOT_RUN and report.exit_code == 4
+    assert result.reasons == ["the fp32 run crashed before its first training step"]
+    assert "RuntimeError: no data" in result.crash
+
+
+def test_verify_converts_the_local_modules_the_script_imports(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "trainer.py").write_text("from pkg import utils\n")
+    (tmp_path / "pkg" / "utils.py").write_text("")
+    (tmp_path / "model.py").write_text("")
+    script = tmp_path / "main.py"
+    script.write_text("import os\nimport model\nfrom pkg.trainer import Trainer\n")
+
+    assert [name for name, _ in local_imports(script)] == ["model", "pkg", "pkg.trainer", "pkg.utils"]
+
+
+def test_child_environment_hides_cuda_on_cpu():
+    assert runner.child_environment("cpu")["CUDA_VISIBLE_DEVICES"] == ""
+    assert runner.child_environment("cpu")[runner.DEVICE_ENVIRONMENT_VARIABLE] == "cpu"
 
 
 def _fake_report(*statuses: str) -> VerifyReport:
-    results = [
-        ScriptResult(Path(f"script_{index}.py"), status, crash="boom" if status == CRASHED else None)
-        for index, status in enumerate(statuses)
-    ]
-    return VerifyReport("cpu", "bfloat16", 20, 2, 0.05, 5, results, notes=[])
+    results = [ScriptResult(Path(f"script_{index}.py"), status) for index, status in enumerate(statuses)]
+    return VerifyReport("cpu", "float16", 20, 2, 3, 3.0, results, notes=[])
 
 
 @pytest.mark.parametrize(
     ("statuses", "exit_code"),
-    [((EQUIVALENT, EQUIVALENT), 0), ((EQUIVALENT, NOT_EQUIVALENT), 1), ((NOT_EQUIVALENT, CRASHED), 2)],
+    [
+        ((EQUIVALENT, EQUIVALENT), 0),
+        ((EQUIVALENT, NOT_EQUIVALENT), 1),
+        ((INCONCLUSIVE, EQUIVALENT), 3),
+        ((NOT_RUN, INCONCLUSIVE), 4),
+        ((NOT_RUN, NOT_EQUIVALENT), 1),
+    ],
 )
 def test_cli_exit_code_follows_the_worst_verdict(monkeypatch, statuses, exit_code):
     calls = []
@@ -291,11 +410,12 @@ def test_cli_exit_code_follows_the_worst_verdict(monkeypatch, statuses, exit_cod
 
     monkeypatch.setattr(runner, "verify_scripts", fake_verify_scripts)
 
-    result = CliRunner().invoke(verify_cli.verify, ["--device", "cpu", "--steps", "20", "--", "--epochs", "3"])
+    result = CliRunner().invoke(verify_cli.verify, ["--device", "cpu", "--steps", "20", "--no-files", "--", "--epochs", "3"])
 
     assert result.exit_code == exit_code, result.output
     [(paths, options)] = calls
     assert paths == () and options["script_args"] == ["--epochs", "3"] and options["steps"] == 20
+    assert options["seeds"] == 3 and options["dtype"] == "float16" and options["amp_device"] is None
     assert "script_0.py" in result.output
 
 
@@ -308,42 +428,52 @@ def test_cli_json_output(monkeypatch):
     assert json.loads(result.stdout)["scripts"][0]["status"] == EQUIVALENT
 
 
-@pytest.mark.parametrize(
-    ("missing", "arguments", "message"),
-    [
-        ("torch", [], verify_cli.TORCH_MISSING),
-        ("matplotlib", ["--plot", "plots"], verify_cli.MATPLOTLIB_MISSING),
-    ],
-)
-def test_cli_explains_a_missing_dependency_and_exits_2(monkeypatch, missing, arguments, message):
+def test_cli_explains_a_missing_torch_and_exits_2(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real_find_spec(name))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real_find_spec(name))
     monkeypatch.setattr(runner, "verify_scripts", lambda *a, **k: pytest.fail("must not run"))
 
-    result = CliRunner().invoke(verify_cli.verify, arguments)
+    result = CliRunner().invoke(verify_cli.verify, [])
 
     assert result.exit_code == 2
-    assert result.output.strip() == message
+    assert result.output.strip() == verify_cli.TORCH_MISSING
 
 
-def test_loss_plots(tmp_path):
-    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
-    ran = ScriptResult(Path("a/train.py"), EQUIVALENT, fp32=RunRecord("ok", losses=FALLING), amp=RunRecord("ok"))
-    refused = ScriptResult(Path("b/train.py"), NOT_EQUIVALENT)
-    same_name = ScriptResult(Path("c/train.py"), EQUIVALENT, fp32=RunRecord("ok", losses=FALLING))
-    report = VerifyReport("cpu", "bfloat16", 20, 2, 0.05, 10, [ran, refused, same_name], notes=[])
+def test_result_files_and_the_plot_note(tmp_path, monkeypatch):
+    ran = ScriptResult(Path("a/train.py"), EQUIVALENT, fp32=[_record([2.0, 1.0], seed=0)], amp=[_record([2.1, 1.1])])
+    monkeypatch.setattr(runner, "importlib_missing", lambda name: name == "matplotlib")
 
-    written = runner.write_loss_plots(report, tmp_path / "plots")
+    written = runner.write_result_files(ran, tmp_path / "train", warmup=1)
 
-    assert written == [tmp_path / "plots" / "train.png", tmp_path / "plots" / "train-3.png"]
-    assert all(path.read_bytes().startswith(b"\x89PNG") for path in written)
+    assert written == [str(tmp_path / "train" / "losses.csv")]
+    assert (tmp_path / "train" / "losses.csv").read_text().splitlines() == [
+        "step,fp32_seed0,amp_seed0", "0,2,2.1", "1,1,1.1"
+    ]
+    report = VerifyReport("cpu", "float16", 2, 1, 1, 3.0, [ran], ["a note"], output_dir=tmp_path)
+    assert f"Per-step losses (CSV) and plots: {tmp_path}" in runner.format_text(report)
 
 
-def test_cli_usage_error_exits_2():
-    result = CliRunner().invoke(verify_cli.verify, ["--device", "cpu", "--steps", "20", "--warmup", "20"])
+def test_loss_plot(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib")
+    ran = ScriptResult(Path("a/train.py"), EQUIVALENT, fp32=[_record(_curve(0))], amp=[_record(_curve(0))])
+
+    written = runner.write_result_files(ran, tmp_path, warmup=5)
+
+    assert Path(written[1]).read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--device", "cpu", "--steps", "20", "--warmup", "20"], "--warmup must be at least 1 and below --steps (20)"),
+        (["--amp-script", "README.md", "amp_lint/verify/scripts"], "--amp-script compares one script"),
+    ],
+)
+def test_cli_usage_error_exits_2(arguments, message):
+    result = CliRunner().invoke(verify_cli.verify, [*arguments, "--no-files"])
 
     assert result.exit_code == 2
-    assert "--warmup must be at least 1 and below --steps (20)" in result.output
+    assert message in result.output
 
 
 def test_bundled_scripts_are_plain_fp32_training_scripts():
@@ -360,17 +490,64 @@ def test_bundled_scripts_are_plain_fp32_training_scripts():
 
 
 @needs_torch
-def test_verify_bundled_scripts_end_to_end():
-    pytest.importorskip("amp_lint.engine.convert", reason="the fp32 -> AMP conversion (amp_lint.engine.convert) is not written yet")
+def test_verify_bundled_scripts_end_to_end(tmp_path):
+    """amp-lint's own conversion of bundled scripts, as `--fix` writes it (the scripts' own device expression).
 
+    Two of them (the cheapest, one with accumulation): all six take minutes on a CI machine's two cores."""
+    scripts = [str(BUNDLED_SCRIPTS / "mlp_regression.py"), str(BUNDLED_SCRIPTS / "grad_accumulation.py")]
     result = CliRunner().invoke(
-        verify_cli.verify, ["--device", "cpu", "--steps", "60", "--warmup", "5", "--output-format", "json"]
-    )
+        verify_cli.verify,
+        ["--device", "cpu", "--steps", "40", "--warmup", "5", "--output-format", "json",
+         "--output-dir", str(tmp_path), *scripts],
+    )  # fmt: skip
 
     report = json.loads(result.stdout)
     verdicts = {
         Path(entry["script"]).name: (entry["status"], entry["reasons"], entry["crash"]) for entry in report["scripts"]
     }
-    assert len(verdicts) == len(list(BUNDLED_SCRIPTS.glob("*.py")))
+    assert len(verdicts) == 2
     assert all(status == EQUIVALENT for status, _, _ in verdicts.values()), verdicts
     assert result.exit_code == 0
+
+
+FAKE_TORCH = """
+import os
+__version__ = "fake"
+class cuda:
+    is_available = staticmethod(lambda: os.environ.get("FAKE_CUDA") == "1")
+    is_bf16_supported = staticmethod(lambda: False)
+    get_device_name = staticmethod(lambda: "Fake T4")
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
+@pytest.mark.parametrize(
+    ("environment", "arguments", "exit_code", "expected"),
+    [
+        ({}, [], 2, "verify_gpu.sh: CUDA is not available to this Python"),
+        ({"FAKE_CUDA": "1"}, ["missing.py"], 2, "verify_gpu.sh: no such file or folder: {caller}/missing.py"),
+        ({"FAKE_CUDA": "1", "STEPS": "many"}, [], 2, "STEPS, WARMUP and SEEDS must be whole numbers"),
+        ({"FAKE_CUDA": "1", "DTYPES": "float32"}, [], 2, "DTYPES may hold float16 and bfloat16, not float32"),
+        ({"FAKE_CUDA": "1", "DTYPES": "bfloat16", "OUT": "results"}, [], 0,
+         "Note: skipped: Fake T4 does not support bfloat16."),
+    ],
+    ids=["no-cuda", "missing-path", "bad-steps", "bad-dtype", "no-bf16"],
+)
+def test_verify_gpu_script_errors_exit_2_and_paths_resolve_against_the_caller(
+    tmp_path, environment, arguments, exit_code, expected
+):
+    """bench/verify_gpu.sh without a GPU: a fake torch says whether CUDA and bfloat16 are there."""
+    (tmp_path / "fake" / "torch").mkdir(parents=True)
+    (tmp_path / "fake" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    script = Path(__file__).resolve().parent.parent / "bench" / "verify_gpu.sh"
+    env = {**runner.child_environment("cpu"), "PYTHON": sys.executable, **environment}
+    env["PYTHONPATH"] = str(tmp_path / "fake")
+
+    child = subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True, cwd=caller, env=env)
+
+    assert child.returncode == exit_code, child.stderr
+    assert expected.format(caller=caller) in child.stdout + child.stderr
+    if "OUT" in environment:
+        assert (caller / "results").is_dir()  # OUT is relative to the caller's folder, not the repository's

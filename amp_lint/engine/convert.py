@@ -28,8 +28,11 @@ def convert_source(source: str, *, amp_dtype: str = "float16", amp_device: Optio
     """Rewrite the plain fp32 training loops of `source` into the canonical AMP pattern.
 
     `amp_dtype` is "float16" (autocast + GradScaler) or "bfloat16" (autocast only); `amp_device` is the
-    device type to emit ("cuda", "cpu", ...), or None to infer it from the code (a `torch.device`
-    variable becomes `device.type`; fallback "cuda").
+    device type to emit ("cuda", "cpu", ...), or None to follow the script's own device expression (a
+    `torch.device` variable, `torch.accelerator.current_accelerator()` with a fallback, becomes `device.type`;
+    a string variable `torch.device(device).type`; a literal from the file's transfers, else "cuda"), which is
+    what `amp-lint --fix` writes. Code that already trains in mixed or low precision converts nothing and gives
+    no reason (AMP100 is silent there): `reasons` then holds the generic "no fp32 training loop found".
     """
     if amp_dtype not in ("float16", "bfloat16"):
         raise ValueError(f"unsupported AMP dtype {amp_dtype!r}: use float16 or bfloat16")

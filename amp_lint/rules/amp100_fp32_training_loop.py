@@ -62,11 +62,31 @@ class Fp32TrainingLoop(Rule):
     keyword parameter `scaler`, and each caller creates it once before its loop and passes
     `scaler=scaler`: explicit, and the scaler's state lives as long as the training run.
 
+    One scaler per run: it is created where the optimizer lives. A function that receives its optimizer
+    and is called once per epoch (`train(model, loader, optimizer, epoch)` from `main()`) gets the
+    scaler as a parameter from the caller, which creates it next to its optimizer (through several
+    callers if needed); `self.optimizer` gets `self.scaler` right after it; a global optimizer, or one
+    of an enclosing factory (`_update(engine, batch)` called per iteration), gets the scaler beside it.
+    Where the optimizer's state is checkpointed (`"optimizer": optimizer.state_dict()`), the scaler's
+    state is saved beside it and loaded after `optimizer.load_state_dict(...)` when present. The device
+    follows the script's own expression: `device.type` for a `torch.device` (including
+    `torch.accelerator.current_accelerator()` with a CPU fallback), `torch.device(device).type` where
+    `device` may be a string; checks that depend on the device (BCELoss under CUDA) assume CUDA whenever
+    the device is chosen at run time.
+
+    Silent (not fp32 training, or not training): code that already uses mixed or low precision (apex
+    `amp.scale_loss`, DeepSpeed, ColossalAI, Megatron and fp16/bf16 optimizer wrappers, bf16 or FSDP
+    mixed-precision models, `model.to(torch.bfloat16)`, TransformerEngine `fp8_autocast`, autocast entered
+    in a helper or wrapper, int8 models, a GradScaler anywhere in the file) and unit tests (`test_*`,
+    `Test*`) that take an optimizer step.
+
     No fix (the finding says why) for: closure optimizers (`LBFGS`, `step(closure)`), `model.half()`,
     float64 training, `torch.autograd.grad(..., create_graph=True)` (a gradient penalty, convert it by
     hand), `nn.BCELoss` / `F.binary_cross_entropy` when the device may be CUDA (banned under CUDA
     autocast: use `BCEWithLogitsLoss`), backward and step in different functions, parameters updated
-    by hand without an optimizer, and a step function whose call sites are not all in the file.
+    by hand without an optimizer (or in a branch beside it), a loss computed without any model call (the
+    forward pass ran elsewhere, as in REINFORCE), a `device` parameter defaulting to None, and a step
+    function whose call sites are not all in the file.
 
     ## References
     - [AMP examples](https://docs.pytorch.org/docs/stable/notes/amp_examples.html): typical, accumulation, clipping,
@@ -110,6 +130,83 @@ for x, y in loader:
         loss = loss_fn(model(x), y)
     loss.backward()
     optimizer.step()
+""",
+        # Mixed precision by apex: not fp32.
+        """
+import torch
+from apex import amp
+model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    with amp.scale_loss(loss, optimizer) as scaled_loss:
+        scaled_loss.backward()
+    optimizer.step()
+""",
+        # An fp16 optimizer wrapper (Megatron, DeepSpeed, ColossalAI hold their own loss scaling).
+        """
+import torch
+optimizer = FP16_Optimizer(torch.optim.Adam(model.parameters()), dynamic_loss_scale=True)
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # A bfloat16 model: it trains in low precision already.
+        """
+import torch
+model = Net().to(torch.bfloat16)
+for x, y in loader:
+    loss = loss_fn(model(x.to(torch.bfloat16)), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # FSDP with a mixed-precision policy.
+        """
+import torch
+from torch.distributed.fsdp import MixedPrecision, FullyShardedDataParallel as FSDP
+model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # TransformerEngine's fp8 autocast.
+        """
+import torch
+import transformer_engine.pytorch as te
+for x, y in loader:
+    with te.fp8_autocast(enabled=True):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # Autocast entered through a helper AMP100 cannot follow.
+        """
+import torch
+for x, y in loader:
+    with self.maybe_autocast():
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # An int8 model.
+        """
+import torch
+model = AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)
+for batch in loader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+""",
+        # A unit test that takes one optimizer step to test something else.
+        """
+import torch
+def test_step_updates_the_weights():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    assert model.weight.grad is not None
 """,
         # No optimizer step anywhere: computing gradients is not training.
         """

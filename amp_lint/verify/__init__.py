@@ -1,7 +1,8 @@
-"""``amp-lint verify``: check that amp-lint's fp32 -> AMP conversion of a training script still trains.
+"""``amp-lint verify``: check that an fp32 -> AMP conversion of a training script still trains alike.
 
-Each script runs twice in child processes, as written and as converted, with the same seed; the runs' losses,
-speed and memory are compared (see :mod:`amp_lint.verify.runner`). The children run under
+Each script runs on both sides in child processes, several seeds each: as written (fp32) and as converted (amp-lint's
+conversion, or the user's own AMP version); the loss curves are judged against fp32's own seed-to-seed spread, and
+speed and memory compared (see :mod:`amp_lint.verify.runner`). The children run under
 :mod:`amp_lint.verify.bootstrap`, which records every training step without editing the script. Importing this
 package does not import torch: only the children do.
 
@@ -11,26 +12,31 @@ Stage 9. May import: `amp_lint.engine` (to convert) and every stage below it.
 from amp_lint.verify.bootstrap import RunRecord
 from amp_lint.verify.runner import (
     BUNDLED_SCRIPTS,
-    CRASHED,
     EQUIVALENT,
+    EXIT_CODES,
+    INCONCLUSIVE,
     NOT_EQUIVALENT,
-    REQUIRED_LOSS_DROP,
+    NOT_RUN,
+    Judgement,
     ScriptResult,
     VerifyError,
     VerifyReport,
     collect_scripts,
     format_text,
     judge,
+    local_imports,
     verify_scripts,
-    write_loss_plots,
+    write_result_files,
 )
 
 __all__ = [
     "BUNDLED_SCRIPTS",
-    "CRASHED",
     "EQUIVALENT",
+    "EXIT_CODES",
+    "INCONCLUSIVE",
     "NOT_EQUIVALENT",
-    "REQUIRED_LOSS_DROP",
+    "NOT_RUN",
+    "Judgement",
     "RunRecord",
     "ScriptResult",
     "VerifyError",
@@ -38,6 +44,7 @@ __all__ = [
     "collect_scripts",
     "format_text",
     "judge",
+    "local_imports",
     "verify_scripts",
-    "write_loss_plots",
+    "write_result_files",
 ]

@@ -1,12 +1,18 @@
 """The child-process side of ``amp-lint verify``: run one training script as written and record how it trains.
 
-    python -m amp_lint.verify.bootstrap --script PATH --steps N --warmup W --out RESULT.json -- [script args]
+    python -m amp_lint.verify.bootstrap --script PATH [--origin ORIGINAL] [--module NAME=PATH ...] --seeds 0,1,2 \
+        --steps N --warmup W --out RESULT.json -- [script args]
 
-The script is run with ``runpy.run_path(PATH, run_name="__main__")``, as ``python PATH args`` would run it, and
-nothing in it is edited: the fp32 original and its AMP conversion must be measured by the same means. Instead the
-bootstrap wraps the few torch entry points every training step passes through:
+The script runs once per seed, as ``python ORIGINAL args`` would run it from ORIGINAL's folder: the working
+directory is that folder, ``__file__`` and ``sys.path[0]`` point at the original (scripts that read data next to
+``__file__`` find it), and the code executed is PATH's (the AMP version). ``--module NAME=PATH`` makes ``import
+NAME`` load PATH's code in place of the local module of that name (the converted modules of a package the entry
+script imports), again with the original's ``__file__``. Nothing else is edited: the fp32 original and its AMP
+conversion are measured by the same means. The bootstrap wraps the few torch entry points every step passes through:
 
-* ``torch.Tensor.backward`` records the value of each scalar tensor backpropagated (the loss);
+* ``torch.autograd.backward`` (which ``Tensor.backward`` calls) records each scalar tensor backpropagated (the
+  loss), and ``torch.autograd.grad`` each scalar output it differentiates (not a gradient penalty's
+  ``create_graph=True`` call);
 * ``torch.amp.GradScaler.scale`` records the *unscaled* loss and marks the scaled tensor it returns, so the
   ``backward`` wrapper does not record that one a second time;
 * a global optimizer step post-hook (``register_optimizer_step_post_hook``) counts optimizer steps, and
@@ -25,9 +31,11 @@ and the micro-batch losses of an accumulation step (which, divided by the accumu
 their mean). After ``--steps`` training steps the script is stopped by an exception derived from BaseException, so
 ``except Exception`` in the script cannot swallow it.
 
-Before the script starts, the bootstrap seeds ``random`` and torch and turns on
-``torch.use_deterministic_algorithms(True, warn_only=True)`` (the runner also sets ``CUBLAS_WORKSPACE_CONFIG``), so
-the two runs differ only by what the conversion changed.
+Before each run the bootstrap seeds ``random``, numpy (when installed) and torch with the run's seed, and offsets
+the script's own seeding by it (``torch.manual_seed(1)`` in the script seeds ``1 + seed``): seed 0 runs the script
+exactly as written, other seeds give the seed-to-seed spread the runner judges against. It also turns on
+``torch.use_deterministic_algorithms(True, warn_only=True)`` (the runner sets ``CUBLAS_WORKSPACE_CONFIG``), so the
+fp32 and AMP runs of one seed differ only by what the conversion changed.
 
 Losses are kept as tensors and read once at the end, so recording them adds no device synchronisation (reading the
 scale in ``GradScaler.update`` adds one per step, where ``GradScaler.step`` already waits for its inf check); on
@@ -37,7 +45,10 @@ CUDA the device is synchronised for the timing only at the end of step W and of 
 from __future__ import annotations
 
 import argparse
+import builtins
 import functools
+import importlib.abc
+import importlib.util
 import json
 import math
 import os
@@ -46,6 +57,7 @@ import runpy
 import sys
 import time
 import traceback
+import types
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -85,6 +97,9 @@ class RunRecord:
     """``"cuda max_memory_allocated"`` or ``"peak RSS"``: CPU numbers include the Python and torch baseline."""
     device: str | None = None
     """The device of the parameters the first optimizer stepped."""
+    seed: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    """The wall-clock duration of each training step after the warm-up (the speed-up's timed windows)."""
     autocast: list[dict[str, Any]] = field(default_factory=list)
     """Each distinct autocast configuration entered: ``device_type``, ``dtype``, ``enabled``."""
     disabling_warnings: list[str] = field(default_factory=list)
@@ -92,11 +107,21 @@ class RunRecord:
     """For a crash: ``type``, ``message`` and ``traceback_tail`` (list of lines)."""
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1, allow_nan=False), encoding="utf-8")
+        write_records([self], path)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> RunRecord:
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+        return read_records(path)[0]
+
+
+def write_records(records: list[RunRecord], path: str | os.PathLike[str]) -> None:
+    """One JSON file with one record per seed."""
+    data = [asdict(record) for record in records]
+    Path(path).write_text(json.dumps(data, indent=1, allow_nan=False), encoding="utf-8")
+
+
+def read_records(path: str | os.PathLike[str]) -> list[RunRecord]:
+    return [RunRecord(**entry) for entry in json.loads(Path(path).read_text(encoding="utf-8"))]
 
 
 class _StopTraining(BaseException):
@@ -186,6 +211,8 @@ class TrainingRecorder:
         measured = len(self._step_times) - self._warmup
         if measured > 0:
             record.seconds_per_step = (self._step_times[-1] - self._step_times[self._warmup - 1]) / measured
+            times = self._step_times[self._warmup - 1 :]
+            record.step_seconds = [later - earlier for earlier, later in zip(times, times[1:])]
         record.peak_memory_bytes, record.memory_source = self._peak_memory()
         return record
 
@@ -200,19 +227,40 @@ class TrainingRecorder:
         return (peak if sys.platform == "darwin" else peak * 1024), "peak RSS"
 
 
+class _CurrentRecorder:
+    """The hooks are installed once; each seed's run records into its own recorder."""
+
+    recorder: TrainingRecorder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.recorder, name)
+
+
 def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
     """Wrap the torch entry points listed in the module docstring so they report to ``recorder``."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     grad_scaler = torch.amp.GradScaler
 
-    original_backward = torch.Tensor.backward
+    original_backward = torch.autograd.backward
+
+    def record_scalars(tensors: Any) -> None:
+        for tensor in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
+            if isinstance(tensor, torch.Tensor) and tensor.numel() == 1 and not getattr(tensor, _SCALED_MARK, False):
+                recorder.on_loss(tensor)
 
     @functools.wraps(original_backward)
-    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.numel() == 1 and not getattr(self, _SCALED_MARK, False):
-            recorder.on_loss(self)
-        return original_backward(self, *args, **kwargs)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        record_scalars(tensors)
+        return original_backward(tensors, *args, **kwargs)
+
+    original_grad = torch.autograd.grad
+
+    @functools.wraps(original_grad)
+    def grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("create_graph", False):
+            record_scalars(outputs)
+        return original_grad(outputs, *args, **kwargs)
 
     original_scale = grad_scaler.scale
 
@@ -259,18 +307,118 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
         recorder.on_warning(str(message))
         original_showwarning(message, *args, **kwargs)
 
-    torch.Tensor.backward = backward
+    torch.autograd.backward, torch.autograd.grad = backward, grad
     grad_scaler.scale, grad_scaler.step, grad_scaler.update = scale, step, update
     torch.amp.autocast.__enter__ = enter
     warnings.showwarning = showwarning
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.on_optimizer_step(optimizer))
 
 
-def run_script(script: str, origin: str, script_args: list[str]) -> None:
-    """Run ``script`` as ``python script args`` would; ``origin``'s folder leads sys.path, as the script's own would."""
-    sys.argv = [script, *script_args]
-    sys.path[0] = str(Path(origin).resolve().parent)
-    runpy.run_path(script, run_name="__main__")
+def run_script(script: str, origin: str, script_args: list[str], modules: dict[str, str] | None = None) -> None:
+    """Run ``script``'s code as ``python origin args`` would run ``origin``, from ``origin``'s folder."""
+    origin_path = Path(origin).resolve()
+    os.chdir(origin_path.parent)
+    sys.argv = [str(origin_path), *script_args]
+    sys.path[0] = str(origin_path.parent)
+    if modules:
+        _install_module_overrides(modules, origin_path.parent)
+    source = Path(script).read_text(encoding="utf-8")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=str(origin_path), __builtins__=builtins, __spec__=None, __package__=None)
+    saved_main = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(source, str(origin_path), "exec"), main.__dict__)
+    finally:
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+class _ConvertedModuleLoader(importlib.abc.SourceLoader):
+    """Loads a module's converted code while the module keeps its original file name."""
+
+    def __init__(self, origin: str, code_path: str) -> None:
+        self.origin, self.code_path = origin, code_path
+
+    def get_filename(self, fullname: str) -> str:
+        return self.origin
+
+    def get_data(self, path: str) -> bytes:
+        return Path(self.code_path).read_bytes()
+
+    def path_stats(self, path: str) -> Any:  # no bytecode cache for converted code
+        raise OSError
+
+
+class _ConvertedModuleFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, modules: dict[str, str], root: Path) -> None:
+        self.modules, self.root = modules, root
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        code_path = self.modules.get(fullname)
+        if code_path is None:
+            return None
+        relative = Path(*fullname.split("."))
+        package = (self.root / relative / "__init__.py").exists()
+        origin = self.root / relative / "__init__.py" if package else self.root / relative.with_suffix(".py")
+        return importlib.util.spec_from_file_location(
+            fullname,
+            origin,
+            loader=_ConvertedModuleLoader(str(origin), code_path),
+            submodule_search_locations=[str(origin.parent)] if package else None,
+        )
+
+
+def _install_module_overrides(modules: dict[str, str], root: Path) -> None:
+    if not any(isinstance(finder, _ConvertedModuleFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ConvertedModuleFinder(modules, root))
+
+
+def seed_everything(torch: Any, seed: int) -> None:
+    """Seed random, numpy and torch; offset the script's own seeding by ``seed`` (seed 0 changes nothing)."""
+    random.seed(SEED + seed)
+    torch.manual_seed(SEED + seed)
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        numpy.random.seed(SEED + seed)
+    if seed == 0:
+        return
+
+    def offset(original: Any) -> Any:
+        @functools.wraps(original)
+        def seeded(value: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = (value + seed) % 2**32
+            return original(value, *args, **kwargs)
+
+        return seeded
+
+    random.seed = offset(_ORIGINAL_SEEDERS.setdefault("random", random.seed))
+    torch.manual_seed = offset(_ORIGINAL_SEEDERS.setdefault("torch", torch.manual_seed))
+    torch.random.manual_seed = torch.manual_seed
+    for name in ("manual_seed", "manual_seed_all"):
+        original = _ORIGINAL_SEEDERS.setdefault(f"cuda.{name}", getattr(torch.cuda, name))
+        setattr(torch.cuda, name, offset(original))
+    if numpy is not None:
+        numpy.random.seed = offset(_ORIGINAL_SEEDERS.setdefault("numpy", numpy.random.seed))
+
+
+def restore_seeders(torch: Any) -> None:
+    random.seed = _ORIGINAL_SEEDERS.get("random", random.seed)
+    torch.manual_seed = _ORIGINAL_SEEDERS.get("torch", torch.manual_seed)
+    torch.random.manual_seed = torch.manual_seed
+    for name in ("manual_seed", "manual_seed_all"):
+        setattr(torch.cuda, name, _ORIGINAL_SEEDERS.get(f"cuda.{name}", getattr(torch.cuda, name)))
+    if "numpy" in _ORIGINAL_SEEDERS:
+        import numpy
+
+        numpy.random.seed = _ORIGINAL_SEEDERS["numpy"]
+
+
+_ORIGINAL_SEEDERS: dict[str, Any] = {}
 
 
 def _parameter_device(optimizer: Any) -> str | None:
@@ -308,45 +456,72 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are integers separated by commas, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("at least one seed")
+    return seeds
+
+
 def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     own, script_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(prog="python -m amp_lint.verify.bootstrap", description=__doc__.split("\n\n")[0])
     parser.add_argument("--script", required=True, help="the program to run")
-    parser.add_argument("--origin", help="the user's script it came from (default: --script); leads sys.path")
+    parser.add_argument("--origin", help="the user's script it came from (default: --script): its folder, __file__")
+    parser.add_argument("--module", action="append", default=[], metavar="NAME=PATH",
+                        help="load local module NAME from PATH's code (repeatable)")  # fmt: skip
+    parser.add_argument("--seeds", type=_seed_list, default=[0], help="comma-separated seeds, one run each")
     parser.add_argument("--steps", type=_positive_int, required=True, help="stop after this many training steps")
     parser.add_argument("--warmup", type=_positive_int, required=True, help="steps left out of the timing (>= 1)")
-    parser.add_argument("--out", required=True, help="where to write the RunRecord JSON")
+    parser.add_argument("--out", required=True, help="where to write the RunRecord JSON (a list, one per seed)")
     return parser.parse_args(own), script_args
 
 
 def main(argv: list[str] | None = None) -> int:
     args, script_args = _parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # must precede CUDA initialisation
+    modules = dict(entry.split("=", 1) for entry in args.module)
 
     import torch
 
-    random.seed(SEED)
-    torch.manual_seed(SEED)
     torch.use_deterministic_algorithms(True, warn_only=True)
     # Filling every new tensor with NaN guards only against reading uninitialised memory, and its cost (per
     # tensor, memory-bound) would skew the fp32 vs AMP timing.
     torch.utils.deterministic.fill_uninitialized_memory = False
-    recorder = TrainingRecorder(torch, steps=args.steps, warmup=args.warmup)
-    install_hooks(torch, recorder)
-
-    error = None
-    try:
-        run_script(args.script, args.origin or args.script, script_args)
-    except _StopTraining:
-        pass
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
+    records = []
+    start_dir, start_path = os.getcwd(), list(sys.path)
+    current = _CurrentRecorder()
+    install_hooks(torch, current)  # type: ignore[arg-type]
+    for seed in args.seeds:
+        recorder = TrainingRecorder(torch, steps=args.steps, warmup=args.warmup)
+        current.recorder = recorder
+        seed_everything(torch, seed)
+        if torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+        error = None
+        try:
+            run_script(args.script, args.origin or args.script, script_args, modules)
+        except _StopTraining:
+            pass
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                error = describe_exception(exc)
+        except BaseException as exc:  # any failure of the script, even KeyboardInterrupt, is the result to report
             error = describe_exception(exc)
-    except BaseException as exc:  # any failure of the script, even KeyboardInterrupt, is the result to report
-        error = describe_exception(exc)
-    record = recorder.finish(error)
-    record.write(args.out)
-    return 0 if record.status == "ok" else 1
+        finally:
+            restore_seeders(torch)
+            os.chdir(start_dir)
+            sys.path[:] = start_path
+        record = recorder.finish(error)
+        record.seed = seed
+        records.append(record)
+        if record.status != "ok":
+            break  # a crash is the result: the other seeds would crash alike
+    write_records(records, args.out)
+    return 0 if all(record.status == "ok" for record in records) else 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ TORCH_MISSING = (
     "`pip install torch --index-url https://download.pytorch.org/whl/cpu`; "
     "`pip install 'amp-lint[verify]'` installs the default build, with the CUDA libraries (about 3 GB)"
 )
-MATPLOTLIB_MISSING = "--plot needs matplotlib: pip install 'amp-lint[plot]'"
+MATPLOTLIB_MISSING = "no loss plots written: they need matplotlib (pip install 'amp-lint[plot]'); the CSVs are there"
 
 _SCRIPT_ARGS = "amp_lint.verify.script_args"
 
@@ -38,12 +38,23 @@ class _CommandWithScriptArgs(click.Command):
     type=click.Choice(["auto", "cuda", "cpu"]),
     default="auto",
     show_default=True,
-    help="Where both runs train; auto means CUDA when torch sees it.",
+    help="Where both sides train; auto means CUDA when torch sees it. cpu hides CUDA from the scripts.",
 )
 @click.option(
     "--dtype",
     type=click.Choice(["float16", "bfloat16"]),
-    help="AMP dtype. Default: float16 (with GradScaler) on CUDA, bfloat16 on CPU.",
+    default="float16",
+    show_default=True,
+    help="AMP dtype of the conversion (float16: autocast + GradScaler), as `amp-lint --fix` writes it.",
+)
+@click.option(
+    "--amp-device",
+    help="Device type the conversion writes (cuda, cpu, ...). Default: the script's own device expression.",
+)
+@click.option(
+    "--amp-script",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Your own AMP version of the (one) SCRIPT, compared instead of amp-lint's conversion.",
 )
 @click.option("--steps", type=click.IntRange(min=2), default=200, show_default=True, help="Training steps per run.")
 @click.option(
@@ -51,29 +62,25 @@ class _CommandWithScriptArgs(click.Command):
     type=click.IntRange(min=1),
     default=10,
     show_default=True,
-    help="Steps left out of the speed measurement.",
+    help="Steps left out of the comparison and the speed measurement.",
 )
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per side, one per seed.")
 @click.option(
-    "--rtol",
+    "--tolerance",
     type=click.FloatRange(min=0, min_open=True),
-    default=0.05,
+    default=3.0,
     show_default=True,
-    help="Largest relative difference between the final fp32 and AMP losses.",
-)
-@click.option(
-    "--last-k",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Steps averaged for the final (and the first) loss.",
+    help="How many times fp32's own seed-to-seed noise the mean AMP-vs-fp32 gap may reach.",
 )
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
-    "--plot",
-    "plot_dir",
+    "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write one PNG per script with both loss curves to this folder (needs matplotlib).",
+    default=Path("amp-lint-verify"),
+    show_default=True,
+    help="Folder for each script's per-step losses (losses.csv) and plot (losses.png, needs matplotlib).",
 )
+@click.option("--no-files", is_flag=True, help="Write no CSV or plot.")
 @click.option(
     "--keep-converted",
     type=click.Path(file_okay=False, path_type=Path),
@@ -84,44 +91,53 @@ def verify(
     ctx: click.Context,
     paths: tuple[Path, ...],
     device: str,
-    dtype: str | None,
+    dtype: str,
+    amp_device: str | None,
+    amp_script: Path | None,
     steps: int,
     warmup: int,
-    rtol: float,
-    last_k: int,
+    seeds: int,
+    tolerance: float,
     output_format: str,
-    plot_dir: Path | None,
+    output_dir: Path,
+    no_files: bool,
     keep_converted: Path | None,
 ) -> None:
-    """Train scripts as written (fp32) and as amp-lint converts them to AMP, and check both converge alike.
+    """Train scripts as written (fp32) and converted to AMP, several seeds each, and judge whether they train alike.
 
-    Each SCRIPT_OR_DIR (a folder means its *.py files; default: the scripts bundled with amp-lint) runs twice for
-    --steps training steps with the same seed, and the table shows both final losses, AMP's speed-up and memory,
-    and the verdict. Arguments after -- are passed to every script.
+    Each SCRIPT_OR_DIR (a folder means its *.py files; default: the scripts bundled with amp-lint) runs from its
+    own folder on both sides for --steps training steps, --seeds times each. The AMP side is the code `amp-lint
+    --select AMP100 --fix --unsafe-fixes` would write (with the local modules the script imports converted too),
+    or --amp-script. After the warm-up, the smoothed AMP loss curve is compared with fp32's, against fp32's own
+    seed-to-seed spread; the table shows the gap, the spread, the largest gap, the step where the curves part and
+    AMP's speed-up. Arguments after -- are passed to every script.
 
-    Exit status: 0 all equivalent, 1 some not equivalent, 2 a crash or a usage error.
+    Exit status: 0 equivalent, 1 not equivalent (the curves disagree beyond the noise, or AMP crashed), 3
+    inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed
+    before a step, or AMP did not really run); with several scripts, the first of 1, 4, 3, 0 that occurs. 2: a usage
+    error, or the tool could not run.
     """
     if importlib.util.find_spec("torch") is None:
         click.echo(TORCH_MISSING, err=True)
         ctx.exit(2)
-    if plot_dir is not None and importlib.util.find_spec("matplotlib") is None:
-        click.echo(MATPLOTLIB_MISSING, err=True)
-        ctx.exit(2)
 
-    from amp_lint.verify.runner import VerifyError, format_text, verify_scripts, write_loss_plots
+    from amp_lint.verify.runner import VerifyError, format_text, verify_scripts
 
     try:
         report = verify_scripts(
             paths,
             device=device,
             dtype=dtype,
+            amp_device=amp_device,
+            amp_script=amp_script,
             steps=steps,
             warmup=warmup,
-            rtol=rtol,
-            last_k=last_k,
+            seeds=seeds,
+            tolerance=tolerance,
             script_args=ctx.meta.get(_SCRIPT_ARGS, ()),
             progress=lambda message: click.echo(message, err=True),
             keep_converted=keep_converted,
+            output_dir=None if no_files else output_dir.resolve(),
         )
     except VerifyError as exc:
         click.echo(f"amp-lint verify: {exc}", err=True)
@@ -131,7 +147,4 @@ def verify(
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
         click.echo(format_text(report))
-    if plot_dir is not None:
-        for path in write_loss_plots(report, plot_dir):
-            click.echo(f"wrote {path}", err=True)
     ctx.exit(report.exit_code)
