@@ -163,10 +163,15 @@ for x in loader:
                     if uncovered is None:
                         continue
                     last = earlier[-1]
-                    guard = f"`if {code_of(last.branches[-1].node.test)}`" if last.branches else "a branch"
+                    if last.branches:
+                        guard = f"under `if {code_of(last.branches[-1].node.test)}`"
+                    elif len(last.loops) > len(update.loops):
+                        guard = "inside a loop that may run no times"
+                    else:
+                        guard = "under a branch"
                     yield self.finding(
                         update.call,
-                        f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only under "
+                        f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
                         f"{guard}; update() without a step raises "
                         "'No inf checks were recorded' (move it next to the step)",
                         fix=None if update.in_helper or last.in_helper else _move_fix(model, step, update, last, scaler),
