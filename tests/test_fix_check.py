@@ -262,3 +262,28 @@ def test_two_clips_get_one_unscale():
         assert not result.errors
         assert result.fixed_source.count("scaler.unscale_(optimizer)") == 1
         assert result.fixed_source.index("scaler.unscale_(optimizer)") < result.fixed_source.index("clip_grad_norm_(unet")
+
+
+def test_the_roundtrip_bench_counts_fixed_and_dropped_fixes(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.py").write_text(TRAIN)  # AMP001: fixed; AMP999 (its fix scales twice): dropped
+    (corpus / "other.py").write_text("import torch\n")  # nothing to fix
+    root = Path(__file__).resolve().parent.parent
+    command = f"{sys.executable} {root / 'tests' / 'data' / 'cli_with_a_broken_fix.py'}"
+    result = subprocess.run(
+        [sys.executable, str(root / "bench" / "fix_roundtrip.py"), "--amp-lint", command, "--select", "AMP001,AMP999", str(corpus)],
+        capture_output=True, text=True, timeout=300, cwd=root,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("| corpus | safe", "| corpus | unsafe"))]
+    assert len(rows) == 2, result.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:8] == ["2", "1", "1", "1", "0", "0"], row  # files, fixed, fixes, dropped, broken, unstable
+    assert "not fixed: AMP999 at train.py:7: the fixed code scales a loss twice" in result.stdout

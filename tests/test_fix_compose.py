@@ -45,7 +45,7 @@ def fixed_by_subset(tmp_path_factory):
 
 @pytest.mark.parametrize("subset", SUBSETS, ids=["+".join(s) for s in SUBSETS])
 def test_any_subset_of_fixes_gives_code_that_runs(subset, fixed_by_subset):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "tests" / "fix_pairs"))
     import harness
 
@@ -54,7 +54,7 @@ def test_any_subset_of_fixes_gives_code_that_runs(subset, fixed_by_subset):
     assert returncode == 0 and "error:" not in output and "not fixed" not in output, output  # all fixed, none dropped
     cst.parse_module(text)
     assert text.count("scaler.unscale_(optimizer)") == (1 if "AMP030" in subset else 0)
-    names, recorder = harness.run_script(copy)
+    _, recorder = harness.run_script(copy)
     assert len(harness.iterations(recorder.events)) == 4
     if "AMP030" in subset:
         assert harness.documented_order(recorder.events) == []

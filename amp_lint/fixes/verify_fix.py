@@ -19,7 +19,7 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import FrozenSet, List, Optional, Set, Tuple
 
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 _UNKNOWN = "unknown"  # what a function's caller did before: never a hazard by itself
