@@ -18,13 +18,7 @@ from typing import Dict
 
 START = "<!-- rules-table:start -->"
 END = "<!-- rules-table:end -->"
-DOCS_FOLDER = "docs/rules"
-
-
-def rule_url(code: str) -> str:
-    """The stable address of a rule's documentation page."""
-    base = os.environ.get("AMP_LINT_DOCS_URL", "").rstrip("/") or DOCS_FOLDER
-    return f"{base}/{code}.md"
+from amp_lint.rules.urls import DOCS_FOLDER, rule_url  # noqa: F401  (rule_url re-exported)
 
 
 def rules_table() -> str:

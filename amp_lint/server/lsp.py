@@ -30,7 +30,7 @@ from amp_lint.engine.runner import check_text
 from amp_lint.files.lines import lines_with_ends, split_lines
 from amp_lint.files.sources import SourceError
 from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines
-from amp_lint.rules.urls import rule_url
+from amp_lint.rules.urls import rule_uri
 from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView, apply_edits, client_position
 from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
 
@@ -58,6 +58,11 @@ class Checked:
     # request that needs them (an editor asks for code actions at every cursor move).
     fixes: Optional[Dict[tuple, FixSummary]] = None
     fix_all: Optional[Tuple[Optional[types.WorkspaceEdit]]] = None
+
+
+def _code_description(code: str) -> Optional[types.CodeDescription]:
+    href = rule_uri(code)
+    return types.CodeDescription(href=href) if href else None
 
 
 def _finding_key(finding: Diagnostic) -> tuple:
@@ -215,7 +220,7 @@ class AmpLintServer(LanguageServer):
             message=finding.message,
             severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
             code=finding.code,
-            code_description=types.CodeDescription(href=rule_url(finding.code)),
+            code_description=_code_description(finding.code),
             source=SOURCE,
             related_information=related or None,
             tags=tags,
