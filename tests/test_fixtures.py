@@ -85,10 +85,18 @@ def byte_diff(expected: bytes, actual: bytes) -> str:
 # --- fixtures/check -----------------------------------------------------------------------------------
 
 
+def check_options(path: Path) -> List[str]:
+    """Options a check fixture asks for in its first line: `# amp-lint-check: --show-assumed` (a finding that
+    rests on an assumption is hidden by default)."""
+    first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    prefix = "# amp-lint-check:"
+    return first[len(prefix) :].split() if first.startswith(prefix) else []
+
+
 @pytest.mark.parametrize("path", _params(CHECK_FIXTURES))
 def test_check_fixture_matches_snapshot(path: Path):
     expected_path = path.with_suffix(".expected")
-    actual = concise(path)
+    actual = concise(path, *check_options(path))
     if UPDATE and not _is_known_issue(path):
         if path.name.startswith("good_") and actual:
             pytest.fail(f"{path.name} is correct code but amp-lint reports:\n" + "\n".join(actual))

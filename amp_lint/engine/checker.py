@@ -474,10 +474,11 @@ def _confidence_policy(findings: List[Finding], show_assumed: bool) -> List[Find
     """Only proved findings by default; a safe fix only on a proved (high-confidence) finding."""
     kept = []
     for finding in findings:
-        if finding.assumption:
+        if finding.assumption or finding.confidence is not Confidence.HIGH:
             if not show_assumed:
                 continue
-            finding.message += f" ({finding.assumption})"
+            if finding.assumption:
+                finding.message += f" ({finding.assumption})"
         if finding.confidence is not Confidence.HIGH and finding.fix is not None and finding.fix.applicability is Applicability.SAFE:
             finding.fix = dataclasses.replace(finding.fix, applicability=Applicability.UNSAFE)
         kept.append(finding)

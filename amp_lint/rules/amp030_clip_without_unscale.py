@@ -236,7 +236,8 @@ def train_step(self, batch):
                     fix=fix,
                     context=step.scope.name,
                     related=self.through_helpers(clip),
-                    assumption=assumption_text(proof),
+                    assumption=assumption_text(proof)
+                    or (None if clip.kind is EventKind.CLIP else "assumes the read needs the true gradients, not their scaled values"),
                 )
 
 

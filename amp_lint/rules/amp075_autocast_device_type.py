@@ -538,6 +538,7 @@ class Trainer:
                     f"device_type `{short(value)}` is `{literal.literal}` on some paths, with a device index; "
                     f"autocast wants the device type, `torch.device({text}).type`",
                     confidence=Confidence.MEDIUM,
+                    assumption="assumes a path that sets the indexed value runs",
                     context=scope.name,
                     related=(("set", literal.defined_at),) if literal.defined_at is not None else (),
                 )

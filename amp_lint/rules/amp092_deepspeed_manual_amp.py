@@ -124,6 +124,7 @@ def train(args, model):
                         f"the DeepSpeed engine `{engine}` runs under `{short(region.spec.call or region.node, 40)}`: "
                         "DeepSpeed manages precision itself; set fp16/bf16 in the DeepSpeed config instead",
                         confidence=Confidence.MEDIUM,  # with an fp32 DeepSpeed config this is the only mixed precision
+                        assumption="assumes the DeepSpeed config enables fp16 or bf16",
                         context=site.scope.name,
                     )
                 if site.method == "backward" and site.call.args and _is_scaled(model, site, site.call.args[0].value):
