@@ -1179,6 +1179,12 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("--generated-files", type=int, default=GENERATED_FILES, help=argparse.SUPPRESS)
     parser.add_argument(
+        "--scaling-sizes",
+        default=None,
+        help="training functions in the scaling section's generated files (default: 200,2000; '' to skip; "
+        "skipped by --self-test unless given)",
+    )
+    parser.add_argument(
         "--self-test",
         action="store_true",
         help="the whole pipeline on a 50-file generated corpus, no peers, one run each",
@@ -1193,6 +1199,85 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         arguments.work_dir = arguments.work_dir / "self-test"
         arguments.timeout = min(arguments.timeout, 120)
     return arguments
+
+
+# -- scaling: one file of many training functions ------------------------------------------------
+
+# The check time of a file of 2,000 training functions over that of 200 (issue 21: at most 12x; a
+# cost quadratic in the file's size gives about 100x).
+SCALING_SIZES = (200, 2_000)
+SCALING_LIMIT = 12.0
+
+
+def training_functions_file(count: int) -> str:
+    """One module of `count` small training functions, each with findings (AMP001, AMP021) and fixes."""
+    parts = ["import torch\n\nscaler = torch.amp.GradScaler('cuda')\n\n"]
+    for index in range(count):
+        parts.append(
+            f"def train_{index}(model, optimizer, loader):\n"
+            "    for x, y in loader:\n"
+            "        with torch.autocast('cuda'):\n"
+            f"            loss = model(x).sum() * {index}\n"
+            "            scaler.scale(loss).backward()\n"
+            "        scaler.step(optimizer)\n"
+            "        optimizer.zero_grad()\n\n\n"
+        )
+    return "".join(parts)
+
+
+@dataclass
+class ScalingRow:
+    functions: int
+    lines: int
+    seconds: float
+    peak_mb: float
+    returncode: int
+
+
+def measure_scaling(
+    command: Sequence[str], work_dir: Path, sizes: Sequence[int] = SCALING_SIZES, timeout_s: float = 600
+) -> List[ScalingRow]:
+    """Time `command check` (no cache, one file) on generated files of `sizes` training functions."""
+    folder = work_dir / "scaling"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for count in sizes:
+        path = folder / f"train_{count}.py"
+        text = training_functions_file(count)
+        path.write_text(text)
+        measured = run_measured(
+            [*command, "check", "--no-cache", "--output-format", "concise", path.name],
+            cwd=folder,
+            timeout_s=timeout_s,
+            log_dir=folder / "logs",
+            label=f"scaling-{count}",
+        )
+        rows.append(
+            ScalingRow(count, text.count("\n"), measured.seconds, measured.peak_mb, -9 if measured.timed_out else measured.returncode)
+        )
+    return rows
+
+
+def scaling_growth(rows: Sequence[ScalingRow]) -> float:
+    """How many times longer the largest file took than the smallest."""
+    return rows[-1].seconds / max(rows[0].seconds, 1e-9)
+
+
+def scaling_lines(rows: Sequence[ScalingRow], limit: float = SCALING_LIMIT) -> List[str]:
+    """The scaling section as printed (and written into the results)."""
+    lines = ["Scaling: one generated file of N training functions (amp-lint check --no-cache)", ""]
+    lines.append("| functions | lines | seconds | peak MB | exit |")
+    lines.append("|---:|---:|---:|---:|---:|")
+    for row in rows:
+        lines.append(f"| {row.functions:,} | {row.lines:,} | {row.seconds:.2f} | {row.peak_mb:.0f} | {row.returncode} |")
+    growth = scaling_growth(rows)
+    ok = growth <= limit and all(row.returncode == 1 for row in rows)  # 1: the findings were found
+    lines.append("")
+    lines.append(
+        f"{rows[-1].functions:,} functions took {growth:.1f}x the time of {rows[0].functions:,} "
+        f"({rows[-1].functions / rows[0].functions:.0f}x the code; target: at most {limit:g}x): {'met' if ok else 'MISSED'}"
+    )
+    return lines
 
 
 def pin_to_cpus(jobs: int) -> Optional[List[int]]:
@@ -1344,6 +1429,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         versions=versions,
         notes=notes,
     )
+    sizes = arguments.scaling_sizes if arguments.scaling_sizes is not None else ("" if arguments.self_test else "200,2000")
+    if sizes and amp_lint.command is not None:
+        log("scaling: generated files of " + sizes.replace(",", ", ") + " training functions ...")
+        scaling = scaling_lines(measure_scaling(amp_lint.command, work_dir, [int(size) for size in sizes.split(",")], arguments.timeout))
+        print()
+        for line in scaling:
+            print(line)
+        with open(output, "a", encoding="utf-8") as results_file:
+            results_file.write("\n## " + scaling[0] + "\n\n" + "\n".join(scaling[2:]) + "\n")
     print(f"\nwrote {output}")
 
     errors = [

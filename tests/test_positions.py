@@ -96,6 +96,7 @@ def test_placed_through_the_statements_above_them_every_node_has_position_provid
         return whole_pass(tree, wanted)
 
     monkeypatch.setattr(positions, "_generate_until_found", counted)
+    monkeypatch.setattr(positions, "_STATEMENT_PLACEMENTS", 10**9)  # every node through statements, however many
     parents = build_model(module).parents
     locator = NodeLocator(module, text, parents)
     locator.want(id(node) for node in nodes)
@@ -119,3 +120,17 @@ def test_a_statement_repeated_in_the_file_is_placed_through_the_unique_one_above
     locator = NodeLocator(module, text, build_model(module).parents)
     locator.want(id(call) for call in calls)
     assert [locator.range_of(id(call)).start.line for call in calls] == [2, 6]
+
+
+@pytest.mark.parametrize("text", list(_sources()))
+def test_many_nodes_are_placed_by_one_whole_pass_with_the_same_ranges(text):
+    """Past `_STATEMENT_PLACEMENTS` nodes, one generation of the module (linear) places them all."""
+    import amp_lint.engine.checker  # noqa: F401
+    from amp_lint.analysis.model import build_model
+
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = _all_nodes(module)
+    locator = NodeLocator(module, text, build_model(module).parents)
+    locator.want(id(node) for node in nodes)
+    assert {id(node): locator.range_of(id(node)) for node in nodes} == {id(node): expected[node] for node in nodes}

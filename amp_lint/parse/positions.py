@@ -139,14 +139,14 @@ class NodeLocator:
         self.module = module
         self.code = code
         self.parents = parents or {}
-        self._wanted: Set[int] = set()
+        self._pending: Set[int] = set()  # wanted, not placed yet (kept as it goes: no whole-set difference per call)
         self._placed: Set[int] = set()
         self.ranges: Dict[int, CodeRange] = {}
         self.inclusive: Dict[int, CodeRange] = {}  # whitespace and leading lines included
         self._line_starts: Optional[List[int]] = None
 
     def want(self, node_ids: Iterable[int]) -> None:
-        self._wanted.update(node_ids)
+        self._pending.update(key for key in node_ids if key not in self._placed)
 
     def range_of(self, node_id: int) -> Optional[CodeRange]:
         """PositionProvider's range of the node; None when it is not in the module."""
@@ -163,13 +163,16 @@ class NodeLocator:
         return (found.start.line, found.end.line)
 
     def _place(self, node_id: int) -> None:
-        self._wanted.add(node_id)
-        pending = self._wanted - self._placed
-        if not pending:
+        if node_id not in self._placed:
+            self._pending.add(node_id)
+        if not self._pending:
             return
+        pending, self._pending = self._pending, set()
         self._placed |= pending
         by_statement: Dict[int, Tuple[cst.CSTNode, List[str], Set[int]]] = {}
-        if self.code is not None:
+        # Placing through statements costs a search of the whole file each: past a few dozen, one
+        # generation of the whole module (linear) is cheaper, and the cost stays linear in the file.
+        if self.code is not None and len(pending) <= _STATEMENT_PLACEMENTS:
             for key in pending:
                 found = self._statements_above(key)
                 if found:
@@ -230,14 +233,13 @@ class NodeLocator:
 
     def _line_of(self, offset: int) -> int:
         code = self.code
-        if "\r" not in code:
-            return code.count("\n", 0, offset) + 1
         if self._line_starts is None:
             self._line_starts = [0] + [match.end() for match in LINE_BREAK.finditer(code)]
         return bisect.bisect_right(self._line_starts, offset)
 
 
 _WHOLE_LINE_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+_STATEMENT_PLACEMENTS = 32
 
 
 def _shifted(code_range: CodeRange, lines: int) -> CodeRange:

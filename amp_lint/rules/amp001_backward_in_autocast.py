@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
@@ -248,6 +248,9 @@ def step(model, x):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         fixes = {}
+        events_of: Dict[int, List[Event]] = {}  # id(statement) -> its events: each fix looks up its own tail only
+        for event in model.events:
+            events_of.setdefault(id(event.statement), []).append(event)
         # A framework's `accelerator.backward(loss)` inside an explicit `torch.autocast` block is still a
         # backward under autocast (issue 14: diffusers textual_inversion_bf16).
         for event in sorted(model.events + model.wrapper_backwards, key=lambda e: e.index):
@@ -257,7 +260,7 @@ def step(model, x):
             if region is None:
                 continue
             if region.node not in fixes:
-                fixes[region.node] = _split_fix(model, region, event)
+                fixes[region.node] = _split_fix(model, region, event, events_of)
             where = "a function decorated with" if region.is_decorator else "the block of"
             yield self.finding(
                 event.call,
@@ -273,7 +276,7 @@ def _autocast_text(region: AutocastRegion) -> str:
     return short(node) if node is not None else "autocast"
 
 
-def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Optional[Fix]:
+def _split_fix(model: FileModel, region: AutocastRegion, first: Event, events_of: Dict[int, List[Event]]) -> Optional[Fix]:
     """Split the `with` at the first backward: what follows moves out, later forwards get their own `with`."""
     node = region.node
     if region.is_decorator or not isinstance(node, cst.With) or len(node.items) != 1:
@@ -290,13 +293,10 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event) -> Option
         name = code_of(asname.name)
         if any(re.search(rf"\b{re.escape(name)}\b", code_of(statement)) for statement in tail):
             return None
-    protocol_statements = {
-        id(e.statement) for e in model.events if e.kind in _PROTOCOL and e.statement in tail
-    }
-    backward_statements = {
-        id(e.statement) for e in model.events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD) and e.statement in tail
-    }
-    zero_grad_statements = {id(e.statement) for e in model.events if e.kind is EventKind.ZERO_GRAD and e.statement in tail}
+    tail_events = [e for statement in tail for e in events_of.get(id(statement), ())]
+    protocol_statements = {id(e.statement) for e in tail_events if e.kind in _PROTOCOL}
+    backward_statements = {id(e.statement) for e in tail_events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)}
+    zero_grad_statements = {id(e.statement) for e in tail_events if e.kind is EventKind.ZERO_GRAD}
     segments = _segments(tail, protocol_statements, backward_statements, zero_grad_statements)
 
     def rewrite(updated: cst.CSTNode) -> cst.FlattenSentinel:

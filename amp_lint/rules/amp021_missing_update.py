@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import weakref
 from typing import Iterator, List, Optional
 
 import libcst as cst
@@ -252,10 +253,8 @@ def _scalers_stepped(step: TrainingStep) -> List[str]:
 
 
 def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    for event in model.events:
-        if event.kind is not EventKind.SCALER_UPDATE or event in step.events:
-            continue
-        if event.receiver == scaler:
+    for event in _scaler_updates(model):  # not all of `model.events` once per step: linear in the file
+        if event.receiver == scaler and event not in step.events:
             if scaler.startswith("self.") and event.scope.class_name != step.scope.class_name:
                 continue
             return True
@@ -271,6 +270,16 @@ def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> boo
         ):
             return True
     return False
+
+
+_UPDATES: "weakref.WeakKeyDictionary[FileModel, List[Event]]" = weakref.WeakKeyDictionary()
+
+
+def _scaler_updates(model: FileModel) -> List[Event]:
+    updates = _UPDATES.get(model)
+    if updates is None:
+        updates = _UPDATES[model] = [e for e in model.events if e.kind is EventKind.SCALER_UPDATE]
+    return updates
 
 
 def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> bool:
