@@ -355,7 +355,7 @@ def _config_options(values: Sequence[str], all_codes) -> tuple:
     path = None
     inline: dict = {}
     for value in values:
-        if os.path.isfile(value):
+        if os.path.exists(value) and "=" not in value:  # a FIFO or folder is reported by the reader
             if path is not None:
                 raise ConfigError("--config names two configuration files; give one (and KEY = VALUE pairs)")
             path = Path(value)

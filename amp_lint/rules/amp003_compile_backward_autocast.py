@@ -124,7 +124,6 @@ class Trainer:
                     f"`{key}` is compiled and runs under autocast, and `{short(backward.call, 40)}` is outside it: with the "
                     "default backward_pass_autocast the compiled backward runs under the forward's autocast; suggestion: "
                     'add `torch._functorch.config.backward_pass_autocast = "off"` before compiling',
-                    confidence=Confidence.MEDIUM,
                     context=compile_site.scope.name,
                 )
                 break
