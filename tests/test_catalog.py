@@ -164,7 +164,7 @@ import pytest  # noqa: E402
 @pytest.mark.parametrize("name", sorted(SHIMS))
 def test_fix_leaves_torch_version_shims_unchanged(tmp_path, name):
     result = _fix_leaves_unchanged(tmp_path, name, SHIMS[name])
-    for code in ("AMP070", "AMP071", "AMP072", "AMP073", "AMP074", "AMP078"):
+    for code in ("AMP070", "AMP071", "AMP072", "AMP073", "AMP074", "AMP078", "AMP079"):
         assert code not in result.stdout, result.stdout
 
 
@@ -254,7 +254,7 @@ def test_target_torch_bad_values_are_usage_errors(tmp_path):
 
 
 def test_amp_lint_rule_names_the_torch_each_replacement_needs(tmp_path):
-    for code, version in (("AMP070", "1.13"), ("AMP072", "2.3"), ("AMP073", "2.4"), ("AMP074", "2.4")):
+    for code, version in (("AMP070", "1.13"), ("AMP072", "2.3"), ("AMP073", "2.4"), ("AMP074", "2.4"), ("AMP079", "2.4")):
         result = amp_lint("rule", code, cwd=tmp_path)
         assert "## Torch versions" in result.stdout and version in result.stdout, code
 

@@ -120,11 +120,15 @@ class Prefilter:
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
+        present: set = set()  # hints found, for the next pattern that asks
 
         def has(hint: str) -> bool:
+            if hint in present:
+                return True
             if any(missing in hint for missing in absent):
                 return False
             if hint in text:
+                present.add(hint)
                 return True
             absent.append(hint)
             return False

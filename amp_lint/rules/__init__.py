@@ -37,6 +37,7 @@ from amp_lint.rules.amp075_autocast_device_type import AutocastDeviceType
 from amp_lint.rules.amp076_invalid_scaler_factors import InvalidScalerFactors
 from amp_lint.rules.amp077_apex_amp import ApexAmp
 from amp_lint.rules.amp078_cuda_implicit_autocast_state import CudaImplicitAutocastState
+from amp_lint.rules.amp079_legacy_private_amp_name import LegacyPrivateAmpName
 from amp_lint.rules.amp012_scaler_with_bf16 import ScalerWithBf16
 from amp_lint.rules.amp013_scaler_in_loop import ScalerBuiltInLoop
 from amp_lint.rules.amp014_scaler_device_mismatch import ScalerDeviceMismatch
@@ -90,6 +91,7 @@ ALL_RULES: List[Type[Rule]] = [
     InvalidScalerFactors,
     ApexAmp,
     CudaImplicitAutocastState,
+    LegacyPrivateAmpName,
     ScalerWithBf16,
     ScalerBuiltInLoop,
     ScalerDeviceMismatch,

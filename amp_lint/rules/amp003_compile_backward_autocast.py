@@ -61,7 +61,7 @@ class CompileBackwardAutocast(Rule):
     severity = Severity.INFO
     default_enabled = False
     suggestion = True
-    needs = (r"\bcompile\b", r"\bautocast\b", r"\bbackward\b")
+    needs = (r"\bautocast\b", r"\bcompile\b", r"\bbackward\b")  # the rarest word first: the prefilter stops there
 
     valid = [
         """

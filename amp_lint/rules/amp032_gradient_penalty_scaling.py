@@ -55,7 +55,7 @@ class GradientPenaltyScaling(Rule):
     name = "gradient-penalty-scaling"
     summary = "Gradient penalty (autograd.grad with create_graph=True) on unscaled outputs, or scaled gradients never unscaled"
     severity = Severity.WARNING
-    needs = (r"\bgrad\b", r"\bcreate_graph\b", r"[Ss]caler")
+    needs = (r"[Ss]caler", r"\bcreate_graph\b", r"\bgrad\b")  # a word other rules need first
 
     valid = [
         """

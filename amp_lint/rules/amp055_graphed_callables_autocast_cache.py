@@ -55,7 +55,7 @@ class GraphedCallablesAutocastCache(Rule):
     summary = "make_graphed_callables under an autocast that keeps its cache (RuntimeError; needs cache_enabled=False)"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"\bmake_graphed_callables\b", r"\bautocast\b")
+    needs = (r"\bautocast\b", r"\bmake_graphed_callables\b")  # a word other rules need first: scanned once
 
     valid = [
         """

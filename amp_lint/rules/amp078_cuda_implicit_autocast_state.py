@@ -64,7 +64,7 @@ class CudaImplicitAutocastState(Rule):
     severity = Severity.INFO
     default_enabled = False
     fix_applicability = Applicability.SAFE
-    needs = (r"\b(is|set)_autocast_enabled\b",)
+    needs = (r"_autocast_enabled\b",)  # literal-first: the prefilter searches it fast
 
     valid = [
         """

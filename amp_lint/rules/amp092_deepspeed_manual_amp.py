@@ -58,7 +58,7 @@ class DeepSpeedManualAmp(Rule):
     name = "deepspeed-manual-amp"
     summary = "A DeepSpeed engine under an outer autocast, or its optimizer driven by a manual GradScaler"
     severity = Severity.WARNING
-    needs = (r"\bdeepspeed\b", r"\binitialize\b", r"autocast|[Ss]caler")
+    needs = (r"autocast|[Ss]caler", r"\bdeepspeed\b", r"\binitialize\b")  # words other rules need first
 
     valid = [
         """

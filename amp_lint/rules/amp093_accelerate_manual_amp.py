@@ -59,7 +59,7 @@ class AccelerateManualAmp(Rule):
     name = "accelerate-manual-amp"
     summary = "Accelerator(mixed_precision=...) plus a hand-made GradScaler or a conflicting autocast"
     severity = Severity.WARNING
-    needs = (r"\bAccelerator\b", r"\bmixed_precision\b", r"autocast|[Ss]caler")
+    needs = (r"autocast|[Ss]caler", r"\bAccelerator\b", r"\bmixed_precision\b")  # words other rules need first
 
     valid = [
         """

@@ -78,7 +78,7 @@ class Fsdp2Fp16WithoutScaler(Rule):
     name = "fsdp2-fp16-without-scaler"
     summary = "FSDP2 fully_shard with a float16 MixedPrecisionPolicy trained without a GradScaler (gradients underflow)"
     severity = Severity.WARNING
-    needs = (r"\bfully_shard\b", r"\bMixedPrecisionPolicy\b", r"\bbackward\b")
+    needs = (r"\bbackward\b", r"\bfully_shard\b", r"\bMixedPrecisionPolicy\b")  # a word other rules need first
 
     valid = [
         """
