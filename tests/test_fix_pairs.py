@@ -61,7 +61,7 @@ def _no_apex(buggy, _b, fixed, _f) -> bool:
     return (
         buggy["amp"].__name__ == "apex.amp"
         and "amp" not in fixed
-        and not re.search(r"^\s*(import|from)\s+apex\b", text, re.M)
+        and not re.search(r"^\s*(import|from)\s+apex\b", text, re.MULTILINE)
         and _same_moved(buggy, _b, fixed, _f)
     )
 

@@ -1,9 +1,10 @@
 """AMP077: NVIDIA apex.amp, deprecated ("apex.amp is deprecated and will be removed"). apex is not installed
 here: `from apex import amp` imports the small fake in tests/fix_pairs/apex/, which mimics `amp.initialize`,
-`amp.scale_loss` (dynamic loss scale 2**16, gradients unscaled on exit) and `amp.master_params` and warns
-as apex does. The fixed script imports no apex and steps through a torch GradScaler, in the documented
-order; the fix writes `GradScaler("cuda")` (apex is CUDA's), which on a machine without CUDA disables itself,
-so there it trains in float32 and moves the model as far as the (unscaled) apex gradients did."""
+`amp.scale_loss` (dynamic loss scale 2**16, gradients unscaled on exit) and `amp.master_params`, and warns
+with apex's DeprecatedFeatureWarning. The fixed script imports no apex and steps through a torch GradScaler,
+in the documented order; the fix writes `GradScaler("cuda")` (apex is CUDA's), which on a machine without
+CUDA disables itself, so there it trains in float32 and moves the model as far as the (unscaled) apex
+gradients did."""
 import torch
 from apex import amp
 
