@@ -49,6 +49,23 @@ def _moved_more(buggy, _b, fixed, _f) -> bool:
     return fixed["moved"] > 100 * buggy["moved"] > 0
 
 
+def _same_moved(buggy, _b, fixed, _f) -> bool:
+    return abs(buggy["moved"] - fixed["moved"]) <= 1e-6 * abs(fixed["moved"]) and fixed["moved"] > 0
+
+
+def _no_apex(buggy, _b, fixed, _f) -> bool:
+    """AMP077: the buggy script ran on the (fake) apex, the fixed one imports no apex and moved as far."""
+    import re
+
+    text = Path(fixed["__file__"]).read_text()
+    return (
+        buggy["amp"].__name__ == "apex.amp"
+        and "amp" not in fixed
+        and not re.search(r"^\s*(import|from)\s+apex\b", text, re.MULTILINE)
+        and _same_moved(buggy, _b, fixed, _f)
+    )
+
+
 def _steps(recorder) -> int:
     return sum(1 for what in recorder.names() if what == "step")
 
@@ -79,6 +96,12 @@ PAIRS = [
         raises="is non-finite, so it cannot be clipped",
         numbers=lambda _g, _b, fixed, _f: fixed["final_scale"] < 2.0**40,  # the scaler backed off instead
     ),
+    Pair(
+        "AMP033",
+        "amp033_scaled_loss_logged.py",
+        numbers=lambda buggy, _b, fixed, _f: buggy["logged"] == [1024.0 * v for v in fixed["logged"]]
+        and buggy["moved"] == fixed["moved"] > 0,
+    ),
     Pair("AMP040", "amp040_step_every_microbatch.py", numbers=lambda _g, buggy, _h, fixed: (_steps(buggy), _steps(fixed)) == (4, 2)),
     Pair("AMP041", "amp041_unscale_outside_boundary.py", raises="unscale_() has already been called on this optimizer"),
     Pair("AMP043", "amp043_zero_grad_before_step.py", raises="No inf checks were recorded for this optimizer"),
@@ -94,6 +117,7 @@ PAIRS = [
         numbers=lambda _g, _b, fixed, _f: fixed["loss_dtype"] == torch.bfloat16,  # autocast is on, in bfloat16
         scaler=False,
     ),
+    Pair("AMP055", "amp055_graphed_callables_autocast_cache.py", cpu_shows=False),
     Pair(
         "AMP061",
         "amp061_custom_fwd_bwd_unpaired.py",
@@ -109,7 +133,18 @@ PAIRS = [
     Pair("AMP074", "amp074_deprecated_autocast_state.py", warns="torch.is_autocast_cpu_enabled() is deprecated",
          numbers=lambda buggy, _b, fixed, _f: buggy["inside"] == fixed["inside"] == [True] * 4),
     Pair("AMP075", "amp075_autocast_device_type.py", cpu_shows=False),
+    Pair("AMP077", "amp077_apex_amp.py", warns="apex.amp is deprecated", numbers=_no_apex, unsafe=True),
+    Pair(
+        "AMP078",
+        "amp078_cuda_implicit_autocast_state.py",
+        # CPU autocast is on, the no-argument call says it is not, so nothing is cast; the fix keeps that answer.
+        numbers=lambda buggy, _b, fixed, _f: buggy["cpu_inside"] == [True] * 4
+        and buggy["inside"] == fixed["inside"] == [False] * 4
+        and buggy["input_dtypes"] == [torch.float32] * 4
+        and buggy["moved"] == fixed["moved"],
+    ),
     Pair("AMP091", "amp091_fsdp_plain_grad_scaler.py", cpu_shows=False),
+    Pair("AMP900", "amp900_unused_noqa.py", numbers=lambda buggy, _b, fixed, _f: buggy["moved"] == fixed["moved"] > 0),
 ]
 
 
