@@ -75,9 +75,23 @@ def _checker(config: CheckConfig):
             with_edits=config.with_edits,
             rule_options=dict(config.rule_options),
             unfixable=config.unfixable,
+            project=_project_index(),
         )
         _CHECKERS[config] = checker
     return checker
+
+
+_PROJECT: List[object] = []
+
+
+def _project_index():
+    """The project index of this process: each checked file adds its source root (`ProjectIndex.add_file`),
+    so a run on a few files still follows calls into the project modules they import."""
+    if not _PROJECT:
+        from amp_lint.analysis.project import ProjectIndex
+
+        _PROJECT.append(ProjectIndex())
+    return _PROJECT[0]
 
 
 def may_match(text: str, config: CheckConfig) -> bool:
@@ -88,14 +102,15 @@ def text_may_match(text: str, config: CheckConfig) -> bool:
     return _checker(config).text_may_match(text)
 
 
-def check_text(text: str, display_name: str, config: CheckConfig) -> FileOutcome:
-    """Check source text (a file's or stdin's) in a thread with room for deep recursion."""
+def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
+    """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
+    file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
     outcome = FileOutcome(display_name)
     box: dict = {}
 
     def work() -> None:
         try:
-            box["result"] = _checker(config).check(text, display_name)
+            box["result"] = _checker(config).check(text, display_name, path=path)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
@@ -199,7 +214,7 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
         except SourceError as error:
             return FileOutcome(path, errors=[FileError(path, error.message)])
         text = notebook.source
-    outcome = check_text(text, path, config)
+    outcome = check_text(text, path, config, path=None if notebook is not None else path)
     if notebook is not None:
         outcome.diagnostics = [_in_cell(d, notebook) for d in outcome.diagnostics]
         outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
