@@ -138,6 +138,33 @@ def test_a_fixed_call_site_is_clean(tmp_path):
     assert not any(row > 16 for row in rows)
 
 
+def test_editing_a_helper_module_invalidates_the_importing_files_cached_result(tmp_path):
+    tree = _copy("grad_stats_in_helper", tmp_path)
+    cache = tmp_path / "cache"
+    assert [d["code"] for d in _found(_cli(".", cwd=tree, cache=cache))] == ["AMP030"]
+    assert [d["code"] for d in _found(_cli(".", cwd=tree, cache=cache))] == ["AMP030"]  # warm
+    metrics = tree / "trainer" / "metrics.py"
+    # an unrelated edit elsewhere keeps the result (and it is still right)
+    (tree / "trainer" / "unrelated.py").write_text("x = 1\n")
+    assert [d["code"] for d in _found(_cli(".", cwd=tree, cache=cache))] == ["AMP030"]
+    # the helper no longer reads gradients: the importing file's result must not come from the cache
+    time.sleep(0.01)
+    metrics.write_text("def grad_norm(model):\n    return 0.0\n")
+    assert _found(_cli(".", cwd=tree, cache=cache)) == []
+
+
+def test_the_cache_key_includes_the_dependencies(tmp_path):
+    from amp_lint.files.cache import ResultCache
+
+    cache = ResultCache(tmp_path / "cache", settings_key="s", version="1")
+    path = tmp_path / "train.py"
+    assert cache.key(path, b"x") == cache.key(path, b"x", b"")
+    assert cache.key(path, b"x", b"helpers.py\0aa\n") != cache.key(path, b"x", b"helpers.py\0bb\n")
+    cache.put(path, b"x", {"diagnostics": []}, b"helpers.py\0aa\n")
+    assert cache.get(path, b"x", b"helpers.py\0aa\n") == {"diagnostics": []}
+    assert cache.get(path, b"x", b"helpers.py\0bb\n") is None
+
+
 def test_checker_api_with_and_without_a_project_index():
     from amp_lint import rules as registry
     from amp_lint.analysis.project import ProjectIndex
