@@ -129,6 +129,8 @@ class ProjectSummaries:
         target = call.target or ""
         if path is None or not target:
             return None
+        if id(model) not in self._model_paths and not _drives_a_scaler(call.scope):
+            return None  # lazy: only the steps whose protocol the callee could change are worth a module read
         info = self.index.module_at(Path(path))
         if info is None:
             return None
@@ -316,6 +318,14 @@ class ProjectSummaries:
             if code_range is not None:
                 return foreign.path, code_range
         return None
+
+
+def _drives_a_scaler(scope) -> bool:
+    """Does the calling function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
+    from amp_lint.analysis.model import EventKind
+
+    kinds = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
+    return any(e.kind in kinds or e.scaled_by is not None for e in scope.events)
 
 
 def _order_unknown(model, callee, class_name: str, inner) -> bool:
