@@ -1560,9 +1560,14 @@ _MAX_INLINE_DEPTH = 3
 
 def _followed(target: str) -> bool:
     """Is a dotted call (`mod.func`, `self.attr.method`) one that a summary provider can follow?"""
-    from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
+    if not _FOLLOWED:
+        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
 
-    return any(follows(target) for follows in FOLLOWED_CALLS)
+        _FOLLOWED.append(FOLLOWED_CALLS)
+    return any(follows(target) for follows in _FOLLOWED[0]) if _FOLLOWED[0] else False
+
+
+_FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
 
 
 def _with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:

@@ -109,7 +109,7 @@ class Checker:
         with _no_cyclic_gc():
             if self.project is None or path is None:
                 return self._check(source, filename)
-            with self.project.checking(path):
+            with self.project.checking(path, source):
                 return self._check(source, filename)
 
     def _check(self, source: str, filename: str) -> SourceResult:
