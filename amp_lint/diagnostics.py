@@ -58,6 +58,7 @@ class RelatedLocation:
     message: str
     location: Location
     end_location: Location
+    filename: Optional[str] = None  # another file's place (a helper module the proof went through)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,9 @@ def diagnostic_to_record(diagnostic: Diagnostic) -> dict:
         "context": diagnostic.context,
         "cell": diagnostic.cell,
         "related": [
-            [r.message, r.location.row, r.location.column, r.end_location.row, r.end_location.column] for r in diagnostic.related
+            [r.message, r.location.row, r.location.column, r.end_location.row, r.end_location.column]
+            + ([r.filename] if r.filename is not None else [])
+            for r in diagnostic.related
         ],
     }
 
@@ -186,6 +189,7 @@ def diagnostic_from_record(record: dict) -> Diagnostic:
         context=record.get("context", ""),
         cell=record.get("cell"),
         related=tuple(
-            RelatedLocation(message, Location(a, b), Location(c, d)) for message, a, b, c, d in record.get("related", ())
+            RelatedLocation(entry[0], Location(entry[1], entry[2]), Location(entry[3], entry[4]), *entry[5:6])
+            for entry in record.get("related", ())
         ),
     )

@@ -1129,6 +1129,10 @@ class _ModelBuilder(Walker):
                 return
             if receiver == "self":
                 self._add_event(EventKind.CALL, node, target=f"self.{method}")
+            elif receiver is not None and _followed(f"{receiver}.{method}"):
+                # `helpers.clip(model)`, `self.callback.on_after_backward()`: a function of another module
+                # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`).
+                self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}")
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
 
@@ -1552,6 +1556,18 @@ def _training_steps(model: FileModel) -> List[TrainingStep]:
 
 
 _MAX_INLINE_DEPTH = 3
+
+
+def _followed(target: str) -> bool:
+    """Is a dotted call (`mod.func`, `self.attr.method`) one that a summary provider can follow?"""
+    if not _FOLLOWED:
+        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
+
+        _FOLLOWED.append(FOLLOWED_CALLS)
+    return any(follows(target) for follows in _FOLLOWED[0]) if _FOLLOWED[0] else False
+
+
+_FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
 
 
 def _with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:

@@ -142,6 +142,9 @@ def _renamed(key: Optional[str], names: Dict[str, str]) -> Optional[str]:
 # A provider of summaries for callees this file does not define (the project index plugs in here):
 # called with (model, call event), returns a Summary or None.
 SUMMARIES: List[Callable[["FileModel", "Event"], Optional[Summary]]] = []
+# Dotted callees (`helpers.clip`, `self.callback.on_after_backward`) that such a provider can follow: the
+# model records a call event for those only (by default it records plain names and `self.method` calls).
+FOLLOWED_CALLS: List[Callable[[str], bool]] = []
 
 
 # --- one scope's flow --------------------------------------------------------------------------------

@@ -70,7 +70,14 @@ class Checker:
         rule_options: Optional[dict] = None,
         show_assumed: Optional[bool] = None,
         unfixable: FrozenSet[str] = frozenset(),
+        project=None,
     ) -> None:
+        # The project's modules (`amp_lint.analysis.project.ProjectIndex`): calls into them are followed.
+        self.project = None
+        if project is not None:
+            from amp_lint.analysis.summaries import ProjectSummaries
+
+            self.project = ProjectSummaries(project)
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
         self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
         self.enabled_codes = frozenset(enabled)
@@ -96,9 +103,14 @@ class Checker:
     def text_may_match(self, source: str) -> bool:
         return bool(self.rules) and self.prefilter.text_may_match(source)
 
-    def check(self, source: str, filename: str) -> SourceResult:
+    def check(self, source: str, filename: str, path: Optional[str] = None) -> SourceResult:
+        """Check `source`, shown as `filename`; `path`, where it lives on disk, lets the analysis follow
+        its calls into the project's other modules (with a project index)."""
         with _no_cyclic_gc():
-            return self._check(source, filename)
+            if self.project is None or path is None:
+                return self._check(source, filename)
+            with self.project.checking(path, source):
+                return self._check(source, filename)
 
     def _check(self, source: str, filename: str) -> SourceResult:
         result = SourceResult()
@@ -158,7 +170,7 @@ class Checker:
                     fix=self._fix_summary(fix, edits_of) if fix is not None else None,
                     source_line=lines[start.row - 1] if 0 < start.row <= len(lines) else "",
                     context=finding.context,
-                    related=_related_locations(finding.related, locator.range_of),
+                    related=_related_locations(finding.related, locator.range_of, self._foreign_place),
                 )
             )
         if prepared.changed:
@@ -213,10 +225,15 @@ class Checker:
             if (finding.rule.code, id(finding.node)) in reported:
                 continue  # seen from a helper's own step and from its caller's: report once
             reported.add((finding.rule.code, id(finding.node)))
-            if finding.related:
-                finding.message += _related_text(finding.related, locator.range_of)
-            finding.message = one_line(finding.message)  # code quoted from several lines: one line
             code_range = locator.range_of(id(finding.node))
+            if code_range is None:
+                # An event of another module, reached through a call of this file: placed at the call.
+                code_range = self._at_call_site(finding, locator)
+                if code_range is None:
+                    continue
+            if finding.related:
+                finding.message += _related_text(finding.related, locator.range_of, self._foreign_place)
+            finding.message = one_line(finding.message)  # code quoted from several lines: one line
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
             row = _suppressed(finding.rule.code, lines, start.row, end.row)
@@ -235,6 +252,24 @@ class Checker:
                 positions.append(position)
         order = sorted(range(len(kept)), key=lambda i: (positions[i][0], kept[i].rule.code))
         return [kept[i] for i in order], [positions[i] for i in order]
+
+    def _foreign_place(self, node):
+        return self.project.foreign_place(node) if self.project is not None else None
+
+    def _at_call_site(self, finding: Finding, locator: NodeLocator):
+        """The range of the call in this file through which a finding's event of another module was
+        reached; the finding then names that place (message and `related`), and has no fix (a fix edits
+        only the file that holds the finding)."""
+        place = self._foreign_place(finding.node)
+        if place is None:
+            return None
+        for _, node in finding.related:
+            site = locator.range_of(id(node))
+            if site is not None:
+                finding.related = tuple(finding.related) + ((f"`{_short_code(finding.node)}`", finding.node),)
+                finding.fix = None
+                return site
+        return None
 
     # --- fixes ---
     def _applicable(self, fix: Optional[Fix]) -> bool:
@@ -485,24 +520,52 @@ def _confidence_policy(findings: List[Finding], show_assumed: bool) -> List[Find
     return kept
 
 
-def _related_text(related, range_of) -> str:
-    """The " (label at line N; ...)" suffix of a message; `range_of(id(node))` gives a node's CodeRange."""
+def _related_text(related, range_of, foreign_place=None) -> str:
+    """The " (label at line N; ...)" suffix of a message; `range_of(id(node))` gives a node's CodeRange,
+    `foreign_place(node)` the (path, CodeRange) of a node of another module."""
     parts = []
     for label, node in dict.fromkeys(related):
         code_range = range_of(id(node))
+        if code_range is None and foreign_place is not None:
+            place = foreign_place(node)
+            if place is not None:
+                parts.append(f"{label} at `{_shown_path(place[0])}` line {place[1].start.line}")
+                continue
         parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
     return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
 
 
-def _related_locations(related, range_of) -> Tuple[RelatedLocation, ...]:
-    """The related nodes that have a place in the file, 1-based, each (label, place) once."""
+def _related_locations(related, range_of, foreign_place=None) -> Tuple[RelatedLocation, ...]:
+    """The related nodes that have a place in the file (or, with `filename`, in another module), 1-based,
+    each (label, place) once."""
     located = []
     for label, node in dict.fromkeys(related):
         code_range = range_of(id(node))
+        if code_range is None and foreign_place is not None:
+            place = foreign_place(node)
+            if place is not None:
+                path, code_range = place
+                start = Location(code_range.start.line, code_range.start.column + 1)
+                end = Location(code_range.end.line, code_range.end.column + 1)
+                located.append(RelatedLocation(label, start, end, filename=_shown_path(path)))
+            continue
         if code_range is not None:
             start = Location(code_range.start.line, code_range.start.column + 1)
             located.append(RelatedLocation(label, start, Location(code_range.end.line, code_range.end.column + 1)))
     return tuple(dict.fromkeys(located))
+
+
+def _shown_path(path: str) -> str:
+    """A path as reports show it: relative to the working folder when it is below it."""
+    import os
+
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _short_code(node: cst.CSTNode) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= 50 else text[:47] + "..."
 
 
 def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> int:

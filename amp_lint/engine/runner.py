@@ -75,9 +75,37 @@ def _checker(config: CheckConfig):
             with_edits=config.with_edits,
             rule_options=dict(config.rule_options),
             unfixable=config.unfixable,
+            project=_project_index(),
         )
         _CHECKERS[config] = checker
     return checker
+
+
+_PROJECT: List[object] = []
+
+
+def _project_index():
+    """The project index of this process: each checked file adds its source root (`ProjectIndex.add_file`),
+    so a run on a few files still follows calls into the project modules they import."""
+    if not _PROJECT:
+        from amp_lint.analysis.project import ProjectIndex
+
+        _PROJECT.append(ProjectIndex())
+    return _PROJECT[0]
+
+
+def _depends_on(path: str) -> bytes:
+    """What a file's cached result depends on besides its own bytes: the project modules it imports (and
+    those they import), by path and digest (`ProjectIndex.dependencies`); an edit there is a miss here."""
+    if path.endswith(".ipynb"):
+        return b""
+    try:
+        index = _project_index()
+        index.add_file(Path(path))
+        found = index.dependencies(Path(path))
+    except (OSError, RecursionError, ValueError):
+        return b""
+    return "".join(f"{dependency}\0{digest}\n" for dependency, digest in found).encode("utf-8", "surrogateescape")
 
 
 def may_match(text: str, config: CheckConfig) -> bool:
@@ -88,14 +116,15 @@ def text_may_match(text: str, config: CheckConfig) -> bool:
     return _checker(config).text_may_match(text)
 
 
-def check_text(text: str, display_name: str, config: CheckConfig) -> FileOutcome:
-    """Check source text (a file's or stdin's) in a thread with room for deep recursion."""
+def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
+    """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
+    file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
     outcome = FileOutcome(display_name)
     box: dict = {}
 
     def work() -> None:
         try:
-            box["result"] = _checker(config).check(text, display_name)
+            box["result"] = _checker(config).check(text, display_name, path=path)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
@@ -199,7 +228,7 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
         except SourceError as error:
             return FileOutcome(path, errors=[FileError(path, error.message)])
         text = notebook.source
-    outcome = check_text(text, path, config)
+    outcome = check_text(text, path, config, path=None if notebook is not None else path)
     if notebook is not None:
         outcome.diagnostics = [_in_cell(d, notebook) for d in outcome.diagnostics]
         outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
@@ -299,7 +328,7 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List
     for outcome, raw in scheduler.results():
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
-            cache.put(Path(outcome.path), raw, _payload(outcome))
+            cache.put(Path(outcome.path), raw, _payload(outcome), _depends_on(outcome.path))
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
         merged.update(negatives)
@@ -359,7 +388,7 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                     negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw)
+                hit = cache.get(Path(path), raw, _depends_on(path))
                 cached = _outcome_from_payload(path, hit) if hit is not None else None
                 if cached is not None:
                     outcomes[path] = cached

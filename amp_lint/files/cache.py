@@ -67,8 +67,9 @@ class ResultCache:
         """False once writing has failed: the run goes on without a cache."""
         return self._enabled
 
-    def key(self, path: Path, content: bytes) -> str:
-        """The hex sha256 of (version, settings key, absolute path, content)."""
+    def key(self, path: Path, content: bytes, depends_on: bytes = b"") -> str:
+        """The hex sha256 of (version, settings key, absolute path, content, and `depends_on`: what else
+        the file's result depends on, the paths and digests of the project modules its analysis reads)."""
         import hashlib
 
         digest = hashlib.sha256()
@@ -78,6 +79,7 @@ class ResultCache:
             self.settings_key.encode("utf-8"),
             self._file_settings.get(absolute, "").encode("utf-8"),
             os.fsencode(absolute),
+            depends_on,
         ):
             # Length prefixes keep the parts apart: ("ab", "c") and ("a", "bc") differ.
             digest.update(len(part).to_bytes(8, "little"))
@@ -85,11 +87,11 @@ class ResultCache:
         digest.update(content)
         return digest.hexdigest()
 
-    def get(self, path: Path, content: bytes) -> Optional[dict]:
+    def get(self, path: Path, content: bytes, depends_on: bytes = b"") -> Optional[dict]:
         """The payload stored for this file and content, or None on a miss."""
         if not self._enabled:
             return None
-        key = self.key(path, content)
+        key = self.key(path, content, depends_on)
         try:
             with open(self._entry_path(key), "rb") as entry_file:
                 raw = entry_file.read()
@@ -107,13 +109,13 @@ class ResultCache:
         payload = entry.get("payload")
         return payload if isinstance(payload, dict) else None
 
-    def put(self, path: Path, content: bytes, payload: dict) -> None:
+    def put(self, path: Path, content: bytes, payload: dict, depends_on: bytes = b"") -> None:
         """Store the payload for this file and content; never raises for file-system trouble."""
         if not self._enabled:
             return
         import json
 
-        key = self.key(path, content)
+        key = self.key(path, content, depends_on)
         data = json.dumps({"key": key, "payload": payload}, separators=(",", ":")).encode("utf-8")
         entry_path = self._entry_path(key)
         try:

@@ -46,7 +46,20 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
         "help": f"Run `amp-lint rule {diagnostic.code}` for details",
         "noqa_row": diagnostic.location.row,
         "cell": diagnostic.cell,
+        # The places the analysis went through (a helper call; with "filename", a place in another file).
+        "related": [_related_dict(r) for r in diagnostic.related],
     }
+
+
+def _related_dict(related) -> dict:
+    out = {
+        "message": related.message,
+        "location": _location_dict(related.location),
+        "end_location": _location_dict(related.end_location),
+    }
+    if related.filename is not None:
+        out["filename"] = related.filename
+    return out
 
 
 def render_json(report: Report, options: RenderOptions) -> str:

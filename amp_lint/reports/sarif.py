@@ -78,6 +78,15 @@ def _result(diagnostic: Diagnostic, rule_index: Dict[str, int]) -> dict:
         result["ruleIndex"] = rule_index[diagnostic.code]
     if diagnostic.fix is not None and diagnostic.fix.edits:
         result["fixes"] = [_fix(diagnostic)]
+    if diagnostic.related:
+        result["relatedLocations"] = [
+            dict(
+                _location(r.filename or diagnostic.filename, r.location, r.end_location),
+                id=number,
+                message={"text": r.message},
+            )
+            for number, r in enumerate(diagnostic.related)
+        ]
     if diagnostic.cell is not None:
         result["properties"] = {"cell": diagnostic.cell}
     return result

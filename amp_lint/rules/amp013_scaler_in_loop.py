@@ -100,6 +100,19 @@ for config in configs:
         scaler.step(optimizer)
         scaler.update()
 """,
+        # A function with its own loop, called once per configuration: one scaler per run is right.
+        """
+import torch
+def run(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+for config in configs:
+    run(*build(config))
+""",
         # A loop that only builds things.
         """
 import torch
@@ -162,6 +175,21 @@ for x in loader:
     train_step(model, x, optimizer, scaler)
 """,
         ),
+        # A function with its own batch loop, called once per epoch (animl #298).
+        Invalid(
+            """
+import torch
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer)
+"""
+        ),
         # A step function called once per batch.
         Invalid(
             """
@@ -221,7 +249,10 @@ for x in loader:
             for e in scope.events
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and not e.loops
         ]
-        if not uses or any(e.loops for e in scope.events if e.kind is EventKind.BACKWARD):
+        if any(e.loops for e in scope.events if e.kind is EventKind.BACKWARD):
+            yield from self._per_epoch_function(model, binding)
+            return
+        if not uses:
             return
         callers = [
             e
@@ -239,6 +270,36 @@ for x in loader:
             confidence=Confidence.MEDIUM,
             context=scope.name,
         )
+
+
+    def _per_epoch_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
+        """A function with a training loop of its own that builds its scaler first, called by an epoch
+        loop (animl #298): a new scaler every epoch."""
+        scope = binding.scope
+        function = scope.node
+        if binding.key.startswith("self.") or _lazy(model, binding):
+            return
+        if not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops for e in scope.events):
+            return
+        name = function.name.value
+        for caller in model.events:
+            loop = caller.loop
+            if (
+                caller.kind is EventKind.CALL
+                and (caller.target or "").split(".")[-1] == name
+                and isinstance(loop, cst.For)
+                and _EPOCH_LOOP.search(code_of(loop.target))
+                and caller.scope is not scope
+            ):
+                yield self.finding(
+                    binding.call,
+                    f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
+                    "loop calls once per epoch: the scale restarts every epoch; build it once and pass it in",
+                    confidence=Confidence.MEDIUM,
+                    context=scope.name,
+                    related=(("called once per epoch", caller.call),),
+                )
+                return
 
 
 def _passes(event, key: str) -> bool:

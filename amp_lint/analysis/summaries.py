@@ -1,0 +1,396 @@
+"""Summaries of functions of other modules of the checked tree, applied where this file calls them.
+
+The analysis of one file puts the events of its own helpers at their call sites (`scaler_flow.Summary`).
+A call it cannot follow in the file (`clip_gradients(model)` imported from `pkg.utils`, `self.backward(...)`
+inherited from a base class of another module) is *unknown* to it. This provider answers some of those:
+
+- the callee's name resolves, through this file's imports and the `ProjectIndex`, to a top-level function
+  of a project module, or to a method of a base class (in another module) of the calling method's class,
+  or to a method of the class whose instance `__init__` stores in the attribute called on
+  (`self.clipper = GradClipper(...)` then `self.clipper.clip(model)`);
+- that module is small enough (MAX_MODULE_BYTES) and the file has not already read MAX_MODULES_PER_FILE
+  others; it is parsed once per run (LibCST, cached by path and digest) and its model built;
+- the callee is a function without a loop of its own (a training loop is not a step part, as for
+  helpers of the same file).
+
+Otherwise the call stays unknown (None). Nothing here runs unless a file's analysis reaches a call it
+cannot follow, and only the project's own modules are ever read.
+
+Findings on events of another file are placed by the checker at the call site in the checked file
+(`foreign_place` tells it where the event really is).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis.project import ModuleInfo, ProjectIndex
+
+MAX_MODULE_BYTES = 400_000  # a helper module, not a generated table
+MAX_MODULES_PER_FILE = 12  # other modules one checked file's analysis may read
+_MAX_BASE_DEPTH = 3
+
+
+def _kinds():
+    from amp_lint.analysis.model import EventKind
+
+    return frozenset({EventKind.GRAD_READ, EventKind.CLIP})
+
+
+class _Foreign:
+    """One parsed project module: its LibCST module, model and (lazily) node positions."""
+
+    def __init__(self, path: str, digest: str, module: cst.Module, code: str) -> None:
+        self.path = path
+        self.digest = digest
+        self.module = module
+        self.code = code
+        self.model = None
+        self._locator = None
+
+    def range_of(self, node: cst.CSTNode):
+        if self._locator is None:
+            from amp_lint.parse.positions import NodeLocator
+
+            self._locator = NodeLocator(self.module, self.code)
+        return self._locator.range_of(id(node))
+
+
+class ProjectSummaries:
+    """The cross-file summary provider of one run (one per worker process)."""
+
+    def __init__(self, index: ProjectIndex) -> None:
+        self.index = index
+        self._modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}
+        self._model_paths: Dict[int, str] = {}  # id(model) -> path, for the foreign models built here
+        self._building: List[str] = []  # paths whose model is being built (the checked file first)
+        self._read_for_file: Dict[str, None] = {}  # foreign paths the current file's analysis read
+        self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
+
+    # --- the checked file ---
+    @contextlib.contextmanager
+    def checking(self, path: str, source: Optional[str] = None) -> Iterator[None]:
+        """Follow the calls of the file at `path` while its analysis runs. A file whose text never names a
+        scaler (`source` without "scale"/"Scaler") cannot drive one: nothing is set up for it."""
+        from amp_lint.analysis import scaler_flow
+
+        if source is not None and "scale" not in source and "Scaler" not in source:
+            yield
+            return
+        self.index.add_file(Path(path))
+        self._building = [os.path.abspath(path)]
+        self._read_for_file = {}
+        scaler_flow.SUMMARIES.append(self.provide)
+        scaler_flow.FOLLOWED_CALLS.append(self.follows)
+        try:
+            yield
+        finally:
+            scaler_flow.SUMMARIES.remove(self.provide)
+            scaler_flow.FOLLOWED_CALLS.remove(self.follows)
+            self._building = []
+
+    @property
+    def files_read(self) -> List[str]:
+        return list(self._read_for_file)
+
+    # --- the provider ---
+    def follows(self, target: str) -> bool:
+        """Could the dotted callee `target` of the module being built be a project function or method?
+        (`pkg_module.func` through an import, `self.attr.method` for an attribute holding a project object.)"""
+        if not self._building:
+            return False
+        path = self._building[-1]
+        info = self.index.module_at(Path(path))
+        if info is None:
+            return False
+        parts = target.split(".")
+        try:
+            if parts[0] == "self":
+                return len(parts) == 3 and any(parts[1] in attrs for attrs in self._attribute_classes(info, path).values())
+            qualified = _qualified(info, target)
+            return qualified is not None and self.index.resolve(qualified) is not None
+        except (RecursionError, MemoryError):
+            raise
+        except Exception:
+            return False
+
+    def provide(self, model, call):
+        """The Summary of the project function that `call` (a CALL event of `model`) calls, or None."""
+        try:
+            return self._provide(model, call)
+        except (RecursionError, MemoryError):
+            raise
+        except Exception:  # an unreadable corner of another file never costs this file its findings
+            return None
+
+    def _provide(self, model, call):
+        path = self._model_paths.get(id(model)) or (self._building[-1] if self._building else None)
+        target = call.target or ""
+        if path is None or not target:
+            return None
+        if id(model) not in self._model_paths and not _drives_a_scaler(call.scope):
+            return None  # lazy: only the steps whose protocol the callee could change are worth a module read
+        info = self.index.module_at(Path(path))
+        if info is None:
+            return None
+        found = self._callee(model, info, path, call, target)
+        if found is None:
+            return None
+        foreign, class_name, function = found
+        parts = target.split(".")
+        holder = ".".join(parts[:2]) if parts[0] == "self" and len(parts) == 3 else None
+        return self._summary_of(foreign, class_name, function, holder)
+
+    def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[_Foreign, Optional[str], str]]:
+        parts = target.split(".")
+        if parts[0] == "self":
+            class_name = call.scope.class_name
+            if class_name is None:
+                return None
+            if len(parts) == 2:  # `self.method()`: a method inherited from a class of another module
+                if _defines_method(model, class_name, parts[1]):
+                    return None  # defined here (ambiguously, or the file would have followed it)
+                return self._method_in_bases(info, class_name, parts[1], 0)
+            if len(parts) == 3:  # `self.attr.method()`: attr holds an instance of a project class
+                qualified = self._attribute_classes(info, path).get(class_name, {}).get(parts[1])
+                if qualified is None:
+                    return None
+                return self._method_of_class(qualified, parts[2], 0)
+            return None
+        qualified = _qualified(info, target)
+        if qualified is None:
+            return None
+        resolved = self.index.resolve(qualified)
+        if resolved is None:
+            return None
+        module_info, name = resolved
+        if name not in module_info.functions or module_info.path == os.path.abspath(path):
+            return None
+        foreign = self._load(module_info)
+        return (foreign, None, name) if foreign is not None else None
+
+    def _method_in_bases(self, info: ModuleInfo, class_name: str, method: str, depth: int):
+        if depth > _MAX_BASE_DEPTH or class_name not in info.classes:
+            return None
+        for base in info.classes[class_name]:
+            qualified = _qualified(info, base) or (f"{info.name}.{base}" if info.name and base in info.classes else None)
+            if qualified is None:
+                continue
+            found = self._method_of_class(qualified, method, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    def _method_of_class(self, qualified: str, method: str, depth: int):
+        """The method `method` of the project class `qualified`, looked up along its bases (first base first;
+        a second base defining it too makes the lookup ambiguous: None)."""
+        resolved = self.index.resolve(qualified)
+        if resolved is None:
+            return None
+        module_info, class_name = resolved
+        if class_name not in module_info.classes:
+            return None
+        foreign = self._load(module_info)
+        if foreign is None:
+            return None
+        if _defines_method(foreign.model, class_name, method):
+            return foreign, class_name, method
+        return self._method_in_bases(module_info, class_name, method, depth)
+
+    def _attribute_classes(self, info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
+        """class -> attribute -> qualified project class, for `self.attr = ProjectClass(...)` in methods
+        (an attribute assigned twice, or from anything else, is left out: ambiguous)."""
+        key = (info.path, info.digest)
+        cached = self._self_attrs.get(key)
+        if cached is not None:
+            return cached
+        out: Dict[str, Dict[str, str]] = {}
+        try:
+            with open(path, "rb") as handle:
+                tree = ast.parse(handle.read(MAX_MODULE_BYTES + 1))
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            tree = None
+        for node in tree.body if tree is not None else ():
+            if not isinstance(node, ast.ClassDef):
+                continue
+            seen: Dict[str, Optional[str]] = {}
+            for item in ast.walk(node):
+                if not isinstance(item, ast.Assign):
+                    continue
+                for target in item.targets:
+                    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+                        continue
+                    value = item.value
+                    qualified = None
+                    if isinstance(value, ast.Call):
+                        name = _ast_dotted(value.func)
+                        if name is not None:
+                            qualified = _qualified(info, name) or (f"{info.name}.{name}" if name in info.classes and info.name else None)
+                    seen[target.attr] = qualified if target.attr not in seen or seen[target.attr] == qualified else None
+            out[node.name] = {attr: q for attr, q in seen.items() if q is not None}
+        self._self_attrs[key] = out
+        return out
+
+    # --- modules and their models ---
+    def _load(self, info: ModuleInfo) -> Optional[_Foreign]:
+        path = os.path.abspath(info.path)
+        if path in self._building:
+            return None  # a cycle of imports being analysed: unknown
+        key = (path, info.digest)
+        if key in self._modules:
+            foreign = self._modules[key]
+            if foreign is not None:
+                self._read_for_file.setdefault(path)
+            return foreign
+        if len(self._read_for_file) >= MAX_MODULES_PER_FILE:
+            return None
+        foreign = self._parse(path, info.digest)
+        self._modules[key] = foreign
+        if foreign is not None:
+            self._read_for_file.setdefault(path)
+        return foreign
+
+    def _parse(self, path: str, digest: str) -> Optional[_Foreign]:
+        from amp_lint.analysis.model import build_model
+
+        try:
+            if os.path.getsize(path) > MAX_MODULE_BYTES:
+                return None
+            with open(path, "rb") as handle:
+                code = handle.read().decode("utf-8-sig")
+            module = cst.parse_module(code)
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
+            return None
+        foreign = _Foreign(path, digest, module, code)
+        self._building.append(path)
+        try:
+            foreign.model = build_model(module)
+        except RecursionError:
+            return None
+        finally:
+            self._building.pop()
+        self._model_paths[id(foreign.model)] = path
+        return foreign
+
+    def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
+        from amp_lint.analysis.model import _with_helpers_inlined
+        from amp_lint.analysis.scaler_flow import Summary
+
+        model = foreign.model
+        candidates = [
+            s
+            for s in model.scopes
+            if s.is_function
+            and s.node.name.value == function
+            and s.class_name == class_name
+            and s.parent is not None
+            and not s.parent.is_function
+        ]
+        if len(candidates) != 1:
+            return None
+        callee = candidates[0]
+        if any(e.loops and e.kind not in _kinds() for e in callee.events):
+            return None  # a loop of its own: a training loop, not a step part (a loop over parameters is)
+        self._building.append(foreign.path)
+        try:
+            inner = _with_helpers_inlined(model, callee, callee.events, depth=1, active={callee})
+        finally:
+            self._building.pop()
+        if not inner:
+            return None
+        params = list(callee.params)
+        if class_name and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if class_name is not None and _order_unknown(model, callee, class_name, inner):
+            return None
+        if holder is not None:  # the method's `self` is the caller's `self.attr`
+            inner = [_held_by(event, holder) for event in inner]
+        return Summary(scope=callee, events=tuple(inner), params=tuple(params))
+
+    # --- placing findings ---
+    def foreign_place(self, node: cst.CSTNode) -> Optional[Tuple[str, object]]:
+        """(path, CodeRange) of a node of another module read for the current run, else None."""
+        for foreign in self._modules.values():
+            if foreign is None:
+                continue
+            code_range = foreign.range_of(node)
+            if code_range is not None:
+                return foreign.path, code_range
+        return None
+
+
+def _drives_a_scaler(scope) -> bool:
+    """Does the calling function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
+    from amp_lint.analysis.model import EventKind
+
+    kinds = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
+    return any(e.kind in kinds or e.scaled_by is not None for e in scope.events)
+
+
+def _order_unknown(model, callee, class_name: str, inner) -> bool:
+    """Does another method of the callee's class drive the same scaler of its object (fastai's callbacks:
+    `before_step` steps `self.learn.scaler`, `after_step` updates it)? Then the protocol's order depends on
+    who calls those methods when, which this call does not show: unknown."""
+    from amp_lint.analysis.model import EventKind
+
+    protocol = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
+    mine = {e.receiver for e in inner if e.kind in protocol and (e.receiver or "").startswith("self.")}
+    mine |= {e.scaled_by for e in inner if e.scaled_by and e.scaled_by.startswith("self.")}
+    if not mine:
+        return False
+    for scope in model.scopes:
+        if scope is callee or not scope.is_function or scope.class_name != class_name:
+            continue
+        for event in scope.events:
+            if event.kind in protocol and event.receiver in mine:
+                return True
+            if event.scaled_by in mine:
+                return True
+    return False
+
+
+def _held_by(event, holder: str):
+    """An event of a method of the object held in `holder` (`self.clipper`), seen from the holder's class."""
+    import dataclasses
+
+    def moved(key):
+        if key is None:
+            return None
+        if key == "self":
+            return holder
+        return holder + key[len("self") :] if key.startswith("self.") else key
+
+    return dataclasses.replace(event, receiver=moved(event.receiver), target=moved(event.target), scaled_by=moved(event.scaled_by))
+
+
+def _defines_method(model, class_name: str, method: str) -> bool:
+    return any(
+        s.is_function and s.class_name == class_name and s.node.name.value == method and s.parent is not None and not s.parent.is_function
+        for s in model.scopes
+    )
+
+
+def _qualified(info: ModuleInfo, dotted: str) -> Optional[str]:
+    """`helpers.clip` with `from pkg import helpers` -> "pkg.helpers.clip"; None for names not imported."""
+    head, dot, rest = dotted.partition(".")
+    imported = info.imports.get(head)
+    if imported is None:
+        return None
+    return imported + dot + rest if rest else imported
+
+
+def _ast_dotted(node: ast.AST) -> Optional[str]:
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
