@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -32,8 +33,12 @@ import libcst as cst
 
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex
 
-MAX_MODULE_BYTES = 400_000  # a helper module, not a generated table
-MAX_MODULES_PER_FILE = 12  # other modules one checked file's analysis may read
+MAX_MODULE_BYTES = 120_000  # a helper module (most are a few kB), not a generated table or a test suite
+# A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
+# scaler call, an optimizer step, a clip, a gradient read, zero_grad): its functions' summaries would be empty,
+# so it is never parsed (LibCST costs ~1.4 us a byte) and its calls stay unknown, as without a project.
+_MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad\b|zero_grad|\.step\(")
+MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
 _MAX_BASE_DEPTH = 3
 
 
@@ -263,7 +268,10 @@ class ProjectSummaries:
             if os.path.getsize(path) > MAX_MODULE_BYTES:
                 return None
             with open(path, "rb") as handle:
-                code = handle.read().decode("utf-8-sig")
+                data = handle.read()
+            if not _MAY_TOUCH_THE_PROTOCOL.search(data):
+                return None  # nothing in it can scale, backpropagate, step, clip or read gradients: not worth a parse
+            code = data.decode("utf-8-sig")
             module = cst.parse_module(code)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
             return None
