@@ -631,10 +631,10 @@ CRASHING_SERVER = """
 import sys
 from amp_lint.engine import checker
 original = checker.Checker.check
-def check(self, source, filename):
+def check(self, source, filename, **options):
     if "CRASH" in source:
         raise RuntimeError("boom")
-    return original(self, source, filename)
+    return original(self, source, filename, **options)
 checker.Checker.check = check
 from amp_lint.server import lsp
 original_view = lsp.AmpLintServer._check
