@@ -294,18 +294,7 @@ class Event:
 
     def in_enabled_autocast(self) -> Optional[AutocastRegion]:
         """The enclosing region that is in force, unless an inner `enabled=False` region switches it off."""
-        disabled_devices = set()
-        for region in reversed(self.regions):
-            if not region.spec.is_enabled:
-                # autocast(enabled=False) only switches off its own device type (AMP053).
-                disabled_devices.add(region.spec.device or "*")
-                continue
-            if "*" in disabled_devices or region.spec.device in disabled_devices:
-                return None
-            if region.spec.device is None and disabled_devices:
-                return None
-            return region
-        return None
+        return enabled_region(self.regions)
 
     def compatible(self, other: "Event") -> bool:
         """Can both events run in the same pass through the code (no `if`/`else` between them)?"""
@@ -422,6 +411,7 @@ def enabled_region(regions: Sequence[AutocastRegion]) -> Optional[AutocastRegion
     disabled_devices = set()
     for region in reversed(regions):
         if not region.spec.is_enabled:
+            # autocast(enabled=False) only switches off its own device type (AMP053).
             disabled_devices.add(region.spec.device or "*")
             continue
         if "*" in disabled_devices or region.spec.device in disabled_devices:

@@ -48,7 +48,7 @@ class ModuleInfo:
         return name in self.functions or name in self.classes
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
+def ast_dotted_name(node: ast.AST) -> Optional[str]:
     parts: List[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -91,7 +91,7 @@ def read_module_facts(text: str, name: str, path: str, digest: str, is_package: 
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.add(statement.name)
         elif isinstance(statement, ast.ClassDef):
-            classes[statement.name] = tuple(filter(None, (_dotted(base) for base in statement.bases)))
+            classes[statement.name] = tuple(filter(None, (ast_dotted_name(base) for base in statement.bases)))
         elif isinstance(statement, ast.Import):
             for alias in statement.names:
                 if alias.asname:

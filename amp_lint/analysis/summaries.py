@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.project import ModuleInfo, ProjectIndex
+from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
 
 MAX_MODULE_BYTES = 120_000  # a helper module (most are a few kB), not a generated table or a test suite
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
@@ -234,7 +234,7 @@ class ProjectSummaries:
                     value = item.value
                     qualified = None
                     if isinstance(value, ast.Call):
-                        name = _ast_dotted(value.func)
+                        name = ast_dotted_name(value.func)
                         if name is not None:
                             qualified = _qualified(info, name) or (f"{info.name}.{name}" if name in info.classes and info.name else None)
                     seen[target.attr] = qualified if target.attr not in seen or seen[target.attr] == qualified else None
@@ -391,14 +391,3 @@ def _qualified(info: ModuleInfo, dotted: str) -> Optional[str]:
     if imported is None:
         return None
     return imported + dot + rest if rest else imported
-
-
-def _ast_dotted(node: ast.AST) -> Optional[str]:
-    parts: List[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
