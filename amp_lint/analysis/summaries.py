@@ -43,7 +43,7 @@ _MAX_BASE_DEPTH = 3
 
 
 def _kinds():
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     return frozenset({EventKind.GRAD_READ, EventKind.CLIP})
 
@@ -262,7 +262,7 @@ class ProjectSummaries:
         return foreign
 
     def _parse(self, path: str, digest: str) -> Optional[_Foreign]:
-        from amp_lint.analysis.model import build_model
+        from amp_lint.analysis.builder import build_model
 
         try:
             if os.path.getsize(path) > MAX_MODULE_BYTES:
@@ -287,7 +287,7 @@ class ProjectSummaries:
         return foreign
 
     def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
-        from amp_lint.analysis.model import _with_helpers_inlined
+        from amp_lint.analysis.steps import with_helpers_inlined as _with_helpers_inlined
         from amp_lint.analysis.scaler_flow import Summary
 
         model = foreign.model
@@ -335,7 +335,7 @@ class ProjectSummaries:
 
 def _drives_a_scaler(scope) -> bool:
     """Does the calling function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     kinds = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
     return any(e.kind in kinds or e.scaled_by is not None for e in scope.events)
@@ -345,7 +345,7 @@ def _order_unknown(model, callee, class_name: str, inner) -> bool:
     """Does another method of the callee's class drive the same scaler of its object (fastai's callbacks:
     `before_step` steps `self.learn.scaler`, `after_step` updates it)? Then the protocol's order depends on
     who calls those methods when, which this call does not show: unknown."""
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     protocol = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
     mine = {e.receiver for e in inner if e.kind in protocol and (e.receiver or "").startswith("self.")}

@@ -33,7 +33,8 @@ from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
 from amp_lint.files.lines import split_lines
-from amp_lint.analysis.model import FileModel, build_model
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.positions import NodeLocator

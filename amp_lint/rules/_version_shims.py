@@ -21,7 +21,9 @@ from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
-from amp_lint.analysis.model import FileModel, Scope, code_of, dotted_name
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 
 # Spellings of the device-generic API (torch.amp, torch.autocast, the state functions that take a device).
 _MODERN = re.compile(

@@ -6,7 +6,10 @@ from typing import Iterator, List, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import AssignmentSite, EventKind, FileModel, TrainingStep, code_of, dotted_name
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import AssignmentSite, FileModel, TrainingStep
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -6,7 +6,8 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis.model import Event, EventKind, FileModel
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import argument, literal_bool, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
