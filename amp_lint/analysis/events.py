@@ -10,13 +10,13 @@ control-flow graph (`Event.flow_statement`) and asks the protocol's questions al
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
+from amp_lint.analysis.conditions import atom_of
 from amp_lint.analysis.syntax import Loop, Statement, code_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,40 +51,12 @@ class Branch:
 
     @property
     def condition(self) -> Tuple[str, bool]:
-        """(normalised test, whether it holds here): `if amp:` body and `if not amp:` else are the same path."""
-        key, polarity = _normalised_test(self.node.test)
-        return key, polarity == self.taken
+        """(normalised test, whether it holds here): `if amp:` body and `if not amp:` else are the same path.
 
-
-_TEST_CACHE: Dict[int, Tuple[cst.BaseExpression, Tuple[str, bool]]] = {}
-
-
-def _normalised_test(test: cst.BaseExpression) -> Tuple[str, bool]:
-    cached = _TEST_CACHE.get(id(test))
-    if cached is None or cached[0] is not test:
-        cached = (test, _normalise_test(test))
-        if len(_TEST_CACHE) > 10_000:
-            _TEST_CACHE.clear()
-        _TEST_CACHE[id(test)] = cached
-    return cached[1]
-
-
-def _normalise_test(test: cst.BaseExpression) -> Tuple[str, bool]:
-    """(key, polarity): `not x` -> (x, False); `x is None` -> (x, False); `x is not None` -> (x, True)."""
-    polarity = True
-    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        polarity = not polarity
-        test = test.expression
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
-            if isinstance(target.operator, cst.IsNot):
-                test = test.left
-            elif isinstance(target.operator, cst.Is):
-                test = test.left
-                polarity = not polarity
-    text = re.sub(r"\s+", "", code_of(test))
-    return text, polarity
+        The test is normalised as the control-flow graph's branch atoms are (`conditions.normalise`), so
+        the lexical checks (`Event.compatible`) and the path checks agree on which tests are one.
+        """
+        return atom_of(self.node.test, self.taken)
 
 
 @dataclass(eq=False)
