@@ -7,7 +7,7 @@ from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.values import Kind
+from amp_lint.analysis.value_types import Kind
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import region_device_types, value_of
 from amp_lint.rules.base import Finding, Invalid, Rule
