@@ -287,6 +287,15 @@ class FileModel:
             self._scope_by_node = {id(scope.node): scope for scope in self.scopes}
         return self._scope_by_node.get(id(node))
 
+    def function_scopes_named(self, name: str) -> List[Scope]:
+        """Function scopes by name, indexed once per model (a file can have tens of thousands)."""
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for scope in self.scopes:
+                if scope.is_function:
+                    self._scopes_by_name.setdefault(scope.node.name.value, []).append(scope)
+        return self._scopes_by_name.get(name, [])
+
 
 # --- which names are scalers and optimizers -----------------------------------------------------------
 

@@ -28,7 +28,7 @@ from amp_lint.analysis import cfg
 from amp_lint.analysis.paths import ASSUMED, PROVED, Paths, Proof, weakest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.events import Event, EventKind
+    from amp_lint.analysis.events import Event
     from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 
 

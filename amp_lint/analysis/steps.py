@@ -110,16 +110,6 @@ def _rebased(via: Event, outer: Event) -> Event:
     return dataclasses.replace(via, via=_rebased(via.via, outer))
 
 
-def _scopes_named(model: FileModel, name: str) -> List[Scope]:
-    """Function scopes by name, indexed once per model (a file can have tens of thousands)."""
-    if model._scopes_by_name is None:
-        model._scopes_by_name = {}
-        for scope in model.scopes:
-            if scope.is_function:
-                model._scopes_by_name.setdefault(scope.node.name.value, []).append(scope)
-    return model._scopes_by_name.get(name, [])
-
-
 def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
     """The function or method of this file that a CALL event calls, when that is unambiguous."""
     target = call.target or ""
@@ -127,7 +117,7 @@ def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
         name = target[len("self.") :]
         candidates = [
             s
-            for s in _scopes_named(model, name)
+            for s in model.function_scopes_named(name)
             if s.is_function
             and s.node.name.value == name
             and call.scope.class_name is not None
@@ -139,7 +129,7 @@ def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
         visible = set(call.scope.chain())
         candidates = [
             s
-            for s in _scopes_named(model, target)
+            for s in model.function_scopes_named(target)
             if s.is_function
             and s.node.name.value == target
             and s.parent in visible
