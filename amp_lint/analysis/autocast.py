@@ -42,7 +42,7 @@ class AutocastSpec:
     device_node: Optional[cst.BaseExpression] = None
     dtype_node: Optional[cst.BaseExpression] = None
     enabled_node: Optional[cst.BaseExpression] = None
-    device: Optional[str] = None  # literal device type ("cuda"), resolved by FileModel.finalize
+    device: Optional[str] = None  # literal device type ("cuda"), set by resolve_spec after the walk
     dtype: DType = DType.UNKNOWN
     enabled: Optional[bool] = True  # False: literal enabled=False; None: decided at run time
 

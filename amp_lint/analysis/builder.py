@@ -437,7 +437,6 @@ class ModelBuilder(CallRecorder, Walker):
         stored = f"{self.scope.class_name}.{key}" if key.startswith("self.") and self.scope.class_name else key
         self.scalers.setdefault(stored, []).append(binding)
 
-
     # --- after the walk ---
     def finish(self) -> FileModel:
         model = FileModel(

@@ -367,7 +367,7 @@ class CallRecorder:
     def visit_Attribute_attr(self, node: cst.Attribute) -> None:
         self.skip_reference.add(node.attr)
 
-
+    # --- after the walk ---
     def propagate_through_calls(self, model: FileModel) -> None:
         """A scaler or optimizer passed to a function of this file is one inside it too, whatever its name."""
         for event in [e for e in self.events if e.kind is EventKind.CALL]:

@@ -314,6 +314,7 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
     # Named like a scaler: still not one if the file builds it from something that is not torch's.
     return not _built_by_someone_else(key, scope, model, imports_count=True)
 
+
 def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:
     if key in model.optimizer_keys:
         return True

@@ -21,6 +21,7 @@ from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import Loop
 
+
 def training_steps(model: FileModel) -> List[TrainingStep]:
     """Group each scope's events, helpers' events included where they are called, into iterations."""
     steps: List[TrainingStep] = []
