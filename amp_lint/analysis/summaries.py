@@ -32,12 +32,14 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
+from amp_lint.parse import python_ast
 
 MAX_MODULE_BYTES = 120_000  # a helper module (most are a few kB), not a generated table or a test suite
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
 # scaler call, an optimizer step, a clip, a gradient read, zero_grad): its functions' summaries would be empty,
 # so it is never parsed (LibCST costs ~1.4 us a byte) and its calls stay unknown, as without a project.
 _MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad\b|zero_grad|\.step\(")
+_NAMES_A_SCALER = re.compile("scaler", re.IGNORECASE)
 MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
 _MAX_BASE_DEPTH = 3
 
@@ -82,10 +84,11 @@ class ProjectSummaries:
     @contextlib.contextmanager
     def checking(self, path: str, source: Optional[str] = None) -> Iterator[None]:
         """Follow the calls of the file at `path` while its analysis runs. A file whose text never names a
-        scaler (`source` without "scale"/"Scaler") cannot drive one: nothing is set up for it."""
+        scaler cannot drive one (only a scope with a scaler event asks for summaries, and a scaler is known
+        by its name, its `GradScaler` construction or a `...Scaler` annotation): nothing is set up for it."""
         from amp_lint.analysis import scaler_flow
 
-        if source is not None and "scale" not in source and "Scaler" not in source:
+        if source is not None and not _NAMES_A_SCALER.search(source):
             yield
             return
         self.index.add_file(Path(path))
@@ -216,10 +219,12 @@ class ProjectSummaries:
         if cached is not None:
             return cached
         out: Dict[str, Dict[str, str]] = {}
+        tree = None
         try:
-            with open(path, "rb") as handle:
-                tree = ast.parse(handle.read(MAX_MODULE_BYTES + 1))
-        except (OSError, SyntaxError, ValueError, RecursionError):
+            if os.path.getsize(path) <= MAX_MODULE_BYTES:  # larger: no attributes followed (a test suite, say)
+                with open(path, "rb") as handle:
+                    tree = python_ast.parse(handle.read().decode("utf-8-sig"))
+        except (OSError, UnicodeDecodeError):
             tree = None
         for node in tree.body if tree is not None else ():
             if not isinstance(node, ast.ClassDef):

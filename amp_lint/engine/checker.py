@@ -10,6 +10,7 @@ import ast
 import contextlib
 import dataclasses
 import gc
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ class SourceResult:
     fixed_source: Optional[str] = None  # the new text, when --fix changed something
     unsafe_fixable: int = 0  # findings an --unsafe-fixes run would fix
     parsed: bool = False  # False when the prefilter ruled the file out
+    # The other files of the project this result depends on, (absolute path, digest): the modules the
+    # analysis read to follow calls (`ProjectIndex.recording`). The result cache stores them with it.
+    dependencies: Tuple[Tuple[str, str], ...] = ()
 
 
 class Checker:
@@ -109,8 +113,12 @@ class Checker:
         with _no_cyclic_gc():
             if self.project is None or path is None:
                 return self._check(source, filename)
-            with self.project.checking(path, source):
-                return self._check(source, filename)
+            with self.project.index.recording() as consulted:
+                with self.project.checking(path, source):
+                    result = self._check(source, filename)
+            own = os.path.abspath(path)
+            result.dependencies = tuple(sorted((p, d) for p, d in consulted.items() if p != own))
+            return result
 
     def _check(self, source: str, filename: str) -> SourceResult:
         result = SourceResult()

@@ -58,6 +58,8 @@ class FileOutcome:
     unsafe_fixable: int = 0
     diff: str = ""
     fixed_text: Optional[str] = None  # for stdin
+    # Other project files the result depends on, (absolute path, digest): stored with it in the cache.
+    dependencies: Tuple[Tuple[str, str], ...] = ()
 
 
 _CHECKERS: Dict[CheckConfig, object] = {}
@@ -94,20 +96,6 @@ def _project_index():
     return _PROJECT[0]
 
 
-def _depends_on(path: str) -> bytes:
-    """What a file's cached result depends on besides its own bytes: the project modules it imports (and
-    those they import), by path and digest (`ProjectIndex.dependencies`); an edit there is a miss here."""
-    if path.endswith(".ipynb"):
-        return b""
-    try:
-        index = _project_index()
-        index.add_file(Path(path))
-        found = index.dependencies(Path(path))
-    except (OSError, RecursionError, ValueError):
-        return b""
-    return "".join(f"{dependency}\0{digest}\n" for dependency, digest in found).encode("utf-8", "surrogateescape")
-
-
 def may_match(text: str, config: CheckConfig) -> bool:
     return _checker(config).may_match(text)
 
@@ -140,6 +128,7 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     outcome.fixed = result.fixed
     outcome.unsafe_fixable = result.unsafe_fixable
     outcome.fixed_text = result.fixed_source
+    outcome.dependencies = result.dependencies
     return outcome
 
 
@@ -328,7 +317,7 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List
     for outcome, raw in scheduler.results():
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
-            cache.put(Path(outcome.path), raw, _payload(outcome), _depends_on(outcome.path))
+            cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
         merged.update(negatives)
@@ -388,7 +377,7 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                     negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw, _depends_on(path))
+                hit = cache.get(Path(path), raw)
                 cached = _outcome_from_payload(path, hit) if hit is not None else None
                 if cached is not None:
                     outcomes[path] = cached

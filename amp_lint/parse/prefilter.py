@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from amp_lint.files.lines import LINE_BREAK
+from amp_lint.parse import python_ast
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
@@ -153,19 +154,10 @@ class Prefilter:
             return True
         if not self._matches(_COMMENT_LINES.sub("", text)):
             return False  # the names are only in comments: no need for the second step's parse
-        tree = _parse(text)
+        tree = python_ast.parse(text)
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
-
-
-def _parse(text: str):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return None
 
 
 def _line_hints(groups) -> Optional[Tuple[str, ...]]:
