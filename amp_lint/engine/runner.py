@@ -15,12 +15,14 @@ import os
 import queue
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, diagnostic_from_record, diagnostic_to_record
+
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
 
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4
@@ -96,18 +98,35 @@ def _project_index():
     return _PROJECT[0]
 
 
+_PREFILTERS: Dict[FrozenSet[str], object] = {}
+
+
+def _prefilter(config: CheckConfig):
+    """The prefilter of the enabled rules, from the registry's table: deciding that a file cannot hold a
+    finding imports no rule and not LibCST (most files of a pre-commit run are decided so)."""
+    prefilter = _PREFILTERS.get(config.enabled)
+    if prefilter is None:
+        from amp_lint import rules as registry
+        from amp_lint.parse.prefilter import Prefilter
+
+        prefilter = _PREFILTERS[config.enabled] = Prefilter(registry.entries(config.enabled))
+    return prefilter
+
+
 def may_match(text: str, config: CheckConfig) -> bool:
-    return _checker(config).may_match(text)
+    return bool(config.enabled) and _prefilter(config).may_match(text)
 
 
 def text_may_match(text: str, config: CheckConfig) -> bool:
-    return _checker(config).text_may_match(text)
+    return bool(config.enabled) and _prefilter(config).text_may_match(text)
 
 
 def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
     """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
     file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
     outcome = FileOutcome(display_name)
+    if not may_match(text, config):
+        return outcome  # what the checker would decide first, without loading it
     box: dict = {}
 
     def work() -> None:
@@ -421,10 +440,10 @@ class _Scheduler:
         self.batch: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
         self.batch_bytes = 0
         self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
-        self.pool: Optional[ProcessPoolExecutor] = None
+        self.pool: "Optional[ProcessPoolExecutor]" = None
         self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
         self.context = None
-        self.alone: Optional[ProcessPoolExecutor] = None  # one worker, to recheck a dead worker's files one by one
+        self.alone: "Optional[ProcessPoolExecutor]" = None  # one worker, to recheck a dead worker's files one by one
         self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
@@ -458,8 +477,9 @@ class _Scheduler:
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
-    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+    def _new_pool(self, workers: int) -> "ProcessPoolExecutor":
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
         if self.context is None:
             fork = sys.platform.startswith("linux")
@@ -478,13 +498,14 @@ class _Scheduler:
 
     def results(self):
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
-        from concurrent.futures.process import BrokenProcessPool
-
         try:
             for path, config, _, raw in self.waiting:
                 yield check_file(path, config), raw
-            if self.pool is not None:
-                self._submit_batch()
+            if self.pool is None:
+                return
+            from concurrent.futures.process import BrokenProcessPool
+
+            self._submit_batch()
             for future, items, raws in self.futures:
                 try:
                     outcomes = future.result()
