@@ -125,13 +125,13 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
     file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
     outcome = FileOutcome(display_name)
-    if not may_match(text, config):
-        return outcome  # what the checker would decide first, without loading it
     box: dict = {}
 
     def work() -> None:
         try:
-            box["result"] = _checker(config).check(text, display_name, path=path)
+            if not may_match(text, config):
+                return  # what the checker would decide first, decided without loading it
+            box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
@@ -140,6 +140,8 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     _run_with_large_stack(work)
     if "error" in box:
         outcome.errors.append(FileError(display_name, box["error"]))
+        return outcome
+    if "result" not in box:
         return outcome
     result = box["result"]
     outcome.diagnostics = result.diagnostics

@@ -234,6 +234,8 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                 names.add("manual_grad_update")  # `p.data.add_(p.grad, alpha=-lr)`
             if _callee_name(node.func) == "autocast" and not isinstance(node.func, ast.Call):
                 autocast_calls.append(node)
+            elif isinstance(node.func, ast.Call) and _callee_name(node.func.func) == "autocast":
+                names.add("autocast_applied")  # `torch.autocast("cuda")(x)`
             for keyword in node.keywords:
                 if keyword.arg:
                     names.add(keyword.arg)
@@ -273,6 +275,10 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
             bound = [t.id for t in targets if isinstance(t, ast.Name)]
             if isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "device":
                 device_objects.update(bound)
+            elif bound and isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "autocast":
+                # `ctx = torch.autocast(...)`: whether `ctx(x)` follows is on a line the second step may
+                # not read (no hint on it): assume it does.
+                names.add("autocast_applied")
             elif isinstance(node.value, ast.Name):
                 copies.extend((name, node.value.id) for name in bound)
             if _callee_name(getattr(node, "annotation", None)) == "device":
@@ -301,6 +307,7 @@ def _reads_grad(expression) -> bool:
 
 
 _ALL_AUTOCAST_FACTS = (
+    "autocast_applied",
     "autocast_twice",
     "autocast_second_positional",
     "autocast_bool_arg",
