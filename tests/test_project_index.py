@@ -102,3 +102,16 @@ def test_unreadable_and_broken_modules_give_no_facts_and_no_error(tmp_path):
     os.mkfifo(tmp_path / "fifo.py")
     assert index.module_at(tmp_path / "fifo.py") is None  # never opened: a FIFO would block
     assert index.module_at(tmp_path / "missing.py") is None
+
+
+def test_from_an_installation_folder_only_the_checked_package_is_project_code(tmp_path):
+    site = tmp_path / "lib" / "site-packages"
+    write(site / "torch" / "__init__.py", "from .helpers import clip\n")
+    write(site / "torch" / "helpers.py", "def clip(model):\n    pass\n")
+    write(site / "numpy" / "__init__.py", "def array(x):\n    return x\n")
+    index = ProjectIndex()
+    index.add_file(site / "torch" / "helpers.py")
+    assert index.path_of_module("torch.helpers") == str((site / "torch" / "helpers.py").resolve())
+    assert index.path_of_module("numpy") is None  # another installed package: not the project's code
+    index.add_file(site / "numpy" / "__init__.py")  # checking numpy too makes it project code
+    assert index.path_of_module("numpy") == str((site / "numpy" / "__init__.py").resolve())

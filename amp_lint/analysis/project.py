@@ -29,6 +29,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 from amp_lint.files.cache import DEPENDENCY_BYTES_LIMIT, dependency_digest
 from amp_lint.parse import python_ast
 
+_INSTALLATION_FOLDERS = frozenset({"site-packages", "dist-packages"})
 # How large a module the index reads (a generated 50 MB module is not a training helper).
 MAX_MODULE_BYTES = DEPENDENCY_BYTES_LIMIT
 
@@ -161,6 +162,8 @@ class ProjectIndex:
         self._by_path: Dict[str, Tuple[Tuple[int, int], Optional[ModuleInfo]]] = {}
         self._path_of_module: Dict[str, Optional[str]] = {}
         self._consulted: Optional[Dict[str, str]] = None
+        # Installation folders among the roots -> the top-level packages checked there (the only project code).
+        self._installed_packages: Dict[Path, set] = {}
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[Dict[str, str]]:
@@ -171,6 +174,12 @@ class ProjectIndex:
             yield self._consulted
         finally:
             self._consulted = previous
+
+    def note_read(self, path: str) -> None:
+        """Record a module read without its facts (a text test on it, say) while `recording`."""
+        key = os.path.abspath(path)
+        if self._consulted is not None and key not in self._consulted:
+            self._consulted[key] = dependency_digest(key)
 
     @property
     def roots(self) -> Tuple[Path, ...]:
@@ -183,8 +192,15 @@ class ProjectIndex:
             self._path_of_module = {}
 
     def add_file(self, path: Path) -> ModuleInfo:
-        """Index a file being checked; its source root becomes a place to resolve imports from."""
-        root, _ = source_root_of(Path(path))
+        """Index a file being checked; its source root becomes a place to resolve imports from. From an
+        installation folder (`site-packages`), only the file's own top-level package is the project:
+        checking torch's package must not make numpy and every other installed package project code."""
+        root, name = source_root_of(Path(path))
+        if root.name in _INSTALLATION_FOLDERS:
+            top = name.split(".")[0]
+            if top and top not in self._installed_packages.setdefault(root, set()):
+                self._installed_packages[root].add(top)
+                self._path_of_module = {}
         self.add_root(root)
         info = self.module_at(Path(path))
         return info if info is not None else ModuleInfo(name="", path=str(path), digest="")
@@ -233,7 +249,10 @@ class ProjectIndex:
             return self._path_of_module[module]
         found: Optional[str] = None
         relative = Path(*module.split("."))
+        top = module.split(".")[0]
         for root in self._roots:
+            if root.name in _INSTALLATION_FOLDERS and top not in self._installed_packages.get(root, ()):
+                continue
             for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
                 if candidate.is_file():
                     found = str(candidate)

@@ -79,6 +79,7 @@ class ProjectSummaries:
         self._building: List[str] = []  # paths whose model is being built (the checked file first)
         self._read_for_file: Dict[str, None] = {}  # foreign paths the current file's analysis read
         self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
+        self._loadable_at: Dict[str, Tuple[Tuple[int, int], bool]] = {}  # path -> (stamp, worth a parse)
 
     # --- the checked file ---
     @contextlib.contextmanager
@@ -122,11 +123,44 @@ class ProjectSummaries:
             if parts[0] == "self":
                 return len(parts) == 3 and any(parts[1] in attrs for attrs in self._attribute_classes(info, path).values())
             qualified = _qualified(info, target)
-            return qualified is not None and self.index.resolve(qualified) is not None
+            return qualified is not None and self._could_summarise(qualified) and self.index.resolve(qualified) is not None
         except (RecursionError, MemoryError):
             raise
         except Exception:
             return False
+
+    def _could_summarise(self, qualified: str) -> bool:
+        """Cheap, before `resolve` reads module facts: is the module `qualified` names one whose functions this
+        provider could summarise (`_parse`: small, and with a word of the protocol in it)? A package's
+        `__init__` may re-export from anywhere: `resolve` decides. On torch's own tests this spares reading
+        the facts of some sixty large modules per file."""
+        module = qualified.rpartition(".")[0]
+        while module:
+            path = self.index.path_of_module(module)
+            if path is not None:
+                return os.path.basename(path) == "__init__.py" or self._loadable(path)
+            module = module.rpartition(".")[0]
+        return False
+
+    def _loadable(self, path: str) -> bool:
+        key = os.path.abspath(path)
+        try:
+            stat = os.stat(key)
+        except OSError:
+            return False
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._loadable_at.get(key)
+        if cached is None or cached[0] != stamp:
+            loadable = False
+            if stat.st_size <= MAX_MODULE_BYTES:
+                try:
+                    with open(key, "rb") as handle:
+                        loadable = _MAY_TOUCH_THE_PROTOCOL.search(handle.read(MAX_MODULE_BYTES + 1)) is not None
+                except OSError:
+                    loadable = False
+            cached = self._loadable_at[key] = (stamp, loadable)
+        self.index.note_read(key)  # the answer depends on the module's text: so does the file's result
+        return cached[1]
 
     def provide(self, model, call):
         """The Summary of the project function that `call` (a CALL event of `model`) calls, or None."""
