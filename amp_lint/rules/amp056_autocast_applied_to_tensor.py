@@ -66,6 +66,7 @@ class AutocastAppliedToTensor(Rule):
     summary = "An autocast object called on a tensor (TypeError in torch 2.13; a no-op wrapper before)"
     severity = Severity.ERROR
     needs = (r"\bautocast\b",)
+    ast_needs = (r"autocast_applied",)  # an autocast call called, or a name bound to one (parse.prefilter)
 
     valid = [
         """

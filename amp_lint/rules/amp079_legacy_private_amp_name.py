@@ -60,7 +60,8 @@ class LegacyPrivateAmpName(Rule):
     summary = "Private torch.cuda.amp name (autocast_mode._cast, grad_scaler.OptState) kept only for compatibility"
     severity = Severity.INFO
     fix_applicability = Applicability.SAFE
-    needs = (r"\bamp\b", r"\b_cast\b|\bOptState\b")  # `amp` first: AMP070 scans it already
+    # `amp` first: AMP070 scans it already. `cuda`: `torch.amp.autocast_mode._cast` is the modern name.
+    needs = (r"\bamp\b", r"\b_cast\b|\bOptState\b", r"\bcuda\b")
 
     valid = [
         """
