@@ -663,3 +663,13 @@ def test_verify_gpu_script_errors_exit_2_and_paths_resolve_against_the_caller(
     assert expected.format(caller=caller) in child.stdout + child.stderr
     if "OUT" in environment:
         assert (caller / "results").is_dir()  # OUT is relative to the caller's folder, not the repository's
+
+
+def test_scripts_of_one_name_are_told_apart_in_the_report():
+    scripts = [Path("/t/vae/main.py"), Path("/t/dcgan/main.py"), Path("/t/train.py")]
+    report = VerifyReport("cpu", "float16", 20, 2, 3, 3.0, [ScriptResult(s, NOT_RUN, ["refused"]) for s in scripts], [])
+
+    text = runner.format_text(report)
+
+    assert reporting.display_names(scripts) == ["vae/main.py", "dcgan/main.py", "train.py"]
+    assert "vae/main.py: not run (exit 4)" in text and "dcgan/main.py: not run (exit 4)" in text

@@ -79,11 +79,12 @@ def format_text(report: VerifyReport) -> str:
     """The verdict table, then why each script got its verdict, then the notes and where the files are."""
     header = ["script", "device/dtype", "steps x seeds", "gap", "spread", "largest gap", "parted at", "speed-up",
               "verdict"]  # fmt: skip
-    rows = [header] + [_table_row(result, report) for result in report.results]
+    names = display_names([result.script for result in report.results])
+    rows = [header] + [[name, *_table_row(result, report)[1:]] for name, result in zip(names, report.results)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    for result in report.results:
+    for name, result in zip(names, report.results):
         details = [f"  - {reason}" for reason in result.reasons]
         details += [f"  ! {warning}" for warning in result.warnings]
         if result.crash:
@@ -93,13 +94,28 @@ def format_text(report: VerifyReport) -> str:
         if result.amp_source != "amp-lint's conversion":
             details.append(f"  AMP version: {result.amp_source}")
         if details:
-            lines += ["", f"{result.script.name}: {result.status} (exit {EXIT_CODES[result.status]})", *details]
+            lines += ["", f"{name}: {result.status} (exit {EXIT_CODES[result.status]})", *details]
     if report.output_dir is not None:
         lines += ["", f"Per-step losses (CSV) and plots: {report.output_dir}"]
     if report.notes:
         lines.append("")
         lines += [f"Note: {note}" for note in report.notes]
     return "\n".join(lines)
+
+
+def display_names(scripts: list[Path]) -> list[str]:
+    """Each script's file name, with as many parent folders as it takes to tell scripts of one name apart
+    (`vae/main.py`, `dcgan/main.py`)."""
+    names = []
+    for script in scripts:
+        depth = 1
+        while depth < len(script.parts):
+            name = "/".join(script.parts[-depth:])
+            if sum(1 for other in scripts if "/".join(other.parts[-depth:]) == name) <= 1:
+                break
+            depth += 1
+        names.append("/".join(script.parts[-depth:]))
+    return names
 
 
 def _table_row(result: ScriptResult, report: VerifyReport) -> list[str]:
