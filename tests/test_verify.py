@@ -421,6 +421,16 @@ def test_curves_that_agree_are_never_not_equivalent_even_when_they_do_not_fall()
     assert result.reasons[0].startswith("fp32 itself did not learn")
 
 
+def test_a_non_finite_fp32_loss_is_inconclusive_not_an_amp_failure():
+    """Found on pytorch/examples gat with a data set too small for its fixed split: both sides' losses NaN from the
+    first step. The AMP side is not to blame: inconclusive, saying fp32's loss is not finite."""
+    broken = [_record([None] * 60) for seed in range(3)]
+    result = _judged(broken, [_record([None] * 60) for seed in range(3)])
+
+    assert result.status == INCONCLUSIVE
+    assert result.reasons == ["the fp32 run's own loss is non-finite in 60 of 60 steps (one seed): nothing to compare with"]
+
+
 def test_no_step_recorded_is_not_run():
     result = _judged([_record([]) for seed in range(3)], [_record([]) for seed in range(3)])
 

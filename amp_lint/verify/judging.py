@@ -65,6 +65,15 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
             f"(at least {MIN_COMPARED_STEPS} are needed)"
         )
         return
+    fp32_nonfinite = max(sum(1 for loss in record.losses[:length] if loss is None) for record in fp32)
+    if fp32_nonfinite > MAX_NONFINITE_FRACTION * length:
+        # Judged before AMP's: an AMP run as broken as fp32's says nothing about the conversion.
+        result.status = INCONCLUSIVE
+        reasons.append(
+            f"the fp32 run's own loss is non-finite in {fp32_nonfinite} of {length} steps (one seed): "
+            "nothing to compare with"
+        )
+        return
     nonfinite = [
         sum(1 for step, loss in enumerate(record.losses[:length]) if loss is None and step >= _calibration(record))
         for record in amp
