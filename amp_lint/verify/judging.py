@@ -44,13 +44,15 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     """
     reasons = result.reasons
     fp32, amp = result.fp32, result.amp
-    not_run = _amp_did_not_run(amp, dtype, own_amp)
+    fp32_length = min(len(record.losses) for record in fp32)
+    # No fp32 step at all (training in subprocesses, like mnist_hogwild) explains an AMP side without autocast too.
+    not_run = _amp_did_not_run(amp, dtype, own_amp) if fp32_length else []
     if not_run:
         result.status, reasons[:] = NOT_RUN, not_run
         return
     length = min(len(record.losses) for record in [*fp32, *amp])
     if length == 0:
-        side = "fp32" if min(len(record.losses) for record in fp32) == 0 else "AMP"
+        side = "fp32" if fp32_length == 0 else "AMP"
         result.status = NOT_RUN
         reasons.append(
             f"the {side} run recorded no training step: the script ended before its first optimizer step "
