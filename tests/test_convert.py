@@ -167,10 +167,10 @@ def test_convert_source_converts_and_reports():
 
 
 def test_convert_source_explains_a_refusal():
-    source = (FIXTURES / "refuse_model_half.in.py").read_text(encoding="utf-8")
+    source = (FIXTURES / "refuse_float64.in.py").read_text(encoding="utf-8")
     result = convert_source(source)
     assert not result.converted and result.code == source
-    assert len(result.reasons) == 1 and ".half()" in result.reasons[0]
+    assert len(result.reasons) == 1 and "float64 on purpose" in result.reasons[0]
 
 
 def test_convert_source_without_a_training_loop():
@@ -212,6 +212,157 @@ def test_verify_scripts_convert_cleanly(script: Path, mode: str, tmp_path: Path)
     target.write_text(result.code, encoding="utf-8")
     assert findings(target) == []
     assert ("GradScaler" in result.code) == (mode == "float16")
+
+
+# --- silent on code that is not fp32 training --------------------------------------------------------
+
+# A plain fp32 loop (the same in every case below), after the lines that make the file mixed or low precision.
+_FP32_LOOP = """
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+NOT_FP32 = {
+    # Half-precision models: the weights are float16 or bfloat16 already.
+    "model.half()": "import torch\nmodel = Net().cuda()\nmodel.half()\n",
+    "Net().half().cuda()": "import torch\nmodel = Net().half().cuda()\n",
+    ".to(torch.float16)": "import torch\nmodel = Net().to(torch.float16)\n",
+    ".to(device, torch.half)": "import torch\nmodel = Net().to('cuda', torch.half)\n",
+    ".to(dtype=torch.bfloat16)": "import torch\nmodel = Net().to(dtype=torch.bfloat16)\n",
+    ".bfloat16()": "import torch\nmodel = Net().bfloat16()\n",
+    "from torch import float16": "import torch\nfrom torch import float16 as f16\nmodel = Net().to(f16)\n",
+    ".type(torch.cuda.HalfTensor)": "import torch\nmodel = Net().type(torch.cuda.HalfTensor)\n",
+    # Another library's mixed precision.
+    "apex amp.scale_loss": (
+        "import torch\nfrom apex import amp\nmodel, optimizer = amp.initialize(model, optimizer, opt_level='O2')\n"
+    ),
+    "DeepSpeed fp16": (
+        "import torch\nimport deepspeed\n"
+        "model, optimizer, _, _ = deepspeed.initialize(model=model, config={'fp16': {'enabled': True}})\n"
+    ),
+    "ColossalAI": (
+        "import torch\nfrom colossalai.booster import Booster\nfrom colossalai.booster.plugin import TorchDDPPlugin\n"
+        "booster = Booster(plugin=TorchDDPPlugin(), mixed_precision='fp16')\n"
+        "model, optimizer, loss_fn, loader, _ = booster.boost(model, optimizer, loss_fn, loader)\n"
+    ),
+    "Megatron Float16Optimizer": (
+        "import torch\nfrom megatron.core.optimizer import Float16OptimizerWithFloat16Params\n"
+        "optimizer = Float16OptimizerWithFloat16Params(torch.optim.Adam(model.parameters()), config, None, None)\n"
+    ),
+    "FP16_Optimizer wrapper": (
+        "import torch\noptimizer = FP16_Optimizer(torch.optim.Adam(model.parameters()), dynamic_loss_scale=True)\n"
+    ),
+    "FSDP MixedPrecision": (
+        "import torch\nfrom torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision\n"
+        "model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))\n"
+    ),
+    "FSDP2 MixedPrecisionPolicy": (
+        "import torch\nfrom torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n"
+        "fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))\n"
+    ),
+    "int8 model": (
+        "import torch\nfrom transformers import AutoModelForCausalLM\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2', load_in_8bit=True)\n"
+    ),
+    "dynamic quantization": (
+        "import torch\nmodel = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)\n"
+    ),
+}
+# Autocast entered where AMP100 cannot follow it: the loop itself is written differently.
+NOT_FP32_LOOPS = {
+    "TransformerEngine fp8_autocast": """
+import torch
+import transformer_engine.pytorch as te
+for x, y in loader:
+    optimizer.zero_grad()
+    with te.fp8_autocast(enabled=True):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+    "autocast in a helper method": """
+import torch
+class Trainer:
+    def step(self, x, y):
+        self.optimizer.zero_grad()
+        with self.autocast_ctx():
+            loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+""",
+    "autocast context built elsewhere": """
+import contextlib
+import torch
+amp_ctx = contextlib.nullcontext() if args.fp32 else torch.autocast("cuda", dtype=torch.bfloat16)
+for x, y in loader:
+    optimizer.zero_grad()
+    with amp_ctx:
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+    "autocast in a wrapper function": """
+import torch
+from utils import maybe_autocast
+for x, y in loader:
+    optimizer.zero_grad()
+    with maybe_autocast(args):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+    "pytest unit test taking one step": """
+import torch
+def test_one_step_changes_the_weights():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.clone()
+    model(torch.ones(3, 2)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(before, model.weight)
+""",
+    "unittest TestCase helper": """
+import unittest
+import torch
+class TestOptimizer(unittest.TestCase):
+    def _train(self, model, optimizer, x, y):
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+""",
+}
+
+
+def _not_fp32_sources():
+    cases = [(name, prelude + _FP32_LOOP) for name, prelude in NOT_FP32.items()]
+    return cases + list(NOT_FP32_LOOPS.items())
+
+
+@pytest.mark.parametrize(("name", "source"), _not_fp32_sources(), ids=[name for name, _ in _not_fp32_sources()])
+def test_silent_on_code_that_does_not_train_in_fp32(name: str, source: str, tmp_path: Path):
+    """The issue's "Not fp32 at all" list: AMP100 says nothing (no "runs in full fp32", no refusal) and converts
+    nothing, although the file has a training step it would otherwise convert (the iteration is found)."""
+    from amp_lint.analysis.model import build_model
+    from amp_lint.conversion.training_steps import find_iterations
+
+    assert find_iterations(build_model(cst.parse_module(source))), "the case must hold a training step"
+    target = tmp_path / "train.py"
+    target.write_text(source, encoding="utf-8")
+    assert [line for line in findings(target, "--select", "AMP100") if " AMP100 " in line] == []
+    result = convert_source(source)
+    assert not result.converted and result.code == source
+
+
+def test_the_fp32_loop_of_the_silence_cases_is_reported_on_its_own(tmp_path: Path):
+    """The control: without the lines that make it mixed precision, the same loop is reported and converted."""
+    target = tmp_path / "train.py"
+    target.write_text("import torch\nmodel = Net().cuda()\n" + _FP32_LOOP, encoding="utf-8")
+    assert [line for line in findings(target, "--select", "AMP100") if " AMP100 " in line]
+    assert convert_source(target.read_text(encoding="utf-8")).converted
 
 
 # --- the converted scripts run ------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 
 - mixed precision by another library: apex (`amp.scale_loss`), DeepSpeed, ColossalAI, Megatron, TransformerEngine
   (`fp8_autocast`), their fp16/bf16 optimizer wrappers (`FP16_Optimizer`, `Float16OptimizerWithFloat16Params`);
-- low-precision models: `model.to(torch.bfloat16)`, `.bfloat16()`, FSDP `MixedPrecision` /
+- low-precision models: `model.half()`, `model.to(torch.float16)`, `.to(dtype=torch.bfloat16)`, `.bfloat16()`,
+  `.type(torch.HalfTensor)`, FSDP `MixedPrecision` /
   `MixedPrecisionPolicy(param_dtype=...)`, `torch_dtype=torch.bfloat16`, int8/4-bit models (`load_in_8bit`,
   bitsandbytes, `quantize_dynamic`);
 - autocast entered somewhere AMP100 cannot follow: a helper or wrapper (`with self.autocast_ctx():`,
@@ -14,11 +15,12 @@
 
 from __future__ import annotations
 
-from typing import Optional, Set
+from typing import List, Optional, Set
 
 import libcst as cst
 
 from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.walk import visit_read_only
 
 #: Importing one of these means the file trains with that library's precision machinery.
@@ -56,8 +58,20 @@ MIXED_PRECISION_NAMES = frozenset(
 )
 
 
+#: Dtypes that make a model (or its inputs) low precision when a tensor or module is cast to them.
+LOW_PRECISION_DTYPES = frozenset(
+    {"torch.float16", "torch.half", "torch.bfloat16", "torch.HalfTensor", "torch.cuda.HalfTensor",
+     "torch.BFloat16Tensor", "torch.cuda.BFloat16Tensor"}
+)  # fmt: skip
+#: Methods that cast a module's weights (or a tensor) to a low-precision dtype.
+LOW_PRECISION_METHODS = frozenset({"half", "bfloat16"})
+
+
 def already_mixed_precision(model: FileModel) -> Optional[str]:
     """Why the file does not train in plain fp32 (the first sign found), or None."""
+    cast = low_precision_cast(model)
+    if cast is not None:
+        return f"`{cast}` casts to a low-precision dtype: the file does not train in fp32"
     names: Set[str] = set()
     modules: Set[str] = set()
 
@@ -84,6 +98,44 @@ def already_mixed_precision(model: FileModel) -> Optional[str]:
     if autocast:
         return f"enters autocast through `{autocast[0]}`"
     return None
+
+
+def low_precision_cast(model: FileModel) -> Optional[str]:
+    """The first `x.half()`, `x.bfloat16()`, `x.to(torch.float16)`, `x.to(dtype=torch.bfloat16)` or
+    `x.type(torch.HalfTensor)` of the file (a module or tensor made half precision), as code, or None.
+
+    `torch.half` / `torch.float16` are resolved through the file's imports (`import torch as T`, `from torch import
+    float16`); `.half()` counts on any receiver but `torch` itself, and only without arguments (a `half(...)` of the
+    user's own, with arguments, is something else).
+    """
+    found: List[str] = []
+    scopes: List[Scope] = [model.scopes[0]]
+
+    class Casts(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            scopes.append(model.scope_of(node) or scopes[-1])
+
+        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+            scopes.pop()
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if found or not isinstance(node.func, cst.Attribute):
+                return
+            names = scopes[-1].names
+            method = node.func.attr.value
+            if names.qualify(node.func) is not None:
+                return  # `torch.half(...)`, `np.float16(...)`: not a cast of the user's tensor or module
+            if method in LOW_PRECISION_METHODS and not node.args:
+                found.append(code_of(node))
+            elif method in ("to", "type"):
+                if any(names.qualify(arg.value) in LOW_PRECISION_DTYPES for arg in node.args):
+                    found.append(code_of(node))
+
+    visit_read_only(model.module, Casts())
+    if not found:
+        return None
+    text = found[0]
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def is_unit_test(scope: Scope) -> bool:

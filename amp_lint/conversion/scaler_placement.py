@@ -294,10 +294,31 @@ class ScalerPlacement:
         if own is not None and own.variable is not None and "." not in own.variable and not planner.devices.explicit:
             binding = self._binding(planner.scope, own.variable)
             if binding is not None and binding[0] is not planner.scope and binding[0] in list(scope.chain()):
-                return own  # a global (or an enclosing function's variable) seen from both places
+                shadowing = self._shadowing(scope, binding[0], own.variable)
+                if shadowing is None:
+                    return own  # a global (or an enclosing function's variable) seen from both places
+                # `def __init__(self, ..., device=None)` (an nn.Module's factory keyword) beside the optimizer:
+                # the name there is not the device the training step uses.
+                raise Refusal(
+                    f"the GradScaler belongs beside `{creation.optimizer or 'the optimizer'}` in "
+                    f"`{scope.name or 'module level'}`, where `{own.variable}` is {shadowing}, not the "
+                    f"`{own.variable}` the training step uses (`{own.code}`): set the `amp-device` option to convert"
+                )
         position = self.tree.position(creation.anchor) + (1 if creation.after else 0)
         transfers = planner._transfer_names(scope) | creation.device_hints
         return planner.devices.resolve(scope, position, transfers)
+
+    @staticmethod
+    def _shadowing(scope: Scope, owner: Scope, name: str) -> Optional[str]:
+        """How `scope` (or a scope between it and `owner`) rebinds `name`: "its own parameter", "a local", or None."""
+        for current in scope.chain():
+            if current is owner:
+                return None
+            if name in current.params:
+                return f"a parameter of `{current.name}`" if current is not scope else "its own parameter"
+            if name in current.assignments:
+                return "a local variable"
+        return None
 
     def _state_calls(self, scope: Scope, optimizer: str) -> Tuple[List[cst.DictElement], List[cst.SimpleStatementLine]]:
         """`"optimizer": optimizer.state_dict()` dict entries and `optimizer.load_state_dict(...)` statements."""

@@ -76,13 +76,13 @@ class Fp32TrainingLoop(Rule):
     the device is chosen at run time.
 
     Silent (not fp32 training, or not training): code that already uses mixed or low precision (apex
-    `amp.scale_loss`, DeepSpeed, ColossalAI, Megatron and fp16/bf16 optimizer wrappers, bf16 or FSDP
-    mixed-precision models, `model.to(torch.bfloat16)`, TransformerEngine `fp8_autocast`, autocast entered
-    in a helper or wrapper, int8 models, a GradScaler anywhere in the file) and unit tests (`test_*`,
-    `Test*`) that take an optimizer step.
+    `amp.scale_loss`, DeepSpeed, ColossalAI, Megatron and fp16/bf16 optimizer wrappers, half or bf16
+    models: `model.half()`, `model.to(torch.float16)`, `.to(dtype=torch.bfloat16)`, `.bfloat16()`; FSDP
+    mixed-precision models, TransformerEngine `fp8_autocast`, autocast entered in a helper or wrapper,
+    int8 models, a GradScaler anywhere in the file) and unit tests (`test_*`, `Test*`) that take an
+    optimizer step.
 
-    No fix (the finding says why) for: closure optimizers (`LBFGS`, `step(closure)`), `model.half()`,
-    float64 training, `torch.autograd.grad(..., create_graph=True)` (a gradient penalty, convert it by
+    No fix (the finding says why) for: closure optimizers (`LBFGS`, `step(closure)`), float64 training, `torch.autograd.grad(..., create_graph=True)` (a gradient penalty, convert it by
     hand), `nn.BCELoss` / `F.binary_cross_entropy` when the device may be CUDA (banned under CUDA
     autocast: use `BCEWithLogitsLoss`), backward and step in different functions, parameters updated
     by hand without an optimizer (or in a branch beside it), a loss computed without any model call (the
@@ -158,6 +158,24 @@ import torch
 model = Net().to(torch.bfloat16)
 for x, y in loader:
     loss = loss_fn(model(x.to(torch.bfloat16)), y)
+    loss.backward()
+    optimizer.step()
+""",
+        # A half-precision model (`.half()`, `.to(torch.float16)`): not fp32 training, whatever else it is.
+        """
+import torch
+model = Net().half().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in loader:
+    loss = loss_fn(model(x.cuda().half()), y.cuda())
+    loss.backward()
+    optimizer.step()
+""",
+        """
+import torch as T
+model = Net().to(T.float16)
+for x, y in loader:
+    loss = loss_fn(model(x.to(dtype=T.float16)), y)
     loss.backward()
     optimizer.step()
 """,

@@ -19,6 +19,8 @@ conversion are measured by the same means. The bootstrap wraps the few torch ent
   ``GradScaler.step`` is wrapped so that a step the scaler skipped (it never calls ``optimizer.step()`` when the
   gradients hold inf/NaN) still counts;
 * ``GradScaler.update`` compares the scale before and after: a scale that went down means the step was skipped;
+* ``GradScaler.__init__`` counts the scalers built, and the optimizer hook the distinct optimizers stepped (a
+  scaler re-created every epoch shows as more scalers than optimizers);
 * ``torch.amp.autocast.__enter__`` records the device type, dtype and ``enabled`` flag autocast really ran with;
 * ``warnings.showwarning`` keeps every warning containing "Disabling": autocast and GradScaler say so when they
   switch themselves off (an unsupported dtype, ``GradScaler("cuda")`` without CUDA), leaving an fp32 run behind.
@@ -102,6 +104,10 @@ class RunRecord:
     """The wall-clock duration of each training step after the warm-up (the speed-up's timed windows)."""
     autocast: list[dict[str, Any]] = field(default_factory=list)
     """Each distinct autocast configuration entered: ``device_type``, ``dtype``, ``enabled``."""
+    grad_scalers: int = 0
+    """``torch.amp.GradScaler`` objects built during the run (a converted run builds one per optimizer at most)."""
+    optimizers: int = 0
+    """Distinct optimizers stepped during the run."""
     disabling_warnings: list[str] = field(default_factory=list)
     error: dict[str, Any] | None = None
     """For a crash: ``type``, ``message`` and ``traceback_tail`` (list of lines)."""
@@ -142,6 +148,7 @@ class TrainingRecorder:
         self._open_losses: list[Any] = []
         self._step_losses: list[list[Any]] = []  # closed training steps
         self._step_times: list[float] = []
+        self._optimizers_seen: list[Any] = []
         self.record = RunRecord(status="ok")
 
     # -- events from the hooks ---------------------------------------------------------------------------------
@@ -151,6 +158,9 @@ class TrainingRecorder:
 
     def on_optimizer_step(self, optimizer: Any) -> None:
         self.record.optimizer_steps += 1
+        if not any(seen is optimizer for seen in self._optimizers_seen):
+            self._optimizers_seen.append(optimizer)
+            self.record.optimizers = len(self._optimizers_seen)
         if self.record.device is None:
             self.record.device = _parameter_device(optimizer)
         if self._round is None and self._open_optimizers and optimizer is self._open_optimizers[0]:
@@ -167,6 +177,9 @@ class TrainingRecorder:
         index = len(self._step_losses) - (0 if self._open_optimizers else 1)
         if index >= 0 and index not in self.record.skipped_steps:
             self.record.skipped_steps.append(index)
+
+    def on_grad_scaler(self) -> None:
+        self.record.grad_scalers += 1
 
     def on_autocast(self, device_type: str, dtype: Any, enabled: bool) -> None:
         entry = {"device_type": device_type, "dtype": str(dtype).removeprefix("torch."), "enabled": bool(enabled)}
@@ -293,6 +306,13 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
         if self.get_scale() < scale_before:
             recorder.on_scale_backoff()
 
+    original_init = grad_scaler.__init__
+
+    @functools.wraps(original_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        recorder.on_grad_scaler()
+        original_init(self, *args, **kwargs)
+
     original_enter = torch.amp.autocast.__enter__
 
     @functools.wraps(original_enter)
@@ -308,7 +328,7 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
         original_showwarning(message, *args, **kwargs)
 
     torch.autograd.backward, torch.autograd.grad = backward, grad
-    grad_scaler.scale, grad_scaler.step, grad_scaler.update = scale, step, update
+    grad_scaler.scale, grad_scaler.step, grad_scaler.update, grad_scaler.__init__ = scale, step, update, init
     torch.amp.autocast.__enter__ = enter
     warnings.showwarning = showwarning
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.on_optimizer_step(optimizer))

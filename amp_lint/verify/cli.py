@@ -13,7 +13,6 @@ TORCH_MISSING = (
     "`pip install torch --index-url https://download.pytorch.org/whl/cpu`; "
     "`pip install 'amp-lint[verify]'` installs the default build, with the CUDA libraries (about 3 GB)"
 )
-MATPLOTLIB_MISSING = "no loss plots written: they need matplotlib (pip install 'amp-lint[plot]'); the CSVs are there"
 
 _SCRIPT_ARGS = "amp_lint.verify.script_args"
 

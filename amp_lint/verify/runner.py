@@ -9,53 +9,52 @@ as :func:`amp_lint.engine.convert.convert_source` rewrites it (the same code ``a
 the fp32 side's own seed-to-seed spread. This parent process never imports torch; even whether CUDA is available is
 asked of a child, so that ``amp-lint`` itself stays light.
 
-Verdicts and exit codes (:data:`EXIT_CODES`): ``equivalent`` 0, ``not equivalent`` 1, ``inconclusive`` 3, ``not
-run`` 4; the report's exit code is the worst verdict's, in the order not equivalent > not run > inconclusive >
-equivalent (2 is left to usage errors: the tool could not do its job).
+The steps, one module each: this one runs the sides (:class:`_ScriptVerifier`: convert, run the children, read their
+records); :mod:`amp_lint.verify.judging` gives the verdict and the speed-up; :mod:`amp_lint.verify.reporting`
+writes the CSV, the plot and the text report; :mod:`amp_lint.verify.results` holds the verdicts, their exit codes
+and the result classes.
 """
 
 from __future__ import annotations
 
 import ast
-import csv
-import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from amp_lint.verify.bootstrap import PROGRESS_PREFIX, RunRecord, describe_exception, read_records
+from amp_lint.verify.judging import judge, measure_speed, scaler_warnings
+from amp_lint.verify import reporting
+from amp_lint.verify.reporting import format_text, write_result_files
+from amp_lint.verify.results import (
+    EQUIVALENT,
+    EXIT_CODES,
+    INCONCLUSIVE,
+    NOT_EQUIVALENT,
+    NOT_RUN,
+    SEVERITY,
+    Judgement,
+    ScriptResult,
+    VerifyReport,
+)
+
+__all__ = [
+    "BUNDLED_SCRIPTS", "EQUIVALENT", "EXIT_CODES", "INCONCLUSIVE", "NOT_EQUIVALENT", "NOT_RUN", "SEVERITY",
+    "Judgement", "RunRecord", "ScriptResult", "VerifyError", "VerifyReport", "child_environment", "collect_scripts",
+    "format_text", "judge", "local_imports", "verify_scripts", "write_result_files",
+]  # fmt: skip
 
 #: The fp32 training scripts shipped with amp-lint, verified when no script is named.
 BUNDLED_SCRIPTS = Path(__file__).with_name("scripts")
 
 #: Set in both runs' environment: the device the fixtures (and any script that reads it) must use.
 DEVICE_ENVIRONMENT_VARIABLE = "AMP_LINT_VERIFY_DEVICE"
-
-EQUIVALENT = "equivalent"
-NOT_EQUIVALENT = "not equivalent"
-INCONCLUSIVE = "inconclusive"
-NOT_RUN = "not run"
-
-EXIT_CODES = {EQUIVALENT: 0, NOT_EQUIVALENT: 1, INCONCLUSIVE: 3, NOT_RUN: 4}
-#: The worst verdict decides the exit code.
-SEVERITY = (NOT_EQUIVALENT, NOT_RUN, INCONCLUSIVE, EQUIVALENT)
-
-#: Fewer compared steps (after the warm-up) than this: the comparison says nothing.
-MIN_COMPARED_STEPS = 10
-#: The smallest noise band, relative to the fp32 loss: seeds that do not change the run (a script that ignores
-#: them, a deterministic data set and initialisation) still leave float16 rounding room.
-NOISE_FLOOR = 0.01
-#: AMP steps with a non-finite loss (after the GradScaler's first calibration steps) tolerated, as a fraction.
-MAX_NONFINITE_FRACTION = 0.1
-#: Timed windows per run for the speed-up.
-SPEED_WINDOWS = 5
 
 #: Lines of a child's own output kept for a crash that left no traceback (an exit code, a killed process).
 _OUTPUT_TAIL_LINES = 10
@@ -67,94 +66,6 @@ Converter = Callable[..., Any]
 
 class VerifyError(Exception):
     """The verification cannot start at all (no CUDA for ``--device cuda``, no scripts, bad options)."""
-
-
-@dataclass
-class Judgement:
-    """The numbers a verdict rests on, over the smoothed curves after the warm-up (relative to the fp32 loss)."""
-
-    compared_steps: int
-    smoothing: int
-    """Steps per moving-average window."""
-    gap: float
-    """Mean |AMP - fp32| of the seed-mean curves, relative to the mean fp32 loss."""
-    spread: float
-    """Mean seed-to-seed standard deviation of the fp32 curves, relative to the mean fp32 loss."""
-    allowed: float
-    """The largest mean gap still within the noise (tolerance x the noise of a difference of seed means)."""
-    largest_gap: float
-    largest_gap_step: int
-    parted_at: int | None
-    """The first step where the gap leaves the noise band (None: never)."""
-    fp32_drop: float
-    """How much the fp32 curve fell from the first to the last compared step, relative to its start."""
-
-
-@dataclass
-class ScriptResult:
-    """The verdict on one script, with the numbers it rests on."""
-
-    script: Path
-    status: str
-    """:data:`EQUIVALENT`, :data:`NOT_EQUIVALENT`, :data:`INCONCLUSIVE` or :data:`NOT_RUN`."""
-    reasons: list[str] = field(default_factory=list)
-    """Why the verdict is not "equivalent" (empty otherwise)."""
-    crash: str | None = None
-    """For a crash: which run failed, the exception and the last lines of its traceback."""
-    fp32: list[RunRecord] = field(default_factory=list)
-    amp: list[RunRecord] = field(default_factory=list)
-    judgement: Judgement | None = None
-    speedup: float | None = None
-    """Median fp32 time per step / median AMP time per step, over timed windows of every seed."""
-    speedup_range: tuple[float, float] | None = None
-    """The speed-up from the windows' quartiles: (slow AMP quartile, fast AMP quartile)."""
-    converted_modules: list[str] = field(default_factory=list)
-    amp_source: str = "amp-lint's conversion"
-    files: list[str] = field(default_factory=list)
-
-
-@dataclass
-class VerifyReport:
-    """What :func:`verify_scripts` found: the settings it ran with and one :class:`ScriptResult` per script."""
-
-    device: str
-    dtype: str
-    steps: int
-    warmup: int
-    seeds: int
-    tolerance: float
-    results: list[ScriptResult]
-    notes: list[str]
-    output_dir: Path | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """The worst verdict's code (:data:`EXIT_CODES`); 0 when every script is equivalent."""
-        statuses = {result.status for result in self.results}
-        for status in SEVERITY:
-            if status in statuses:
-                return EXIT_CODES[status]
-        return 0
-
-    def to_dict(self) -> dict[str, Any]:
-        scripts = []
-        for result in self.results:
-            entry = asdict(result)
-            entry["script"] = str(result.script)
-            entry["exit_code"] = EXIT_CODES[result.status]
-            scripts.append(entry)
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "steps": self.steps,
-            "warmup": self.warmup,
-            "seeds": self.seeds,
-            "tolerance": self.tolerance,
-            "output_dir": str(self.output_dir) if self.output_dir else None,
-            "exit_code": self.exit_code,
-            "notes": self.notes,
-            "scripts": _json_safe(scripts),
-        }
 
 
 def collect_scripts(paths: Sequence[str | Path]) -> list[Path]:
@@ -273,19 +184,14 @@ def verify_scripts(
             if result.status is None:  # both sides ran: judge them
                 judge(result, warmup=warmup, tolerance=tolerance, dtype=dtype, own_amp=amp_script is not None)
             if result.fp32 or result.amp:
-                _measure_speed(result)
+                measure_speed(result)
+            result.warnings += scaler_warnings(result)
             if output_dir is not None:
                 result.files = write_result_files(result, output_dir / stem, warmup)
             results.append(result)
-    if output_dir is not None and importlib_missing("matplotlib"):
-        notes.append("No loss plots: they need matplotlib (pip install 'amp-lint[plot]'); the CSVs are written.")
+    if output_dir is not None and reporting.importlib_missing("matplotlib"):
+        notes.append(reporting.MATPLOTLIB_MISSING)
     return VerifyReport(device, dtype, steps, warmup, seeds, tolerance, results, notes, output_dir)
-
-
-def importlib_missing(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is None
 
 
 @dataclass
@@ -456,294 +362,6 @@ def _crash_text(phase: str, error: dict[str, Any], output_tail: Sequence[str] = 
     return "\n".join([headline] + [f"  {line}" for line in details])
 
 
-# --- the judgement ----------------------------------------------------------------------------------------------
-
-
-def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, own_amp: bool = False) -> None:
-    """Set ``result``'s verdict from its completed runs (several seeds per side).
-
-    After the warm-up, each run's loss curve is smoothed (moving average over a tenth of the compared steps); the
-    gap between the AMP and fp32 seed-mean curves is compared with the noise of a difference of two seed means,
-    ``spread x sqrt(1/n_fp32 + 1/n_amp)`` where spread is the fp32 curves' seed-to-seed standard deviation at each
-    step (at least :data:`NOISE_FLOOR` of the fp32 loss). The sides are *not equivalent* when the mean gap over the
-    whole compared curve exceeds ``tolerance`` times the mean noise, or when the AMP loss is non-finite in more than
-    :data:`MAX_NONFINITE_FRACTION` of the steps. Otherwise they are *equivalent*, unless the evidence is too thin:
-    *inconclusive* when fewer than :data:`MIN_COMPARED_STEPS` steps follow the warm-up, or when the fp32 curve did
-    not fall beyond its own noise (agreeing curves that do not learn say nothing). *Not run* when AMP never really
-    ran (no enabled autocast, autocast on another device than the parameters', or AMP switching itself off) or no
-    training step was recorded at all.
-    """
-    reasons = result.reasons
-    fp32, amp = result.fp32, result.amp
-    not_run = _amp_did_not_run(amp, dtype, own_amp)
-    if not_run:
-        result.status, reasons[:] = NOT_RUN, not_run
-        return
-    length = min(len(record.losses) for record in [*fp32, *amp])
-    if length == 0:
-        side = "fp32" if min(len(record.losses) for record in fp32) == 0 else "AMP"
-        result.status = NOT_RUN
-        reasons.append(
-            f"the {side} run recorded no training step: the script ended before its first optimizer step "
-            "(or trains in subprocesses, which verify does not follow)"
-        )
-        return
-    compared = length - warmup
-    if compared < MIN_COMPARED_STEPS:
-        result.status = INCONCLUSIVE
-        reasons.append(
-            f"too few steps: {length} recorded, {max(compared, 0)} after the warm-up of {warmup} "
-            f"(at least {MIN_COMPARED_STEPS} are needed)"
-        )
-        return
-    nonfinite = [
-        sum(1 for step, loss in enumerate(record.losses[:length]) if loss is None and step >= _calibration(record))
-        for record in amp
-    ]
-    if max(nonfinite) > MAX_NONFINITE_FRACTION * length:
-        result.status = NOT_EQUIVALENT
-        reasons.append(f"the AMP loss is non-finite in {max(nonfinite)} of {length} steps (one seed)")
-        return
-    window = max(1, compared // 10)
-    fp32_curves = [_smooth(_filled(record.losses[:length]), warmup, window) for record in fp32]
-    amp_curves = [_smooth(_filled(record.losses[:length]), warmup, window) for record in amp]
-    if any(curve is None for curve in fp32_curves):
-        result.status = INCONCLUSIVE
-        reasons.append("the fp32 run's own loss is not finite: nothing to compare with")
-        return
-    if any(curve is None for curve in amp_curves):
-        result.status = NOT_EQUIVALENT
-        reasons.append("the AMP run's loss is not finite")
-        return
-    points = len(fp32_curves[0])
-    fp32_mean = [statistics.fmean(curve[t] for curve in fp32_curves) for t in range(points)]
-    amp_mean = [statistics.fmean(curve[t] for curve in amp_curves) for t in range(points)]
-    factor = math.sqrt(1 / len(fp32_curves) + 1 / len(amp_curves))
-    spread = [statistics.stdev(curve[t] for curve in fp32_curves) if len(fp32_curves) > 1 else 0.0 for t in range(points)]
-    noise = [max(spread[t] * factor, NOISE_FLOOR * abs(fp32_mean[t])) for t in range(points)]
-    gap = [amp_mean[t] - fp32_mean[t] for t in range(points)]
-    scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
-    mean_gap = statistics.fmean(abs(value) for value in gap)
-    allowed = tolerance * statistics.fmean(noise)
-    largest = max(range(points), key=lambda t: abs(gap[t]))
-    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t]), None)
-    first_step = warmup + window - 1  # the step the first smoothed point ends at
-    start, end = fp32_mean[0], fp32_mean[-1]
-    result.judgement = Judgement(
-        compared_steps=compared,
-        smoothing=window,
-        gap=mean_gap / scale,
-        spread=statistics.fmean(spread) / scale,
-        allowed=allowed / scale,
-        largest_gap=abs(gap[largest]) / scale,
-        largest_gap_step=first_step + largest,
-        parted_at=first_step + parted if parted is not None else None,
-        fp32_drop=(start - end) / abs(start) if start else 0.0,
-    )
-    if mean_gap > allowed:
-        result.status = NOT_EQUIVALENT
-        where = f", the curves part at step {first_step + parted}" if parted is not None else ""
-        reasons.append(
-            f"the AMP curve is {mean_gap / scale:.1%} away from fp32's on average, beyond the noise "
-            f"({allowed / scale:.1%}: {tolerance:g} x fp32's seed-to-seed spread{where})"
-        )
-        return
-    if start - end <= 2 * statistics.fmean(noise[: max(1, points // 10)] + noise[-max(1, points // 10) :]):
-        result.status = INCONCLUSIVE
-        reasons.append(
-            f"fp32 itself did not learn: its loss went from {start:.4g} to {end:.4g} after the warm-up, within its "
-            "own noise; agreeing curves that do not fall say nothing (train longer: --steps)"
-        )
-        return
-    result.status = EQUIVALENT
-
-
-def _amp_did_not_run(amp: Sequence[RunRecord], dtype: str, own_amp: bool) -> list[str]:
-    reasons = []
-    record = amp[0]
-    enabled = [entry for entry in record.autocast if entry["enabled"]]
-    parameters = (record.device or "").split(":")[0]
-    if not enabled:
-        reasons.append("AMP did not run: the AMP script never entered an enabled autocast region")
-    elif parameters and all(entry["device_type"] != parameters for entry in enabled):
-        used = ", ".join(sorted({entry["device_type"] for entry in enabled}))
-        reasons.append(
-            f"AMP did not run: autocast was entered for {used}, but the parameters are on {parameters}, "
-            "so everything ran in fp32"
-        )
-    elif not own_amp and all(entry["dtype"] != dtype for entry in enabled):
-        used = ", ".join(sorted({entry["dtype"] for entry in enabled}))
-        reasons.append(f"AMP did not run as asked: autocast ran with {used}, not {dtype}")
-    reasons += [f"AMP did not run: it switched itself off: {warning.splitlines()[0]}" for warning in record.disabling_warnings]
-    return reasons
-
-
-def _calibration(record: RunRecord) -> int:
-    """How many steps a GradScaler skipped right at the start, while it lowered its initial scale."""
-    calibrating = 0
-    while calibrating in record.skipped_steps:
-        calibrating += 1
-    return calibrating
-
-
-def _filled(losses: Sequence[float | None]) -> list[float | None]:
-    """Non-finite losses (skipped steps) replaced by the previous finite one; None until the first finite one."""
-    filled: list[float | None] = []
-    last = None
-    for loss in losses:
-        last = loss if loss is not None else last
-        filled.append(last)
-    return filled
-
-
-def _smooth(losses: Sequence[float | None], warmup: int, window: int) -> list[float] | None:
-    """Trailing moving averages over ``window`` steps, for the steps after the warm-up; None if a value is missing."""
-    values = list(losses)
-    if any(value is None for value in values[warmup:]):
-        return None
-    tail = [float(value) for value in values[warmup:]]  # type: ignore[arg-type]
-    return [statistics.fmean(tail[t - window + 1 : t + 1]) for t in range(window - 1, len(tail))]
-
-
-# --- speed ------------------------------------------------------------------------------------------------------
-
-
-def _measure_speed(result: ScriptResult) -> None:
-    fp32 = _windows(result.fp32)
-    amp = _windows(result.amp)
-    if not fp32 or not amp:
-        return
-    result.speedup = statistics.median(fp32) / statistics.median(amp)
-    if len(fp32) >= 2 and len(amp) >= 2:
-        fp32_q = statistics.quantiles(fp32, n=4)
-        amp_q = statistics.quantiles(amp, n=4)
-        result.speedup_range = (fp32_q[0] / amp_q[2], fp32_q[2] / amp_q[0])
-
-
-def _windows(records: Sequence[RunRecord]) -> list[float]:
-    """Mean seconds per step of :data:`SPEED_WINDOWS` consecutive windows of each run, after the warm-up."""
-    windows = []
-    for record in records:
-        times = record.step_seconds
-        size = max(1, len(times) // SPEED_WINDOWS)
-        for start in range(0, len(times) - size + 1, size):
-            windows.append(statistics.fmean(times[start : start + size]))
-    return windows
-
-
-# --- files ------------------------------------------------------------------------------------------------------
-
-
-def write_result_files(result: ScriptResult, folder: Path, warmup: int) -> list[str]:
-    """``losses.csv`` (one column per side and seed) and, with matplotlib, ``losses.png``; returns the paths."""
-    runs = [(f"fp32_seed{r.seed}", r) for r in result.fp32] + [(f"amp_seed{r.seed}", r) for r in result.amp]
-    if not runs:
-        return []
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "losses.csv"
-    length = max(len(record.losses) for _, record in runs)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["step", *(name for name, _ in runs)])
-        for step in range(length):
-            row = [record.losses[step] if step < len(record.losses) else None for _, record in runs]
-            writer.writerow([step, *("" if value is None else f"{value:.7g}" for value in row)])
-    written = [str(path)]
-    if not importlib_missing("matplotlib"):
-        written.append(str(_plot(result, folder / "losses.png", warmup)))
-    return written
-
-
-def _plot(result: ScriptResult, path: Path, warmup: int) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (curves, difference) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])
-    means = {}
-    for name, records, style in (("fp32", result.fp32, "-"), ("AMP", result.amp, "--")):
-        series = [[math.nan if loss is None else loss for loss in record.losses] for record in records]
-        if not series:
-            continue
-        length = min(len(s) for s in series)
-        mean = [statistics.fmean(s[t] for s in series) for t in range(length)]
-        low = [min(s[t] for s in series) for t in range(length)]
-        high = [max(s[t] for s in series) for t in range(length)]
-        line = curves.plot(mean, style, label=f"{name} (mean of {len(series)} seeds)")[0]
-        curves.fill_between(range(length), low, high, color=line.get_color(), alpha=0.2)
-        means[name] = mean
-    if "fp32" in means and "AMP" in means:
-        length = min(len(means["fp32"]), len(means["AMP"]))
-        difference.plot([means["AMP"][t] - means["fp32"][t] for t in range(length)], color="black")
-        difference.axhline(0, color="grey", linewidth=0.5)
-    for axes in (curves, difference):
-        axes.axvline(warmup, color="grey", linestyle=":", linewidth=0.8)
-    curves.set(ylabel="loss", title=f"{result.script.name}: {result.status}")
-    curves.legend()
-    difference.set(xlabel="training step", ylabel="AMP - fp32")
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
-
-
-# --- the text report --------------------------------------------------------------------------------------------
-
-
-def format_text(report: VerifyReport) -> str:
-    """The verdict table, then why each script got its verdict, then the notes and where the files are."""
-    header = ["script", "device/dtype", "steps x seeds", "gap", "spread", "largest gap", "parted at", "speed-up",
-              "verdict"]  # fmt: skip
-    rows = [header] + [_table_row(result, report) for result in report.results]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    for result in report.results:
-        details = [f"  - {reason}" for reason in result.reasons]
-        if result.crash:
-            details.append("  " + result.crash.replace("\n", "\n  "))
-        if result.converted_modules:
-            details.append(f"  converted modules: {', '.join(result.converted_modules)}")
-        if result.amp_source != "amp-lint's conversion":
-            details.append(f"  AMP version: {result.amp_source}")
-        if details:
-            lines += ["", f"{result.script.name}: {result.status} (exit {EXIT_CODES[result.status]})", *details]
-    if report.output_dir is not None:
-        lines += ["", f"Per-step losses (CSV) and plots: {report.output_dir}"]
-    if report.notes:
-        lines.append("")
-        lines += [f"Note: {note}" for note in report.notes]
-    return "\n".join(lines)
-
-
-def _table_row(result: ScriptResult, report: VerifyReport) -> list[str]:
-    amp = result.amp[0] if result.amp else None
-    device = (amp.device if amp and amp.device else report.device).split(":")[0]
-    enabled = [entry["dtype"] for entry in amp.autocast if entry["enabled"]] if amp else []
-    judgement = result.judgement
-    steps = min((len(r.losses) for r in result.amp), default=0) if result.amp else 0
-    speed = "-"
-    if result.speedup is not None:
-        speed = f"{result.speedup:.2f}x"
-        if result.speedup_range is not None:
-            speed += f" ({result.speedup_range[0]:.2f}-{result.speedup_range[1]:.2f})"
-    return [
-        result.script.name,
-        f"{device}/{enabled[0] if enabled else report.dtype}",
-        f"{steps} x {len(result.amp)}" if result.amp else "-",
-        _format(judgement.gap if judgement else None, ".1%"),
-        _format(judgement.spread if judgement else None, ".1%"),
-        f"{judgement.largest_gap:.1%} @{judgement.largest_gap_step}" if judgement else "-",
-        str(judgement.parted_at) if judgement and judgement.parted_at is not None else "-",
-        speed,
-        result.status,
-    ]
-
-
-def _format(value: float | None, spec: str) -> str:
-    return "-" if value is None else f"{value:{spec}}"
-
-
 def _resolve_device(device: str) -> str:
     if device not in ("auto", "cuda", "cpu"):
         raise VerifyError(f"unknown device {device!r}: use auto, cuda or cpu")
@@ -773,14 +391,3 @@ def _load_converter() -> Converter:
     except ImportError as exc:
         raise VerifyError(f"the fp32 -> AMP conversion (amp_lint.engine.convert) is not available: {exc}") from exc
     return convert_source
-
-
-def _json_safe(value: Any) -> Any:
-    """Replace NaN and infinities, which JSON lacks, by null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
