@@ -346,7 +346,7 @@ def _not_fp32_sources():
 def test_silent_on_code_that_does_not_train_in_fp32(name: str, source: str, tmp_path: Path):
     """The issue's "Not fp32 at all" list: AMP100 says nothing (no "runs in full fp32", no refusal) and converts
     nothing, although the file has a training step it would otherwise convert (the iteration is found)."""
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
     from amp_lint.conversion.training_steps import find_iterations
 
     assert find_iterations(build_model(cst.parse_module(source))), "the case must hold a training step"
