@@ -1,0 +1,212 @@
+"""AMP030 and AMP040-AMP043 ask path questions (issue 14, point 1): the flow queries they use, and the shapes
+where the old lexical answer (source order, enclosing `if`s, `loops ==`) was wrong and the path is right.
+Each snippet is written here from the shape its comment names."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from amp_lint.analysis.model import EventKind, build_model
+from amp_lint.analysis.paths import ASSUMED, PROVED
+from amp_lint.analysis.scaler_flow import flow_of, gate, path_with, condition_of
+from amp_lint.engine.checker import Checker
+from amp_lint.rules._helpers import accumulation
+
+
+def _check(source: str, *codes: str, **options):
+    result = Checker(frozenset(codes), **options).check(textwrap.dedent(source), "example.py")
+    assert not result.errors, result.errors
+    return result
+
+
+def _codes(source: str, *codes: str, **options):
+    return [d.code for d in _check(source, *codes, **options).diagnostics]
+
+
+def _fixed(source: str, *codes: str):
+    return _check(source, *codes, fix=True).fixed_source
+
+
+def _step(source: str):
+    model = build_model(cst.parse_module(textwrap.dedent(source)))
+    step = next(s for s in model.steps if s.loop is not None)
+    return model, step, flow_of(model, step)
+
+
+# --- the queries -------------------------------------------------------------------------------------
+
+_ACCUMULATE = """
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if use_clip:
+        scaler.unscale_(optimizer)
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+def test_a_condition_held_on_the_whole_path():
+    model, step, flow = _step(_ACCUMULATE)
+    backward = step.of(EventKind.BACKWARD)[0]
+    unscale = step.of(EventKind.SCALER_UNSCALE)[0]
+    scaler_step = step.of(EventKind.SCALER_STEP)[0]
+    key = "(i+1)%accum==0"
+    # On a micro-batch that only accumulates, the unscale_ runs and the step does not.
+    assert path_with(flow, backward, unscale, holding=((key, False),)) is PROVED
+    assert path_with(flow, backward, scaler_step, holding=((key, False),)) is None
+    assert path_with(flow, backward, scaler_step, holding=((key, True),)) is PROVED
+    # The step's gate is the boundary test, true; the unscale_ has none.
+    graph = flow.flow
+    assert gate(graph, flow.start, flow.node(scaler_step), key) is True
+    assert gate(graph, flow.start, flow.node(unscale), key) is None
+
+
+def test_avoiding_a_branch_is_avoiding_its_first_node():
+    model, step, flow = _step(_ACCUMULATE)
+    backward = step.of(EventKind.BACKWARD)[0]
+    update = step.of(EventKind.SCALER_UPDATE)[0]
+    graph = flow.flow.graph
+    test = next(n for n, s in enumerate(graph.statements) if isinstance(s, cst.If) and "accum" in cst.Module([]).code_for_node(s.test))
+    assert condition_of(flow.flow, test) == ("(i+1)%accum==0", True)
+    body = graph.succ[test][0][0]
+    assert path_with(flow, backward, update) is PROVED
+    assert path_with(flow, backward, update, nodes=[body]) is None
+    # The iteration's start (None) and end work as ends too.
+    assert path_with(flow, None, update) is PROVED
+    assert path_with(flow, update, None) is PROVED
+
+
+def test_an_unknown_condition_makes_the_path_assumed():
+    model, step, flow = _step(
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if flag:
+        scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    )
+    backward = step.of(EventKind.BACKWARD)[0]
+    unscale = step.of(EventKind.SCALER_UNSCALE)[0]
+    scaler_step = step.of(EventKind.SCALER_STEP)[0]
+    assert path_with(flow, backward, scaler_step, avoid=[unscale]) is ASSUMED
+
+
+# --- AMP041 ------------------------------------------------------------------------------------------
+
+
+def test_amp041_boundary_written_as_an_early_continue():
+    # The early-`continue` accumulation loop (`if (step + 1) % gradient_accumulation_steps != 0: continue`):
+    # the step waits for the test to fail. No `if` encloses the step, so the lexical model saw no
+    # accumulation at all; on the paths, the unscale_ runs on every micro-batch and raises on the second.
+    source = """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    scaler.unscale_(optimizer)
+    if (i + 1) % accum != 0:
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    found = _check(source, "AMP041").diagnostics
+    assert [d.code for d in found] == ["AMP041"]
+    assert "not ((i + 1) % accum != 0)" in found[0].message
+    assert _fixed(source, "AMP041") is None  # the block to move into is not the `if` body: no fix
+    correct = """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    if (i + 1) % accum != 0:
+        continue
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    assert _codes(correct, "AMP041", "AMP040", "AMP042", "AMP043", "AMP024") == []
+
+
+def test_amp041_while_loop_with_continue_boundary():
+    # A `while` training loop that counts micro-batches and `continue`s until the boundary.
+    source = """
+import torch
+while step < total:
+    x = next(batches)
+    micro += 1
+    scaler.scale(model(x).sum() / accum).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if micro % accum:
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    step += 1
+"""
+    assert _codes(source, "AMP041") == ["AMP041"]
+
+
+def test_amp041_boundary_inside_a_helper():
+    # The step helper decides the boundary itself (a Trainer's `optimizer_step`): the gate is in the
+    # helper's graph, reached through the call.
+    source = """
+import torch
+class Trainer:
+    def optimizer_step(self):
+        if (self.it + 1) % self.accum == 0:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad()
+
+    def fit(self, loader):
+        for x in loader:
+            self.scaler.scale(self.model(x).sum() / self.accum).backward()
+            self.scaler.unscale_(self.optimizer)
+            self.optimizer_step()
+            self.it += 1
+"""
+    assert _codes(source, "AMP041") == ["AMP041"]
+    assert _fixed(source, "AMP041") is None
+
+
+def test_amp041_periodic_norm_logging_is_not_every_micro_batch():
+    # A norm read for the log every `log_every` micro-batches waits for a test of its own: silent, as before.
+    source = """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    if i % log_every == 0:
+        log(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+"""
+    assert _codes(source, "AMP041") == []
+
+
+def test_amp041_unscale_only_in_an_oom_handler_is_assumed():
+    # An unscale_ that runs only when the backward raises (an OOM handler that still clips): reported only
+    # as an assumption (the exception happens), at medium confidence.
+    source = """
+import torch
+for i, (x, y) in enumerate(loader):
+    try:
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+    except RuntimeError:
+        scaler.unscale_(optimizer)
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP041") == []
+    shown = _check(source, "AMP041", show_assumed=True).diagnostics
+    assert [d.code for d in shown] == ["AMP041"] and shown[0].confidence.value == "medium"
