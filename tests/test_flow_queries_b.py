@@ -210,3 +210,69 @@ for i, (x, y) in enumerate(loader):
     assert _codes(source, "AMP041") == []
     shown = _check(source, "AMP041", show_assumed=True).diagnostics
     assert [d.code for d in shown] == ["AMP041"] and shown[0].confidence.value == "medium"
+
+
+# --- AMP040 ------------------------------------------------------------------------------------------
+
+
+def test_amp040_step_under_a_flag_of_its_own_still_runs_every_micro_batch():
+    # A loop that steps through the scaler only when AMP is on (`GradScaler(enabled=use_amp)`, the backward
+    # through the scaler either way) and clears the gradients at the boundary. The lexical model saw the
+    # step under an `if` the backward is not under and stayed silent; on the paths, with AMP on, the step
+    # runs on every micro-batch.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    if use_amp:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    if (i + 1) % accum == 0:
+        optimizer.zero_grad()
+"""
+    found = _check(source, "AMP040").diagnostics
+    assert [(d.code, d.confidence.value) for d in found] == [("AMP040", "high")]
+    assert _fixed(source, "AMP040") is None  # the step is not a statement of the loop body: no move
+
+
+def test_amp040_guard_set_in_the_loop_may_be_the_boundary():
+    # `do_step` computed in the loop may be the boundary under another name: an assumption, not a finding
+    # by default.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    do_step = ready(i)
+    if do_step:
+        scaler.step(optimizer)
+        scaler.update()
+    if (i + 1) % accum == 0:
+        optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP040") == []
+    shown = _check(source, "AMP040", show_assumed=True).diagnostics
+    assert [(d.code, d.confidence.value) for d in shown] == [("AMP040", "medium")]
+
+
+def test_amp040_update_after_an_early_continue_boundary():
+    # The step before `if (i + 1) % accum != 0: continue`, the update after it: the second micro-batch's
+    # step raises "step() has already been called since the last update()". No `if` holds the update, so
+    # the lexical model found no boundary.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    scaler.step(optimizer)
+    if (i + 1) % accum != 0:
+        continue
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    found = _check(source, "AMP040").diagnostics
+    assert [(d.code, d.location.row) for d in found] == [("AMP040", 6)]
+    assert _fixed(source, "AMP040") is None

@@ -10,8 +10,8 @@ import libcst as cst
 from dataclasses import dataclass
 
 from amp_lint.analysis import names, values
-from amp_lint.analysis.conditions import normalise
-from amp_lint.analysis.paths import Proof
+from amp_lint.analysis.conditions import is_varying, normalise
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 from amp_lint.analysis.scaler_flow import (
     ScopeFlow,
     StepFlow,
@@ -213,6 +213,31 @@ def accumulation_gates(model: FileModel, flow: StepFlow, event) -> List[Gate]:
     return found
 
 
+def iteration_assigned_names(flow: StepFlow) -> Set[str]:
+    """Names (plain and dotted) that the statements of one iteration bind, the loop's own target too."""
+    cached = flow.__dict__.get("_assigned_names")
+    if cached is not None:
+        return cached
+    found: Set[str] = set()
+    low, high = iteration_nodes(flow)
+    targets: List[cst.BaseExpression] = []
+    loop = flow.step.loop
+    if isinstance(loop, cst.For):
+        targets.append(loop.target)
+    for node in range(low + 1, high + 1):
+        statement = flow.flow.graph.statements[node]
+        if isinstance(statement, cst.SimpleStatementLine):
+            found |= assigned_names(statement)
+        elif isinstance(statement, cst.For):
+            targets.append(statement.target)
+        elif isinstance(statement, cst.With):
+            targets.extend(item.asname.name for item in statement.items if item.asname is not None)
+    for target in targets:
+        found |= target_names(target)
+    flow.__dict__["_assigned_names"] = found
+    return found
+
+
 def same_pass(flow: StepFlow, first, second) -> Optional[Proof]:
     """Can both run in one pass (either order)?"""
     proof = flow.path(first, second)
@@ -253,13 +278,19 @@ def assigned_names(statement: cst.CSTNode) -> Set[str]:
             elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
                 targets = [small.target]
             for target in targets:
-                elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]
-                for element in elements:
-                    value = getattr(element, "value", element)
-                    key = dotted_name(value)
-                    if key is not None:
-                        found.add(key)
+                found |= target_names(target)
     return found
+
+
+def target_names(target: cst.BaseExpression) -> Set[str]:
+    """The dotted names an assignment target binds: `a`, `self.n`, `a, (b, c)`, `*rest`."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        found: Set[str] = set()
+        for element in target.elements:
+            found |= target_names(element.value)
+        return found
+    key = dotted_name(target)
+    return {key} if key is not None else set()
 
 
 def mentions(node: cst.CSTNode, name: str) -> bool:
@@ -464,7 +495,34 @@ class Accumulation:
         proof = path_with(self.flow, self.backward, event, holding=holding)
         if proof is None:
             proof = path_with(self.flow, event, self.backward, holding=holding)
+        if proof is PROVED and self._guard_varies(event):
+            # `if do_step:` with `do_step = ...` set in the loop may be the boundary under another name: the
+            # event's own test is unknown, not "may differ" (issue 14, point 2).
+            proof = ASSUMED
         return proof
+
+    def _guard_varies(self, event) -> bool:
+        """Does a test of its own that the event waits for read a name the iteration assigns?"""
+        node = self.flow.node(event)
+        if node is None:
+            return False
+        graph = self.flow.flow
+        low, high = iteration_nodes(self.flow)
+
+        def own_test(test: cst.BaseExpression) -> bool:
+            return not is_accumulation_test(test) and not is_varying(normalise(test)[0])
+
+        varying = iteration_assigned_names(self.flow)
+        for test_node in branch_tests(graph, own_test, low, high):
+            if test_node <= node:
+                continue
+            statement = graph.graph.statements[test_node]
+            key = condition_of(graph, test_node)[0]
+            if gate(graph, self.flow.start, node, key) is None:
+                continue
+            if set(re.findall(r"[A-Za-z_][\w.]*", code_of(statement.test))) & varying:  # type: ignore[union-attr]
+                return True
+        return False
 
     def unconditional(self, event) -> bool:
         """Runs on every micro-batch (`every_micro_batch`)."""

@@ -4,7 +4,8 @@ from typing import Iterator
 
 from amp_lint.diagnostics import Severity, Applicability
 from amp_lint.analysis.model import EventKind, FileModel
-from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.analysis.scaler_flow import assumption_text
+from amp_lint.rules._helpers import accumulation, first_on_path, move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -183,13 +184,13 @@ for i, batch in enumerate(loader):
             if acc is None:
                 continue
             pair = acc.protocol(EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-            every = [e for e in pair if acc.unconditional(e)]
-            if not every or any(e.in_helper for e in every):
+            # On a micro-batch that only accumulates (the boundary condition false on the path).
+            every = {id(e): (e, p) for e in pair for p in [acc.every_micro_batch(e)] if p is not None}
+            if not every or any(e.in_helper for e, _ in every.values()):
                 continue
             at_boundary = [e for e in pair if acc.at_boundary(e)]
             zeros = acc.protocol(EventKind.ZERO_GRAD)
-            test = short(acc.boundary.test, 40)
-            kinds = {e.kind for e in every}
+            kinds = {e.kind for e, _ in every.values()}
             if at_boundary:
                 if EventKind.SCALER_STEP not in kinds:
                     continue  # update() every micro-batch, step() at the boundary: AMP022 reports it
@@ -201,16 +202,20 @@ for i, batch in enumerate(loader):
                 )
             else:
                 continue
+            flow = acc.flow
             movers = [
                 e
                 for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-                if acc.unconditional(e) and e.index > acc.backward.index
+                if acc.unconditional(e) and flow.path(acc.backward, e) is not None
             ]
-            first = every[0]
+            first = first_on_path(flow, [e for e, _ in every.values()])
+            assert first is not None
+            proof = every[id(first)][1]
             yield self.finding(
                 first.call,
                 f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
-                f"`if {test}`: {why}; move it into that block",
+                f"`if {acc.test}`: {why}; move it into that block",
                 fix=move_into_boundary_fix(model, acc, movers, "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))),
                 context=step.scope.name,
+                assumption=assumption_text(proof),
             )
