@@ -276,3 +276,68 @@ for i, (x, y) in enumerate(loader):
     found = _check(source, "AMP040").diagnostics
     assert [(d.code, d.location.row) for d in found] == [("AMP040", 6)]
     assert _fixed(source, "AMP040") is None
+
+
+# --- AMP042 ------------------------------------------------------------------------------------------
+# (a heuristic rule: its findings are medium confidence, shown with --show-assumed)
+
+
+def test_amp042_division_after_the_backward_does_not_divide_the_gradients():
+    # The loss divided only for the log line, after the backward: the gradients summed over `accum`
+    # micro-batches are `accum` times the mean. The lexical model took any assignment of the file's scope.
+    source = """
+for i, (x, y) in enumerate(loader):
+    loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    loss = loss / accum
+    log(loss)
+"""
+    assert _codes(source, "AMP042", show_assumed=True) == ["AMP042"]
+
+
+def test_amp042_division_on_the_path_before_the_loop_and_in_a_branch():
+    # The divisor folded in before the loop (`scale = 1 / accum`), and the division on one branch of an
+    # if/else that merges before the backward: both reach it.
+    before_loop = """
+scale = 1.0 / accum
+for i, (x, y) in enumerate(loader):
+    loss = loss_fn(model(x), y) * scale
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+    assert _codes(before_loop, "AMP042", show_assumed=True) == []
+    branch = """
+for i, (x, y) in enumerate(loader):
+    loss = loss_fn(model(x), y)
+    if reduce_mean:
+        loss = loss / accum
+    else:
+        loss = loss.sum()
+    scaler.scale(loss).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+    assert _codes(branch, "AMP042", show_assumed=True) == []
+
+
+def test_amp042_early_continue_boundary():
+    # `if (i + 1) % accum != 0: continue`: the modulo's divisor is the accumulation count all the same.
+    source = """
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y)).backward()
+    if (i + 1) % accum != 0:
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP042", show_assumed=True) == ["AMP042"]
