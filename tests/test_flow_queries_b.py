@@ -341,3 +341,71 @@ for i, (x, y) in enumerate(loader):
     optimizer.zero_grad()
 """
     assert _codes(source, "AMP042", show_assumed=True) == ["AMP042"]
+
+
+# --- AMP043 ------------------------------------------------------------------------------------------
+
+
+def test_amp043_zero_grad_then_continue_from_a_nested_if():
+    # Skipping a bad batch: clear the gradients when asked, then `continue` from the enclosing block. The
+    # step never follows that zero_grad: no path (the block scan for a `break`/`continue` after the
+    # zero_grad, in its own block only, is gone).
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+while True:
+    batch = next(batches, None)
+    if batch is None:
+        break
+    loss = model(batch).sum()
+    scaler.scale(loss).backward()
+    if not torch.isfinite(loss):
+        if clear_on_nan:
+            optimizer.zero_grad()
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+    assert _codes(source, "AMP043", show_assumed=True) == []
+
+
+def test_amp043_zero_grad_on_the_branch_without_the_second_backward():
+    # An auxiliary backward on one branch, `zero_grad()` on the other: on the path without the auxiliary
+    # loss the step finds no gradients. The lexical check took the last backward in the text (the
+    # auxiliary one), which is not on the zero_grad's path, and stayed silent.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward(retain_graph=True)
+    if extra:
+        scaler.scale(aux(x)).backward()
+    else:
+        optimizer.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    found = _check(source, "AMP043").diagnostics
+    assert [(d.code, d.location.row, d.confidence.value) for d in found] == [("AMP043", 9, "high")]
+    assert "scaler.scale(model(x).sum()).backward" in found[0].message
+
+
+def test_amp043_a_backward_after_the_zero_grad_refills_the_gradients():
+    # GAN-style: the second optimizer's zero_grad after the first backward, then its own backward, in a
+    # `try` whose handler retries: the refilled gradients are what the step reads.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    try:
+        scaler.scale(d_loss(x)).backward()
+        scaler.step(opt_d)
+        opt_g.zero_grad()
+        scaler.scale(g_loss(x)).backward()
+    except RuntimeError:
+        continue
+    scaler.step(opt_g)
+    scaler.update()
+"""
+    assert _codes(source, "AMP043", show_assumed=True) == []
