@@ -212,6 +212,26 @@ for i, (x, y) in enumerate(loader):
     assert [d.code for d in shown] == ["AMP041"] and shown[0].confidence.value == "medium"
 
 
+def test_amp041_no_fix_when_the_norm_is_read_after_the_boundary():
+    # `norm = clip_grad_norm_(...)` every micro-batch and `log(norm)` after the boundary block: moving the
+    # clip into the block leaves `norm` unbound on the first micro-batch (NameError). The old fix moved it
+    # (its name check read no plain assignment target); now it is refused, the findings stay.
+    source = """
+import torch
+for i, (x, y) in enumerate(loader):
+    scaler.scale(loss_fn(model(x), y) / accum).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    log(norm)
+"""
+    assert _codes(source, "AMP041") == ["AMP041", "AMP041"]
+    assert _fixed(source, "AMP041") is None
+
+
 # --- AMP040 ------------------------------------------------------------------------------------------
 
 
@@ -409,3 +429,51 @@ for x in loader:
     scaler.update()
 """
     assert _codes(source, "AMP043", show_assumed=True) == []
+
+
+# --- AMP030 ------------------------------------------------------------------------------------------
+
+
+def test_amp030_no_fix_names_an_optimizer_that_a_later_loop_binds():
+    # Clipping per parameter group in one inner loop, stepping per optimizer in another: `opt` exists only
+    # inside the second loop. The lexical check compared loop depths (equal here) and inserted
+    # `scaler.unscale_(opt)` before the first loop, where `opt` is unbound (or the previous batch's).
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for group in param_groups:
+        torch.nn.utils.clip_grad_norm_(group["params"], 1.0)
+    for opt in optimizers:
+        scaler.step(opt)
+    scaler.update()
+"""
+    assert _codes(source, "AMP030") == ["AMP030"]
+    assert _fixed(source, "AMP030") is None
+
+
+def test_amp030_one_finding_per_pass_over_the_parameters():
+    # Reads on both arms of an if/else in one loop over the parameters: one finding (the first arm), and
+    # one more for a second loop; the fix inserts one unscale_, before the first loop.
+    source = """
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        if clamp:
+            p.grad.data.clamp_(-1.0, 1.0)
+        else:
+            p.grad.data.clamp_(-2.0, 2.0)
+    for p in model.parameters():
+        stats.append(p.grad.norm())
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    found = _check(source, "AMP030").diagnostics
+    assert [(d.code, d.location.row) for d in found] == [("AMP030", 9), ("AMP030", 13)]
+    fixed = _fixed(source, "AMP030")
+    assert fixed is not None and fixed.count("scaler.unscale_(optimizer)") == 1
+    assert fixed.index("scaler.unscale_(optimizer)") < fixed.index("for p in model.parameters()")
