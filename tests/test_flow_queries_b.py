@@ -10,7 +10,7 @@ import libcst as cst
 
 from amp_lint.analysis.model import EventKind, build_model
 from amp_lint.analysis.paths import ASSUMED, PROVED
-from amp_lint.analysis.scaler_flow import flow_of, gate, path_with, condition_of
+from amp_lint.analysis.scaler_flow import call_levels, condition_of, flow_of, gate, path_with, scope_flow
 from amp_lint.engine.checker import Checker
 from amp_lint.rules._helpers import accumulation
 
@@ -94,6 +94,64 @@ for x in loader:
     unscale = step.of(EventKind.SCALER_UNSCALE)[0]
     scaler_step = step.of(EventKind.SCALER_STEP)[0]
     assert path_with(flow, backward, scaler_step, avoid=[unscale]) is ASSUMED
+
+
+def test_the_accumulation_boundary_is_the_condition_that_gates_the_step():
+    model, step, flow = _step(_ACCUMULATE)
+    acc = accumulation(model, step)
+    assert acc is not None and (acc.gate.key, acc.gate.value, acc.gate.in_body) == ("(i+1)%accum==0", True, True)
+    assert acc.at_boundary(step.of(EventKind.SCALER_STEP)[0])
+    assert acc.every_micro_batch(step.of(EventKind.SCALER_UNSCALE)[0]) is PROVED
+    assert acc.every_micro_batch(step.of(EventKind.SCALER_UPDATE)[0]) is None
+    # Written as an early `continue`: the same boundary, on the other side of its `if`.
+    model, step, flow = _step(
+        """
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum != 0:
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+"""
+    )
+    acc = accumulation(model, step)
+    assert acc is not None and (acc.gate.value, acc.gate.in_body) == (False, False)
+    assert acc.test == "not ((i + 1) % accum != 0)"
+    # `update(new_scale)` on one side and `update()` on the other: both ways, no boundary.
+    model, step, flow = _step(
+        """
+for i, x in enumerate(loader):
+    optimizer.zero_grad()
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    if i % reset_every == 0:
+        scaler.update(2.0**12)
+    else:
+        scaler.update()
+"""
+    )
+    assert accumulation(model, step) is None
+
+
+def test_call_levels_follow_the_helpers():
+    source = """
+class Trainer:
+    def _step(self):
+        if self.ready:
+            self.scaler.step(self.optimizer)
+
+    def fit(self, loader):
+        for x in loader:
+            self.scaler.scale(self.model(x).sum()).backward()
+            self._step()
+"""
+    model, step, flow = _step(source)
+    scaler_step = step.of(EventKind.SCALER_STEP)[0]
+    levels = call_levels(model, flow, scaler_step)
+    assert [graph.scope.name for graph, _, _ in levels] == ["Trainer.fit", "Trainer._step"]
+    helper, entry, node = levels[1]
+    assert gate(helper, entry, node, "self.ready") is True
+    assert scope_flow(model, helper.scope) is helper  # one graph per scope
 
 
 # --- AMP041 ------------------------------------------------------------------------------------------
@@ -477,3 +535,44 @@ for x in loader:
     fixed = _fixed(source, "AMP030")
     assert fixed is not None and fixed.count("scaler.unscale_(optimizer)") == 1
     assert fixed.index("scaler.unscale_(optimizer)") < fixed.index("for p in model.parameters()")
+
+
+def test_amp041_a_guard_the_backward_waits_for_too_is_not_the_events_own():
+    # A `while` loop that stops on an empty batch: everything after the `break` test waits for it, the
+    # backward too, so it says nothing about the unscale_ on the micro-batches: a proved finding.
+    source = """
+import torch
+while True:
+    batch = next(batches, None)
+    if batch is None:
+        break
+    scaler.scale(model(batch).sum() / accum).backward()
+    scaler.unscale_(optimizer)
+    if (step + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    step += 1
+"""
+    found = _check(source, "AMP041").diagnostics
+    assert [(d.code, d.confidence.value) for d in found] == [("AMP041", "high")]
+
+
+def test_amp043_zero_grad_then_early_return_in_a_step_function():
+    # A step function that drops a non-finite loss: zero_grad, then `return` before the step. No path on;
+    # the same zero_grad without the return is reported.
+    source = """
+import torch
+class Trainer:
+    def train_step(self, batch):
+        loss = self.model(batch).sum()
+        self.scaler.scale(loss).backward()
+        if not torch.isfinite(loss):
+            self.optimizer.zero_grad()
+            return None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss
+"""
+    assert _codes(source, "AMP043", show_assumed=True) == []
+    assert _codes(source.replace("            return None\n", ""), "AMP043", show_assumed=True) == ["AMP043"]

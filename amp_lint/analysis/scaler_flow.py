@@ -434,7 +434,8 @@ def scope_flow(model: "FileModel", scope: "Scope") -> ScopeFlow:
 def query_holding(
     paths: Paths, src: int, dst: int, avoid: Iterable[int] = (), holding: Holding = (), start: Optional[int] = None
 ) -> Optional[Proof]:
-    """`Paths.query`, on the paths where every condition of `holding` has its given value."""
+    """`Paths.query`, on the paths where every condition of `holding` has its given value (PROVED: a path
+    whatever the other unknown conditions are, given those)."""
     if not holding:
         return paths.query(src, dst, avoid, start)
     fixed = dict(holding)
@@ -476,7 +477,7 @@ def path_with(
         return None
     if first is not None and second is not None and hasattr(first, "compatible") and hasattr(second, "compatible"):
         plain = scope.path(first, second, avoid, flow.start)
-        if plain is None or a == b:
+        if plain is None or a == b or (not nodes and not holding):
             return plain  # one node: the order of its events is the machinery's (`ScopeFlow.path`)
     elif a == b:
         return PROVED  # one statement (the iteration starts or ends there, or a site of that line)
@@ -498,7 +499,7 @@ def gate(flow: ScopeFlow, src: int, dst: int, key: str, start: Optional[int] = N
     return on_true if on_true != on_false else None
 
 
-def branch_tests(flow: ScopeFlow, accept: Callable[[object], bool], low: int = -1, high: Optional[int] = None) -> List[int]:
+def branch_tests(flow: ScopeFlow, accept: Callable, low: int = -1, high: Optional[int] = None) -> List[int]:
     """The `if`/`elif` test nodes (numbers in (low, high]) whose test `accept`s, first on the path first."""
     import libcst as cst
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from dataclasses import dataclass
-
-from amp_lint.analysis import names, values
 from amp_lint.analysis.conditions import is_varying, normalise
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 from amp_lint.analysis.scaler_flow import (
@@ -17,15 +15,18 @@ from amp_lint.analysis.scaler_flow import (
     StepFlow,
     branch_tests,
     call_levels,
+    condition_of,
     flow_of,
     gate,
     iteration_nodes,
     path_with,
-    condition_of,
 )
+from amp_lint.analysis import names, values
 from amp_lint.diagnostics import one_line
+from amp_lint.analysis import names
 from amp_lint.analysis.model import (
     AutocastRegion,
+    Branch,
     Event,
     EventKind,
     FileModel,
@@ -502,9 +503,10 @@ class Accumulation:
         return proof
 
     def _guard_varies(self, event) -> bool:
-        """Does a test of its own that the event waits for read a name the iteration assigns?"""
-        node = self.flow.node(event)
-        if node is None:
+        """Does a test of its own (one the backward does not wait for) that the event waits for read a name
+        the iteration assigns?"""
+        node, backward = self.flow.node(event), self.flow.node(self.backward)
+        if node is None or backward is None:
             return False
         graph = self.flow.flow
         low, high = iteration_nodes(self.flow)
@@ -518,9 +520,13 @@ class Accumulation:
                 continue
             statement = graph.graph.statements[test_node]
             key = condition_of(graph, test_node)[0]
-            if gate(graph, self.flow.start, node, key) is None:
+            if gate(graph, self.flow.start, node, key) is None or gate(graph, self.flow.start, backward, key) is not None:
                 continue
-            if set(re.findall(r"[A-Za-z_][\w.]*", code_of(statement.test))) & varying:  # type: ignore[union-attr]
+            read = set()
+            for name in re.findall(r"[A-Za-z_][\w.]*", code_of(statement.test)):  # type: ignore[union-attr]
+                parts = name.split(".")
+                read |= {".".join(parts[:n]) for n in range(1, len(parts) + 1)}  # `state.ready`: `state` too
+            if read & varying:
                 return True
         return False
 
@@ -545,8 +551,16 @@ class Accumulation:
 
 
 def accumulation(model: FileModel, step: TrainingStep) -> Optional[Accumulation]:
+    """The step's gradient accumulation, if it is one (computed once per step: several rules ask)."""
     if step.loop is None:
         return None
+    flow = flow_of(model, step)
+    if "_accumulation" not in flow.__dict__:
+        flow.__dict__["_accumulation"] = _accumulation(model, step, flow)
+    return flow.__dict__["_accumulation"]
+
+
+def _accumulation(model: FileModel, step: TrainingStep, flow: StepFlow) -> Optional[Accumulation]:
     backwards = [e for e in step.of(EventKind.BACKWARD) if e.scaled_by is not None]
     if not backwards or any(b.in_helper for b in backwards):
         return None
@@ -556,7 +570,6 @@ def accumulation(model: FileModel, step: TrainingStep) -> Optional[Accumulation]
         return None
     if not model.scaler_enabled(scaler, step.scope):
         return None
-    flow = flow_of(model, step)
     # The scaled backwards run together: none is the alternative of another (`if gan: ... else: ...`).
     if any(same_pass(flow, a, b) is None for i, a in enumerate(backwards) for b in backwards[i + 1 :]):
         return None

@@ -13,9 +13,11 @@ class StepEveryMicrobatch(Rule):
     """
     ## What it does
     Finds gradient-accumulation loops (a scaled backward on every micro-batch, and an accumulation
-    boundary `if (i + 1) % accum == 0:` holding `zero_grad`, `scaler.step` or `scaler.update`) where
-    `scaler.step()` still runs on every micro-batch. (`update()` on every micro-batch with `step()` at
-    the boundary is AMP022's finding.)
+    boundary `if (i + 1) % accum == 0:`, or `if (i + 1) % accum != 0: continue`, that `zero_grad`,
+    `scaler.step` or `scaler.update` waits for) where `scaler.step()` still runs on the micro-batches
+    that only accumulate. (`update()` on every micro-batch with `step()` at the boundary is AMP022's
+    finding.) A step under a test of its own that the loop sets (`if do_step:`) may be the boundary
+    under another name: that finding rests on an assumption.
 
     ## Why is this bad?
     "Grads should remain scaled, and the scale factor should remain constant, while grads for a given

@@ -12,8 +12,10 @@ from amp_lint.rules.base import Finding, Invalid, Rule
 class UnscaleOutsideBoundary(Rule):
     """
     ## What it does
-    Finds, in a gradient-accumulation loop whose `scaler.step()` sits in the boundary `if`,
-    `scaler.unscale_()` or gradient clipping that runs on every micro-batch instead.
+    Finds, in a gradient-accumulation loop whose `scaler.step()` waits for the boundary (inside
+    `if (i + 1) % accum == 0:`, or after `if (i + 1) % accum != 0: continue`), `scaler.unscale_()` or
+    gradient clipping that runs on the micro-batches that only accumulate: on a path where the boundary
+    test does not hold, unconditionally or under a test of its own (`if clip_grad:`).
 
     ## Why is this bad?
     "Call unscale_ just before step, after all (scaled) grads for the upcoming step have been

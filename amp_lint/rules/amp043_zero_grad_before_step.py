@@ -170,6 +170,7 @@ for i, x in enumerate(loader):
                 own_steps = [
                     e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == consumer.target and e is not consumer
                 ]
+                refills = [e for e in step.of(EventKind.BACKWARD) if flow.path(e, consumer) is not None]
                 for zero in step.of(EventKind.ZERO_GRAD):
                     if id(zero.call) in reported:
                         continue
@@ -177,7 +178,6 @@ for i, x in enumerate(loader):
                     # between), and the zero_grad reaches the consumer with no backward between to
                     # refill them (GAN: the generator's zero_grad, then its own backward). A zero_grad that
                     # leaves the loop (`optimizer.zero_grad(); break`, an OOM retry) has no path on.
-                    refills = [e for e in step.of(EventKind.BACKWARD) if flow.path(e, consumer) is not None]
                     proof = weakest(_reached_by(flow, backwards, zero, own_steps), flow.path(zero, consumer, refills))
                     if proof is None:
                         continue
