@@ -116,7 +116,7 @@ for i, x in enumerate(loader):
     )
     acc = accumulation(model, step)
     assert acc is not None and (acc.gate.value, acc.gate.in_body) == (False, False)
-    assert acc.test == "not ((i + 1) % accum != 0)"
+    assert acc.waits_for() == "`if (i + 1) % accum != 0` fails"
     # `update(new_scale)` on one side and `update()` on the other: both ways, no boundary.
     model, step, flow = _step(
         """
@@ -174,7 +174,7 @@ for i, (x, y) in enumerate(loader):
 """
     found = _check(source, "AMP041").diagnostics
     assert [d.code for d in found] == ["AMP041"]
-    assert "not ((i + 1) % accum != 0)" in found[0].message
+    assert "the step waits for `if (i + 1) % accum != 0` to fail" in found[0].message
     assert _fixed(source, "AMP041") is None  # the block to move into is not the `if` body: no fix
     correct = """
 import torch

@@ -481,9 +481,13 @@ class Accumulation:
 
     @property
     def test(self) -> str:
-        """The boundary test, as the code writes it (`not (...)` when the step runs where it fails)."""
-        text = short(self.boundary.test, 40)
-        return text if self.gate.in_body else f"not ({text})"
+        """The boundary test, as the code writes it."""
+        return short(self.boundary.test, 40)
+
+    def waits_for(self, failing: str = "fails") -> str:
+        """`if (i + 1) % accum == 0`, or `if (i + 1) % accum != 0` + `failing` when the step runs where the
+        test fails (`continue`)."""
+        return f"`if {self.test}`" if self.gate.in_body else f"`if {self.test}` {failing}"
 
     def every_micro_batch(self, event) -> Optional[Proof]:
         """How sure it is that `event` runs on the micro-batches that only accumulate: on one pass with the

@@ -216,7 +216,7 @@ for i, batch in enumerate(loader):
             yield self.finding(
                 first.call,
                 f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
-                f"`if {acc.test}`: {why}; move it into that block",
+                f"{acc.waits_for()}: {why}; move it into that block",
                 fix=move_into_boundary_fix(model, acc, movers, "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))),
                 context=step.scope.name,
                 assumption=assumption_text(proof),

@@ -195,7 +195,7 @@ for i, (x, y) in enumerate(loader):
                     why = "it clips partial, still-scaled gradient sums"
                 yield self.finding(
                     event.call,
-                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for `if {acc.test}`: "
+                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for {acc.waits_for('to fail')}: "
                     f"{why}; move it into that block, before the step",
                     fix=fix,
                     context=step.scope.name,
