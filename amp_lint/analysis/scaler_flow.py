@@ -371,7 +371,7 @@ def protocol_states(flow: StepFlow) -> Dict[int, frozenset]:
     cache = flow.__dict__.get("_states")
     if cache is not None:
         return cache
-    graph, paths = flow.flow.graph, flow.flow.paths
+    paths = flow.flow.paths
     at_node: Dict[int, List] = {}
     for event in flow.step.events:
         node = flow.node(event)
@@ -407,3 +407,138 @@ def protocol_states(flow: StepFlow) -> Dict[int, frozenset]:
     frozen = {key: frozenset(value) for key, value in result.items()}
     flow.__dict__["_states"] = frozen
     return frozen
+
+
+# --- queries for AMP030..AMP043 ---------------------------------------------------------------------
+#
+# Two more ways to constrain a path, beside the events it must not pass:
+# - graph `nodes` it must not pass (the first node of an `if` body: a path that avoids it does not take
+#   that branch; a loop's header: a path that avoids it stays in one pass of the loop);
+# - `holding` conditions, (atom key, value) pairs fixed on the whole path: "a path on which
+#   `(i + 1) % accum == 0` is false" is a micro-batch that only accumulates. A condition is one atom key
+#   (`amp_lint.analysis.conditions`), so every branch on that test agrees with it.
+# `gate` says which way a condition must go for one node to follow another: the accumulation boundary of
+# a step is the condition that gates its `scaler.step()`.
+
+Holding = Tuple[Tuple[str, bool], ...]
+
+
+def scope_flow(model: "FileModel", scope: "Scope") -> ScopeFlow:
+    """The flow of any scope (a helper's too), built once per model; `flow_of` shares it."""
+    cache = model.__dict__.setdefault("_flows", {})
+    flow = cache.get(id(scope))
+    if flow is None:
+        flow = cache[id(scope)] = ScopeFlow(scope)
+    return flow
+
+
+def query_holding(
+    paths: Paths, src: int, dst: int, avoid: Iterable[int] = (), holding: Holding = (), start: Optional[int] = None
+) -> Optional[Proof]:
+    """`Paths.query`, on the paths where every condition of `holding` has its given value (PROVED: a path
+    whatever the other unknown conditions are, given those)."""
+    if not holding:
+        return paths.query(src, dst, avoid, start)
+    fixed = dict(holding)
+    avoided = frozenset(n for n in avoid if n != src and n != dst)
+    origin = paths.graph.entry if start is None else start
+    found = proved = False
+    for varying, unknowns in paths._assignments(min(src, dst), max(origin, src)):
+        varying = tuple(kv for kv in varying if kv[0] not in fixed)
+        here, every = False, True
+        for unknown in unknowns:  # type: ignore[attr-defined]
+            assignment = tuple(holding) + varying + tuple(kv for kv in unknown if kv[0] not in fixed)
+            if not paths._reach(src, frozenset(), assignment, True)[origin]:
+                continue
+            if not paths._reach(dst, frozenset(), assignment, True)[src]:
+                continue
+            if paths._reach(dst, avoided, assignment, True)[src]:
+                found = here = True
+            if not paths._must(dst, avoided, assignment)[src]:
+                every = False
+        if here and every:
+            proved = True
+    if not found:
+        return None
+    return PROVED if proved else ASSUMED
+
+
+def path_with(
+    flow: StepFlow, first, second, avoid: Sequence = (), nodes: Iterable[int] = (), holding: Holding = ()
+) -> Optional[Proof]:
+    """A path `first` -> `second` in one iteration (None: the iteration's start, or its end) that passes
+    no `avoid` event and no graph node of `nodes`, on which every `holding` condition holds.
+
+    `first` and `second` are events, or any site with a `statement` (an assignment): a site on the same
+    line as the other end counts as reaching it."""
+    scope = flow.flow
+    a = flow.start if first is None else scope.node(first)
+    b = flow.end if second is None else scope.node(second)
+    if a is None or b is None:
+        return None
+    if first is not None and second is not None and hasattr(first, "compatible") and hasattr(second, "compatible"):
+        plain = scope.path(first, second, avoid, flow.start)
+        if plain is None or a == b or (not nodes and not holding):
+            return plain  # one node: the order of its events is the machinery's (`ScopeFlow.path`)
+    elif a == b:
+        return PROVED  # one statement (the iteration starts or ends there, or a site of that line)
+    blocked = scope._blocked_nodes(first, second, a if first is not None else None, b if second is not None else None, avoid)
+    if blocked is None:
+        return None
+    blocked = blocked + [n for n in nodes if n != a and n != b]
+    origin = flow.start if first is not None and flow.start >= a else None
+    return query_holding(scope.paths, a, b, blocked, holding, origin)
+
+
+def gate(flow: ScopeFlow, src: int, dst: int, key: str, start: Optional[int] = None) -> Optional[bool]:
+    """The value condition `key` must have on every path src -> dst (graph nodes); None when either value
+    allows a path (or neither does)."""
+    if src == dst:
+        return None
+    on_true = query_holding(flow.paths, src, dst, (), ((key, True),), start) is not None
+    on_false = query_holding(flow.paths, src, dst, (), ((key, False),), start) is not None
+    return on_true if on_true != on_false else None
+
+
+def branch_tests(flow: ScopeFlow, accept: Callable, low: int = -1, high: Optional[int] = None) -> List[int]:
+    """The `if`/`elif` test nodes (numbers in (low, high]) whose test `accept`s, first on the path first."""
+    import libcst as cst
+
+    top = len(flow.graph) - 1 if high is None else high
+    return [
+        node
+        for node in range(top, low, -1)
+        if isinstance(flow.graph.statements[node], cst.If) and accept(flow.graph.statements[node].test)  # type: ignore[union-attr]
+    ]
+
+
+def condition_of(flow: ScopeFlow, test_node: int) -> Tuple[str, bool]:
+    """(condition key, its value when the `if` body runs) of an `if` test node."""
+    from amp_lint.analysis.conditions import atom_of
+
+    atom = atom_of(flow.graph.statements[test_node].test, True)  # type: ignore[union-attr]
+    return atom.key, atom.holds
+
+
+def iteration_nodes(flow: StepFlow) -> Tuple[int, int]:
+    """(low, high): the graph nodes of one iteration are the numbers in (low, high]."""
+    return flow.end, flow.start
+
+
+def call_levels(model: "FileModel", flow: StepFlow, event) -> List[Tuple[ScopeFlow, int, int]]:
+    """Where `event` runs, level by level, as (graph, from node, to node): the iteration's start to the
+    call that leads to the event (or to the event), then each helper's entry to its next call (or to the
+    event). An event of the step's own code has one level."""
+    trail = event.trail() if hasattr(event, "trail") else []
+    outer = flow.node(event)
+    if outer is None:
+        return []
+    levels = [(flow.flow, flow.start, outer)]
+    for inner in trail[1:] + [event] if trail else []:
+        helper = scope_flow(model, inner.scope)
+        statement = getattr(inner, "flow_statement", None) or inner.statement
+        node = helper.graph.node_of.get(id(statement))
+        if node is None:
+            return levels
+        levels.append((helper, helper.graph.entry, node))
+    return levels

@@ -4,11 +4,11 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.diagnostics import Applicability, Confidence, Severity
+from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import first_on_path, short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -215,9 +215,7 @@ def train_step(self, batch):
                 if reached is None:
                     continue
                 backward, scaler, proof = reached
-                if clip.kind is EventKind.GRAD_READ and any(
-                    e.kind is EventKind.GRAD_READ and e.index < clip.index and e.loops == clip.loops for e in step.events
-                ):
+                if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
                     continue  # one finding per loop over the parameters
                 steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
                 if not steps:
@@ -263,21 +261,51 @@ def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
     return best
 
 
-def _unscaled_between(step: TrainingStep, backward: Event, clip: Event, scaler: str) -> bool:
-    for event in step.events:
-        if not backward.index < event.index < clip.index or not event.compatible(clip):
-            continue
-        if event.kind is EventKind.SCALER_UNSCALE and event.receiver == scaler:
-            return True
-        if event.kind is EventKind.CALL and "unscale" in (event.target or ""):
-            return True
-    return False
+def _loops_holding(flow, node: Optional[int]) -> List[Tuple[int, int]]:
+    """(body size, header) of the loops of the iteration whose body holds graph node `node`.
+
+    A loop's body is the node numbers between its latch and its first node (`amp_lint.analysis.cfg`).
+    """
+    if node is None:
+        return []
+    graph = flow.flow.graph
+    found = []
+    for key, latch in graph.loop_latch.items():
+        header, first = graph.loop_header[key], graph.loop_body[key]
+        if flow.end < header <= flow.start and latch < node <= first:
+            found.append((first - latch, header))
+    return found
+
+
+def _inner_loop(flow, node: Optional[int]) -> Optional[int]:
+    """The header of the innermost loop of the iteration that holds `node` (None: none)."""
+    loops = _loops_holding(flow, node)
+    return min(loops)[1] if loops else None
+
+
+def _first_read_of_its_loop(flow, step: TrainingStep, read: Event) -> bool:
+    """Is `read` the first gradient read of its pass through the loop over the parameters?
+
+    The other reads of that loop (same innermost loop) that can precede it on the path come first; of
+    reads on alternative branches, the one the step lists first carries the finding.
+    """
+    loop = _inner_loop(flow, flow.node(read))
+    group = [e for e in step.of(EventKind.GRAD_READ) if _inner_loop(flow, flow.node(e)) == loop]
+    return first_on_path(flow, group) is read
+
+
+def _bound_by_a_later_loop(flow, clip: Event, event: Event) -> bool:
+    """Is `event` inside a loop the clip is not in (`for opt in optimizers: scaler.step(opt)`)? Every path
+    from the clip then enters that loop, and a name it binds does not exist at the clip."""
+    around_clip = {header for _, header in _loops_holding(flow, flow.node(clip))}
+    return any(header not in around_clip for _, header in _loops_holding(flow, flow.node(event)))
 
 
 def _unscale_fix(model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event]) -> Optional[Fix]:
+    flow = flow_of(model, step)
     optimizers: List[str] = []
     for event in steps:
-        if event.target is None or len(event.loops) > len(clip.loops):
+        if event.target is None or _bound_by_a_later_loop(flow, clip, event):
             return None  # no name, or one bound by a later `for opt in optimizers:` loop
         if event.target not in optimizers:
             optimizers.append(event.target)

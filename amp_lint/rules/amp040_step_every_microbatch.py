@@ -5,7 +5,8 @@ from typing import Iterator
 from amp_lint.diagnostics import Severity, Applicability
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.analysis.scaler_flow import assumption_text
+from amp_lint.rules._helpers import accumulation, first_on_path, move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -13,9 +14,11 @@ class StepEveryMicrobatch(Rule):
     """
     ## What it does
     Finds gradient-accumulation loops (a scaled backward on every micro-batch, and an accumulation
-    boundary `if (i + 1) % accum == 0:` holding `zero_grad`, `scaler.step` or `scaler.update`) where
-    `scaler.step()` still runs on every micro-batch. (`update()` on every micro-batch with `step()` at
-    the boundary is AMP022's finding.)
+    boundary `if (i + 1) % accum == 0:`, or `if (i + 1) % accum != 0: continue`, that `zero_grad`,
+    `scaler.step` or `scaler.update` waits for) where `scaler.step()` still runs on the micro-batches
+    that only accumulate. (`update()` on every micro-batch with `step()` at the boundary is AMP022's
+    finding.) A step under a test of its own that the loop sets (`if do_step:`) may be the boundary
+    under another name: that finding rests on an assumption.
 
     ## Why is this bad?
     "Grads should remain scaled, and the scale factor should remain constant, while grads for a given
@@ -184,13 +187,13 @@ for i, batch in enumerate(loader):
             if acc is None:
                 continue
             pair = acc.protocol(EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-            every = [e for e in pair if acc.unconditional(e)]
-            if not every or any(e.in_helper for e in every):
+            # On a micro-batch that only accumulates (the boundary condition false on the path).
+            every = {id(e): (e, p) for e in pair for p in [acc.every_micro_batch(e)] if p is not None}
+            if not every or any(e.in_helper for e, _ in every.values()):
                 continue
             at_boundary = [e for e in pair if acc.at_boundary(e)]
             zeros = acc.protocol(EventKind.ZERO_GRAD)
-            test = short(acc.boundary.test, 40)
-            kinds = {e.kind for e in every}
+            kinds = {e.kind for e, _ in every.values()}
             if at_boundary:
                 if EventKind.SCALER_STEP not in kinds:
                     continue  # update() every micro-batch, step() at the boundary: AMP022 reports it
@@ -202,16 +205,20 @@ for i, batch in enumerate(loader):
                 )
             else:
                 continue
+            flow = acc.flow
             movers = [
                 e
                 for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-                if acc.unconditional(e) and e.index > acc.backward.index
+                if acc.unconditional(e) and flow.path(acc.backward, e) is not None
             ]
-            first = every[0]
+            first = first_on_path(flow, [e for e, _ in every.values()])
+            assert first is not None
+            proof = every[id(first)][1]
             yield self.finding(
                 first.call,
                 f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
-                f"`if {test}`: {why}; move it into that block",
+                f"{acc.waits_for()}: {why}; move it into that block",
                 fix=move_into_boundary_fix(model, acc, movers, "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))),
                 context=step.scope.name,
+                assumption=assumption_text(proof),
             )

@@ -5,15 +5,18 @@ from typing import Iterator
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import accumulation, boundary_of, move_into_boundary_fix, short
+from amp_lint.analysis.scaler_flow import assumption_text
+from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
 class UnscaleOutsideBoundary(Rule):
     """
     ## What it does
-    Finds, in a gradient-accumulation loop whose `scaler.step()` sits in the boundary `if`,
-    `scaler.unscale_()` or gradient clipping that runs on every micro-batch instead.
+    Finds, in a gradient-accumulation loop whose `scaler.step()` waits for the boundary (inside
+    `if (i + 1) % accum == 0:`, or after `if (i + 1) % accum != 0: continue`), `scaler.unscale_()` or
+    gradient clipping that runs on the micro-batches that only accumulate: on a path where the boundary
+    test does not hold, unconditionally or under a test of its own (`if clip_grad:`).
 
     ## Why is this bad?
     "Call unscale_ just before step, after all (scaled) grads for the upcoming step have been
@@ -169,37 +172,33 @@ for i, (x, y) in enumerate(loader):
                 continue
             if not any(acc.at_boundary(e) for e in acc.protocol(EventKind.SCALER_STEP)):
                 continue
-            # Every micro-batch runs it: unconditionally, or under a test of its own that is not the
-            # boundary (`if clip_grad: scaler.unscale_(optimizer)`, Swin-Transformer #311).
-            offenders = [
-                e
-                for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP)
-                if not e.in_helper and (acc.unconditional(e) or _every_micro_batch(acc, e))
-            ]
+            # A micro-batch that only accumulates runs it: a path from the iteration's start on which the
+            # boundary condition does not hold, under a test of its own or none (`if clip_grad:
+            # scaler.unscale_(optimizer)` on every micro-batch, Swin-Transformer #311).
+            offenders = []
+            for event in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP):
+                proof = None if event.in_helper else acc.every_micro_batch(event)
+                if proof is not None:
+                    offenders.append((event, proof))
             if not offenders:
                 continue
             fix = move_into_boundary_fix(
-                model, acc, offenders, "Move unscale_/clipping into the accumulation boundary", ("AMP041", id(acc.boundary))
+                model,
+                acc,
+                [e for e, _ in offenders],
+                "Move unscale_/clipping into the accumulation boundary",
+                ("AMP041", id(acc.boundary)),
             )
-            test = short(acc.boundary.test, 40)
-            for event in offenders:
+            for event, proof in offenders:
                 if event.kind is EventKind.SCALER_UNSCALE:
                     why = "RuntimeError 'unscale_() has already been called' on the second micro-batch"
                 else:
                     why = "it clips partial, still-scaled gradient sums"
                 yield self.finding(
                     event.call,
-                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for `if {test}`: "
+                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for {acc.waits_for('to fail')}: "
                     f"{why}; move it into that block, before the step",
                     fix=fix,
                     context=step.scope.name,
+                    assumption=assumption_text(proof),
                 )
-
-
-def _every_micro_batch(acc, event) -> bool:
-    """Under `if`s of its own, none of them the accumulation boundary (either way)."""
-    if not event.compatible(acc.backward):
-        return False
-    if boundary_of(event, acc.backward) is not None:
-        return False
-    return all(branch.node is not acc.boundary for branch in event.branches)

@@ -9,6 +9,7 @@ from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.scaler_flow import path_with
 from amp_lint.rules._helpers import accumulation, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -132,7 +133,7 @@ for i, (x, y) in enumerate(loader):
             if divisor is None:
                 continue
             identifier = re.escape(code_of(divisor).split(".")[-1].strip())
-            chain = _loss_chain(model, step.scope, acc.backward.loss, acc.backward.index)
+            chain = _loss_chain(model, acc, acc.backward.loss)
             if any(re.search(rf"\b{identifier}\b", text) or _NORMALISED.search(text) for text in chain):
                 continue
             yield self.finding(
@@ -158,18 +159,28 @@ def _modulo_divisor(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     return found[0]
 
 
-def _loss_chain(model: FileModel, scope, loss: cst.BaseExpression, before: float) -> List[str]:
-    """The code of the backpropagated expression and of every assignment that feeds it (two levels)."""
+def _loss_chain(model: FileModel, acc, loss: cst.BaseExpression) -> List[str]:
+    """The code of the backpropagated expression and of every assignment that feeds it (two levels).
+
+    An assignment feeds it when a path leads from the assignment to the backward: `loss = loss / accum`
+    after the backward (for the log line) does not divide the gradients.
+    """
     texts = [code_of(loss)]
     names: Set[str] = set()
     key = dotted_name(loss)
     if key is not None:
         names.add(key)
     names |= set(re.findall(r"[A-Za-z_][\w.]*", code_of(loss)))
+    scope = acc.step.scope
+    sites = [
+        site
+        for site in model.assignment_sites
+        if site.scope is scope and site.statement is not None and path_with(acc.flow, site, acc.backward) is not None
+    ]
     for _ in range(2):
         new: Set[str] = set()
-        for site in model.assignment_sites:
-            if site.scope is scope and site.target in names:
+        for site in sites:
+            if site.target in names:
                 text = code_of(site.value)
                 texts.append(text)
                 new |= set(re.findall(r"[A-Za-z_][\w.]*", text))

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional, Set
+from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -9,8 +9,8 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import contains, short
-from amp_lint.analysis.paths import weakest
+from amp_lint.rules._helpers import short
+from amp_lint.analysis.paths import PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -159,37 +159,36 @@ for i, x in enumerate(loader):
     def check(self, model: FileModel) -> Iterator[Finding]:
         reported: Set[int] = set()
         for step in model.steps:
+            flow = flow_of(model, step)
             for consumer in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
                 scaler = consumer.receiver
                 if consumer.target is None or not model.scaler_enabled(scaler, step.scope):
                     continue
-                backwards = [
-                    e
-                    for e in step.of(EventKind.BACKWARD)
-                    if e.scaled_by == scaler and e.index < consumer.index and e.compatible(consumer)
-                ]
+                backwards = [e for e in step.of(EventKind.BACKWARD) if e.scaled_by == scaler and flow.path(e, consumer) is not None]
                 if not backwards:
                     continue
-                backward = backwards[-1]
                 stepped = {e.target for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler}
+                # A step of this optimizer consumes the gradients: a zero_grad after it clears nothing it needs.
+                own_steps = [
+                    e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == consumer.target and e is not consumer
+                ]
+                refills = [e for e in step.of(EventKind.BACKWARD) if flow.path(e, consumer) is not None]
                 for zero in step.of(EventKind.ZERO_GRAD):
-                    if not backward.index < zero.index < consumer.index or id(zero.call) in reported:
+                    if id(zero.call) in reported:
                         continue
-                    if not (zero.compatible(backward) and zero.compatible(consumer)):
-                        continue
-                    flow = flow_of(model, step)
-                    proof = weakest(flow.path(backward, zero), flow.path(zero, consumer))
+                    # The gradients of a scaled backward reach the zero_grad (no step of this optimizer
+                    # between), and the zero_grad reaches the consumer with no backward between to
+                    # refill them (GAN: the generator's zero_grad, then its own backward). A zero_grad that
+                    # leaves the loop (`optimizer.zero_grad(); break`, an OOM retry) has no path on.
+                    proof = weakest(_reached_by(flow, backwards, zero, own_steps), flow.path(zero, consumer, refills))
                     if proof is None:
                         continue
+                    backward = _last_backward(flow, backwards, zero)
                     # An `except RuntimeError` out-of-memory handler that drops the batch is not the normal
                     # path (fairseq's ddp_trainer): a finding there assumes the exception happens.
                     assumption = (
                         "assumes the exception handler runs" if flow.in_handler(zero) else assumption_text(proof)
                     )
-                    if _stepped_between(step, backward, zero, consumer.target, scaler):
-                        continue
-                    if _leaves_before(model, zero, consumer):
-                        continue
                     if zero.target == consumer.target:
                         confidence = Confidence.HIGH
                     elif zero.target is not None and not model.is_optimizer(zero.target) and len(stepped) == 1:
@@ -209,47 +208,48 @@ for i, x in enumerate(loader):
                     )
 
 
-def _caller_statement(event: Event) -> cst.CSTNode:
-    """The statement of the iteration itself: for an event inside a helper, the call of the helper."""
-    trail = event.trail()
-    return trail[0].statement if trail else event.statement
+def _reached_by(flow, backwards: List[Event], zero: Event, own_steps: List[Event]) -> Optional[Proof]:
+    """The best proof that some scaled backward reaches `zero` with no step of the optimizer between."""
+    best = None
+    for backward in backwards:
+        proof = flow.path(backward, zero, own_steps)
+        if proof is PROVED:
+            return proof
+        best = best or proof
+    return best
 
 
-def _leaves_before(model: FileModel, zero: Event, consumer: Event) -> bool:
-    """`optimizer.zero_grad(); break` (an OOM retry in an `except`): the step never follows on that path."""
-    statement = _caller_statement(zero)
-    block = model.block_of(statement)
-    if block is None:
-        return False
-    target = _caller_statement(consumer)
-    for following in block[list(block).index(statement) + 1 :]:
-        if following is target or contains(following, target):
-            return False
-        if isinstance(following, cst.SimpleStatementLine) and any(
-            isinstance(small, (cst.Break, cst.Continue, cst.Return, cst.Raise)) for small in following.body
-        ):
-            return True
-    return False
-
-
-def _stepped_between(step: TrainingStep, backward: Event, zero: Event, optimizer: str, scaler: str) -> bool:
-    return any(
-        e.kind is EventKind.SCALER_STEP and e.receiver == scaler and e.target == optimizer and backward.index < e.index < zero.index
-        for e in step.events
-    )
+def _last_backward(flow, backwards: List[Event], zero: Event) -> Event:
+    """A backward that reaches `zero` with no other backward between (the one whose gradients it clears)."""
+    for backward in backwards:
+        if flow.path(backward, zero, [b for b in backwards if b is not backward]) is not None:
+            return backward
+    return next((b for b in backwards if flow.path(b, zero) is not None), backwards[0])
 
 
 def _move_fix(model: FileModel, step: TrainingStep, zero: Event, consumer: Event, scaler: str) -> Optional[Fix]:
     if zero.in_helper or not isinstance(zero.small_statement, cst.Expr) or zero.small_statement.value is not zero.call:
         return None
+    flow = flow_of(model, step)
+    # After the consumer, on its paths: the update (one), else the optimizer's last step.
     later = [
         e
         for e in step.events
-        if e.index > consumer.index and e.receiver == scaler and e.compatible(zero)
+        if e.receiver == scaler
         and (e.kind is EventKind.SCALER_UPDATE or (e.kind is EventKind.SCALER_STEP and e.target == consumer.target))
+        and e is not consumer
+        and flow.path(consumer, e) is not None
     ]
     updates = [e for e in later if e.kind is EventKind.SCALER_UPDATE]
-    after = updates[0] if updates else (later[-1] if later else (consumer if consumer.kind is EventKind.SCALER_STEP else None))
+    if len(updates) > 1:
+        return None  # one update per branch: no single place to move to
+    if updates:
+        after: Optional[Event] = updates[0]
+    else:
+        lasts = [e for e in later if not any(flow.path(e, other) is not None for other in later if other is not e)]
+        if len(lasts) > 1:
+            return None
+        after = lasts[0] if lasts else (consumer if consumer.kind is EventKind.SCALER_STEP else None)
     if after is None or after.in_helper:
         return None
     anchor = step.anchor_statement(after)
