@@ -242,7 +242,7 @@ def _device_type(value: Optional[str]) -> Optional[str]:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
-    from amp_lint.files.config import ConfigError, SettingsResolver, describe
+    from amp_lint.files.config import ConfigError, SettingsResolver
     from amp_lint.files.settings import RuleSelection, UnknownRuleError
 
     overrides = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, diagnostic_from_record, diagnostic_to_record
+from amp_lint.diagnostics import Diagnostic, FileError, Report, diagnostic_from_record, diagnostic_to_record
 
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)

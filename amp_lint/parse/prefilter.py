@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-import warnings
 from functools import lru_cache
 from typing import Iterable, Iterator, List, Optional, Tuple
 

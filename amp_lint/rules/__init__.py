@@ -10,7 +10,7 @@ May import: `amp_lint.conversion`, `amp_lint.fixes`, `amp_lint.analysis`, `amp_l
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Dict, List, Type
+from typing import TYPE_CHECKING, List, Type
 
 from amp_lint.rules._table import RULES, RuleEntry
 

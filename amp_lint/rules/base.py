@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Optional, Sequence, Tuple
 
 import libcst as cst
 

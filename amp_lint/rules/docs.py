@@ -12,7 +12,6 @@ repository, or under `$AMP_LINT_DOCS_URL` when that is set (the address where yo
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Dict
