@@ -8,6 +8,8 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
+from amp_lint.analysis.paths import PROVED, Proof, weakest
+from amp_lint.analysis.scaler_flow import ScopeFlow, assumption_text
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -274,32 +276,230 @@ for x in loader:
 
     def _per_epoch_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
         """A function with a training loop of its own that builds its scaler first, called by an epoch
-        loop (animl #298): a new scaler every epoch."""
+        loop (animl #298): a new scaler every epoch. The caller may be in this file or, with a project,
+        in another module of it (`for epoch in ...: train_one_epoch(...)` in `main.py`); the finding is
+        here, at the construction, either way, and names the epoch loop."""
         scope = binding.scope
         function = scope.node
-        if binding.key.startswith("self.") or _lazy(model, binding):
+        if binding.key.startswith("self.") or "." in binding.key or _lazy(model, binding):
             return
-        if not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops for e in scope.events):
+        uses = [
+            e
+            for e in scope.events
+            if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
+        ]
+        if not uses or _kept(function, binding.key) or not _reaches_the_loop(model, binding, uses):
             return
         name = function.name.value
+        message = (
+            f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
+            "loop{where} calls once per epoch: the scale restarts every epoch; build it once and pass it in"
+        )
         for caller in model.events:
-            loop = caller.loop
-            if (
-                caller.kind is EventKind.CALL
-                and (caller.target or "").split(".")[-1] == name
-                and isinstance(loop, cst.For)
-                and _EPOCH_LOOP.search(code_of(loop.target))
-                and caller.scope is not scope
-            ):
-                yield self.finding(
-                    binding.call,
-                    f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
-                    "loop calls once per epoch: the scale restarts every epoch; build it once and pass it in",
-                    confidence=Confidence.MEDIUM,
-                    context=scope.name,
-                    related=(("called once per epoch", caller.call),),
-                )
-                return
+            if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
+                continue
+            if any(s is scope for s in caller.scope.chain()):
+                continue  # the epoch loop is the function's own (a restart), or a function nested in it
+            proof = _once_per_epoch(model, caller)
+            if proof is None:
+                continue
+            yield self.finding(
+                binding.call,
+                message.format(where=""),
+                confidence=Confidence.MEDIUM,
+                context=scope.name,
+                related=(("called once per epoch", caller.call),),
+                assumption=assumption_text(proof, "the condition around the call"),
+            )
+            return
+        from amp_lint.analysis.summaries import callers_in_project
+
+        for caller_model, site in callers_in_project(model, scope):
+            proof = _once_per_epoch(caller_model, site)
+            if proof is None:
+                continue
+            # The caller is another module: no fix (it would edit both files), the message names its place.
+            yield self.finding(
+                binding.call,
+                message.format(where=" of another module"),
+                confidence=Confidence.MEDIUM,
+                context=scope.name,
+                related=(("called once per epoch", site.call),),
+                assumption=assumption_text(proof, "the condition around the call"),
+            )
+            return
+
+
+def _names_callee(target: str, name: str, scope) -> bool:
+    """Is a call of `target` (as written, in this file) a call of the function or method `scope`?"""
+    if scope.class_name is None:
+        return target == name
+    parts = target.split(".")
+    return parts[-1] == name and len(parts) > 1
+
+
+def _once_per_epoch(model: FileModel, site) -> Optional[Proof]:
+    """Does the call `site` (an Event or a CallSite of `model`) run on more than one iteration of an epoch
+    loop, the innermost loop around it? PROVED when every iteration runs it, ASSUMED when a condition
+    around it must hold, None when the evidence is not there: no epoch loop, a loop that runs once, a
+    condition on the epoch (`if epoch == 0:`), or no path from the call to the next iteration (`break`,
+    `return`)."""
+    if not site.loops:
+        return None
+    loop = site.loops[-1]
+    if not isinstance(loop, cst.For) or not _EPOCH_LOOP.search(code_of(loop.target)) or _runs_once(loop):
+        return None
+    epoch_names = _names_in(loop.target)
+    inside = _ifs_in(loop)
+    if any(id(b.node) in inside and _names_in(b.node.test) & epoch_names for b in site.branches):
+        return None
+    flow = _scope_flow(model, site.scope)
+    graph = flow.graph
+    node = graph.node_of.get(id(getattr(site, "flow_statement", None) or site.statement))
+    body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
+    if node is None or body is None or latch is None:
+        return None
+    into = PROVED if node == body else flow.paths.query(body, node, start=body)
+    return weakest(into, flow.paths.query(node, latch, start=body))
+
+
+def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
+    """Is the scaler stepped in the loop the one built here: a path from the construction to a step or
+    update in the loop with no other assignment of the name between?"""
+    flow = _scope_flow(model, binding.scope)
+    graph = flow.graph
+    built = graph.node_of.get(id(binding.statement))
+    if built is None:
+        return False
+    others = [
+        graph.node_of.get(id(site.statement))
+        for site in model.assignment_sites
+        if site.scope is binding.scope and site.target == binding.key and site.statement is not binding.statement
+    ]
+    for use in uses:
+        node = flow.node(use)
+        if node is not None and flow.paths.query(built, node, [n for n in others if n is not None]) is not None:
+            return True
+    return False
+
+
+def _scope_flow(model: FileModel, scope):
+    cache = model.__dict__.setdefault("_flows", {})
+    found = cache.get(id(scope))
+    if found is None:
+        found = cache[id(scope)] = ScopeFlow(scope)
+    return found
+
+
+_STORING_METHODS = frozenset({"append", "extend", "add", "insert", "setdefault", "update", "register", "put"})
+
+
+def _kept(function: cst.FunctionDef, key: str) -> bool:
+    """Does the scaler outlive the call, or come back with its history? Returned or yielded, stored in
+    an attribute, a container or a global (`global`/`nonlocal`), or loaded from a state dict: then a new
+    one per call is not proved to lose anything."""
+    found = []
+
+    def bare(node: Optional[cst.CSTNode]) -> bool:
+        return node is not None and key in _bare_names(node)
+
+    class Escapes(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # a nested function's returns are its own
+
+        def visit_Return(self, node: cst.Return) -> None:
+            if bare(node.value):
+                found.append(node)
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            if bare(node.value):
+                found.append(node)
+
+        def visit_Global(self, node: cst.Global) -> None:
+            if any(n.name.value == key for n in node.names):
+                found.append(node)
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            if any(n.name.value == key for n in node.names):
+                found.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if bare(node.value) and any(not isinstance(t.target, cst.Name) for t in node.targets):
+                found.append(node)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if bare(node.value) and not isinstance(node.target, cst.Name):
+                found.append(node)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute):
+                if func.attr.value in _STORING_METHODS and any(bare(a.value) for a in node.args):
+                    found.append(node)
+                elif func.attr.value == "load_state_dict" and dotted_name(func.value) == key:
+                    found.append(node)
+            elif isinstance(func, cst.Name) and func.value == "setattr" and any(bare(a.value) for a in node.args):
+                found.append(node)
+
+    function.visit(Escapes())
+    return bool(found)
+
+
+def _bare_names(node: cst.CSTNode) -> Set[str]:
+    """Plain names an expression hands on as values (`scaler`, `(model, scaler)`), not those it only
+    reads an attribute of or calls a method on (`scaler.get_scale()`)."""
+    found: Set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            return False
+
+        def visit_Call(self, call: cst.Call) -> bool:
+            for arg in call.args:
+                arg.value.visit(self)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    node.visit(Names())
+    return found
+
+
+def _runs_once(loop: cst.For) -> bool:
+    """`for epoch in range(1)`, `range(start, start + 1)`, `[0]`: one iteration (or none)."""
+    iterable = loop.iter
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
+        return len(iterable.elements) <= 1
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
+        args = [a.value for a in iterable.args]
+        if len(args) == 1:
+            return isinstance(args[0], cst.Integer) and int(args[0].value, 0) <= 1
+        if len(args) in (2, 3):
+            first, second = args[0], args[1]
+            if isinstance(first, cst.Integer) and isinstance(second, cst.Integer):
+                return int(second.value, 0) - int(first.value, 0) <= 1
+            if isinstance(second, cst.BinaryOperation) and isinstance(second.operator, cst.Add):
+                one = second.right
+                return isinstance(one, cst.Integer) and int(one.value, 0) <= 1 and second.left.deep_equals(first)
+    return False
+
+
+def _ifs_in(loop: cst.For) -> Set[int]:
+    found: Set[int] = set()
+
+    class Ifs(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            found.add(id(node))
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    loop.body.visit(Ifs())
+    return found
 
 
 def _passes(event, key: str) -> bool:
