@@ -389,36 +389,12 @@ class ProjectSummaries:
         return found
 
     def _scan_set(self, checked: str) -> Tuple[str, ...]:
-        """The files searched for callers of the checked file's functions: its top-level package (all of
-        it), and the modules directly in its source root; empty when that is more than MAX_CALLER_SCAN_FILES."""
         root, name = source_root_of(Path(checked))
-        top = name.split(".")[0] if name else ""
-        key = f"{root}\0{top}"
-        if key in self._scan_sets:
-            return self._scan_sets[key] or ()
+        key = f"{root}\0{name.split('.')[0] if name else ''}"
+        if key not in self._scan_sets:
+            self._scan_sets[key] = _caller_scan_files(root, name)
         own = os.path.abspath(checked)
-        files: List[str] = []
-        too_many = False
-        try:
-            for entry in sorted(os.listdir(root)):
-                if entry.endswith(".py"):
-                    files.append(os.path.join(root, entry))
-            package = os.path.join(root, top)
-            if top and os.path.isfile(os.path.join(package, "__init__.py")):
-                for folder, subfolders, names in os.walk(package):
-                    subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
-                    files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
-                    if len(files) > MAX_CALLER_SCAN_FILES:
-                        too_many = True
-                        break
-        except OSError:
-            too_many = True
-        if too_many or len(files) > MAX_CALLER_SCAN_FILES:
-            self._scan_sets[key] = None
-            return ()
-        result = tuple(os.path.abspath(f) for f in files if os.path.abspath(f) != own and os.path.isfile(f))
-        self._scan_sets[key] = result
-        return result
+        return tuple(f for f in self._scan_sets[key] or () if f != own)
 
     def _may_name(self, caller: ModuleInfo, checked: str, name: str) -> bool:
         """Does the caller module import the checked module or `name` from it (directly or re-exported)?"""
@@ -572,3 +548,74 @@ def callers_in_project(model, scope) -> List[Tuple[object, object]]:
         raise
     except Exception:
         return []
+
+
+def _caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
+    """The files searched for callers of a module `name` under the source root `root`: its top-level
+    package (all of it) and the modules directly in the root; None when that is more than
+    MAX_CALLER_SCAN_FILES (then no module is searched: the same answer for every run)."""
+    top = name.split(".")[0] if name else ""
+    files: List[str] = []
+    try:
+        for entry in sorted(os.listdir(root)):
+            if entry.endswith(".py"):
+                files.append(os.path.join(root, entry))
+        package = os.path.join(root, top)
+        if top and os.path.isfile(os.path.join(package, "__init__.py")):
+            for folder, subfolders, names in os.walk(package):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
+                files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+                if len(files) > MAX_CALLER_SCAN_FILES:
+                    return None
+    except OSError:
+        return None
+    if len(files) > MAX_CALLER_SCAN_FILES:
+        return None
+    return tuple(os.path.abspath(f) for f in files if os.path.isfile(f))
+
+
+def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[str, str]]:
+    """What a file's result depends on through the callers of its functions (AMP013's per-epoch scaler):
+    `(path, digest)` of every searched project file that names a function or method of this file that
+    builds a GradScaler and has a loop, sorted. A result cache must add these to the file's key (besides
+    `ProjectIndex.dependencies`, the modules it imports): an epoch loop added or removed in `main.py`
+    changes the finding in `engine.py`. Empty for a file that never names a GradScaler."""
+    import hashlib
+
+    try:
+        if text is None:
+            with open(path, "rb") as handle:
+                text = handle.read(MAX_MODULE_BYTES + 1).decode("utf-8-sig", "replace")
+        if "GradScaler" not in text:
+            return []
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names = set()
+    for node in tree.body:
+        members = node.body if isinstance(node, ast.ClassDef) else [node]
+        for member in members:
+            if not isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            inner = list(ast.walk(member))
+            builds = any(
+                isinstance(n, ast.Call) and (ast_dotted_name(n.func) or "").split(".")[-1] == "GradScaler" for n in inner
+            )
+            if builds and any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) for n in inner):
+                names.add(member.name.encode("utf-8"))
+    if not names:
+        return []
+    root, name = source_root_of(Path(path))
+    own = os.path.abspath(path)
+    found: List[Tuple[str, str]] = []
+    for candidate in _caller_scan_files(root, name) or ():
+        if candidate == own:
+            continue
+        try:
+            with open(candidate, "rb") as handle:
+                data = handle.read(MAX_MODULE_BYTES + 1)
+        except OSError:
+            continue
+        if any(n in data for n in names):
+            found.append((candidate, hashlib.sha256(data).hexdigest()))
+    return sorted(found)

@@ -58,6 +58,13 @@ class ScalerBuiltInLoop(Rule):
     (`if scaler is None: scaler = GradScaler()`) is not reported. A scaler built in a per-step helper
     function, or once per epoch, is reported at medium confidence without a fix.
 
+    A function that builds its scaler and runs a training loop with it (`train_one_epoch`) is reported
+    when an epoch loop calls it, in the same file or in another module of the project (the finding is at
+    the construction and names the epoch loop's file and line): not when the scaler outlives the call
+    (returned, stored in an attribute, a container or a global) or gets its state back
+    (`load_state_dict`), when the loop runs once, the call is under a test of the epoch (`if epoch == 0`)
+    or ends the loop (`break`, `return`), or when the epoch loop is the function's own.
+
     ## References
     - [AMP recipe: Adding GradScaler](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -114,6 +121,40 @@ def run(model, loader, optimizer):
 
 for config in configs:
     run(*build(config))
+""",
+        # Called in an epoch loop that runs once, in the first epoch only, or before a `break`.
+        """
+import torch
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+for epoch in range(1):
+    train_one_epoch(model, loader, optimizer)
+for epoch in range(epochs):
+    if epoch == 0:
+        train_one_epoch(model, loader, optimizer)
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer)
+    break
+""",
+        # The scaler is handed back (the caller keeps it) or gets its history back from a checkpoint.
+        """
+import torch
+def train_one_epoch(model, loader, optimizer, state):
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.load_state_dict(state["scaler"])
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return scaler
+
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer, state)
 """,
         # A loop that only builds things.
         """
