@@ -8,7 +8,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
-from amp_lint.analysis.paths import PROVED, Proof, weakest
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import ScopeFlow, assumption_text
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -218,6 +218,43 @@ for x in loader:
     train_step(model, x, optimizer, scaler)
 """,
         ),
+        # Built after an early `continue` on something else: still every iteration.
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    if x is None:
+        continue
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    if x is None:
+        continue
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # A scaler built before the loop and rebuilt when something went wrong: a deliberate reset may be
+        # meant, so this rests on an assumption (shown only with --show-assumed, no fix).
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    if diverged():
+        scaler = torch.amp.GradScaler("cuda")
+"""
+        ),
         # A function with its own batch loop, called once per epoch (animl #298).
         Invalid(
             """
@@ -274,6 +311,9 @@ for x in loader:
                 return
             confidence = Confidence.MEDIUM
         where = "every iteration" if confidence is Confidence.HIGH else "every epoch"
+        again = _built_again(model, binding, loop)
+        if again is None:
+            return  # the loop cannot run the construction twice (`break`, `return` after it)
         yield self.finding(
             binding.call,
             f"`{short(binding.call)}` builds a new GradScaler {where}: the scale restarts at its initial value "
@@ -281,6 +321,7 @@ for x in loader:
             fix=_hoist_fix(model, binding) if confidence is Confidence.HIGH else None,
             confidence=confidence,
             context=scope.name,
+            assumption=assumption_text(again, "the condition around the construction"),
         )
 
     def _in_step_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
@@ -300,7 +341,10 @@ for x in loader:
         callers = [
             e
             for e in model.events
-            if e.kind is EventKind.CALL and (e.target or "").split(".")[-1] == function.name.value and e.loops
+            if e.kind is EventKind.CALL
+            and (e.target or "").split(".")[-1] == function.name.value
+            and e.loops
+            and _repeated_call(model, e, epoch=False) is not None
         ]
         if not callers:
             return
@@ -381,27 +425,66 @@ def _names_callee(target: str, name: str, scope) -> bool:
 
 def _once_per_epoch(model: FileModel, site) -> Optional[Proof]:
     """Does the call `site` (an Event or a CallSite of `model`) run on more than one iteration of an epoch
-    loop, the innermost loop around it? PROVED when every iteration runs it, ASSUMED when a condition
-    around it must hold, None when the evidence is not there: no epoch loop, a loop that runs once, a
-    condition on the epoch (`if epoch == 0:`), or no path from the call to the next iteration (`break`,
-    `return`)."""
+    loop, the innermost loop around it? See `_repeated_call`."""
+    return _repeated_call(model, site, epoch=True)
+
+
+def _repeated_call(model: FileModel, site, epoch: bool) -> Optional[Proof]:
+    """Can the call `site` run on two iterations of the innermost loop around it (an epoch loop, with
+    `epoch`)? PROVED when every iteration runs it, ASSUMED when a condition around it must hold, None
+    when the evidence is not there: a loop that runs once, a condition on the loop variable (`if epoch
+    == 0:`), or no path from the call to the next iteration (`break`, `return` after it)."""
     if not site.loops:
         return None
     loop = site.loops[-1]
-    if not isinstance(loop, cst.For) or not _EPOCH_LOOP.search(code_of(loop.target)) or _runs_once(loop):
+    if epoch and not (isinstance(loop, cst.For) and _EPOCH_LOOP.search(code_of(loop.target))):
         return None
-    epoch_names = _names_in(loop.target)
-    inside = _ifs_in(loop)
-    if any(id(b.node) in inside and _names_in(b.node.test) & epoch_names for b in site.branches):
-        return None
-    flow = _scope_flow(model, site.scope)
+    if isinstance(loop, cst.For):
+        if _runs_once(loop):
+            return None
+        counters = _names_in(loop.target)
+        inside = _ifs_in(loop)
+        if any(id(b.node) in inside and _names_in(b.node.test) & counters for b in site.branches):
+            return None
+    return _every_iteration(model, site.scope, getattr(site, "flow_statement", None) or site.statement, loop)
+
+
+def _every_iteration(model: FileModel, scope, statement, loop) -> Optional[Proof]:
+    """Does `statement` run on an iteration of `loop` and reach the next one? (PROVED: every iteration;
+    ASSUMED: under a condition; None: never again after it.) PROVED when the flow graph has no place
+    for it (the lexical answer, as before)."""
+    flow = _scope_flow(model, scope)
     graph = flow.graph
-    node = graph.node_of.get(id(getattr(site, "flow_statement", None) or site.statement))
+    node = graph.node_of.get(id(statement))
     body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
     if node is None or body is None or latch is None:
-        return None
+        return PROVED
     into = PROVED if node == body else flow.paths.query(body, node, start=body)
     return weakest(into, flow.paths.query(node, latch, start=body))
+
+
+def _built_again(model: FileModel, binding: ScalerBinding, loop) -> Optional[Proof]:
+    """Can the construction inside `loop` run on two of its iterations (see `_every_iteration`)? ASSUMED
+    for a reset: the same name holds a scaler built before the loop, and some iteration skips this
+    construction (`if diverged: scaler = GradScaler()`), so it may run only when something went wrong."""
+    proof = _every_iteration(model, binding.scope, binding.statement, loop)
+    if proof is not PROVED:
+        return proof
+    before = [
+        other
+        for bindings in model.scalers.values()
+        for other in bindings
+        if other is not binding and other.key == binding.key and other.scope is binding.scope and loop not in other.loops
+    ]
+    if not before:
+        return proof
+    flow = _scope_flow(model, binding.scope)
+    graph = flow.graph
+    node = graph.node_of.get(id(binding.statement))
+    body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
+    if node is None or body is None or latch is None or node == body:
+        return proof
+    return ASSUMED if flow.paths.query(body, latch, [node], start=body) is not None else proof
 
 
 def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
@@ -554,7 +637,12 @@ def _lazy(model: FileModel, binding: ScalerBinding) -> bool:
         if site.statement is binding.statement and site.target == binding.key:
             for branch in site.branches:
                 test = code_of(branch.node.test) if isinstance(branch.node, cst.If) else ""
-                if _LAZY_TEST.search(test) or binding.key.split(".")[-1] in test:
+                if binding.key.split(".")[-1] in test:
+                    return True
+                # The rest of a block after `if x is None: continue` is that `if`'s implied else: a test of
+                # something else than the scaler there says nothing about when the scaler is built.
+                implied = not branch.taken and branch.node.orelse is None
+                if not implied and _LAZY_TEST.search(test):
                     return True
     return False
 
