@@ -95,6 +95,7 @@ class ProjectSummaries:
         self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
         self._caller_modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}  # callers read for AMP013
         self._scan_sets: Dict[str, Optional[Tuple[str, ...]]] = {}
+        self._reading_callers = False  # a caller's model needs its call sites only: no summaries for it
 
     # --- the checked file ---
     @contextlib.contextmanager
@@ -128,7 +129,7 @@ class ProjectSummaries:
     def follows(self, target: str) -> bool:
         """Could the dotted callee `target` of the module being built be a project function or method?
         (`pkg_module.func` through an import, `self.attr.method` for an attribute holding a project object.)"""
-        if not self._building:
+        if not self._building or self._reading_callers:
             return False
         path = self._building[-1]
         info = self.index.module_at(Path(path))
@@ -147,6 +148,8 @@ class ProjectSummaries:
 
     def provide(self, model, call):
         """The Summary of the project function that `call` (a CALL event of `model`) calls, or None."""
+        if self._reading_callers:
+            return None
         try:
             return self._provide(model, call)
         except (RecursionError, MemoryError):
@@ -458,7 +461,13 @@ class ProjectSummaries:
             return None
         key = (path, info.digest)
         if key not in self._caller_modules:
-            self._caller_modules[key] = self._parse(path, info.digest, any_text=True)
+            # Its own calls are not followed: what the checked file's analysis reads (and the bound on
+            # it, MAX_MODULES_PER_FILE) stays what it is without this caller.
+            self._reading_callers = True
+            try:
+                self._caller_modules[key] = self._parse(path, info.digest, any_text=True)
+            finally:
+                self._reading_callers = False
         return self._caller_modules[key]
 
     # --- placing findings ---
