@@ -322,6 +322,24 @@ def test_caller_dependencies_list_the_modules_that_call_the_per_epoch_function()
     assert caller_dependencies(FIXTURES / "clip_in_callback" / "trainer" / "callbacks.py") == []
 
 
+def test_caller_dependencies_change_with_the_callers(tmp_path):
+    # a warm run must not keep `engine.py`'s finding once `main.py` no longer loops over epochs, nor miss
+    # a new caller: the list changes with an edit of a caller and with a new file naming the function
+    from amp_lint.analysis.summaries import caller_dependencies
+
+    tree = _copy("scaler_per_epoch", tmp_path) / "trainer"
+    engine = tree / "engine.py"
+    before = caller_dependencies(engine)
+    main = tree / "main.py"
+    main.write_text(main.read_text().replace("    for epoch in range(epochs):\n        train_one_epoch(", "    train_one_epoch("))
+    edited = caller_dependencies(engine)
+    assert [p for p, _ in edited] == [p for p, _ in before] and edited != before
+    (tree / "unrelated.py").write_text("x = 1\n")
+    assert caller_dependencies(engine) == edited
+    (tree / "cli.py").write_text("from trainer.engine import train_one_epoch\n")
+    assert [os.path.basename(p) for p, _ in caller_dependencies(engine)] == ["cli.py", "main.py"]
+
+
 def test_no_caller_search_without_a_project():
     # stdin, or the API without an index: only the file's own epoch loops count
     source = (FIXTURES / "scaler_per_epoch" / "trainer" / "engine.py").read_text()

@@ -346,8 +346,8 @@ class ProjectSummaries:
 
     # --- callers of the checked file's functions in other modules (AMP013) ---
     def callers_of(self, scope) -> List[Tuple[object, object]]:
-        """The calls of the function or method `scope` of the checked file made in other project modules,
-        as (the caller's FileModel, its CallSite), in path order. Only calls whose callee provably is this
+        """The calls of the function or method `scope` of the checked file made inside loops of other
+        project modules, as (the caller's FileModel, its CallSite), in path order. Only calls whose callee provably is this
         function: its name imported from this module (`from pkg.engine import train`, `engine.train`), a
         method called on an attribute or local that holds an instance of its class (`self.runner =
         Runner()`, `runner = Runner()`), or inherited (`self.fit_epoch()` in a subclass)."""
@@ -380,6 +380,8 @@ class ProjectSummaries:
             caller_info = self.index.module_at(Path(path))
             if caller_info is None or not self._may_name(caller_info, checked, class_name or function):
                 continue
+            if not _calls_in_a_loop(data, function):
+                continue  # `ast` says so at a tenth of a LibCST parse: no call of the name inside a loop
             if parsed >= MAX_CALLER_MODULES:
                 break
             parsed += 1
@@ -387,7 +389,7 @@ class ProjectSummaries:
             if foreign is None or foreign.model is None:
                 continue
             for site in foreign.model.call_sites:
-                if self._calls(caller_info, path, foreign.model, site, checked, function, class_name):
+                if site.loops and self._calls(caller_info, path, foreign.model, site, checked, function, class_name):
                     found.append((foreign.model, site))
         return found
 
@@ -591,6 +593,10 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
     changes the finding in `engine.py`. Empty for a file that never names a GradScaler."""
     import hashlib
 
+    root, name = source_root_of(Path(path))
+    files = _caller_scan_files(root, name)
+    if not files:
+        return []  # nothing is searched for this file's callers (a package too large to search)
     try:
         if text is None:
             with open(path, "rb") as handle:
@@ -614,10 +620,9 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
                 names.add(member.name.encode("utf-8"))
     if not names:
         return []
-    root, name = source_root_of(Path(path))
     own = os.path.abspath(path)
     found: List[Tuple[str, str]] = []
-    for candidate in _caller_scan_files(root, name) or ():
+    for candidate in files:
         if candidate == own:
             continue
         try:
@@ -628,3 +633,20 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
         if any(n in data for n in names):
             found.append((candidate, hashlib.sha256(data).hexdigest()))
     return sorted(found)
+
+
+def _calls_in_a_loop(data: bytes, name: str) -> bool:
+    """Does the module's text call something named `name` (`name(...)`, `x.name(...)`) inside a loop?"""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Call):
+                    func = inner.func
+                    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+                    if called == name:
+                        return True
+    return False

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Set
+from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -10,6 +10,7 @@ from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import ScopeFlow, assumption_text
+from amp_lint.analysis.walk import visit_read_only
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -373,8 +374,15 @@ for x in loader:
             for e in scope.events
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
         ]
-        if not uses or _kept(function, binding.key) or not _reaches_the_loop(model, binding, uses):
+        if not uses or _kept(function, binding.key):
             return
+        reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
+
+        def stepped_here() -> bool:
+            if not reaches:
+                reaches.append(_reaches_the_loop(model, binding, uses))
+            return reaches[0]
+
         name = function.name.value
         message = (
             f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
@@ -386,7 +394,7 @@ for x in loader:
             if any(s is scope for s in caller.scope.chain()):
                 continue  # the epoch loop is the function's own (a restart), or a function nested in it
             proof = _once_per_epoch(model, caller)
-            if proof is None:
+            if proof is None or not stepped_here():
                 continue
             yield self.finding(
                 binding.call,
@@ -401,7 +409,7 @@ for x in loader:
 
         for caller_model, site in callers_in_project(model, scope):
             proof = _once_per_epoch(caller_model, site)
-            if proof is None:
+            if proof is None or not stepped_here():
                 continue
             # The caller is another module: no fix (it would edit both files), the message names its place.
             yield self.finding(
@@ -565,7 +573,7 @@ def _kept(function: cst.FunctionDef, key: str) -> bool:
             elif isinstance(func, cst.Name) and func.value == "setattr" and any(bare(a.value) for a in node.args):
                 found.append(node)
 
-    function.visit(Escapes())
+    visit_read_only(function, Escapes())
     return bool(found)
 
 
@@ -583,13 +591,13 @@ def _bare_names(node: cst.CSTNode) -> Set[str]:
 
         def visit_Call(self, call: cst.Call) -> bool:
             for arg in call.args:
-                arg.value.visit(self)
+                visit_read_only(arg.value, self)
             return False
 
         def visit_Lambda(self, node: cst.Lambda) -> bool:
             return False
 
-    node.visit(Names())
+    visit_read_only(node, Names())
     return found
 
 
@@ -622,7 +630,7 @@ def _ifs_in(loop: cst.For) -> Set[int]:
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False
 
-    loop.body.visit(Ifs())
+    visit_read_only(loop.body, Ifs())
     return found
 
 
@@ -675,14 +683,14 @@ def _names_in(node: cst.CSTNode) -> Set[str]:
             found.add(name.value)
 
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
+            visit_read_only(attribute.value, self)
             return False
 
         def visit_Arg(self, arg: cst.Arg) -> bool:
-            arg.value.visit(self)
+            visit_read_only(arg.value, self)
             return False
 
-    node.visit(Names())
+    visit_read_only(node, Names())
     return found
 
 
