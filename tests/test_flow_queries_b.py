@@ -8,11 +8,8 @@ import textwrap
 
 import libcst as cst
 
-try:  # the analysis package after the model split (amp_lint.analysis.builder / events)
-    from amp_lint.analysis.builder import build_model
-    from amp_lint.analysis.events import EventKind
-except ImportError:  # before it
-    from amp_lint.analysis.model import EventKind, build_model  # type: ignore[no-redef]
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED
 from amp_lint.analysis.scaler_flow import call_levels, condition_of, flow_of, gate, path_with, scope_flow
 from amp_lint.engine.checker import Checker

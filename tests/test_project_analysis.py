@@ -32,6 +32,12 @@ EXPECTED = {
     "scaler_in_base_module": {"models/sr_model.py": [("AMP023", 11)]},
     # fastai: callbacks drive `self.learn.scaler` in an order this code does not show: unknown, silent
     "fastai_callbacks": {},
+    # animl #298 across modules: `train_one_epoch` builds its scaler, `main.py`'s epoch loop calls it
+    "scaler_per_epoch": {"trainer/engine.py": [("AMP013", 9)]},
+    # the method shape: `self.runner.fit_epoch()` once per epoch, `EpochRunner` of another module
+    "scaler_per_epoch_method": {"fitter/epoch.py": [("AMP013", 13)]},
+    # per-epoch calls whose evidence is not conclusive (each case in a comment of jobs/helpers.py)
+    "scaler_per_epoch_silent": {},
 }
 
 
@@ -109,7 +115,7 @@ def test_sarif_related_locations_carry_the_other_file(tmp_path):
 
 
 def test_fixes_never_edit_the_other_file(tmp_path):
-    for case in ("clip_in_callback", "plugin_base_class", "scaler_in_base_module"):
+    for case in ("clip_in_callback", "plugin_base_class", "scaler_in_base_module", "scaler_per_epoch", "scaler_per_epoch_method"):
         tree = _copy(case, tmp_path)
         before = {p: p.read_bytes() for p in tree.rglob("*.py")}
         result = _cli("--fix", "--unsafe-fixes", ".", cwd=tree)
@@ -151,6 +157,28 @@ def test_editing_a_helper_module_invalidates_the_importing_files_cached_result(t
     time.sleep(0.01)
     metrics.write_text("def grad_norm(model):\n    return 0.0\n")
     assert _found(_cli(".", cwd=tree, cache=cache)) == []
+
+
+def test_a_cached_per_epoch_finding_follows_its_callers_edits_and_new_callers(tmp_path):
+    """The AMP013 finding in engine.py rests on main.py's epoch loop: the cached result of engine.py must
+    change when that loop goes, and again when a new module becomes a caller (a file the cache never saw)."""
+    tree = _copy("scaler_per_epoch", tmp_path)
+    cache = tmp_path / "cache"
+
+    def engine_findings():
+        return [d["code"] for d in _found(_cli("trainer/engine.py", cwd=tree, cache=cache))]
+
+    assert engine_findings() == ["AMP013"]
+    assert engine_findings() == ["AMP013"]  # warm
+    main = tree / "trainer" / "main.py"
+    original = main.read_text()
+    main.write_text(original.replace("    for epoch in range(epochs):\n        train_one_epoch(", "    train_one_epoch("))
+    assert engine_findings() == []
+    (tree / "trainer" / "cli.py").write_text(
+        "from trainer.engine import train_one_epoch\n\n\ndef run(model, loader, optimizer):\n"
+        "    for epoch in range(10):\n        train_one_epoch(model, loader, optimizer)\n"
+    )
+    assert engine_findings() == ["AMP013"]
 
 
 def test_a_cache_entry_is_a_hit_only_while_its_dependencies_keep_their_digests(tmp_path):
@@ -220,3 +248,163 @@ def test_a_module_that_imports_itself_in_a_cycle_is_no_trouble(tmp_path):
     )
     found = _found(_cli(".", cwd=tmp_path))
     assert [(d["filename"], d["code"], d["location"]["row"]) for d in found] == [("pkg/train.py", "AMP030", 6)]
+
+
+def test_a_run_on_a_few_files_finds_what_the_whole_tree_run_finds_for_them(tmp_path):
+    # pre-commit passes several changed files at once: every other file of each package, in one run
+    for case in sorted(EXPECTED):
+        tree = _copy(case, tmp_path)
+        files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.py"))
+        few = files[::2]
+        whole = _found(_cli(".", cwd=tree))
+        some = _found(_cli(*few, cwd=tree))
+        assert [(d["filename"], d["code"], d["location"], d["message"], d["related"]) for d in some] == [
+            (d["filename"], d["code"], d["location"], d["message"], d["related"])
+            for d in whole
+            if d["filename"].replace(os.sep, "/") in few
+        ], case
+
+
+# --- AMP013: a scaler built in a function another module's epoch loop calls (animl #298) ---
+
+
+def test_the_per_epoch_scaler_is_reported_at_the_construction_and_names_the_epoch_loop(tmp_path):
+    tree = _copy("scaler_per_epoch", tmp_path)
+    # a pre-commit run on the file that holds the bug (it never names the caller) finds it
+    [finding] = _found(_cli("trainer/engine.py", cwd=tree))
+    assert (finding["code"], finding["filename"], finding["location"]["row"]) == ("AMP013", "trainer/engine.py", 9)
+    assert "every call of `train_one_epoch()`" in finding["message"]
+    assert "called once per epoch at `trainer/main.py` line 8" in finding["message"]
+    assert [(r["filename"], r["location"]["row"]) for r in finding["related"]] == [("trainer/main.py", 8)]
+    assert finding["fix"] is None  # building it once means editing the caller too
+    assert finding["confidence"] == "medium"  # "epoch" is read from the loop's name: hidden by default
+    assert _found(_cli("trainer/main.py", cwd=tree)) == []  # the caller's file holds no finding
+
+
+def test_the_per_epoch_scaler_of_a_method_names_the_calling_method(tmp_path):
+    tree = _copy("scaler_per_epoch_method", tmp_path)
+    [finding] = _found(_cli("fitter/epoch.py", cwd=tree))
+    assert "every call of `fit_epoch()`" in finding["message"]
+    assert [(r["filename"], r["location"]["row"]) for r in finding["related"]] == [("fitter/fit.py", 12)]
+
+
+def _check_tree(tree):
+    """Every finding of an in-process run over the tree, file by file (cheaper than the CLI)."""
+    from amp_lint import rules as registry
+    from amp_lint.analysis.project import ProjectIndex
+    from amp_lint.engine.checker import Checker
+
+    found = []
+    for path in sorted(tree.rglob("*.py")):
+        checker = Checker(frozenset(registry.default_codes()), show_assumed=True, project=ProjectIndex())
+        result = checker.check(path.read_text(), path.name, path=str(path))
+        found += [(path.name, d.code, d.context) for d in result.diagnostics]
+    return found
+
+
+# Each silent case of fixtures/project/scaler_per_epoch_silent, and the edit that completes the evidence:
+# then the finding is there (so the case is silent for its own reason, not by accident).
+_SILENT = {
+    "train_returning": ("helpers.py", "        scaler.update()\n    return scaler\n", "        scaler.update()\n"),
+    "train_global": ("helpers.py", "    global SCALER\n", ""),
+    "train_stored": ("helpers.py", '    state["scaler"] = scaler\n', ""),
+    "train_lazy": (
+        "helpers.py",
+        '    if scaler is None:\n        scaler = torch.amp.GradScaler("cuda")\n',
+        '    scaler = torch.amp.GradScaler("cuda")\n',
+    ),
+    "train_resumed": ("helpers.py", '    scaler.load_state_dict(checkpoint["scaler"])\n', ""),
+    "train_once": (
+        "runner.py",
+        "    train_once(model, loader, optimizer)\n",
+        "    for epoch in range(epochs):\n        train_once(model, loader, optimizer)\n",
+    ),
+    "train_single_epoch_loop": ("runner.py", "range(1)", "range(2)"),
+    "train_first_epoch": ("runner.py", "        if epoch == 0:\n", "        if use_amp:\n"),
+    "train_then_break": ("runner.py", "        break\n", ""),
+    "train_rebound": ("helpers.py", "    scaler = shared\n", ""),
+    "train_shadowed": ("shadow.py", "def train_shadowed(model, loader, optimizer):\n    pass\n", "from jobs.helpers import train_shadowed\n"),
+    "train_with_restart": (
+        "helpers.py",
+        "\n\ndef diverged(model):",
+        "\n\ndef restart_all(model, loader, optimizer, epochs):\n    for epoch in range(epochs):\n"
+        "        train_with_restart(model, loader, optimizer, epochs)\n\n\ndef diverged(model):",
+    ),
+    "Runner.fit_epoch": ("helpers.py", "self.scaler", "scaler"),
+}
+
+
+def test_the_silent_per_epoch_cases_are_silent(tmp_path):
+    assert _check_tree(_copy("scaler_per_epoch_silent", tmp_path)) == []
+
+
+@pytest.mark.parametrize("function", sorted(_SILENT))
+def test_each_silent_per_epoch_case_is_found_once_its_evidence_is_complete(function, tmp_path):
+    tree = _copy("scaler_per_epoch_silent", tmp_path)
+    name, old, new = _SILENT[function]
+    path = tree / "jobs" / name
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    assert _check_tree(tree) == [("helpers.py", "AMP013", function)]
+
+
+def test_caller_dependencies_list_the_modules_that_call_the_per_epoch_function():
+    # what a result cache must add to `engine.py`'s key: an epoch loop added or removed in `main.py`
+    # changes `engine.py`'s finding (the modules it imports are not enough)
+    import hashlib
+
+    from amp_lint.analysis.callers import caller_dependencies
+
+    tree = FIXTURES / "scaler_per_epoch" / "trainer"
+    main = tree / "main.py"
+    assert caller_dependencies(tree / "engine.py") == [(str(main), hashlib.sha256(main.read_bytes()).hexdigest())]
+    assert caller_dependencies(main) == []  # builds its scaler outside any function with a loop
+    assert caller_dependencies(FIXTURES / "clip_in_callback" / "trainer" / "callbacks.py") == []
+
+
+def test_caller_dependencies_change_with_the_callers(tmp_path):
+    # a warm run must not keep `engine.py`'s finding once `main.py` no longer loops over epochs, nor miss
+    # a new caller: the list changes with an edit of a caller and with a new file naming the function
+    from amp_lint.analysis.callers import caller_dependencies
+
+    tree = _copy("scaler_per_epoch", tmp_path) / "trainer"
+    engine = tree / "engine.py"
+    before = caller_dependencies(engine)
+    main = tree / "main.py"
+    main.write_text(main.read_text().replace("    for epoch in range(epochs):\n        train_one_epoch(", "    train_one_epoch("))
+    edited = caller_dependencies(engine)
+    assert [p for p, _ in edited] == [p for p, _ in before] and edited != before
+    (tree / "unrelated.py").write_text("x = 1\n")
+    assert caller_dependencies(engine) == edited
+    (tree / "cli.py").write_text("from trainer.engine import train_one_epoch\n")
+    assert [os.path.basename(p) for p, _ in caller_dependencies(engine)] == ["cli.py", "main.py"]
+
+
+def test_no_caller_search_without_a_project():
+    # stdin, or the API without an index: only the file's own epoch loops count
+    source = (FIXTURES / "scaler_per_epoch" / "trainer" / "engine.py").read_text()
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--show-assumed", "--output-format", "json", "-"],
+        input=source,
+        cwd=FIXTURES / "scaler_per_epoch",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert json.loads(result.stdout) == []
+
+
+# --- fastai: another method of the same object may call update(): unknown ---
+
+
+def test_fastai_callbacks_order_is_unknown_not_a_missing_update(tmp_path, monkeypatch):
+    # `DirectLearner.one_batch` calls `self.mp.before_step()` (a step); `after_step` (the update) runs
+    # through the dispatcher. Silent; and silent *because* the order is unknown: were the other method
+    # ignored, the step would look never updated (AMP021).
+    from amp_lint.analysis import summaries
+
+    tree = _copy("fastai_callbacks", tmp_path)
+    assert _check_tree(tree) == []
+    monkeypatch.setattr(summaries, "_order_unknown", lambda *args: False)
+    assert [(name, code) for name, code, _ in _check_tree(tree)] == [("direct.py", "AMP021")]

@@ -113,6 +113,21 @@ def _prefilter(config: CheckConfig):
     return prefilter
 
 
+def _callers_key(path: str, text: str) -> bytes:
+    """What a cached result of `path` depends on through the callers of its functions in other modules
+    (AMP013: a scaler built in a function another module calls once per epoch): computed at each lookup,
+    because a new file can become a caller. Empty, at once, for a file that never names a GradScaler."""
+    if "GradScaler" not in text or path.endswith(".ipynb"):
+        return b""
+    from amp_lint.analysis.callers import caller_dependencies
+
+    try:
+        found = caller_dependencies(Path(path), text)
+    except (OSError, RecursionError, ValueError):
+        return b""
+    return "".join(f"{caller}\0{digest}\n" for caller, digest in found).encode("utf-8", "surrogateescape")
+
+
 def may_match(text: str, config: CheckConfig) -> bool:
     return bool(config.enabled) and _prefilter(config).may_match(text)
 
@@ -338,7 +353,8 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List
     for outcome, raw in scheduler.results():
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
-            cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies)
+            callers = _callers_key(outcome.path, raw.decode("utf-8", errors="replace"))
+            cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies, callers)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
         merged.update(negatives)
@@ -398,7 +414,7 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                     negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw)
+                hit = cache.get(Path(path), raw, _callers_key(path, text))
                 cached = _outcome_from_payload(path, hit) if hit is not None else None
                 if cached is not None:
                     outcomes[path] = cached

@@ -95,8 +95,10 @@ class ResultCache:
         """False once writing has failed: the run goes on without a cache."""
         return self._enabled
 
-    def key(self, path: Path, content: bytes) -> str:
-        """The hex sha256 of (version, settings key, absolute path, content)."""
+    def key(self, path: Path, content: bytes, extra: bytes = b"") -> str:
+        """The hex sha256 of (version, settings key, absolute path, content, and `extra`: what else the
+        result depends on that must be computed afresh at each lookup, such as the set of files that call
+        this file's functions, which a new file can join)."""
         import hashlib
 
         digest = hashlib.sha256()
@@ -106,6 +108,7 @@ class ResultCache:
             self.settings_key.encode("utf-8"),
             self._file_settings.get(absolute, "").encode("utf-8"),
             os.fsencode(absolute),
+            extra,
         ):
             # Length prefixes keep the parts apart: ("ab", "c") and ("a", "bc") differ.
             digest.update(len(part).to_bytes(8, "little"))
@@ -113,12 +116,12 @@ class ResultCache:
         digest.update(content)
         return digest.hexdigest()
 
-    def get(self, path: Path, content: bytes) -> Optional[dict]:
+    def get(self, path: Path, content: bytes, extra: bytes = b"") -> Optional[dict]:
         """The payload stored for this file and content, or None on a miss (also when a file the stored
         result depends on has changed since)."""
         if not self._enabled:
             return None
-        key = self.key(path, content)
+        key = self.key(path, content, extra)
         try:
             with open(self._entry_path(key), "rb") as entry_file:
                 raw = entry_file.read()
@@ -139,7 +142,7 @@ class ResultCache:
         return payload
 
     def put(
-        self, path: Path, content: bytes, payload: dict, dependencies: Sequence[Tuple[str, str]] = ()
+        self, path: Path, content: bytes, payload: dict, dependencies: Sequence[Tuple[str, str]] = (), extra: bytes = b""
     ) -> None:
         """Store the payload for this file and content, with the `(path, digest)` of every other file the
         result depends on; never raises for file-system trouble."""
@@ -147,7 +150,7 @@ class ResultCache:
             return
         import json
 
-        key = self.key(path, content)
+        key = self.key(path, content, extra)
         entry = {"key": key, "payload": payload}
         if dependencies:
             entry["depends"] = [[dependency, digest] for dependency, digest in dependencies]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, Optional, Set
+from typing import Iterator, List, Optional, Set
 
 import libcst as cst
 
@@ -11,6 +11,9 @@ from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import Loop, code_of
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
+from amp_lint.analysis.scaler_flow import ScopeFlow, assumption_text
+from amp_lint.analysis.walk import visit_read_only
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -58,6 +61,13 @@ class ScalerBuiltInLoop(Rule):
     arguments are loop-invariant (no name they use is bound inside the loop). Lazy initialisation
     (`if scaler is None: scaler = GradScaler()`) is not reported. A scaler built in a per-step helper
     function, or once per epoch, is reported at medium confidence without a fix.
+
+    A function that builds its scaler and runs a training loop with it (`train_one_epoch`) is reported
+    when an epoch loop calls it, in the same file or in another module of the project (the finding is at
+    the construction and names the epoch loop's file and line): not when the scaler outlives the call
+    (returned, stored in an attribute, a container or a global) or gets its state back
+    (`load_state_dict`), when the loop runs once, the call is under a test of the epoch (`if epoch == 0`)
+    or ends the loop (`break`, `return`), or when the epoch loop is the function's own.
 
     ## References
     - [AMP recipe: Adding GradScaler](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
@@ -115,6 +125,40 @@ def run(model, loader, optimizer):
 
 for config in configs:
     run(*build(config))
+""",
+        # Called in an epoch loop that runs once, in the first epoch only, or before a `break`.
+        """
+import torch
+def train_one_epoch(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+for epoch in range(1):
+    train_one_epoch(model, loader, optimizer)
+for epoch in range(epochs):
+    if epoch == 0:
+        train_one_epoch(model, loader, optimizer)
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer)
+    break
+""",
+        # The scaler is handed back (the caller keeps it) or gets its history back from a checkpoint.
+        """
+import torch
+def train_one_epoch(model, loader, optimizer, state):
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.load_state_dict(state["scaler"])
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return scaler
+
+for epoch in range(epochs):
+    train_one_epoch(model, loader, optimizer, state)
 """,
         # A loop that only builds things.
         """
@@ -178,6 +222,43 @@ for x in loader:
     train_step(model, x, optimizer, scaler)
 """,
         ),
+        # Built after an early `continue` on something else: still every iteration.
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    if x is None:
+        continue
+    scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    if x is None:
+        continue
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # A scaler built before the loop and rebuilt when something went wrong: a deliberate reset may be
+        # meant, so this rests on an assumption (shown only with --show-assumed, no fix).
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    if diverged():
+        scaler = torch.amp.GradScaler("cuda")
+"""
+        ),
         # A function with its own batch loop, called once per epoch (animl #298).
         Invalid(
             """
@@ -234,6 +315,9 @@ for x in loader:
                 return
             confidence = Confidence.MEDIUM
         where = "every iteration" if confidence is Confidence.HIGH else "every epoch"
+        again = _built_again(model, binding, loop)
+        if again is None:
+            return  # the loop cannot run the construction twice (`break`, `return` after it)
         yield self.finding(
             binding.call,
             f"`{short(binding.call)}` builds a new GradScaler {where}: the scale restarts at its initial value "
@@ -241,6 +325,7 @@ for x in loader:
             fix=_hoist_fix(model, binding) if confidence is Confidence.HIGH else None,
             confidence=confidence,
             context=scope.name,
+            assumption=assumption_text(again, "the condition around the construction"),
         )
 
     def _in_step_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
@@ -260,7 +345,10 @@ for x in loader:
         callers = [
             e
             for e in model.events
-            if e.kind is EventKind.CALL and (e.target or "").split(".")[-1] == function.name.value and e.loops
+            if e.kind is EventKind.CALL
+            and (e.target or "").split(".")[-1] == function.name.value
+            and e.loops
+            and _repeated_call(model, e, epoch=False) is not None
         ]
         if not callers:
             return
@@ -277,32 +365,276 @@ for x in loader:
 
     def _per_epoch_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
         """A function with a training loop of its own that builds its scaler first, called by an epoch
-        loop (animl #298): a new scaler every epoch."""
+        loop (animl #298): a new scaler every epoch. The caller may be in this file or, with a project,
+        in another module of it (`for epoch in ...: train_one_epoch(...)` in `main.py`); the finding is
+        here, at the construction, either way, and names the epoch loop."""
         scope = binding.scope
         function = scope.node
-        if binding.key.startswith("self.") or _lazy(model, binding):
+        if binding.key.startswith("self.") or "." in binding.key or _lazy(model, binding):
             return
-        if not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops for e in scope.events):
+        uses = [
+            e
+            for e in scope.events
+            if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
+        ]
+        if not uses or _kept(function, binding.key):
             return
+        reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
+
+        def stepped_here() -> bool:
+            if not reaches:
+                reaches.append(_reaches_the_loop(model, binding, uses))
+            return reaches[0]
+
         name = function.name.value
+        message = (
+            f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
+            "loop{where} calls once per epoch: the scale restarts every epoch; build it once and pass it in"
+        )
         for caller in model.events:
-            loop = caller.loop
-            if (
-                caller.kind is EventKind.CALL
-                and (caller.target or "").split(".")[-1] == name
-                and isinstance(loop, cst.For)
-                and _EPOCH_LOOP.search(code_of(loop.target))
-                and caller.scope is not scope
-            ):
-                yield self.finding(
-                    binding.call,
-                    f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
-                    "loop calls once per epoch: the scale restarts every epoch; build it once and pass it in",
-                    confidence=Confidence.MEDIUM,
-                    context=scope.name,
-                    related=(("called once per epoch", caller.call),),
-                )
-                return
+            if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
+                continue
+            if any(s is scope for s in caller.scope.chain()):
+                continue  # the epoch loop is the function's own (a restart), or a function nested in it
+            proof = _once_per_epoch(model, caller)
+            if proof is None or not stepped_here():
+                continue
+            yield self.finding(
+                binding.call,
+                message.format(where=""),
+                confidence=Confidence.MEDIUM,
+                context=scope.name,
+                related=(("called once per epoch", caller.call),),
+                assumption=assumption_text(proof, "the condition around the call"),
+            )
+            return
+        from amp_lint.analysis.summaries import callers_in_project
+
+        for caller_model, site in callers_in_project(model, scope):
+            proof = _once_per_epoch(caller_model, site)
+            if proof is None or not stepped_here():
+                continue
+            # The caller is another module: no fix (it would edit both files), the message names its place.
+            yield self.finding(
+                binding.call,
+                message.format(where=" of another module"),
+                confidence=Confidence.MEDIUM,
+                context=scope.name,
+                related=(("called once per epoch", site.call),),
+                assumption=assumption_text(proof, "the condition around the call"),
+            )
+            return
+
+
+def _names_callee(target: str, name: str, scope) -> bool:
+    """Is a call of `target` (as written, in this file) a call of the function or method `scope`?"""
+    if scope.class_name is None:
+        return target == name
+    parts = target.split(".")
+    return parts[-1] == name and len(parts) > 1
+
+
+def _once_per_epoch(model: FileModel, site) -> Optional[Proof]:
+    """Does the call `site` (an Event or a CallSite of `model`) run on more than one iteration of an epoch
+    loop, the innermost loop around it? See `_repeated_call`."""
+    return _repeated_call(model, site, epoch=True)
+
+
+def _repeated_call(model: FileModel, site, epoch: bool) -> Optional[Proof]:
+    """Can the call `site` run on two iterations of the innermost loop around it (an epoch loop, with
+    `epoch`)? PROVED when every iteration runs it, ASSUMED when a condition around it must hold, None
+    when the evidence is not there: a loop that runs once, a condition on the loop variable (`if epoch
+    == 0:`), or no path from the call to the next iteration (`break`, `return` after it)."""
+    if not site.loops:
+        return None
+    loop = site.loops[-1]
+    if epoch and not (isinstance(loop, cst.For) and _EPOCH_LOOP.search(code_of(loop.target))):
+        return None
+    if isinstance(loop, cst.For):
+        if _runs_once(loop):
+            return None
+        counters = _names_in(loop.target)
+        inside = _ifs_in(loop)
+        if any(id(b.node) in inside and _names_in(b.node.test) & counters for b in site.branches):
+            return None
+    return _every_iteration(model, site.scope, getattr(site, "flow_statement", None) or site.statement, loop)
+
+
+def _every_iteration(model: FileModel, scope, statement, loop) -> Optional[Proof]:
+    """Does `statement` run on an iteration of `loop` and reach the next one? (PROVED: every iteration;
+    ASSUMED: under a condition; None: never again after it.) PROVED when the flow graph has no place
+    for it (the lexical answer, as before)."""
+    flow = _scope_flow(model, scope)
+    graph = flow.graph
+    node = graph.node_of.get(id(statement))
+    body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
+    if node is None or body is None or latch is None:
+        return PROVED
+    into = PROVED if node == body else flow.paths.query(body, node, start=body)
+    return weakest(into, flow.paths.query(node, latch, start=body))
+
+
+def _built_again(model: FileModel, binding: ScalerBinding, loop) -> Optional[Proof]:
+    """Can the construction inside `loop` run on two of its iterations (see `_every_iteration`)? ASSUMED
+    for a reset: the same name holds a scaler built before the loop, and some iteration skips this
+    construction (`if diverged: scaler = GradScaler()`), so it may run only when something went wrong."""
+    proof = _every_iteration(model, binding.scope, binding.statement, loop)
+    if proof is not PROVED:
+        return proof
+    before = [
+        other
+        for bindings in model.scalers.values()
+        for other in bindings
+        if other is not binding and other.key == binding.key and other.scope is binding.scope and loop not in other.loops
+    ]
+    if not before:
+        return proof
+    flow = _scope_flow(model, binding.scope)
+    graph = flow.graph
+    node = graph.node_of.get(id(binding.statement))
+    body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
+    if node is None or body is None or latch is None or node == body:
+        return proof
+    return ASSUMED if flow.paths.query(body, latch, [node], start=body) is not None else proof
+
+
+def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
+    """Is the scaler stepped in the loop the one built here: a path from the construction to a step or
+    update in the loop with no other assignment of the name between?"""
+    flow = _scope_flow(model, binding.scope)
+    graph = flow.graph
+    built = graph.node_of.get(id(binding.statement))
+    if built is None:
+        return False
+    others = [
+        graph.node_of.get(id(site.statement))
+        for site in model.assignment_sites
+        if site.scope is binding.scope and site.target == binding.key and site.statement is not binding.statement
+    ]
+    for use in uses:
+        node = flow.node(use)
+        if node is not None and flow.paths.query(built, node, [n for n in others if n is not None]) is not None:
+            return True
+    return False
+
+
+def _scope_flow(model: FileModel, scope):
+    cache = model.__dict__.setdefault("_flows", {})
+    found = cache.get(id(scope))
+    if found is None:
+        found = cache[id(scope)] = ScopeFlow(scope)
+    return found
+
+
+_STORING_METHODS = frozenset({"append", "extend", "add", "insert", "setdefault", "update", "register", "put"})
+
+
+def _kept(function: cst.FunctionDef, key: str) -> bool:
+    """Does the scaler outlive the call, or come back with its history? Returned or yielded, stored in
+    an attribute, a container or a global (`global`/`nonlocal`), or loaded from a state dict: then a new
+    one per call is not proved to lose anything."""
+    found = []
+
+    def bare(node: Optional[cst.CSTNode]) -> bool:
+        return node is not None and key in _bare_names(node)
+
+    class Escapes(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function  # a nested function's returns are its own
+
+        def visit_Return(self, node: cst.Return) -> None:
+            if bare(node.value):
+                found.append(node)
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            if bare(node.value):
+                found.append(node)
+
+        def visit_Global(self, node: cst.Global) -> None:
+            if any(n.name.value == key for n in node.names):
+                found.append(node)
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            if any(n.name.value == key for n in node.names):
+                found.append(node)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            if bare(node.value) and any(not isinstance(t.target, cst.Name) for t in node.targets):
+                found.append(node)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if bare(node.value) and not isinstance(node.target, cst.Name):
+                found.append(node)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute):
+                if func.attr.value in _STORING_METHODS and any(bare(a.value) for a in node.args):
+                    found.append(node)
+                elif func.attr.value == "load_state_dict" and dotted_name(func.value) == key:
+                    found.append(node)
+            elif isinstance(func, cst.Name) and func.value == "setattr" and any(bare(a.value) for a in node.args):
+                found.append(node)
+
+    visit_read_only(function, Escapes())
+    return bool(found)
+
+
+def _bare_names(node: cst.CSTNode) -> Set[str]:
+    """Plain names an expression hands on as values (`scaler`, `(model, scaler)`), not those it only
+    reads an attribute of or calls a method on (`scaler.get_scale()`)."""
+    found: Set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            return False
+
+        def visit_Call(self, call: cst.Call) -> bool:
+            for arg in call.args:
+                visit_read_only(arg.value, self)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    visit_read_only(node, Names())
+    return found
+
+
+def _runs_once(loop: cst.For) -> bool:
+    """`for epoch in range(1)`, `range(start, start + 1)`, `[0]`: one iteration (or none)."""
+    iterable = loop.iter
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
+        return len(iterable.elements) <= 1
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
+        args = [a.value for a in iterable.args]
+        if len(args) == 1:
+            return isinstance(args[0], cst.Integer) and int(args[0].value, 0) <= 1
+        if len(args) in (2, 3):
+            first, second = args[0], args[1]
+            if isinstance(first, cst.Integer) and isinstance(second, cst.Integer):
+                return int(second.value, 0) - int(first.value, 0) <= 1
+            if isinstance(second, cst.BinaryOperation) and isinstance(second.operator, cst.Add):
+                one = second.right
+                return isinstance(one, cst.Integer) and int(one.value, 0) <= 1 and second.left.deep_equals(first)
+    return False
+
+
+def _ifs_in(loop: cst.For) -> Set[int]:
+    found: Set[int] = set()
+
+    class Ifs(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            found.add(id(node))
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+    visit_read_only(loop.body, Ifs())
+    return found
 
 
 def _passes(event, key: str) -> bool:
@@ -316,7 +648,12 @@ def _lazy(model: FileModel, binding: ScalerBinding) -> bool:
         if site.statement is binding.statement and site.target == binding.key:
             for branch in site.branches:
                 test = code_of(branch.node.test) if isinstance(branch.node, cst.If) else ""
-                if _LAZY_TEST.search(test) or binding.key.split(".")[-1] in test:
+                if binding.key.split(".")[-1] in test:
+                    return True
+                # The rest of a block after `if x is None: continue` is that `if`'s implied else: a test of
+                # something else than the scaler there says nothing about when the scaler is built.
+                implied = not branch.taken and branch.node.orelse is None
+                if not implied and _LAZY_TEST.search(test):
                     return True
     return False
 
@@ -349,14 +686,14 @@ def _names_in(node: cst.CSTNode) -> Set[str]:
             found.add(name.value)
 
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
+            visit_read_only(attribute.value, self)
             return False
 
         def visit_Arg(self, arg: cst.Arg) -> bool:
-            arg.value.visit(self)
+            visit_read_only(arg.value, self)
             return False
 
-    node.visit(Names())
+    visit_read_only(node, Names())
     return found
 
 

@@ -1,0 +1,100 @@
+"""Who calls a function of the checked file from other modules of its package: the files searched, and
+what a cached result depends on through them (AMP013's scaler built in a function called once per epoch).
+
+The search set depends only on where the file is (its top-level package and the modules beside it in
+its source root), never on what the run was asked to check: a run on one file and a run on the whole
+tree agree. The cross-file provider (`amp_lint.analysis.summaries.ProjectSummaries.callers_of`) reads
+the callers; this module needs only `ast` and the file system, so that the result cache can ask it
+(`caller_dependencies`) without loading LibCST.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from amp_lint.analysis.project import ast_dotted_name, source_root_of
+
+# The files searched for callers (a byte search per file); a larger package is not searched at all (the
+# same answer for every run: silent).
+MAX_CALLER_SCAN_FILES = 600
+# A module of the project that the cross-file analysis reads (a helper, a caller): most are a few kB; not a
+# generated table or a test suite.
+MAX_MODULE_BYTES = 120_000
+_SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
+
+
+def caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
+    """The files searched for callers of a module `name` under the source root `root`: its top-level
+    package (all of it) and the modules directly in the root; None when that is more than
+    MAX_CALLER_SCAN_FILES (then no module is searched: the same answer for every run)."""
+    top = name.split(".")[0] if name else ""
+    files: List[str] = []
+    try:
+        for entry in sorted(os.listdir(root)):
+            if entry.endswith(".py"):
+                files.append(os.path.join(root, entry))
+        package = os.path.join(root, top)
+        if top and os.path.isfile(os.path.join(package, "__init__.py")):
+            for folder, subfolders, names in os.walk(package):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d not in _SKIPPED_FOLDERS)
+                files.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+                if len(files) > MAX_CALLER_SCAN_FILES:
+                    return None
+    except OSError:
+        return None
+    if len(files) > MAX_CALLER_SCAN_FILES:
+        return None
+    return tuple(os.path.abspath(f) for f in files if os.path.isfile(f))
+
+
+def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[str, str]]:
+    """What a file's result depends on through the callers of its functions (AMP013's per-epoch scaler):
+    `(path, digest)` of every searched project file that names a function or method of this file that
+    builds a GradScaler and has a loop, sorted. A result cache must add these to the file's key (besides
+    `ProjectIndex.dependencies`, the modules it imports): an epoch loop added or removed in `main.py`
+    changes the finding in `engine.py`. Empty for a file that never names a GradScaler."""
+    import hashlib
+
+    root, name = source_root_of(Path(path))
+    files = caller_scan_files(root, name)
+    if not files:
+        return []  # nothing is searched for this file's callers (a package too large to search)
+    try:
+        if text is None:
+            with open(path, "rb") as handle:
+                text = handle.read(MAX_MODULE_BYTES + 1).decode("utf-8-sig", "replace")
+        if "GradScaler" not in text:
+            return []
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names = set()
+    for node in tree.body:
+        members = node.body if isinstance(node, ast.ClassDef) else [node]
+        for member in members:
+            if not isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            inner = list(ast.walk(member))
+            builds = any(
+                isinstance(n, ast.Call) and (ast_dotted_name(n.func) or "").split(".")[-1] == "GradScaler" for n in inner
+            )
+            if builds and any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) for n in inner):
+                names.add(member.name.encode("utf-8"))
+    if not names:
+        return []
+    own = os.path.abspath(path)
+    found: List[Tuple[str, str]] = []
+    for candidate in files:
+        if candidate == own:
+            continue
+        try:
+            with open(candidate, "rb") as handle:
+                data = handle.read(MAX_MODULE_BYTES + 1)
+        except OSError:
+            continue
+        if any(n in data for n in names):
+            found.append((candidate, hashlib.sha256(data).hexdigest()))
+    return sorted(found)
