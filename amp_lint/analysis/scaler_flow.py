@@ -534,3 +534,19 @@ def again_in_loop(flow: StepFlow, event, loop, avoid: Sequence = ()) -> Optional
     if latch is None or body is None:
         return None
     return weakest(flow.flow.path_to(event, latch, avoid), flow.flow.path_from(body, event, avoid))
+
+
+def scope_flow(model: "FileModel", scope: "Scope") -> StepFlow:
+    """The paths of a whole scope, entry to exit, as one open step: for questions about events that need
+    no iteration (what reaches a call from the function's start)."""
+    from amp_lint.analysis.model import TrainingStep
+
+    cache = model.__dict__.setdefault("_scope_step_flows", {})
+    flow = cache.get(id(scope))
+    if flow is None:
+        flows = model.__dict__.setdefault("_flows", {})
+        graph = flows.get(id(scope))
+        if graph is None:
+            graph = flows[id(scope)] = ScopeFlow(scope)
+        flow = cache[id(scope)] = StepFlow(graph, TrainingStep(scope, None, []))
+    return flow
