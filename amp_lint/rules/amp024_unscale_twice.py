@@ -124,6 +124,18 @@ for x in loader:
     scaler.step(opt)
     scaler.update()
 """,
+        # `optimizers[i]` is another optimizer on every pass of its own loop.
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    for i in range(k):
+        scaler.unscale_(optimizers[i])
+    for i in range(k, len(optimizers)):
+        scaler.unscale_(optimizers[i])
+    for opt in optimizers:
+        scaler.step(opt)
+    scaler.update()
+""",
         # Exclusive `match` cases, the optimizer named by a subscript: each pass unscales once (the lexical
         # fallback took two calls with no `if` between them for one pass).
         """
@@ -295,23 +307,32 @@ def _since_update(flow, unscale: Event, scaler: str, key: str) -> List[Event]:
 
 
 def _same_optimizer(step: TrainingStep, first: Event, second: Event) -> bool:
-    """Do the two calls name one optimizer? Not when the name is the variable of a loop inside the
-    iteration that only one of them sits in (`for opt in optimizers:`: another optimizer on every pass)."""
-    name = _head_name(first.call.args[0].value) if first.call.args else None
-    if name is None:
+    """Do the two calls name one optimizer? Not when the name reads the variable of a loop inside the
+    iteration that only one of them sits in (`for opt in optimizers:`, `optimizers[i]` under
+    `for i in range(n):`: another optimizer on every pass)."""
+    if not first.call.args:
         return True
+    names = _names_in(first.call.args[0].value)
 
     def binders(event: Event):
         inner = event.loops[event.loops.index(step.loop) + 1 :] if step.loop in event.loops else event.loops
-        return [id(loop) for loop in inner if isinstance(loop, cst.For) and name in _target_names(loop.target)]
+        return [id(loop) for loop in inner if isinstance(loop, cst.For) and names & _target_names(loop.target)]
 
     return binders(first) == binders(second)
 
 
-def _head_name(expr: cst.BaseExpression) -> Optional[str]:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return expr.value if isinstance(expr, cst.Name) else None
+def _names_in(expr: cst.BaseExpression) -> Set[str]:
+    found: Set[str] = set()
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif isinstance(node, cst.Attribute):
+            todo.append(node.value)  # `self.optimizer` reads `self`, not a variable `optimizer`
+        else:
+            todo.extend(node.children)
+    return found
 
 
 def _target_names(target: cst.BaseExpression) -> Set[str]:
