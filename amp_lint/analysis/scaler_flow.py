@@ -536,11 +536,18 @@ def again_in_loop(flow: StepFlow, event, loop, avoid: Sequence = ()) -> Optional
     return weakest(flow.flow.path_to(event, latch, avoid), flow.flow.path_from(body, event, avoid))
 
 
+@dataclass(eq=False)
+class _WholeScope:
+    """A scope's body as one open step (no loop, no events of its own): what `StepFlow` reads of a step."""
+
+    scope: "Scope"
+    loop: None = None
+    events: Tuple = ()
+
+
 def scope_flow(model: "FileModel", scope: "Scope") -> StepFlow:
     """The paths of a whole scope, entry to exit, as one open step: for questions about events that need
     no iteration (what reaches a call from the function's start)."""
-    from amp_lint.analysis.model import TrainingStep
-
     cache = model.__dict__.setdefault("_scope_step_flows", {})
     flow = cache.get(id(scope))
     if flow is None:
@@ -548,5 +555,5 @@ def scope_flow(model: "FileModel", scope: "Scope") -> StepFlow:
         graph = flows.get(id(scope))
         if graph is None:
             graph = flows[id(scope)] = ScopeFlow(scope)
-        flow = cache[id(scope)] = StepFlow(graph, TrainingStep(scope, None, []))
+        flow = cache[id(scope)] = StepFlow(graph, _WholeScope(scope))  # type: ignore[arg-type]
     return flow
