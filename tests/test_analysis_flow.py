@@ -9,7 +9,8 @@ import libcst as cst
 import pytest
 
 from amp_lint.analysis import cfg
-from amp_lint.analysis.model import EventKind, build_model
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED, Paths
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.engine.checker import Checker

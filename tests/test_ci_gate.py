@@ -174,6 +174,16 @@ def test_unusable_baseline_is_exit_2_and_one_line(project, content, words):
     assert result.stdout == ""
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("option", ["--baseline", "--write-baseline"])
+def test_a_fifo_given_as_the_baseline_is_refused_not_waited_on(project, option):
+    os.mkfifo(project / "baseline.json")  # nobody ever writes to it: reading it would block forever
+    result = amp_lint("--no-cache", option, "baseline.json", cwd=project)
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "baseline.json" in line and "not a regular file" in line
+
+
 def test_unwritable_baseline_path_is_exit_2_and_one_line(project):
     result = amp_lint("--no-cache", "--write-baseline", "missing/baseline.json", cwd=project)
     assert result.returncode == 2

@@ -7,7 +7,8 @@ import textwrap
 
 import libcst as cst
 
-from amp_lint.analysis.model import EventKind, build_model
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED
 from amp_lint.analysis.scaler_flow import (
     Site,

@@ -47,7 +47,7 @@ def _sources():
         yield pytest.param(text, id=name)
     for path in sorted((ROOT / "fixtures").rglob("*.py"))[::7]:
         yield pytest.param(path.read_text(encoding="utf-8"), id=str(path.relative_to(ROOT)))
-    yield pytest.param((ROOT / "amp_lint" / "analysis" / "model.py").read_text(encoding="utf-8"), id="amp_lint/analysis/model.py")
+    yield pytest.param((ROOT / "amp_lint" / "analysis" / "builder.py").read_text(encoding="utf-8"), id="amp_lint/analysis/builder.py")
 
 
 @pytest.mark.parametrize("text", list(_sources()))
@@ -83,7 +83,7 @@ def test_placed_through_the_statements_above_them_every_node_has_position_provid
     text is unique in the file; the ranges and line spans must be the same as a whole-module pass."""
     import amp_lint.engine.checker  # noqa: F401 (the rules before the model: their modules import each other)
     from amp_lint.parse import positions
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
 
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
@@ -112,7 +112,7 @@ def test_placed_through_the_statements_above_them_every_node_has_position_provid
 
 def test_a_statement_repeated_in_the_file_is_placed_through_the_unique_one_above_it():
     import amp_lint.engine.checker  # noqa: F401
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
 
     text = "def f():\n    loss.backward()\n\n\ndef g():\n    loss.backward()\n"
     module = cst.parse_module(text)
@@ -126,7 +126,7 @@ def test_a_statement_repeated_in_the_file_is_placed_through_the_unique_one_above
 def test_many_nodes_are_placed_by_one_whole_pass_with_the_same_ranges(text):
     """Past `_STATEMENT_PLACEMENTS` nodes, one generation of the module (linear) places them all."""
     import amp_lint.engine.checker  # noqa: F401
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
 
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -75,7 +75,8 @@ def _fixture_texts():
 
 def test_reading_only_the_hint_lines_keeps_every_decision():
     """The second step skips statements without a hint; over every fixture it decides as a full read does."""
-    from amp_lint.parse.prefilter import _lines_with, _parse, code_identifiers
+    from amp_lint.parse.prefilter import _lines_with, code_identifiers
+    from amp_lint.parse.python_ast import parse as _parse
 
     prefilter = Prefilter(ALL_RULES)
     for text in _fixture_texts():

@@ -153,16 +153,35 @@ def test_editing_a_helper_module_invalidates_the_importing_files_cached_result(t
     assert _found(_cli(".", cwd=tree, cache=cache)) == []
 
 
-def test_the_cache_key_includes_the_dependencies(tmp_path):
-    from amp_lint.files.cache import ResultCache
+def test_a_cache_entry_is_a_hit_only_while_its_dependencies_keep_their_digests(tmp_path):
+    from amp_lint.files.cache import ResultCache, dependency_digest
 
     cache = ResultCache(tmp_path / "cache", settings_key="s", version="1")
-    path = tmp_path / "train.py"
-    assert cache.key(path, b"x") == cache.key(path, b"x", b"")
-    assert cache.key(path, b"x", b"helpers.py\0aa\n") != cache.key(path, b"x", b"helpers.py\0bb\n")
-    cache.put(path, b"x", {"diagnostics": []}, b"helpers.py\0aa\n")
-    assert cache.get(path, b"x", b"helpers.py\0aa\n") == {"diagnostics": []}
-    assert cache.get(path, b"x", b"helpers.py\0bb\n") is None
+    path, helper = tmp_path / "train.py", tmp_path / "helpers.py"
+    helper.write_text("def clip(model):\n    pass\n")
+    cache.put(path, b"x", {"diagnostics": []}, [(str(helper), dependency_digest(str(helper)))])
+    assert cache.get(path, b"x") == {"diagnostics": []}
+    helper.write_text("def clip(model):\n    return 1\n")
+    assert ResultCache(tmp_path / "cache", settings_key="s", version="1").get(path, b"x") is None
+    helper.unlink()
+    assert ResultCache(tmp_path / "cache", settings_key="s", version="1").get(path, b"x") is None
+    assert dependency_digest(str(helper)) == ""
+    os.mkfifo(tmp_path / "fifo.py")
+    assert dependency_digest(str(tmp_path / "fifo.py")) == ""  # stat first: a FIFO is never opened
+
+
+def test_the_checker_reports_the_project_files_a_result_depends_on():
+    from amp_lint import rules as registry
+    from amp_lint.analysis.project import ProjectIndex
+    from amp_lint.engine.checker import Checker
+
+    path = FIXTURES / "grad_stats_in_helper" / "trainer" / "train.py"
+    checker = Checker(frozenset(registry.default_codes()), show_assumed=True, project=ProjectIndex())
+    found = checker.check(path.read_text(), "train.py", path=str(path))
+    read = {os.path.basename(p) for p, _ in found.dependencies}
+    assert "metrics.py" in read and "train.py" not in read
+    quiet = checker.check("x = 1\n", "other.py", path=str(path.parent / "other.py"))
+    assert quiet.dependencies == ()  # nothing followed, nothing else read
 
 
 def test_checker_api_with_and_without_a_project_index():

@@ -73,18 +73,25 @@ def test_a_file_being_checked_adds_its_source_root(tmp_path):
     assert index.path_of_module("trainer.amp") == str(src.resolve() / "trainer" / "amp.py")
 
 
-def test_dependencies_list_imported_project_files_with_digests_and_change_with_them(tmp_path):
+def test_recording_lists_the_modules_read_with_their_digests_and_they_change_with_them(tmp_path):
+    from amp_lint.files.cache import dependency_digest
+
     src = make_package(tmp_path)
     index = ProjectIndex([src])
-    loop = src / "trainer" / "loop.py"
-    deps = dict(index.dependencies(loop))
-    assert set(deps) == {str((src / "trainer" / "amp.py").resolve()), str((src / "trainer" / "__init__.py").resolve())}
-    before = deps[str((src / "trainer" / "amp.py").resolve())]
     amp = src / "trainer" / "amp.py"
+    with index.recording() as read:
+        assert index.resolve("trainer.make_scaler")[1] == "make_scaler"
+    init = str((src / "trainer" / "__init__.py").resolve())
+    assert read == {init: dependency_digest(init), str(amp.resolve()): dependency_digest(str(amp))}
+    with index.recording() as nothing:
+        pass
+    assert nothing == {}  # recording is per block: the cached facts are not "read" again outside it
+    before = read[str(amp.resolve())]
     amp.write_text(amp.read_text() + "\n# changed\n")
     os.utime(amp, ns=(1, 1))  # a different stamp even on coarse clocks
-    after = dict(index.dependencies(loop))[str(amp.resolve())]
-    assert after != before
+    with index.recording() as again:
+        index.resolve("trainer.make_scaler")
+    assert again[str(amp.resolve())] == dependency_digest(str(amp)) != before
 
 
 def test_unreadable_and_broken_modules_give_no_facts_and_no_error(tmp_path):
@@ -95,3 +102,16 @@ def test_unreadable_and_broken_modules_give_no_facts_and_no_error(tmp_path):
     os.mkfifo(tmp_path / "fifo.py")
     assert index.module_at(tmp_path / "fifo.py") is None  # never opened: a FIFO would block
     assert index.module_at(tmp_path / "missing.py") is None
+
+
+def test_from_an_installation_folder_only_the_checked_package_is_project_code(tmp_path):
+    site = tmp_path / "lib" / "site-packages"
+    write(site / "torch" / "__init__.py", "from .helpers import clip\n")
+    write(site / "torch" / "helpers.py", "def clip(model):\n    pass\n")
+    write(site / "numpy" / "__init__.py", "def array(x):\n    return x\n")
+    index = ProjectIndex()
+    index.add_file(site / "torch" / "helpers.py")
+    assert index.path_of_module("torch.helpers") == str((site / "torch" / "helpers.py").resolve())
+    assert index.path_of_module("numpy") is None  # another installed package: not the project's code
+    index.add_file(site / "numpy" / "__init__.py")  # checking numpy too makes it project code
+    assert index.path_of_module("numpy") == str((site / "numpy" / "__init__.py").resolve())

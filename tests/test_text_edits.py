@@ -79,7 +79,7 @@ def _fixable_modules():
     example that LibCST parses."""
     import libcst as cst
 
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
     from amp_lint.rules import ALL_RULES
 
     rules = [rule() for rule in ALL_RULES]
@@ -121,7 +121,7 @@ def test_edits_of_two_statements_far_apart_are_two_small_edits():
     import libcst as cst
 
     from amp_lint.fixes.text_edits import EditsOfFixes
-    from amp_lint.analysis.model import build_model
+    from amp_lint.analysis.builder import build_model
     from amp_lint.rules import ALL_RULES
 
     filler = "".join(f"value_{i} = {i}\n" for i in range(3_000))

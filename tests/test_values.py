@@ -13,7 +13,7 @@ import libcst as cst
 import pytest
 
 from amp_lint.analysis import values
-from amp_lint.analysis.values import Index, Kind
+from amp_lint.analysis.value_types import Index, Kind
 
 
 def _resolve(source: str) -> values.Value:

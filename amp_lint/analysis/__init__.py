@@ -1,6 +1,53 @@
-"""Stage 3, analysis: what the parsed file means for AMP. Names resolved once (which names are
-`torch.autocast`, `GradScaler`, optimizers), the model every rule reads, and the values of device
-strings, dtypes and flags (`values`, resolved on demand).
+"""Stage 3, analysis: what the parsed file means for AMP, built once per file and read by every rule.
+
+The modules, in the order the pipeline runs them:
+
+Names and syntax
+- `names`: which names mean `torch.autocast`, `GradScaler`, optimizers, clipping (`NameTable`), resolved
+  once per scope; `dotted_name`.
+- `syntax`: small readers of LibCST nodes (`code_of`, literals, call arguments) and the statement and
+  loop types the model records.
+- `walk`: the lean tree walk (`Walker`) the builder subclasses.
+
+The file's model (`build_model(module) -> FileModel`)
+- `builder`: the tree walk (`ModelBuilder`): scopes, statements, branches, loops, autocast regions,
+  assignments; `build_model`.
+- `calls`: the walk's call and reference hooks (`CallRecorder`): training-step events, call sites,
+  deprecated uses; method calls classified once every binding is known.
+- `autocast`: `AutocastSpec` (device, dtype, enabled), `AutocastRegion`, `enabled_region`.
+- `events`: `EventKind`, `Event` (one training-step operation and where it sits), `Branch`.
+- `file_model`: `FileModel`, `Scope`, `TrainingStep`, `CallSite`, `AssignmentSite`, `ScalerBinding`,
+  `DeprecatedUse`; `is_scaler` / `is_optimizer`.
+- `steps`: events grouped into iterations (`training_steps`), helpers' events inlined at their calls.
+
+Control flow and the scaler protocol
+- `cfg`: a control-flow graph per function and module body.
+- `conditions`: branch tests normalised into atoms, so that tests deciding the same thing agree.
+- `paths`: "is there a feasible path from A to B avoiding C", answered as no, proved or assumed.
+- `scaler_flow`: the GradScaler protocol along the paths of one iteration (`flow_of(model, step)`),
+  and function summaries (`Summary`, `SUMMARIES`).
+
+Values (on demand)
+- `values`: what device strings, dtypes and flags can be (`values.of(module).resolve(expr, scope_node)`).
+- `value_types`: `Value`, `Atom`, `Kind`, `Index`: what is known about a value.
+- `def_use`: the file's def-use index that the resolution reads.
+
+Across files
+- `project`: the index of the checked tree's modules; `summaries`: summaries of their functions,
+  plugged into `scaler_flow.SUMMARIES`.
+
+How a rule reads the analysis
+A rule's `check(model)` gets the `FileModel` and never walks the tree. It iterates what it is about:
+`model.steps` (each `TrainingStep` with its events in order; `step.of(EventKind.SCALER_UPDATE)`),
+`model.call_sites` (every call, with `qualified_name` and `in_enabled_autocast()`), `model.regions`,
+`model.scalers`, `model.deprecated_uses`. It asks about paths through `scaler_flow.flow_of(model,
+step)`: `flow.path(first, second, avoid)` returns None (no such path) or a `Proof` (PROVED, or ASSUMED
+with the condition it rests on, which `assumption_text` turns into the finding's `assumption`). It asks
+about values through `values.of(model.module).resolve(expression, scope.node, model.parents)` (the
+rules' shortcut: `rules._helpers.value_of(model, expression, scope)`). Example
+(AMP022): for each `update` event of a step, the `step`/`unscale_` events of the same scaler; if
+`flow.from_start(update, avoid=checks)` is a path, the update can run before any inf check.
+An event with `in_helper` came through a call (`trail()` lists the calls): fixes leave it alone.
 
 May import: `amp_lint.parse`, `amp_lint.files`, `amp_lint.diagnostics`.
 """

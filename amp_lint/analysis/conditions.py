@@ -18,6 +18,8 @@ from typing import Dict, NamedTuple, Tuple
 
 import libcst as cst
 
+from amp_lint.analysis.syntax import code_of
+
 # Tests that hold on some iterations and not on others, by design.
 _VARYING_TEST = re.compile(
     r"%|accum|accumulat|sync_grad|micro|boundary|update_step|should_step|isfinite|isnan|isinf|found_inf|overflow|skip",
@@ -30,10 +32,6 @@ class Atom(NamedTuple):
 
     key: str
     holds: bool
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 _CACHE: Dict[int, Tuple[cst.BaseExpression, Tuple[str, bool]]] = {}

@@ -8,8 +8,9 @@ from. This index answers that cheaply:
   first folder that is not is a *source root* (as mypy and Ruff find them). `src/` layouts need no setting.
 - A module's facts (top-level functions and classes, class bases, imports) come from Python's own `ast`, about
   a tenth of a LibCST parse, and are kept per (path, size, mtime) for the run.
-- `dependencies(path)` lists the project files a file's analysis may read, with their digests: the result
-  cache keys a file's result on them, so an edit in a helper module invalidates the files that import it.
+- `recording()` lists the project files a file's analysis consulted, with their digests: the result cache
+  stores them with the file's result, so an edit in a helper module is a miss for exactly the files whose
+  analysis read it (a file whose analysis followed no call depends on nothing else).
 
 Only modules inside the source roots are resolved: `torch`, `numpy` and other installed packages are not
 project code, and the analysis treats calls into them through its own tables.
@@ -18,16 +19,19 @@ project code, and the analysis treats calls into them through its own tables.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-# Bound the work one file can cause: how many import hops `dependencies` follows, and how large a module the
-# index reads (a generated 50 MB module is not a training helper).
-MAX_DEPENDENCY_DEPTH = 2
-MAX_MODULE_BYTES = 2_000_000
+from amp_lint.files.cache import DEPENDENCY_BYTES_LIMIT, dependency_digest
+from amp_lint.parse import python_ast
+
+_INSTALLATION_FOLDERS = frozenset({"site-packages", "dist-packages"})
+# How large a module the index reads (a generated 50 MB module is not a training helper).
+MAX_MODULE_BYTES = DEPENDENCY_BYTES_LIMIT
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,8 @@ def _absolute(module: Optional[str], level: int, current: str, is_package: bool)
 
 def read_module_facts(text: str, name: str, path: str, digest: str, is_package: bool) -> ModuleInfo:
     """The top-level facts of a module's text; a module `ast` cannot read has none (never an error)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = python_ast.parse(text)  # the checked file's tree is the prefilter's
+    if tree is None:
         return ModuleInfo(name=name, path=path, digest=digest, is_package=is_package)
     functions = set()
     classes: Dict[str, Tuple[str, ...]] = {}
@@ -158,6 +161,25 @@ class ProjectIndex:
             self.add_root(root)
         self._by_path: Dict[str, Tuple[Tuple[int, int], Optional[ModuleInfo]]] = {}
         self._path_of_module: Dict[str, Optional[str]] = {}
+        self._consulted: Optional[Dict[str, str]] = None
+        # Installation folders among the roots -> the top-level packages checked there (the only project code).
+        self._installed_packages: Dict[Path, set] = {}
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Dict[str, str]]:
+        """Collect every module read while the block runs: {absolute path: digest} (the digest is
+        `amp_lint.files.cache.dependency_digest`'s, "" for a module that could not be read)."""
+        previous, self._consulted = self._consulted, {}
+        try:
+            yield self._consulted
+        finally:
+            self._consulted = previous
+
+    def note_read(self, path: str) -> None:
+        """Record a module read without its facts (a text test on it, say) while `recording`."""
+        key = os.path.abspath(path)
+        if self._consulted is not None and key not in self._consulted:
+            self._consulted[key] = dependency_digest(key)
 
     @property
     def roots(self) -> Tuple[Path, ...]:
@@ -170,8 +192,15 @@ class ProjectIndex:
             self._path_of_module = {}
 
     def add_file(self, path: Path) -> ModuleInfo:
-        """Index a file being checked; its source root becomes a place to resolve imports from."""
-        root, _ = source_root_of(Path(path))
+        """Index a file being checked; its source root becomes a place to resolve imports from. From an
+        installation folder (`site-packages`), only the file's own top-level package is the project:
+        checking torch's package must not make numpy and every other installed package project code."""
+        root, name = source_root_of(Path(path))
+        if root.name in _INSTALLATION_FOLDERS:
+            top = name.split(".")[0]
+            if top and top not in self._installed_packages.setdefault(root, set()):
+                self._installed_packages[root].add(top)
+                self._path_of_module = {}
         self.add_root(root)
         info = self.module_at(Path(path))
         return info if info is not None else ModuleInfo(name="", path=str(path), digest="")
@@ -187,9 +216,12 @@ class ProjectIndex:
         stamp = (stat.st_size, stat.st_mtime_ns)
         cached = self._by_path.get(key)
         if cached is not None and cached[0] == stamp:
-            return cached[1]
-        info = self._read(Path(key), stat)
-        self._by_path[key] = (stamp, info)
+            info = cached[1]
+        else:
+            info = self._read(Path(key), stat)
+            self._by_path[key] = (stamp, info)
+        if self._consulted is not None and key not in self._consulted:
+            self._consulted[key] = info.digest if info is not None else dependency_digest(key)
         return info
 
     def _read(self, path: Path, stat: os.stat_result) -> Optional[ModuleInfo]:
@@ -217,7 +249,10 @@ class ProjectIndex:
             return self._path_of_module[module]
         found: Optional[str] = None
         relative = Path(*module.split("."))
+        top = module.split(".")[0]
         for root in self._roots:
+            if root.name in _INSTALLATION_FOLDERS and top not in self._installed_packages.get(root, ()):
+                continue
             for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
                 if candidate.is_file():
                     found = str(candidate)
@@ -256,33 +291,3 @@ class ProjectIndex:
             if "." in attr:
                 return None  # attributes of classes are the analysis' business, not the index's
         return None
-
-    def dependencies(self, path: Path) -> List[Tuple[str, str]]:
-        """The project files a file's analysis may read, `(path, digest)`, sorted: the modules it imports
-        (and those they import, MAX_DEPENDENCY_DEPTH hops), without the file itself."""
-        start = self.module_at(Path(path))
-        if start is None:
-            return []
-        own = os.path.abspath(path)
-        seen: Dict[str, str] = {}
-        frontier = [start]
-        for _ in range(MAX_DEPENDENCY_DEPTH):
-            following: List[ModuleInfo] = []
-            for info in frontier:
-                for target in list(info.imports.values()) + list(info.star_imports):
-                    for candidate in (target, target.rpartition(".")[0]):
-                        if not candidate:
-                            continue
-                        module_path = self.path_of_module(candidate)
-                        if module_path is None:
-                            continue
-                        key = os.path.abspath(module_path)
-                        if key == own or key in seen:
-                            break
-                        module = self.module_at(Path(module_path))
-                        if module is not None:
-                            seen[key] = module.digest
-                            following.append(module)
-                        break
-            frontier = following
-        return sorted(seen.items())

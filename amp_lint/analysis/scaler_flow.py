@@ -28,7 +28,8 @@ from amp_lint.analysis import cfg
 from amp_lint.analysis.paths import ASSUMED, PROVED, Paths, Proof, weakest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.model import Event, EventKind, FileModel, Scope, TrainingStep
+    from amp_lint.analysis.events import Event
+    from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 
 
 # --- summaries ---------------------------------------------------------------------------------------
@@ -345,7 +346,7 @@ class ProtocolState:
         return None
 
     def after(self, event) -> "ProtocolState":
-        from amp_lint.analysis.model import EventKind
+        from amp_lint.analysis.events import EventKind
 
         kind = event.kind
         if kind is EventKind.BACKWARD and event.scaled_by is not None:

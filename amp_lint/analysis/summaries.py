@@ -32,18 +32,20 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
+from amp_lint.parse import python_ast
 
 MAX_MODULE_BYTES = 120_000  # a helper module (most are a few kB), not a generated table or a test suite
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
 # scaler call, an optimizer step, a clip, a gradient read, zero_grad): its functions' summaries would be empty,
 # so it is never parsed (LibCST costs ~1.4 us a byte) and its calls stay unknown, as without a project.
 _MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad\b|zero_grad|\.step\(")
+_NAMES_A_SCALER = re.compile("scaler", re.IGNORECASE)
 MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
 _MAX_BASE_DEPTH = 3
 
 
 def _kinds():
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     return frozenset({EventKind.GRAD_READ, EventKind.CLIP})
 
@@ -77,15 +79,17 @@ class ProjectSummaries:
         self._building: List[str] = []  # paths whose model is being built (the checked file first)
         self._read_for_file: Dict[str, None] = {}  # foreign paths the current file's analysis read
         self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
+        self._loadable_at: Dict[str, Tuple[Tuple[int, int], bool]] = {}  # path -> (stamp, worth a parse)
 
     # --- the checked file ---
     @contextlib.contextmanager
     def checking(self, path: str, source: Optional[str] = None) -> Iterator[None]:
         """Follow the calls of the file at `path` while its analysis runs. A file whose text never names a
-        scaler (`source` without "scale"/"Scaler") cannot drive one: nothing is set up for it."""
+        scaler cannot drive one (only a scope with a scaler event asks for summaries, and a scaler is known
+        by its name, its `GradScaler` construction or a `...Scaler` annotation): nothing is set up for it."""
         from amp_lint.analysis import scaler_flow
 
-        if source is not None and "scale" not in source and "Scaler" not in source:
+        if source is not None and not _NAMES_A_SCALER.search(source):
             yield
             return
         self.index.add_file(Path(path))
@@ -119,11 +123,44 @@ class ProjectSummaries:
             if parts[0] == "self":
                 return len(parts) == 3 and any(parts[1] in attrs for attrs in self._attribute_classes(info, path).values())
             qualified = _qualified(info, target)
-            return qualified is not None and self.index.resolve(qualified) is not None
+            return qualified is not None and self._could_summarise(qualified) and self.index.resolve(qualified) is not None
         except (RecursionError, MemoryError):
             raise
         except Exception:
             return False
+
+    def _could_summarise(self, qualified: str) -> bool:
+        """Cheap, before `resolve` reads module facts: is the module `qualified` names one whose functions this
+        provider could summarise (`_parse`: small, and with a word of the protocol in it)? A package's
+        `__init__` may re-export from anywhere: `resolve` decides. On torch's own tests this spares reading
+        the facts of some sixty large modules per file."""
+        module = qualified.rpartition(".")[0]
+        while module:
+            path = self.index.path_of_module(module)
+            if path is not None:
+                return os.path.basename(path) == "__init__.py" or self._loadable(path)
+            module = module.rpartition(".")[0]
+        return False
+
+    def _loadable(self, path: str) -> bool:
+        key = os.path.abspath(path)
+        try:
+            stat = os.stat(key)
+        except OSError:
+            return False
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._loadable_at.get(key)
+        if cached is None or cached[0] != stamp:
+            loadable = False
+            if stat.st_size <= MAX_MODULE_BYTES:
+                try:
+                    with open(key, "rb") as handle:
+                        loadable = _MAY_TOUCH_THE_PROTOCOL.search(handle.read(MAX_MODULE_BYTES + 1)) is not None
+                except OSError:
+                    loadable = False
+            cached = self._loadable_at[key] = (stamp, loadable)
+        self.index.note_read(key)  # the answer depends on the module's text: so does the file's result
+        return cached[1]
 
     def provide(self, model, call):
         """The Summary of the project function that `call` (a CALL event of `model`) calls, or None."""
@@ -216,10 +253,12 @@ class ProjectSummaries:
         if cached is not None:
             return cached
         out: Dict[str, Dict[str, str]] = {}
+        tree = None
         try:
-            with open(path, "rb") as handle:
-                tree = ast.parse(handle.read(MAX_MODULE_BYTES + 1))
-        except (OSError, SyntaxError, ValueError, RecursionError):
+            if os.path.getsize(path) <= MAX_MODULE_BYTES:  # larger: no attributes followed (a test suite, say)
+                with open(path, "rb") as handle:
+                    tree = python_ast.parse(handle.read().decode("utf-8-sig"))
+        except (OSError, UnicodeDecodeError):
             tree = None
         for node in tree.body if tree is not None else ():
             if not isinstance(node, ast.ClassDef):
@@ -262,7 +301,7 @@ class ProjectSummaries:
         return foreign
 
     def _parse(self, path: str, digest: str) -> Optional[_Foreign]:
-        from amp_lint.analysis.model import build_model
+        from amp_lint.analysis.builder import build_model
 
         try:
             if os.path.getsize(path) > MAX_MODULE_BYTES:
@@ -287,7 +326,7 @@ class ProjectSummaries:
         return foreign
 
     def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
-        from amp_lint.analysis.model import _with_helpers_inlined
+        from amp_lint.analysis.steps import with_helpers_inlined as _with_helpers_inlined
         from amp_lint.analysis.scaler_flow import Summary
 
         model = foreign.model
@@ -335,7 +374,7 @@ class ProjectSummaries:
 
 def _drives_a_scaler(scope) -> bool:
     """Does the calling function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     kinds = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
     return any(e.kind in kinds or e.scaled_by is not None for e in scope.events)
@@ -345,7 +384,7 @@ def _order_unknown(model, callee, class_name: str, inner) -> bool:
     """Does another method of the callee's class drive the same scaler of its object (fastai's callbacks:
     `before_step` steps `self.learn.scaler`, `after_step` updates it)? Then the protocol's order depends on
     who calls those methods when, which this call does not show: unknown."""
-    from amp_lint.analysis.model import EventKind
+    from amp_lint.analysis.events import EventKind
 
     protocol = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
     mine = {e.receiver for e in inner if e.kind in protocol and (e.receiver or "").startswith("self.")}

@@ -18,7 +18,7 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from amp_lint.analysis.model import FileModel, Scope
+from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.walk import visit_read_only
 
 #: Importing one of these means the file trains with that library's precision machinery.

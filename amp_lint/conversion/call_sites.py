@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import Scope
+from amp_lint.analysis.file_model import Scope
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.file_context import FileContext
 from amp_lint.conversion.syntax import SyntaxTree

@@ -8,7 +8,8 @@ from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import FileModel, Scope, code_of
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.conversion.call_sites import argument_for, call_sites
 from amp_lint.conversion.file_context import DEVICE_TYPES, FileContext

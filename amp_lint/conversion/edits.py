@@ -8,7 +8,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import Event, EventKind, Scope, code_of
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import Scope
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.devices import DeviceExpression, DeviceResolver

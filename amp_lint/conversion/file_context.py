@@ -8,7 +8,9 @@ from typing import Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from amp_lint.analysis.model import EventKind, FileModel, Scope, code_of
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.syntax import SyntaxTree, statement_facts, unwrap_method_chain

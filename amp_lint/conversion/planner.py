@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from amp_lint.analysis.model import Event, EventKind, FileModel, Scope
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.conversion.already_mixed import already_mixed_precision, is_unit_test
 from amp_lint.conversion.devices import has_run_time_device
 from amp_lint.conversion.edits import BFLOAT16, FLOAT16, EditPlanner

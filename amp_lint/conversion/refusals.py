@@ -6,7 +6,9 @@ from typing import List, Optional
 
 import libcst as cst
 
-from amp_lint.analysis.model import EventKind, FileModel, code_of
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.file_context import FileContext

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import Scope, code_of
+from amp_lint.analysis.file_model import Scope
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.call_sites import argument_for, references

@@ -5,14 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Set
 
-from amp_lint.analysis.model import (
-    Event,
-    EventKind,
-    FileModel,
-    Scope,
-    TrainingStep,
-    code_of,
-)
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
+from amp_lint.analysis.syntax import code_of
 
 BACKWARD_KINDS = (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)
 # --- the iterations to convert ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import ast
 import contextlib
 import dataclasses
 import gc
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from amp_lint.fixes.builder import remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
 from amp_lint.files.lines import split_lines
-from amp_lint.analysis.model import FileModel, build_model
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.positions import NodeLocator
@@ -55,6 +57,9 @@ class SourceResult:
     fixed_source: Optional[str] = None  # the new text, when --fix changed something
     unsafe_fixable: int = 0  # findings an --unsafe-fixes run would fix
     parsed: bool = False  # False when the prefilter ruled the file out
+    # The other files of the project this result depends on, (absolute path, digest): the modules the
+    # analysis read to follow calls (`ProjectIndex.recording`). The result cache stores them with it.
+    dependencies: Tuple[Tuple[str, str], ...] = ()
 
 
 class Checker:
@@ -103,18 +108,23 @@ class Checker:
     def text_may_match(self, source: str) -> bool:
         return bool(self.rules) and self.prefilter.text_may_match(source)
 
-    def check(self, source: str, filename: str, path: Optional[str] = None) -> SourceResult:
+    def check(self, source: str, filename: str, path: Optional[str] = None, prefiltered: bool = False) -> SourceResult:
         """Check `source`, shown as `filename`; `path`, where it lives on disk, lets the analysis follow
-        its calls into the project's other modules (with a project index)."""
+        its calls into the project's other modules (with a project index). `prefiltered`: the caller has
+        run the same prefilter (`may_match`) and it passed."""
         with _no_cyclic_gc():
             if self.project is None or path is None:
-                return self._check(source, filename)
-            with self.project.checking(path, source):
-                return self._check(source, filename)
+                return self._check(source, filename, prefiltered)
+            with self.project.index.recording() as consulted:
+                with self.project.checking(path, source):
+                    result = self._check(source, filename, prefiltered)
+            own = os.path.abspath(path)
+            result.dependencies = tuple(sorted((p, d) for p, d in consulted.items() if p != own))
+            return result
 
-    def _check(self, source: str, filename: str) -> SourceResult:
+    def _check(self, source: str, filename: str, prefiltered: bool = False) -> SourceResult:
         result = SourceResult()
-        if not self.may_match(source):
+        if not prefiltered and not self.may_match(source):
             return result
         file_noqa = _file_level_noqa(source)
         if file_noqa is not None and not file_noqa:

@@ -15,12 +15,14 @@ import os
 import queue
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, diagnostic_from_record, diagnostic_to_record
+
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
 
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4
@@ -58,6 +60,8 @@ class FileOutcome:
     unsafe_fixable: int = 0
     diff: str = ""
     fixed_text: Optional[str] = None  # for stdin
+    # Other project files the result depends on, (absolute path, digest): stored with it in the cache.
+    dependencies: Tuple[Tuple[str, str], ...] = ()
 
 
 _CHECKERS: Dict[CheckConfig, object] = {}
@@ -94,26 +98,27 @@ def _project_index():
     return _PROJECT[0]
 
 
-def _depends_on(path: str) -> bytes:
-    """What a file's cached result depends on besides its own bytes: the project modules it imports (and
-    those they import), by path and digest (`ProjectIndex.dependencies`); an edit there is a miss here."""
-    if path.endswith(".ipynb"):
-        return b""
-    try:
-        index = _project_index()
-        index.add_file(Path(path))
-        found = index.dependencies(Path(path))
-    except (OSError, RecursionError, ValueError):
-        return b""
-    return "".join(f"{dependency}\0{digest}\n" for dependency, digest in found).encode("utf-8", "surrogateescape")
+_PREFILTERS: Dict[FrozenSet[str], object] = {}
+
+
+def _prefilter(config: CheckConfig):
+    """The prefilter of the enabled rules, from the registry's table: deciding that a file cannot hold a
+    finding imports no rule and not LibCST (most files of a pre-commit run are decided so)."""
+    prefilter = _PREFILTERS.get(config.enabled)
+    if prefilter is None:
+        from amp_lint import rules as registry
+        from amp_lint.parse.prefilter import Prefilter
+
+        prefilter = _PREFILTERS[config.enabled] = Prefilter(registry.entries(config.enabled))
+    return prefilter
 
 
 def may_match(text: str, config: CheckConfig) -> bool:
-    return _checker(config).may_match(text)
+    return bool(config.enabled) and _prefilter(config).may_match(text)
 
 
 def text_may_match(text: str, config: CheckConfig) -> bool:
-    return _checker(config).text_may_match(text)
+    return bool(config.enabled) and _prefilter(config).text_may_match(text)
 
 
 def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
@@ -124,7 +129,9 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
 
     def work() -> None:
         try:
-            box["result"] = _checker(config).check(text, display_name, path=path)
+            if not may_match(text, config):
+                return  # what the checker would decide first, decided without loading it
+            box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
@@ -134,12 +141,15 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     if "error" in box:
         outcome.errors.append(FileError(display_name, box["error"]))
         return outcome
+    if "result" not in box:
+        return outcome
     result = box["result"]
     outcome.diagnostics = result.diagnostics
     outcome.errors = result.errors
     outcome.fixed = result.fixed
     outcome.unsafe_fixable = result.unsafe_fixable
     outcome.fixed_text = result.fixed_source
+    outcome.dependencies = result.dependencies
     return outcome
 
 
@@ -328,7 +338,7 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List
     for outcome, raw in scheduler.results():
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
-            cache.put(Path(outcome.path), raw, _payload(outcome), _depends_on(outcome.path))
+            cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
         merged.update(negatives)
@@ -388,7 +398,7 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                     negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw, _depends_on(path))
+                hit = cache.get(Path(path), raw)
                 cached = _outcome_from_payload(path, hit) if hit is not None else None
                 if cached is not None:
                     outcomes[path] = cached
@@ -432,10 +442,10 @@ class _Scheduler:
         self.batch: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
         self.batch_bytes = 0
         self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
-        self.pool: Optional[ProcessPoolExecutor] = None
+        self.pool: "Optional[ProcessPoolExecutor]" = None
         self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
         self.context = None
-        self.alone: Optional[ProcessPoolExecutor] = None  # one worker, to recheck a dead worker's files one by one
+        self.alone: "Optional[ProcessPoolExecutor]" = None  # one worker, to recheck a dead worker's files one by one
         self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
@@ -469,8 +479,9 @@ class _Scheduler:
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
-    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+    def _new_pool(self, workers: int) -> "ProcessPoolExecutor":
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
         if self.context is None:
             fork = sys.platform.startswith("linux")
@@ -489,13 +500,14 @@ class _Scheduler:
 
     def results(self):
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
-        from concurrent.futures.process import BrokenProcessPool
-
         try:
             for path, config, _, raw in self.waiting:
                 yield check_file(path, config), raw
-            if self.pool is not None:
-                self._submit_batch()
+            if self.pool is None:
+                return
+            from concurrent.futures.process import BrokenProcessPool
+
+            self._submit_batch()
             for future, items, raws in self.futures:
                 try:
                     outcomes = future.result()

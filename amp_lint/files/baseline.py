@@ -26,7 +26,9 @@ from pathlib import Path, PurePath
 from typing import Dict, Iterable, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Report
-from amp_lint.files.sources import SourceError, SourceText, write_atomic
+from amp_lint.files.sources import SourceError, SourceText, read_bytes, write_atomic
+
+_BASELINE_BYTES_LIMIT = 256 * 1024 * 1024  # a baseline of a million findings is about 200 MB
 
 BASELINE_VERSION = 1
 
@@ -121,9 +123,9 @@ def _write_text(path: Path, text: str) -> None:
     the empty file is removed again.
     """
     created = False
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    if os.path.lexists(path):
+        raw = read_bytes(str(path), _BASELINE_BYTES_LIMIT)  # a FIFO or a device: a SourceError, never a hang
+    else:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         created, raw = True, b""
     try:
@@ -140,12 +142,13 @@ def _write_text(path: Path, text: str) -> None:
 def load_baseline(path: Path) -> Baseline:
     """Read a baseline written by `write_baseline`; any problem is a `BaselineError` of one line."""
     path = Path(path)
+    if not os.path.lexists(path):
+        raise BaselineError(f"baseline file {path} not found (create it with --write-baseline {path})")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BaselineError(f"baseline file {path} not found (create it with --write-baseline {path})") from None
-    except OSError as error:
-        raise BaselineError(f"cannot read baseline {path}: {error.strerror or error}") from None
+        # Non-blocking and regular files only (`read_bytes`): `--baseline` naming a FIFO must not hang the run.
+        raw = read_bytes(str(path), _BASELINE_BYTES_LIMIT)
+    except SourceError as error:
+        raise BaselineError(f"cannot read baseline {path}: {error.message}") from None
     try:
         document = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -7,6 +7,12 @@ nothing is ever invalidated in place. The settings part is the run's, plus the f
 configuration where the caller gives one (`set_file_settings`): a nested configuration file, a
 per-file ignore or an output format that needs fix edits (JSON, SARIF) changes what is stored.
 
+A file's result can depend on other files too: the project modules its analysis read to follow calls
+(`amp_lint.analysis.project.ProjectIndex.recording`). The entry lists them with the digest each had
+(`dependency_digest`), and a lookup is a hit only while every one of them still has that digest: an edit
+in a helper module is a miss for the files whose analysis read it, and for no other file. Only the
+dependencies of an entry are read on a lookup, never the project's imports as a whole.
+
 The paths inside a payload are the ones of the run that stored it; whoever replays an entry names the
 file as the current run does (absolute in, absolute out), never as the stored payload did.
 
@@ -28,7 +34,7 @@ when first needed (a warm run never imports tempfile).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Dict, Optional, Set
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Set, Tuple
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,6 +47,27 @@ CACHEDIR_TAG_CONTENT = (
     "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 )
 GITIGNORE_CONTENT = "# Automatically created by amp-lint.\n*\n"
+# A dependency larger than this is not read (the project index does not read it either): its digest is "".
+DEPENDENCY_BYTES_LIMIT = 2_000_000
+
+
+def dependency_digest(path: str) -> str:
+    """The sha256 of a regular file of at most DEPENDENCY_BYTES_LIMIT bytes; "" for anything else (missing,
+    a folder, a FIFO, too large, unreadable). A FIFO is never opened: stat first."""
+    import hashlib
+    import stat
+
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > DEPENDENCY_BYTES_LIMIT:
+            return ""
+        with open(path, "rb") as handle:
+            data = handle.read(DEPENDENCY_BYTES_LIMIT + 1)
+    except OSError:
+        return ""
+    if len(data) > DEPENDENCY_BYTES_LIMIT:
+        return ""
+    return hashlib.sha256(data).hexdigest()
 
 
 class ResultCache:
@@ -57,6 +84,7 @@ class ResultCache:
         self._prepared = False
         self._shard_dirs_made: Set[str] = set()
         self._file_settings: Dict[str, str] = {}
+        self._digests: Dict[str, str] = {}  # dependency path -> its digest now (read once a run)
 
     def set_file_settings(self, file_settings: Dict[str, str]) -> None:
         """Per file (any spelling of its path), a description of the check configuration that applies to it."""
@@ -67,9 +95,8 @@ class ResultCache:
         """False once writing has failed: the run goes on without a cache."""
         return self._enabled
 
-    def key(self, path: Path, content: bytes, depends_on: bytes = b"") -> str:
-        """The hex sha256 of (version, settings key, absolute path, content, and `depends_on`: what else
-        the file's result depends on, the paths and digests of the project modules its analysis reads)."""
+    def key(self, path: Path, content: bytes) -> str:
+        """The hex sha256 of (version, settings key, absolute path, content)."""
         import hashlib
 
         digest = hashlib.sha256()
@@ -79,7 +106,6 @@ class ResultCache:
             self.settings_key.encode("utf-8"),
             self._file_settings.get(absolute, "").encode("utf-8"),
             os.fsencode(absolute),
-            depends_on,
         ):
             # Length prefixes keep the parts apart: ("ab", "c") and ("a", "bc") differ.
             digest.update(len(part).to_bytes(8, "little"))
@@ -87,11 +113,12 @@ class ResultCache:
         digest.update(content)
         return digest.hexdigest()
 
-    def get(self, path: Path, content: bytes, depends_on: bytes = b"") -> Optional[dict]:
-        """The payload stored for this file and content, or None on a miss."""
+    def get(self, path: Path, content: bytes) -> Optional[dict]:
+        """The payload stored for this file and content, or None on a miss (also when a file the stored
+        result depends on has changed since)."""
         if not self._enabled:
             return None
-        key = self.key(path, content, depends_on)
+        key = self.key(path, content)
         try:
             with open(self._entry_path(key), "rb") as entry_file:
                 raw = entry_file.read()
@@ -107,16 +134,24 @@ class ResultCache:
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
         payload = entry.get("payload")
-        return payload if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or not self._still_valid(entry.get("depends", [])):
+            return None
+        return payload
 
-    def put(self, path: Path, content: bytes, payload: dict, depends_on: bytes = b"") -> None:
-        """Store the payload for this file and content; never raises for file-system trouble."""
+    def put(
+        self, path: Path, content: bytes, payload: dict, dependencies: Sequence[Tuple[str, str]] = ()
+    ) -> None:
+        """Store the payload for this file and content, with the `(path, digest)` of every other file the
+        result depends on; never raises for file-system trouble."""
         if not self._enabled:
             return
         import json
 
-        key = self.key(path, content, depends_on)
-        data = json.dumps({"key": key, "payload": payload}, separators=(",", ":")).encode("utf-8")
+        key = self.key(path, content)
+        entry = {"key": key, "payload": payload}
+        if dependencies:
+            entry["depends"] = [[dependency, digest] for dependency, digest in dependencies]
+        data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
         entry_path = self._entry_path(key)
         try:
             self._prepare()
@@ -134,6 +169,21 @@ class ResultCache:
             # On Windows a reader holding the entry open blocks the rename; that reader's writer
             # stored the same result, so dropping ours loses nothing.
             _remove_quietly(temp_path)
+
+    def _still_valid(self, depends: object) -> bool:
+        """Does every dependency an entry lists still have the digest it had? (Each file is read once a run.)"""
+        if not isinstance(depends, list):
+            return False
+        for item in depends:
+            if not (isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)):
+                return False
+            dependency, digest = item
+            current = self._digests.get(dependency)
+            if current is None:
+                current = self._digests[dependency] = dependency_digest(dependency)
+            if current != digest:
+                return False
+        return True
 
     @staticmethod
     def clean(cache_dir: Path) -> bool:

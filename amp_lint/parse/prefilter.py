@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from amp_lint.files.lines import LINE_BREAK
+from amp_lint.parse import python_ast
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
@@ -153,19 +154,10 @@ class Prefilter:
             return True
         if not self._matches(_COMMENT_LINES.sub("", text)):
             return False  # the names are only in comments: no need for the second step's parse
-        tree = _parse(text)
+        tree = python_ast.parse(text)
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
-
-
-def _parse(text: str):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return None
 
 
 def _line_hints(groups) -> Optional[Tuple[str, ...]]:
@@ -242,6 +234,8 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
                 names.add("manual_grad_update")  # `p.data.add_(p.grad, alpha=-lr)`
             if _callee_name(node.func) == "autocast" and not isinstance(node.func, ast.Call):
                 autocast_calls.append(node)
+            elif isinstance(node.func, ast.Call) and _callee_name(node.func.func) == "autocast":
+                names.add("autocast_applied")  # `torch.autocast("cuda")(x)`
             for keyword in node.keywords:
                 if keyword.arg:
                     names.add(keyword.arg)
@@ -281,6 +275,10 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
             bound = [t.id for t in targets if isinstance(t, ast.Name)]
             if isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "device":
                 device_objects.update(bound)
+            elif bound and isinstance(node.value, ast.Call) and _callee_name(node.value.func) == "autocast":
+                # `ctx = torch.autocast(...)`: whether `ctx(x)` follows is on a line the second step may
+                # not read (no hint on it): assume it does.
+                names.add("autocast_applied")
             elif isinstance(node.value, ast.Name):
                 copies.extend((name, node.value.id) for name in bound)
             if _callee_name(getattr(node, "annotation", None)) == "device":
@@ -309,6 +307,7 @@ def _reads_grad(expression) -> bool:
 
 
 _ALL_AUTOCAST_FACTS = (
+    "autocast_applied",
     "autocast_twice",
     "autocast_second_positional",
     "autocast_bool_arg",

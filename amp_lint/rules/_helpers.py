@@ -10,17 +10,11 @@ import libcst as cst
 from amp_lint.analysis import names, values
 from amp_lint.diagnostics import one_line
 from amp_lint.analysis import names
-from amp_lint.analysis.model import (
-    AutocastRegion,
-    Branch,
-    Event,
-    EventKind,
-    FileModel,
-    Scope,
-    TrainingStep,
-    code_of,
-    dotted_name,
-)
+from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import Branch, Event, EventKind
+from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 
 # torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
 # inside autocast does not make them run in float32.

@@ -17,11 +17,14 @@ name means either class: the calls are written for the modern one and must not g
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import FileModel, Scope, code_of, dotted_name
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
+from amp_lint.parse.node_memo import NodeMemo
 
 # Spellings of the device-generic API (torch.amp, torch.autocast, the state functions that take a device).
 _MODERN = re.compile(
@@ -56,12 +59,18 @@ def _catches_missing_api(handler: cst.ExceptHandler) -> bool:
     return False
 
 
+# Asked for each deprecated spelling inside the same `try` body or `if` test: generating the code of a
+# large body once per spelling cost a second on torch's `_dynamo` (one memo per question).
+_USES_MODERN_API = NodeMemo(lambda node: _MODERN.search(code_of(node)) is not None)
+_IS_VERSION_TEST = NodeMemo(lambda test: _VERSION_TEST.search(code_of(test)) is not None)
+
+
 def uses_modern_api(node: Optional[cst.CSTNode]) -> bool:
-    return node is not None and _MODERN.search(code_of(node)) is not None
+    return node is not None and _USES_MODERN_API(node)
 
 
 def is_version_test(test: cst.BaseExpression) -> bool:
-    return _VERSION_TEST.search(code_of(test)) is not None
+    return _IS_VERSION_TEST(test)
 
 
 def in_old_torch_branch(model: FileModel, node: cst.CSTNode) -> bool:
@@ -82,23 +91,39 @@ def in_old_torch_branch(model: FileModel, node: cst.CSTNode) -> bool:
                 return True
             if child is parent.orelse and uses_modern_api(parent.body):
                 return True
-        elif isinstance(parent, (cst.IndentedBlock, cst.Module)) and _after_version_return(parent.body, child):
+        elif isinstance(parent, (cst.IndentedBlock, cst.Module)) and _after_version_return(parent, child):
             return True
         child = parent
     return False
 
 
-def _after_version_return(body, statement: cst.CSTNode) -> bool:
+def _after_version_return(block: cst.CSTNode, statement: cst.CSTNode) -> bool:
     """`if _TORCH_GREATER_EQUAL_2_4: return torch.autocast(...)` before `statement` in the same block."""
-    for earlier in body:
-        if earlier is statement:
-            return False
-        if isinstance(earlier, cst.If) and earlier.orelse is None and (is_version_test(earlier.test) or uses_modern_api(earlier.body)):
-            last = earlier.body.body[-1] if isinstance(earlier.body, cst.IndentedBlock) and earlier.body.body else None
-            small = last.body[-1] if isinstance(last, cst.SimpleStatementLine) and last.body else None
-            if isinstance(small, (cst.Return, cst.Raise)):
-                return True
-    return False
+    positions, first = _VERSION_RETURNS(block)
+    position = positions.get(id(statement))
+    return first is not None and position is not None and position > first
+
+
+def _version_returns(block) -> Tuple[Dict[int, int], Optional[int]]:
+    """Each statement's position in the block, and the position of the block's first `if` that returns or
+    raises on a version test (or on the modern API): once per block, not once per name asked about (a
+    class of a thousand methods made that quadratic)."""
+    positions = {id(statement): position for position, statement in enumerate(block.body)}
+    first = next((position for position, statement in enumerate(block.body) if _is_version_return(statement)), None)
+    return positions, first
+
+
+def _is_version_return(statement: cst.CSTNode) -> bool:
+    if not isinstance(statement, cst.If) or statement.orelse is not None:
+        return False
+    body = statement.body
+    last = body.body[-1] if isinstance(body, cst.IndentedBlock) and body.body else None
+    small = last.body[-1] if isinstance(last, cst.SimpleStatementLine) and last.body else None
+    # The shape first (a branch that ends in return/raise), the code's text only then.
+    return isinstance(small, (cst.Return, cst.Raise)) and (is_version_test(statement.test) or uses_modern_api(body))
+
+
+_VERSION_RETURNS = NodeMemo(_version_returns)
 
 
 def import_bindings(model: FileModel, local: str, scope: Scope) -> List[str]:

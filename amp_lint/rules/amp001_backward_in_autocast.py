@@ -7,7 +7,10 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.model import AutocastRegion, Event, EventKind, FileModel, code_of
+from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

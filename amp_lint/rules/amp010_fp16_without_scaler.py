@@ -3,10 +3,13 @@ from __future__ import annotations
 from typing import Iterator, Optional, Tuple
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import CUDA_LIKE_DEVICES, AutocastRegion, DType, EventKind, FileModel, code_of
+from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.paths import PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import Site, StepFlow, any_path, assumption_text, flow_of, in_iteration, site_path
-from amp_lint.analysis.values import Kind
+from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.value_types import Kind
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import region_device_types, value_of
 from amp_lint.rules.base import Finding, Invalid, Rule

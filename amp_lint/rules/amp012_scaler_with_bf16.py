@@ -3,7 +3,9 @@ from __future__ import annotations
 from typing import Dict, Iterator, List, Tuple
 
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis.model import AutocastRegion, DType, Event, EventKind, FileModel, ScalerBinding, TrainingStep
+from amp_lint.analysis.autocast import AutocastRegion, DType
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, ScalerBinding, TrainingStep
 from amp_lint.rules._helpers import forward_regions, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

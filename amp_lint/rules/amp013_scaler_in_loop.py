@@ -7,7 +7,10 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.model import EventKind, FileModel, Loop, ScalerBinding, code_of, dotted_name
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import FileModel, ScalerBinding
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import Loop, code_of
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

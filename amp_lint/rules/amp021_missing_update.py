@@ -7,7 +7,10 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep, code_of, dotted_name
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 

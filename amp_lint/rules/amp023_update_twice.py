@@ -6,8 +6,10 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis.model import Event, EventKind, FileModel, code_of
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.paths import Proof
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import StepFlow, again_in_loop, any_path, assumption_text, flow_of, last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -6,7 +6,8 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.model import Event, EventKind, FileModel, TrainingStep
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of

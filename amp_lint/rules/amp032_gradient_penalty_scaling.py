@@ -5,7 +5,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import CallSite, FileModel, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import argument, literal_bool, short
 from amp_lint.rules.base import Finding, Invalid, Rule

@@ -5,7 +5,9 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import AssignmentSite, CallSite, FileModel, code_of, dotted_name
+from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.rules._helpers import short

@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.analysis.model import EventKind, FileModel
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import accumulation, boundary_of, move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -6,7 +6,9 @@ from typing import Iterator, List, Optional, Set
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import FileModel, code_of, dotted_name
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import accumulation, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -6,7 +6,9 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import CallSite, FileModel, Scope, code_of, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import argument, literal_bool, same_binding, short, sites_compatible
 from amp_lint.rules.base import Finding, Invalid, Rule

@@ -6,7 +6,8 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import CallSite, DType, FileModel
+from amp_lint.analysis.autocast import DType
+from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.rules._helpers import LOWER_PRECISION_METHODS, LOWER_PRECISION_OPS, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

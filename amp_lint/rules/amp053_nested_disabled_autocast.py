@@ -6,7 +6,9 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.model import AutocastRegion, FileModel, code_of
+from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import LOWER_PRECISION_OPS, region_device, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -8,8 +8,9 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, with_call_args
-from amp_lint.analysis.model import FileModel, dotted_name
-from amp_lint.analysis.values import Kind
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.value_types import Kind
 from amp_lint.rules._helpers import argument, definitions, has_star_args, short, value_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

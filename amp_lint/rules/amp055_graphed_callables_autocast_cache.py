@@ -5,7 +5,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import AutocastRegion, FileModel
+from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg
 from amp_lint.rules._helpers import argument, has_star_args, literal_bool, short

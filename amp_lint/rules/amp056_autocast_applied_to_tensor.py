@@ -4,7 +4,8 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
@@ -65,6 +66,7 @@ class AutocastAppliedToTensor(Rule):
     summary = "An autocast object called on a tensor (TypeError in torch 2.13; a no-op wrapper before)"
     severity = Severity.ERROR
     needs = (r"\bautocast\b",)
+    ast_needs = (r"autocast_applied",)  # an autocast call called, or a name bound to one (parse.prefilter)
 
     valid = [
         """

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import FileModel
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import same_binding, short, sites_compatible
 from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler, half_casts
 from amp_lint.rules.base import Finding, Invalid, Rule

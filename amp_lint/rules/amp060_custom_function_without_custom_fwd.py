@@ -6,7 +6,7 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.model import FileModel
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import LOWER_PRECISION_METHODS, LOWER_PRECISION_OPS, class_bases, methods, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -7,7 +7,8 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg
-from amp_lint.analysis.model import FileModel, code_of
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import decorator_target, methods, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

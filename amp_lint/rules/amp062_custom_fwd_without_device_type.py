@@ -6,7 +6,8 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, with_call_args
-from amp_lint.analysis.model import FileModel, dotted_name
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.names import dotted_name
 from amp_lint.rules._helpers import file_devices, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -8,7 +8,7 @@ from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis.model import CallSite, FileModel
+from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.rules._helpers import has_star_args, short
 from amp_lint.rules._version_shims import in_old_torch_branch
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule

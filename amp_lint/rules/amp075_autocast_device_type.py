@@ -7,9 +7,11 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis.model import FileModel, Scope, code_of, dotted_name
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis import values
-from amp_lint.analysis.values import Index, Kind, Value
+from amp_lint.analysis.value_types import Index, Kind, Value
 from amp_lint.rules._helpers import argument, definitions, file_devices, has_star_args, literal_string, short, value_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

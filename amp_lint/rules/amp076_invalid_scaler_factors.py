@@ -4,7 +4,7 @@ from typing import Dict, Iterator
 
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis.model import FileModel
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import argument, literal_bool, literal_number, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

@@ -4,7 +4,8 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder

@@ -5,7 +5,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import CallSite, FileModel
+from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder, with_call_args

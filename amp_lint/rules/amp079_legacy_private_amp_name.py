@@ -5,7 +5,8 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import CallSite, FileModel, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder, with_call_args
@@ -59,7 +60,8 @@ class LegacyPrivateAmpName(Rule):
     summary = "Private torch.cuda.amp name (autocast_mode._cast, grad_scaler.OptState) kept only for compatibility"
     severity = Severity.INFO
     fix_applicability = Applicability.SAFE
-    needs = (r"\bamp\b", r"\b_cast\b|\bOptState\b")  # `amp` first: AMP070 scans it already
+    # `amp` first: AMP070 scans it already. `cuda`: `torch.amp.autocast_mode._cast` is the modern name.
+    needs = (r"\bamp\b", r"\b_cast\b|\bOptState\b", r"\bcuda\b")
 
     valid = [
         """

@@ -19,7 +19,8 @@ from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, split_args
-from amp_lint.analysis.model import DeprecatedUse, FileModel, Scope, dotted_name
+from amp_lint.analysis.file_model import DeprecatedUse, FileModel, Scope
+from amp_lint.analysis.names import dotted_name
 from amp_lint.rules._version_shims import bound_differently, bound_twice, in_old_torch_branch
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -4,7 +4,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from amp_lint.analysis.model import DType, FileModel
+from amp_lint.analysis.autocast import DType
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule

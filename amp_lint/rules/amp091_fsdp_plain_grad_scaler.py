@@ -7,7 +7,7 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg, with_call_args
-from amp_lint.analysis.model import CallSite, FileModel
+from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.rules._helpers import argument, has_star_args, literal_bool, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

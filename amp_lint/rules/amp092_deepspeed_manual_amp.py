@@ -4,7 +4,8 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import CallSite, FileModel, Scope, dotted_name
+from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule

@@ -4,7 +4,9 @@ from typing import Iterator, Set, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.model import DType, FileModel, dotted_name
+from amp_lint.analysis.autocast import DType
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import argument, literal_string, short
 from amp_lint.rules.base import Finding, Invalid, Rule

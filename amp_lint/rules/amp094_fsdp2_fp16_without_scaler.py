@@ -5,7 +5,8 @@ from typing import Iterator
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.model import FileModel, Scope, dotted_name
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import argument, short
 from amp_lint.rules.base import Finding, Invalid, Rule

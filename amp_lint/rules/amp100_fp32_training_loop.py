@@ -6,7 +6,8 @@ from typing import Iterator
 from amp_lint.conversion.planner import BFLOAT16, FLOAT16, plan_conversions
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
-from amp_lint.analysis.model import FileModel, code_of
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 

@@ -8,7 +8,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Location, Severity
-from amp_lint.analysis.model import FileModel
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 # `# noqa: AMP001, AMP021` (the same spelling the checker's suppression reads); bare `# noqa` has no codes.

@@ -16,7 +16,7 @@ from typing import Callable, ClassVar, Dict, Iterable, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity, one_line
-from amp_lint.analysis.model import FileModel
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.fixes.types import Fix, Import, Replacement  # noqa: F401  (re-exported for rules)
 
 @dataclass(eq=False)

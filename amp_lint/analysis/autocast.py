@@ -1,0 +1,181 @@
+"""Autocast: what an autocast expression asks for, and the code that runs under it.
+
+The tree walk (`builder`) makes an `AutocastRegion` for each `with` item and decorator that enters
+autocast, with the `AutocastSpec` read from its call (`autocast_spec`); an `AutocastBinding` remembers a
+name bound to an autocast instance or factory (`ctx = torch.autocast(...)`, `partial(autocast, ...)`).
+Once the walk has seen every assignment, `resolve_spec` turns a spec's device, dtype and `enabled`
+arguments into literals where the file's constants say what they are. Events and call sites carry the
+regions around them; `enabled_region` says which one is in force.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint.analysis import names
+from amp_lint.analysis.syntax import Loop, argument, literal_bool, literal_string
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.analysis.file_model import Scope
+
+CUDA_LIKE_DEVICES = frozenset({"cuda", "xpu", "mps", "mtia"})
+BF16_DEFAULT_DEVICES = frozenset({"cpu", "hpu", "xla", "maia"})
+
+
+class DType(enum.Enum):
+    FP16 = "float16"
+    BF16 = "bfloat16"
+    OTHER = "other"  # float32 / float64: autocast does nothing useful (AMP054)
+    UNKNOWN = "unknown"
+
+
+@dataclass(eq=False)
+class AutocastSpec:
+    """What an autocast expression asks for: its device, dtype and whether it is switched on."""
+
+    qualified_name: str
+    call: Optional[cst.Call]  # None for a bare `@torch.autocast` decorator
+    device_node: Optional[cst.BaseExpression] = None
+    dtype_node: Optional[cst.BaseExpression] = None
+    enabled_node: Optional[cst.BaseExpression] = None
+    device: Optional[str] = None  # literal device type ("cuda"), set by resolve_spec after the walk
+    dtype: DType = DType.UNKNOWN
+    enabled: Optional[bool] = True  # False: literal enabled=False; None: decided at run time
+
+    @property
+    def is_enabled(self) -> bool:
+        """Enabled unless switched off by a literal False (an expression counts as enabled)."""
+        return self.enabled is not False
+
+    @property
+    def is_deprecated_spelling(self) -> bool:
+        return self.qualified_name in names.DEPRECATED_AMP
+
+
+def autocast_spec(qualified_name: str, call: Optional[cst.Call], extra_args: Sequence[cst.Arg] = ()) -> AutocastSpec:
+    """Read device/dtype/enabled from an autocast call (`extra_args`: arguments bound by functools.partial)."""
+    spec = AutocastSpec(qualified_name=qualified_name, call=call)
+    if call is None:
+        return spec
+    merged = cst.Call(func=call.func, args=tuple(extra_args) + tuple(call.args))
+    implied = names.IMPLIED_DEVICE.get(qualified_name)
+    if implied is None:  # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+        device = argument(merged, 0, "device_type")
+        dtype = argument(merged, 1, "dtype")
+        enabled = argument(merged, 2, "enabled")
+        spec.device_node = device.value if device else None
+    else:  # torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)
+        dtype = argument(merged, 1, "dtype")
+        enabled = argument(merged, 0, "enabled")
+    spec.dtype_node = dtype.value if dtype else None
+    spec.enabled_node = enabled.value if enabled else None
+    if enabled is not None:
+        spec.enabled = literal_bool(enabled.value)
+    return spec
+
+
+@dataclass(eq=False)
+class AutocastRegion:
+    """Code that runs under autocast: the body of a `with` item, or a decorated function."""
+
+    node: Union[cst.With, cst.FunctionDef]
+    spec: AutocastSpec
+    item: Optional[cst.WithItem] = None  # the `with` item (None for a decorator)
+    scope: Optional["Scope"] = None
+    parent: Optional["AutocastRegion"] = None  # the lexically enclosing region, if any
+    loops: Tuple[Loop, ...] = ()  # loops around the region within its scope, outermost first
+
+    @property
+    def is_decorator(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+
+@dataclass(eq=False)
+class AutocastBinding:
+    """`ctx = torch.autocast(...)` (an instance) or `amp_cm = autocast` / `partial(autocast, ...)` (a factory)."""
+
+    qualified_name: str
+    call: Optional[cst.Call]  # the autocast call for an instance; the partial(...) call for a partial
+    is_factory: bool
+    partial_args: Tuple[cst.Arg, ...] = ()
+
+
+def enabled_region(regions: Sequence[AutocastRegion]) -> Optional[AutocastRegion]:
+    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`."""
+    disabled_devices = set()
+    for region in reversed(regions):
+        if not region.spec.is_enabled:
+            # autocast(enabled=False) only switches off its own device type (AMP053).
+            disabled_devices.add(region.spec.device or "*")
+            continue
+        if "*" in disabled_devices or region.spec.device in disabled_devices:
+            return None
+        if region.spec.device is None and disabled_devices:
+            return None
+        return region
+    return None
+
+
+# --- after the walk: the spec's arguments as literals -------------------------------------------------
+
+
+def _resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[cst.BaseExpression]:
+    """Follow a name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
+    seen = 0
+    while isinstance(expr, cst.Name) and seen < 5:
+        seen += 1
+        for outer in scope.chain():
+            values = outer.assignments.get(expr.value)
+            if values:
+                if len(values) != 1:
+                    return None
+                expr = values[0][0]
+                break
+        else:
+            return expr
+    return expr
+
+
+def _device_literal(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[str]:
+    expr = _resolve_constant(expr, scope, module_scope)
+    text = literal_string(expr)
+    if text is not None:
+        return text
+    # device.type where device = torch.device("cuda")
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
+        inner = _resolve_constant(expr.value, scope, module_scope)
+        if isinstance(inner, cst.Call) and scope.names.qualify(inner.func) == "torch.device" and inner.args:
+            literal = literal_string(inner.args[0].value)
+            if literal is not None:
+                return literal.split(":")[0]
+    return None
+
+
+def resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None:
+    implied = names.IMPLIED_DEVICE.get(spec.qualified_name)
+    spec.device = implied or _device_literal(spec.device_node, scope, module_scope)
+    dtype_expr = _resolve_constant(spec.dtype_node, scope, module_scope) if spec.dtype_node is not None else None
+    if spec.dtype_node is None:
+        device = (spec.device or "").split(":")[0]
+        if device in CUDA_LIKE_DEVICES:
+            spec.dtype = DType.FP16
+        elif device in BF16_DEFAULT_DEVICES:
+            spec.dtype = DType.BF16
+        else:
+            spec.dtype = DType.UNKNOWN
+    else:
+        qualified = scope.names.qualify(dtype_expr) if dtype_expr is not None else None
+        if qualified in names.FLOAT16:
+            spec.dtype = DType.FP16
+        elif qualified in names.BFLOAT16:
+            spec.dtype = DType.BF16
+        elif qualified in names.OTHER_FLOAT:
+            spec.dtype = DType.OTHER
+        else:
+            spec.dtype = DType.UNKNOWN
+    if spec.enabled_node is not None:
+        spec.enabled = literal_bool(_resolve_constant(spec.enabled_node, scope, module_scope))

@@ -1,0 +1,500 @@
+"""The tree walk that builds a file's model: `build_model(module) -> FileModel`.
+
+One walk over the LibCST tree (`walk.Walker`, no metadata providers) in source order. `ModelBuilder`
+keeps the stacks of where the walk is (scope, class, statement, loops, `if` branches, autocast regions),
+makes a `Scope` per function, an `AutocastRegion` per autocast `with` item or decorator, and records
+assignments (scalers, optimizers, autocast contexts); the call hooks are in `calls.CallRecorder`. After
+the walk (`finish`), the method calls are classified (`calls`), autocast specs resolved
+(`autocast.resolve_spec`) and the events grouped into training steps (`steps`).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint.analysis import names
+from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec
+from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
+from amp_lint.analysis.events import Branch, Event
+from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
+from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.steps import training_steps
+from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_bool
+from amp_lint.analysis.walk import Walker
+
+
+class ModelBuilder(CallRecorder, Walker):
+    """The walk's state and its structural hooks: scopes, statements, branches, loops, with-items, assignments."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.module_scope = Scope(node=module, name="", parent=None)
+        self.scopes: List[Scope] = [self.module_scope]
+        self.scope_stack: List[Scope] = [self.module_scope]
+        self.class_stack: List[str] = []
+        self.statement_stack: List[Statement] = []
+        self.flow_stack: List[cst.CSTNode] = []  # statements and one-line suites: the flow graph's nodes
+        self.small_statement: Optional[cst.BaseSmallStatement] = None
+        self.loop_stack: List[List[Loop]] = [[]]  # per scope
+        self.branch_stack: List[List[Branch]] = [[]]
+        self.region_stack: List[List[AutocastRegion]] = [[]]
+        self.events: List[Event] = []
+        self.wrapper_backwards: List[Event] = []
+        self.raw_calls: List[RawCall] = []
+        self.regions: List[AutocastRegion] = []
+        self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
+        self.scalers: Dict[str, List[ScalerBinding]] = {}
+        self.optimizer_keys: set = set()
+        self.deprecated_uses: List[DeprecatedUse] = []
+        self.functions: Dict[str, List[cst.FunctionDef]] = {}
+        self.classes: Dict[str, cst.ClassDef] = {}
+        self.imports: List[Tuple[Union[cst.Import, cst.ImportFrom], Scope]] = []
+        self.amp_module_refs: List[Tuple[cst.Name, Scope]] = []
+        self.deprecated_value_refs: List[Tuple[cst.Name, Scope]] = []
+        self.counter = 0
+        self.consumed_scale_calls: set = set()
+        self.scale_calls: List[Tuple[cst.Call, str, RawCall]] = []
+        self.with_regions: Dict[cst.With, List[AutocastRegion]] = {}
+        self.scaler_call_sites: list = []
+        self.autocast_calls: list = []
+        self.call_sites: List[CallSite] = []
+        self.assignment_sites: List[AssignmentSite] = []
+        self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
+        self.skip_reference: set = set()
+        # Expressions whose value is a callable that will be called later (assigned, or given to partial).
+        self.factory_positions: set = set()
+        self.block_depths: List[int] = []
+        self.parameter_names: List[frozenset] = []  # per enclosing for-loop: names bound to parameters
+        self._prepare_module_names()
+
+    # --- names ---
+    def _prepare_module_names(self) -> None:
+        """Module-level imports and definitions, known before any function body is read."""
+        table = self.module_scope.names
+        definitions = set()
+        for statement in self._top_level_statements(self.module.body):
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Import):
+                        table.bind_import(small)
+                    elif isinstance(small, cst.ImportFrom):
+                        table.bind_import_from(small)
+        for statement in self.module.body:  # unconditional definitions hide an import of the same name
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                definitions.add(statement.name.value)
+        for name in definitions:
+            table.imported.pop(name, None)
+            table.bind_local(name)
+
+    def _top_level_statements(self, body: Sequence[cst.CSTNode]) -> Iterator[cst.CSTNode]:
+        for statement in body:
+            yield statement
+            if isinstance(statement, cst.Try):
+                yield from self._top_level_statements(statement.body.body)
+                for handler in statement.handlers:
+                    yield from self._top_level_statements(handler.body.body)
+                if statement.orelse:
+                    yield from self._top_level_statements(statement.orelse.body.body)
+            elif isinstance(statement, cst.If):
+                yield from self._top_level_statements(statement.body.body)
+                orelse = statement.orelse
+                while orelse is not None:
+                    yield from self._top_level_statements(orelse.body.body)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+
+    @property
+    def scope(self) -> Scope:
+        return self.scope_stack[-1]
+
+    def qualify(self, node: cst.BaseExpression) -> Optional[str]:
+        return self.scope.names.qualify(node)
+
+    # --- scopes ---
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.setdefault(node.name.value, node)
+        self.scope.names.bind_local(node.name.value)
+        self.class_stack.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        parent = self.scope
+        self.functions.setdefault(node.name.value, []).append(node)
+        if parent.is_function or not self.class_stack:
+            parent.names.bind_local(node.name.value)
+        class_name = self.class_stack[-1] if self.class_stack else None
+        prefix = class_name if class_name else (parent.name if parent.name else "")
+        scope = Scope(
+            node=node,
+            name=f"{prefix}.{node.name.value}" if prefix else node.name.value,
+            parent=parent,
+            class_name=class_name if not parent.is_function else parent.class_name,
+            names=NameTable(parent.names),
+        )
+        for param in self._parameters(node.params):
+            scope.params[param.name.value] = param.annotation.annotation if param.annotation is not None else None
+            scope.names.bind_local(param.name.value)
+        # Decorators run in the enclosing scope.
+        for decorator in node.decorators:
+            self.decorator_nodes[decorator.decorator] = decorator
+        region = self._decorator_region(node)
+        self.scopes.append(scope)
+        self.scope_stack.append(scope)
+        self.loop_stack.append([])
+        self.branch_stack.append([])
+        self.region_stack.append([])
+        if region is not None:
+            region.scope = scope
+            scope.decorator_region = region
+            scope.regions.append(region)
+            self.regions.append(region)
+            self.region_stack[-1].append(region)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scope_stack.pop()
+        self.loop_stack.pop()
+        self.branch_stack.pop()
+        self.region_stack.pop()
+
+    @staticmethod
+    def _parameters(params: cst.Parameters) -> Iterator[cst.Param]:
+        yield from params.posonly_params
+        yield from params.params
+        yield from params.kwonly_params
+        if isinstance(params.star_arg, cst.Param):
+            yield params.star_arg
+        if params.star_kwarg is not None:
+            yield params.star_kwarg
+
+    def _decorator_region(self, node: cst.FunctionDef) -> Optional[AutocastRegion]:
+        for decorator in node.decorators:
+            expr = decorator.decorator
+            call = expr if isinstance(expr, cst.Call) else None
+            qualified = self.qualify(call.func if call else expr)
+            if qualified in names.AUTOCAST:
+                return AutocastRegion(node=node, spec=autocast_spec(qualified, call))
+        return None
+
+    # --- statements, blocks, branches, loops ---
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.statement_stack.append(node)
+        self.flow_stack.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self.statement_stack.pop()
+        self.flow_stack.pop()
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.append(node)
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite) -> None:
+        self.flow_stack.pop()
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        self.flow_stack.append(node)
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self.flow_stack.pop()
+
+    def _enter_compound(self, node: Statement) -> None:
+        self.statement_stack.append(node)
+        self.flow_stack.append(node)
+
+    def _leave_compound(self) -> None:
+        self.statement_stack.pop()
+        self.flow_stack.pop()
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        self.small_statement = node
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.small_statement = node
+        self._note_factory_positions(node.value)
+        for target in node.targets:
+            self._record_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.small_statement = node
+        if node.value is not None:
+            self._record_assignment(node.target, node.value)
+        key = dotted_name(node.target)
+        if key is not None and "Scaler" in code_of(node.annotation.annotation):
+            self._add_scaler(key, ScalerBinding(key=key, enabled=None), from_annotation=True)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.small_statement = node
+        # `p.grad /= n` rescales linearly: whatever the scale, it does not read the values (issue 14, fairseq).
+        if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and is_grad(node.target):
+            self.skip_reference.add(node.target)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.small_statement = node
+        if node.value is not None:
+            self._note_factory_positions(node.value)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append((node, self.scope))
+        if self.scope.is_function:
+            self.scope.names.bind_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append((node, self.scope))
+        if self.scope.is_function:
+            self.scope.names.bind_import_from(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self._enter_compound(node)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        self._leave_compound()
+        if original_node.orelse is None and _ends_in_jump(original_node.body):
+            # `if critic_phase: ...; continue` - the rest of the block is the else branch of that `if`.
+            self.branch_stack[-1].append(Branch(node=original_node, taken=False))
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.block_depths.append(len(self.branch_stack[-1]))
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        depth = self.block_depths.pop()
+        del self.branch_stack[-1][depth:]
+
+    def _push_branch(self, node: cst.If, taken: bool) -> None:
+        self.branch_stack[-1].append(Branch(node=node, taken=taken))
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._push_branch(node, True)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.branch_stack[-1].pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._push_branch(node, False)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.branch_stack[-1].pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_compound(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._leave_compound()
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].append(node)
+        self.parameter_names.append(_parameter_loop_names(node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].pop()
+        self.parameter_names.pop()
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        # `p.grad is not None` asks whether there is a gradient; it does not read its value.
+        if any(isinstance(c.comparator, cst.Name) and c.comparator.value == "None" for c in node.comparisons):
+            self.skip_reference.add(node.left)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._enter_compound(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._leave_compound()
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].append(node)
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].pop()
+
+    def visit_Try(self, node: cst.Try) -> None:
+        self._enter_compound(node)
+
+    def leave_Try(self, original_node: cst.Try) -> None:
+        self._leave_compound()
+
+    def visit_With(self, node: cst.With) -> None:
+        self._enter_compound(node)
+        regions = []
+        for item in node.items:
+            spec = self._autocast_of_with_item(item.item)
+            if spec is not None:
+                region = AutocastRegion(node=node, spec=spec, item=item, scope=self.scope, loops=tuple(self.loop_stack[-1]))
+                regions.append(region)
+        self.with_regions[node] = regions
+
+    def visit_With_body(self, node: cst.With) -> None:
+        for region in self.with_regions.get(node, []):
+            stack = self.region_stack[-1]
+            region.parent = stack[-1] if stack else None
+            stack.append(region)
+            self.scope.regions.append(region)
+            self.regions.append(region)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        for _ in self.with_regions.get(node, []):
+            self.region_stack[-1].pop()
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self._leave_compound()
+
+    def _autocast_of_with_item(self, expr: cst.BaseExpression) -> Optional[AutocastSpec]:
+        if isinstance(expr, cst.Call):
+            qualified = self.qualify(expr.func)
+            if qualified in names.AUTOCAST:
+                return autocast_spec(qualified, expr)
+            binding = self._autocast_binding(expr.func)
+            if binding is not None and binding.is_factory:
+                return autocast_spec(binding.qualified_name, expr, binding.partial_args)
+            return None
+        binding = self._autocast_binding(expr)
+        if binding is not None and not binding.is_factory:
+            return autocast_spec(binding.qualified_name, binding.call)
+        return None
+
+    def _autocast_binding(self, expr: cst.BaseExpression) -> Optional[AutocastBinding]:
+        key = dotted_name(expr)
+        if key is None:
+            return None
+        for scope in self.scope.chain():
+            binding = self.autocast_bindings.get((id(scope), key))
+            if binding is not None:
+                return binding
+        if key.startswith("self.") and self.scope.class_name:
+            return self.autocast_bindings.get((0, f"{self.scope.class_name}.{key}"))
+        return None
+
+    # --- assignments: scalers, optimizers, autocast contexts, scaled losses, constants ---
+    def _binding_key(self, key: str) -> Tuple[int, str]:
+        if key.startswith("self.") and self.scope.class_name:
+            return (0, f"{self.scope.class_name}.{key}")
+        return (id(self.scope), key)
+
+    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        key = dotted_name(target)
+        if key is None:
+            return
+        statement = self.statement_stack[-1] if self.statement_stack else None
+        self.scope.assignments.setdefault(key, []).append((value, statement))
+        self.assignment_sites.append(
+            AssignmentSite(
+                key,
+                value,
+                statement,
+                self.scope,
+                tuple(self.loop_stack[-1]),
+                tuple(self.branch_stack[-1]),
+                tuple(self.region_stack[-1]),
+                self.counter,
+                len(self.call_sites) + len(self.assignment_sites),
+            )
+        )
+        if "." not in key:
+            self.scope.names.bind_local(key)
+        for candidate in alternatives(value):
+            if isinstance(candidate, cst.Call):
+                qualified = self.qualify(candidate.func)
+                if qualified in names.GRAD_SCALER:
+                    enabled_arg = argument(candidate, 4 if qualified in names.IMPLIED_DEVICE else 5, "enabled")
+                    enabled = True if enabled_arg is None else literal_bool(enabled_arg.value)
+                    self._add_scaler(
+                        key,
+                        ScalerBinding(
+                            key=key,
+                            call=candidate,
+                            qualified_name=qualified,
+                            enabled=enabled,
+                            maybe_none=candidate is not value,
+                            statement=statement,
+                            scope=self.scope,
+                            loops=tuple(self.loop_stack[-1]),
+                        ),
+                    )
+                elif qualified is not None and names.is_optimizer_class(qualified):
+                    self.optimizer_keys.add(key)
+                elif qualified in names.AUTOCAST:
+                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, candidate, False)
+                elif qualified in ("functools.partial",) and candidate.args:
+                    inner = self.qualify(candidate.args[0].value)
+                    if inner in names.AUTOCAST:
+                        self.autocast_bindings[self._binding_key(key)] = AutocastBinding(
+                            inner, candidate, True, tuple(candidate.args[1:])
+                        )
+            else:
+                qualified = self.qualify(candidate)
+                if qualified in names.AUTOCAST:
+                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
+
+    def _note_factory_positions(self, value: cst.BaseExpression) -> None:
+        """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""
+        for candidate in alternatives(value):
+            if isinstance(candidate, (cst.Name, cst.Attribute)):
+                self.factory_positions.add(candidate)
+
+    def _add_scaler(self, key: str, binding: ScalerBinding, from_annotation: bool = False) -> None:
+        binding.scope = binding.scope or self.scope
+        stored = f"{self.scope.class_name}.{key}" if key.startswith("self.") and self.scope.class_name else key
+        self.scalers.setdefault(stored, []).append(binding)
+
+    # --- after the walk ---
+    def finish(self) -> FileModel:
+        model = FileModel(
+            module=self.module,
+            scopes=self.scopes,
+            events=self.events,
+            regions=self.regions,
+            scalers=self.scalers,
+            optimizer_keys=self.optimizer_keys,
+            deprecated_uses=self.deprecated_uses,
+            functions=self.functions,
+            classes=self.classes,
+            imports=self.imports,
+            module_names=self.module_scope.names,
+            amp_module_refs=self.amp_module_refs + self.deprecated_value_refs,
+            scaler_call_sites=self.scaler_call_sites,
+            autocast_calls=self.autocast_calls,
+            call_sites=self.call_sites,
+            assignment_sites=self.assignment_sites,
+            parents=self.parents,
+            wrapper_backwards=self.wrapper_backwards,
+        )
+        self.propagate_through_calls(model)
+        self.classify_raw_calls(model)
+        for region in self.regions:
+            resolve_spec(region.spec, region.scope or self.module_scope, self.module_scope)
+        for scope in self.scopes:
+            scope.events.sort(key=lambda e: e.index)
+        model.events.sort(key=lambda e: e.index)
+        model.steps = training_steps(model)
+        return model
+
+
+def _parameter_loop_names(loop: cst.For) -> frozenset:
+    """`for p in model.parameters():` -> {"p"}; `for name, p in model.named_parameters():` -> {"p"}."""
+    iterator = loop.iter
+    if not (isinstance(iterator, cst.Call) and isinstance(iterator.func, cst.Attribute)):
+        return frozenset()
+    if iterator.func.attr.value not in ("parameters", "named_parameters"):
+        return frozenset()
+    target = loop.target
+    if isinstance(target, cst.Tuple) and target.elements:
+        target = target.elements[-1].value
+    return frozenset({target.value}) if isinstance(target, cst.Name) else frozenset()
+
+
+def _ends_in_jump(body: cst.BaseSuite) -> bool:
+    """Does the block end with `continue`, `break`, `return` or `raise`?"""
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and last.body:
+        return isinstance(last.body[-1], (cst.Continue, cst.Break, cst.Return, cst.Raise))
+    return False
+
+
+def build_model(module: cst.Module) -> FileModel:
+    builder = ModelBuilder(module)
+    builder.walk(module)
+    return builder.finish()

@@ -1,0 +1,427 @@
+"""The call and reference hooks of the model's tree walk, and the classification of method calls.
+
+`CallRecorder` is mixed into `builder.ModelBuilder` and reads its stacks (scope, statement, loops,
+branches, autocast regions). For each call it records a `CallSite`; for the training-step calls it
+records an `Event` (clipping, backward and `autograd.grad` with the scaler that scaled the loss, calls of
+helpers); `scaler.step()`, `opt.step()`, `x.update()` and `zero_grad()` wait as a `RawCall` until the walk
+has seen every binding, then `classify_raw_calls` decides which receivers are scalers and optimizers.
+`accelerator.backward(loss)` and other frameworks' wrappers are kept apart (`wrapper_backwards`).
+The reference hooks record uses of deprecated `torch.cuda.amp` names, and which gradient reads do not
+depend on the loss scale (`p.grad.isnan()`, `p.grad /= n`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis import names
+from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import Branch, Event, EventKind
+from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.steps import argument_names, callee_scope
+from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of
+
+# Receivers whose `.backward(loss)` is a framework's own wrapper (Accelerate, Fabric, DeepSpeed, apex),
+# not `Tensor.backward`: they scale, unscale and step on the user's behalf.
+_WRAPPER_RECEIVER = re.compile(r"accelerator|fabric|engine|deepspeed|trainer|strategy|booster|^amp$|^self$")
+
+# Methods whose result is a tensor scaled exactly as their receiver (a mean of a scaled loss is scaled).
+_SCALE_PRESERVING_METHODS = frozenset(
+    {"mean", "sum", "float", "half", "double", "to", "squeeze", "view", "reshape", "contiguous", "clone", "type_as"}
+)
+
+# Questions about gradients whose answer does not depend on the loss scale, and linear rescales.
+_SCALE_INDEPENDENT_METHODS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "div_", "mul_", "zero_"})
+_SCALE_INDEPENDENT_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isneginf", "torch.isposinf"})
+
+
+def is_grad(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
+
+
+def _followed(target: str) -> bool:
+    """Is a dotted call (`mod.func`, `self.attr.method`) one that a summary provider can follow?"""
+    if not _FOLLOWED:
+        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
+
+        _FOLLOWED.append(FOLLOWED_CALLS)
+    return any(follows(target) for follows in _FOLLOWED[0]) if _FOLLOWED[0] else False
+
+
+_FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
+
+
+@dataclass(eq=False)
+class RawCall:
+    """A method call collected during the walk, classified once every binding in the file is known."""
+
+    call: cst.Call
+    receiver: str
+    method: str
+    statement: Statement
+    small_statement: Optional[cst.BaseSmallStatement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int
+    flow_statement: Optional[cst.CSTNode] = None
+
+
+class CallRecorder:
+    """The `visit_Call` / reference hooks of `ModelBuilder` (its state is set up in `ModelBuilder.__init__`)."""
+
+    # --- calls ---
+    def _context(self):
+        statement = self.statement_stack[-1] if self.statement_stack else self.module
+        return (
+            statement,
+            self.small_statement if self.statement_stack and isinstance(statement, cst.SimpleStatementLine) else None,
+            self.scope,
+            tuple(self.loop_stack[-1]),
+            tuple(self.branch_stack[-1]),
+            tuple(self.region_stack[-1]),
+        )
+
+    def _add_event(self, kind: EventKind, call: cst.Call, **fields) -> Event:
+        statement, small, scope, loops, branches, regions = self._context()
+        self.counter += 1
+        event = Event(
+            kind=kind,
+            call=call,
+            statement=statement,
+            small_statement=small,
+            scope=scope,
+            loops=loops,
+            branches=branches,
+            regions=regions,
+            index=self.counter,
+            flow_statement=self.flow_stack[-1] if self.flow_stack else None,
+            **fields,
+        )
+        scope.events.append(event)
+        self.events.append(event)
+        return event
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Name) and func.value in ("isinstance", "issubclass"):
+            for arg in node.args[1:]:  # a type check constructs nothing deprecated
+                for candidate in alternatives(arg.value):
+                    elements = candidate.elements if isinstance(candidate, cst.Tuple) else [candidate]
+                    for element in elements:
+                        self.skip_reference.add(getattr(element, "value", element))
+        qualified = self.qualify(func)
+        self._skip_scale_independent_grad_use(node, func, qualified)
+        statement, small, scope, loops, branches, regions = self._context()
+        self.call_sites.append(
+            CallSite(
+                node,
+                qualified,
+                dotted_name(func),
+                statement,
+                small,
+                scope,
+                loops,
+                branches,
+                regions,
+                self.counter,
+                len(self.call_sites) + len(self.assignment_sites),
+            )
+        )
+        if qualified == "functools.partial" and node.args:
+            self.factory_positions.add(node.args[0].value)
+        if qualified is not None:
+            if qualified in names.DEPRECATED_AMP:
+                self._add_deprecated(func, qualified, node)
+            if qualified in names.AUTOCAST:
+                self.autocast_calls.append((node, qualified, self.scope))
+            elif qualified in names.GRAD_SCALER:
+                statement, _, scope, loops, _, _ = self._context()
+                self.scaler_call_sites.append((node, qualified, scope, loops, statement))
+            elif qualified in names.CLIP_GRAD:
+                self._add_event(EventKind.CLIP, node, target=qualified)
+                return
+            elif qualified in names.AUTOGRAD_BACKWARD or qualified in names.AUTOGRAD_GRAD:
+                kind = EventKind.BACKWARD if qualified in names.AUTOGRAD_BACKWARD else EventKind.AUTOGRAD_GRAD
+                loss = argument(node, 0, "tensors" if kind is EventKind.BACKWARD else "outputs")
+                self._add_backward(kind, node, loss.value if loss else None)
+                return
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method == "backward" and not (isinstance(func.value, cst.Name) and func.value.value == "self"):
+                self._maybe_backward(node, func.value)
+                return
+            receiver = dotted_name(func.value)
+            if receiver is not None and method in ("step", "update", "unscale_", "scale", "zero_grad"):
+                statement, small, scope, loops, branches, regions = self._context()
+                self.counter += 1
+                self.raw_calls.append(
+                    RawCall(
+                        node,
+                        receiver,
+                        method,
+                        statement,
+                        small,
+                        scope,
+                        loops,
+                        branches,
+                        regions,
+                        self.counter,
+                        self.flow_stack[-1] if self.flow_stack else None,
+                    )
+                )
+                return
+            if "unscale" in method:
+                self._add_event(EventKind.CALL, node, target=dotted_name(func) or method)
+                return
+            if receiver == "self":
+                self._add_event(EventKind.CALL, node, target=f"self.{method}")
+            elif receiver is not None and _followed(f"{receiver}.{method}"):
+                # `helpers.clip(model)`, `self.callback.on_after_backward()`: a function of another module
+                # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`).
+                self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}")
+        elif isinstance(func, cst.Name):
+            self._add_event(EventKind.CALL, node, target=func.value)
+
+    def _skip_scale_independent_grad_use(self, call: cst.Call, func: cst.BaseExpression, qualified: Optional[str]) -> None:
+        """`p.grad.isnan()`, `torch.isfinite(p.grad)`, `p.grad.div_(n)`: true whatever the scale (torch's
+        own distributed_test.py checks `p.grad.isnan().any()` right after a scaled backward)."""
+        if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_INDEPENDENT_METHODS:
+            inner = func.value
+            if isinstance(inner, cst.Attribute) and inner.attr.value == "data":
+                inner = inner.value
+            if is_grad(inner):
+                self.skip_reference.add(inner)
+        if qualified in _SCALE_INDEPENDENT_FUNCTIONS and call.args and is_grad(call.args[0].value):
+            self.skip_reference.add(call.args[0].value)
+
+    def _maybe_backward(self, call: cst.Call, receiver: cst.BaseExpression) -> None:
+        """`loss.backward()` is a backward site; `accelerator.backward(loss)` is a framework's wrapper."""
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            if receiver.func.attr.value == "scale" and receiver.args:
+                scaler = dotted_name(receiver.func.value)
+                if scaler is not None:
+                    self.consumed_scale_calls.add(receiver)
+                    self._add_backward(EventKind.BACKWARD, call, receiver.args[0].value, scaler, receiver)
+                    return
+        key = dotted_name(receiver)
+        positional = [a for a in call.args if a.keyword is None]
+        if key is not None:
+            last = key.split(".")[-1]
+            if _WRAPPER_RECEIVER.search(last) and "loss" not in last.lower():
+                if positional and last != "self":
+                    self._add_wrapper_backward(call, positional[0].value)
+                return
+            if positional and "loss" not in last.lower():
+                # Tensor.backward's first parameter is `gradient`; `x.backward(loss)` is someone's wrapper.
+                return
+        elif positional:
+            return
+        self._add_backward(EventKind.BACKWARD, call, receiver)
+
+    def _add_wrapper_backward(self, call: cst.Call, loss: cst.BaseExpression) -> None:
+        """`accelerator.backward(loss)`: the framework scales and steps, but it is still a backward pass."""
+        statement, small, scope, loops, branches, regions = self._context()
+        self.counter += 1
+        self.wrapper_backwards.append(
+            Event(
+                kind=EventKind.BACKWARD,
+                call=call,
+                statement=statement,
+                small_statement=small,
+                scope=scope,
+                loops=loops,
+                branches=branches,
+                regions=regions,
+                index=self.counter,
+                loss=loss,
+                target=code_of(loss),
+                flow_statement=self.flow_stack[-1] if self.flow_stack else None,
+            )
+        )
+
+    def _add_backward(
+        self,
+        kind: EventKind,
+        call: cst.Call,
+        loss: Optional[cst.BaseExpression],
+        scaler: Optional[str] = None,
+        scale_call: Optional[cst.Call] = None,
+    ) -> None:
+        # `loss.mean().backward()` and `cast(Tensor, scaler.scale(loss)).backward()` backpropagate the
+        # same (scaled or not) tensor as `loss` / `scaler.scale(loss)` (issue 14: alf, ignite).
+        core = self._tensor_source(loss) if loss is not None else None
+        if scaler is None and isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute):
+            if core.func.attr.value == "scale" and core.args:
+                scaler = dotted_name(core.func.value)
+                scale_call = core
+                self.consumed_scale_calls.add(core)
+        target = code_of(loss) if loss is not None else None
+        if scaler is None and scale_call is None and core is not None:
+            key = dotted_name(core)
+            if key is not None:
+                # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
+                for value, _ in self.scope.assignments.get(key, []):
+                    for candidate in alternatives(value):
+                        if (
+                            isinstance(candidate, cst.Call)
+                            and isinstance(candidate.func, cst.Attribute)
+                            and candidate.func.attr.value == "scale"
+                        ):
+                            scaler = dotted_name(candidate.func.value)
+                            scale_call = candidate
+                            self.consumed_scale_calls.add(candidate)
+        self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`."""
+        for _ in range(8):
+            if isinstance(expr, cst.Call):
+                func = expr.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_PRESERVING_METHODS:
+                    expr = func.value
+                    continue
+                if len(expr.args) == 2 and (
+                    self.qualify(func) == "typing.cast" or (isinstance(func, cst.Name) and func.value == "cast")
+                ):
+                    expr = expr.args[1].value
+                    continue
+            break
+        return expr
+
+    def _add_deprecated(self, func: cst.BaseExpression, qualified: str, call: Optional[cst.Call]) -> None:
+        self.skip_reference.add(func)
+        decorator = self.decorator_nodes.get(call) if call is not None else None
+        self.deprecated_uses.append(DeprecatedUse(func, qualified, call, decorator, self.scope))
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        expr = node.decorator
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            qualified = self.qualify(expr)
+            if qualified in names.DEPRECATED_AMP:
+                self.skip_reference.add(expr)
+                self.deprecated_uses.append(DeprecatedUse(expr, qualified, None, node, self.scope))
+        elif isinstance(expr, cst.Call):
+            self.decorator_nodes[expr] = node
+
+    def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
+        if node.attr.value == "grad" and isinstance(node.value, cst.Name) and node not in self.skip_reference:
+            if any(node.value.value in names_ for names_ in self.parameter_names):
+                self._add_event(EventKind.GRAD_READ, node, target=node.value.value)
+        # A deprecated API used without being called (`partial(torch.cuda.amp.autocast, ...)`).
+        if node in self.skip_reference:
+            return False
+        qualified = self.qualify(node)
+        if qualified in names.DEPRECATED_AMP:
+            # Only what runs the deprecated code: calls (recorded in visit_Call), decorators, and factories.
+            # A type used as a dict key, in isinstance or in an annotation warns about nothing.
+            if node in self.factory_positions:
+                self.deprecated_uses.append(DeprecatedUse(node, qualified, None, None, self.scope))
+            return False
+        return None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node in self.skip_reference:
+            return
+        resolved = self.scope.names.lookup(node.value)
+        if resolved is None:
+            return
+        if resolved in names.DEPRECATED_AMP:
+            if node in self.factory_positions:
+                self.deprecated_uses.append(DeprecatedUse(node, resolved, None, None, self.scope))
+            else:
+                # Still a use of the import (a fix rewriting the import must not break it).
+                self.deprecated_value_refs.append((node, self.scope))
+        elif resolved in names.DEPRECATED_AMP_MODULES:
+            self.amp_module_refs.append((node, self.scope))
+
+    def visit_Annotation(self, node: cst.Annotation) -> bool:
+        return False  # `-> torch.cuda.amp.GradScaler` names a type; nothing deprecated runs
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        return False  # names in import statements are bindings, not uses
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self.skip_reference.add(node.keyword)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name):
+            self.skip_reference.add(node.target)
+
+    def visit_FunctionDef_name(self, node: cst.FunctionDef) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_ClassDef_name(self, node: cst.ClassDef) -> None:
+        self.skip_reference.add(node.name)
+
+    def visit_Attribute_attr(self, node: cst.Attribute) -> None:
+        self.skip_reference.add(node.attr)
+
+    # --- after the walk ---
+    def propagate_through_calls(self, model: FileModel) -> None:
+        """A scaler or optimizer passed to a function of this file is one inside it too, whatever its name."""
+        for event in [e for e in self.events if e.kind is EventKind.CALL]:
+            callee = callee_scope(model, event)
+            if callee is None:
+                continue
+            for param, passed in argument_names(callee, event.call).items():
+                if is_scaler(passed, event.scope, model) and not model.scaler_bindings(param, callee):
+                    origin = model.scaler_bindings(passed, event.scope)
+                    enabled = None if not origin else (True if any(b.is_enabled for b in origin) else False)
+                    model.scalers.setdefault(param, []).append(ScalerBinding(key=param, enabled=enabled, scope=callee))
+                elif is_optimizer(passed, model):
+                    model.optimizer_keys.add(param)
+
+    def classify_raw_calls(self, model: FileModel) -> None:
+        optimizer_args = set()
+        for raw in self.raw_calls:
+            if raw.method in ("step", "unscale_") and is_scaler(raw.receiver, raw.scope, model) and raw.call.args:
+                key = dotted_name(raw.call.args[0].value)
+                if key:
+                    optimizer_args.add(key)
+        model.optimizer_keys |= optimizer_args
+        for raw in self.raw_calls:
+            fields = dict(
+                statement=raw.statement,
+                small_statement=raw.small_statement,
+                scope=raw.scope,
+                loops=raw.loops,
+                branches=raw.branches,
+                regions=raw.regions,
+                index=raw.index,
+                receiver=raw.receiver,
+                flow_statement=raw.flow_statement,
+            )
+            if is_scaler(raw.receiver, raw.scope, model):
+                if raw.method == "step":
+                    target = dotted_name(raw.call.args[0].value) if raw.call.args else None
+                    event = Event(kind=EventKind.SCALER_STEP, call=raw.call, target=target, **fields)
+                elif raw.method == "update":
+                    event = Event(kind=EventKind.SCALER_UPDATE, call=raw.call, **fields)
+                elif raw.method == "unscale_":
+                    target = dotted_name(raw.call.args[0].value) if raw.call.args else None
+                    event = Event(kind=EventKind.SCALER_UNSCALE, call=raw.call, target=target, **fields)
+                elif raw.method == "scale":
+                    if raw.call in self.consumed_scale_calls:
+                        continue
+                    event = Event(kind=EventKind.SCALER_SCALE, call=raw.call, **fields)
+                else:
+                    continue
+            elif raw.method == "step" and is_optimizer(raw.receiver, model, raw.scope):
+                event = Event(kind=EventKind.OPTIMIZER_STEP, call=raw.call, target=raw.receiver, **fields)
+            elif raw.method == "zero_grad":
+                event = Event(kind=EventKind.ZERO_GRAD, call=raw.call, target=raw.receiver, **fields)
+            else:
+                continue
+            raw.scope.events.append(event)
+            model.events.append(event)

@@ -1,0 +1,126 @@
+"""Events: the training-step operations of a function, where they sit, and which way each branch went.
+
+The tree walk (`builder`) records an `Event` for each backward call (scaled or not),
+`scaler.scale/unscale_/step/update`, `optimizer.step`, gradient clipping, `zero_grad`, gradient read and
+call of a helper, in source order, with the loops, `if` branches (`Branch`) and autocast regions around
+it. `steps` groups a scope's events into iterations; `scaler_flow` places each event on the function's
+control-flow graph (`Event.flow_statement`) and asks the protocol's questions along its paths.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis.autocast import AutocastRegion, enabled_region
+from amp_lint.analysis.conditions import atom_of
+from amp_lint.analysis.syntax import Loop, Statement, code_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.analysis.file_model import Scope
+
+
+class EventKind(enum.Enum):
+    BACKWARD = "backward"  # x.backward(), torch.autograd.backward(x)
+    AUTOGRAD_GRAD = "autograd.grad"  # torch.autograd.grad(x, ...)
+    SCALER_SCALE = "scaler.scale"  # scaler.scale(x) that is not immediately backpropagated
+    SCALER_STEP = "scaler.step"
+    SCALER_UPDATE = "scaler.update"
+    SCALER_UNSCALE = "scaler.unscale_"
+    OPTIMIZER_STEP = "optimizer.step"
+    CLIP = "clip"  # torch.nn.utils.clip_grad_norm_ and friends
+    GRAD_READ = "grad read"  # `p.grad` of a parameter in `for p in model.parameters():` (event.call is the Attribute)
+    ZERO_GRAD = "zero_grad"
+    CALL = "call"  # a call of a function or method defined in this file, or one that looks like an unscale
+
+
+SCALER_KINDS = frozenset(
+    {EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE}
+)
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One enclosing `if` and which way it went."""
+
+    node: cst.If
+    taken: bool  # True: body; False: else branch
+
+    @property
+    def condition(self) -> Tuple[str, bool]:
+        """(normalised test, whether it holds here): `if amp:` body and `if not amp:` else are the same path.
+
+        The test is normalised as the control-flow graph's branch atoms are (`conditions.normalise`), so
+        the lexical checks (`Event.compatible`) and the path checks agree on which tests are one.
+        """
+        return atom_of(self.node.test, self.taken)
+
+
+@dataclass(eq=False)
+class Event:
+    kind: EventKind
+    call: cst.Call
+    statement: Statement  # the innermost statement holding the call
+    small_statement: Optional[cst.BaseSmallStatement]  # the small statement holding the call, if any
+    scope: "Scope"
+    loops: Tuple[Loop, ...]  # enclosing loops within the scope, outermost first
+    branches: Tuple[Branch, ...]  # enclosing ifs within the scope, outermost first
+    regions: Tuple[AutocastRegion, ...]  # enclosing autocast regions, outermost first
+    receiver: Optional[str] = None  # dotted receiver of a method call ("scaler", "self.optimizer")
+    target: Optional[str] = None  # loss of a backward; optimizer of a step/unscale_; callee of a CALL
+    scaled_by: Optional[str] = None  # for BACKWARD / AUTOGRAD_GRAD: the scaler key when the loss is scaled
+    scale_call: Optional[cst.Call] = None  # the scaler.scale(...) call feeding a backward
+    loss: Optional[cst.BaseExpression] = None  # for BACKWARD / AUTOGRAD_GRAD: the expression backpropagated
+    index: float = 0  # position in the iteration's order (source order; helpers' events sit at their call)
+    # For an event of a helper function inlined into the iteration that calls it: the call it came through.
+    via: Optional["Event"] = None
+    # The flow-graph statement: `statement`, or the one-line suite (`if x: step()`) that holds the call.
+    flow_statement: Optional[cst.CSTNode] = None
+
+    @property
+    def in_helper(self) -> bool:
+        """True for an event seen through a call: fixes never edit a helper on one caller's behalf."""
+        return self.via is not None
+
+    def trail(self) -> List["Event"]:
+        """The calls that led from the iteration to this event, outermost first."""
+        calls = []
+        event = self.via
+        while event is not None:
+            calls.append(event)
+            event = event.via
+        return list(reversed(calls))
+
+    @property
+    def loop(self) -> Optional[Loop]:
+        return self.loops[-1] if self.loops else None
+
+    @property
+    def region(self) -> Optional[AutocastRegion]:
+        """The innermost autocast region around the event (a disabled one counts: it switches autocast off)."""
+        return self.regions[-1] if self.regions else None
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        """The enclosing region that is in force, unless an inner `enabled=False` region switches it off."""
+        return enabled_region(self.regions)
+
+    def compatible(self, other: "Event") -> bool:
+        """Can both events run in the same pass through the code (no `if`/`else` between them)?"""
+        mine = {b.node: b.taken for b in self.branches}
+        for branch in other.branches:
+            if branch.node in mine and mine[branch.node] != branch.taken:
+                return False
+        if not self.branches or not other.branches:
+            return True
+        tests = dict(branch.condition for branch in self.branches)
+        for branch in other.branches:
+            key, holds = branch.condition
+            if key in tests and tests[key] != holds:
+                return False
+        return True
+
+    def describe(self) -> str:
+        return code_of(self.call)

@@ -1,0 +1,349 @@
+"""The model of one file, which every rule reads: its scopes, training steps, scalers and sites.
+
+`FileModel` is what `build_model` returns. Per `Scope` (the module body and every function) it holds
+the events (`events`), autocast regions and assignments; `steps` are the iterations (`TrainingStep`);
+`scalers` the GradScaler bindings (`ScalerBinding`); `call_sites` and `assignment_sites` every call and
+assignment with where it sits (for the rules about torch ops); `deprecated_uses` the references to
+`torch.cuda.amp` / `torch.cpu.amp` APIs. `is_scaler` and `is_optimizer` decide which names are a
+GradScaler or an optimizer, from how the file builds them and, failing that, from their names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from amp_lint.analysis import names
+from amp_lint.analysis.autocast import AutocastRegion, enabled_region
+from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
+from amp_lint.analysis.names import NameTable
+from amp_lint.analysis.syntax import Loop, Statement, argument, code_of, literal_string
+
+_SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
+_OPTIMIZER_NAME = re.compile(
+    r"^(opt|optim|optimizer|optimiser)s?([_\dA-Z].*)?$|_(opt|optim|optimizer|optimiser)(_?\d+|_?[a-zA-Z])?$|optimi[sz]er"
+)
+_NOT_OPTIMIZER_NAME = re.compile(r"sched|scaler|^lr|warmup|option|optional", re.IGNORECASE)
+
+
+@dataclass(eq=False)
+class ScalerBinding:
+    """How a scaler name came to be: built from a GradScaler call, a parameter, or only its name."""
+
+    key: str  # "scaler", "self.scaler"
+    call: Optional[cst.Call] = None  # the GradScaler(...) call, when the file builds it
+    qualified_name: Optional[str] = None
+    enabled: Optional[bool] = True  # False: literal enabled=False; None: an expression
+    maybe_none: bool = False  # `GradScaler() if amp else None`
+    statement: Optional[Statement] = None
+    scope: Optional["Scope"] = None
+    loops: Tuple[Loop, ...] = ()  # loops around the construction, in its scope
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def device(self) -> Optional[str]:
+        """The device literal the scaler is built for ("cuda" when omitted), None when not a literal."""
+        if self.call is None or self.qualified_name is None:
+            return None
+        implied = names.IMPLIED_DEVICE.get(self.qualified_name)
+        if implied:
+            return implied
+        arg = argument(self.call, 0, "device")
+        if arg is None:
+            return "cuda"
+        return literal_string(arg.value)
+
+
+@dataclass(eq=False)
+class Scope:
+    """The module body, or one function (methods included)."""
+
+    node: Union[cst.Module, cst.FunctionDef]
+    name: str  # qualified: "Trainer.train_step"; "" for the module
+    parent: Optional["Scope"]
+    class_name: Optional[str] = None  # for methods, the enclosing class
+    names: NameTable = field(default_factory=NameTable)
+    params: Dict[str, Optional[cst.BaseExpression]] = field(default_factory=dict)  # name -> annotation
+    events: List[Event] = field(default_factory=list)
+    regions: List[AutocastRegion] = field(default_factory=list)
+    assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
+    decorator_region: Optional[AutocastRegion] = None
+
+    @property
+    def is_function(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+    def chain(self) -> Iterator["Scope"]:
+        scope: Optional[Scope] = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+
+@dataclass(eq=False)
+class TrainingStep:
+    """One iteration of training: the events of a loop body around a backward, or of a step function."""
+
+    scope: Scope
+    loop: Optional[Loop]  # None: the whole function body is the iteration
+    events: List[Event]
+
+    def of(self, *kinds: EventKind) -> List[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+    def scaler_events(self, scaler: str, *kinds: EventKind) -> List[Event]:
+        return [e for e in self.events if e.kind in kinds and e.receiver == scaler]
+
+    def anchor_statement(self, event: Event) -> Statement:
+        """The statement to insert next to for `event`, at the iteration's own level.
+
+        `for opt in optimizers: scaler.step(opt)` is a loop inside the iteration: code that must follow
+        every step goes after that inner loop, not inside it.
+        """
+        depth = event.loops.index(self.loop) + 1 if self.loop in event.loops else 0
+        deeper = event.loops[depth:]
+        return deeper[0] if deeper else event.statement
+
+    def before(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
+        """Events of these kinds earlier in the iteration, on a path compatible with `event`."""
+        return [
+            e
+            for e in self.events
+            if e.kind in kinds and e.index < event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
+        ]
+
+    def after(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
+        """Events of these kinds later in the iteration, on a path compatible with `event`."""
+        return [
+            e
+            for e in self.events
+            if e.kind in kinds and e.index > event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
+        ]
+
+    @property
+    def is_accumulation(self) -> bool:
+        """Backward on every micro-batch, but the step only under a condition the backward is not under."""
+        backwards = self.of(EventKind.BACKWARD)
+        steps = self.of(EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)
+        if not backwards or not steps:
+            return False
+        backward_branches = {b.node for b in backwards[0].branches}
+        return all(any(b.node not in backward_branches for b in s.branches) for s in steps)
+
+
+@dataclass(eq=False)
+class DeprecatedUse:
+    """A reference to a deprecated `torch.cuda.amp` / `torch.cpu.amp` API (AMP070-AMP073)."""
+
+    node: cst.BaseExpression  # the Name or Attribute
+    qualified_name: str
+    call: Optional[cst.Call]  # the call when the reference is called
+    decorator: Optional[cst.Decorator]  # the decorator when it is one
+    scope: Scope
+
+
+@dataclass(eq=False)
+class CallSite:
+    """Any call in the file, with the name it resolves to and where it sits (for rules about torch ops)."""
+
+    call: cst.Call
+    qualified_name: Optional[str]  # "torch.nn.functional.binary_cross_entropy"; None when not imported
+    func: Optional[str]  # the dotted callee as written ("F.binary_cross_entropy", "x.half"), None if not dotted
+    statement: Statement
+    small_statement: Optional[cst.BaseSmallStatement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int  # events with a larger index come after this call
+    order: int = 0  # source order among call and assignment sites
+
+    @property
+    def method(self) -> Optional[str]:
+        """`x.half()` -> "half"; None for a call of a plain name or an expression."""
+        return self.call.func.attr.value if isinstance(self.call.func, cst.Attribute) else None
+
+    @property
+    def receiver(self) -> Optional[cst.BaseExpression]:
+        return self.call.func.value if isinstance(self.call.func, cst.Attribute) else None
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        return enabled_region(self.regions)
+
+
+@dataclass(eq=False)
+class AssignmentSite:
+    """`target = value` (also annotated assignments), with where it sits."""
+
+    target: str  # dotted: "loss", "self.model"
+    value: cst.BaseExpression
+    statement: Optional[Statement]
+    scope: Scope
+    loops: Tuple[Loop, ...]
+    branches: Tuple[Branch, ...]
+    regions: Tuple[AutocastRegion, ...]
+    index: int  # events with a larger index come after this assignment
+    order: int = 0  # source order among call and assignment sites
+
+    def in_enabled_autocast(self) -> Optional[AutocastRegion]:
+        return enabled_region(self.regions)
+
+
+@dataclass(eq=False)
+class FileModel:
+    module: cst.Module
+    scopes: List[Scope]
+    events: List[Event]
+    regions: List[AutocastRegion]
+    scalers: Dict[str, List[ScalerBinding]]  # by key; self.* keys are prefixed with the class name
+    optimizer_keys: set
+    deprecated_uses: List[DeprecatedUse]
+    functions: Dict[str, List[cst.FunctionDef]]  # by bare name
+    classes: Dict[str, cst.ClassDef]
+    imports: List[Tuple[Union[cst.Import, cst.ImportFrom], "Scope"]]
+    module_names: NameTable
+    # References to a name bound to the torch.cuda.amp / torch.cpu.amp module, other than deprecated uses.
+    amp_module_refs: List[Tuple[cst.Name, "Scope"]] = field(default_factory=list)
+    steps: List[TrainingStep] = field(default_factory=list)
+    scaler_call_sites: List[Tuple[cst.Call, str, Scope, Tuple[Loop, ...], Statement]] = field(default_factory=list)
+    autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
+    call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
+    assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
+    parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
+    # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
+    # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
+    wrapper_backwards: List[Event] = field(default_factory=list)
+    _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
+    _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
+    _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
+
+    # --- scalers ---
+    def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
+        if key.startswith("self.") and scope.class_name:
+            return self.scalers.get(f"{scope.class_name}.{key}", [])
+        bindings: List[ScalerBinding] = []
+        for outer in scope.chain():
+            bindings = [b for b in self.scalers.get(key, []) if b.scope is outer]
+            if bindings:
+                return bindings
+        return []
+
+    def scaler_enabled(self, key: str, scope: Scope) -> bool:
+        """False only when every construction of the scaler passes a literal enabled=False."""
+        bindings = [b for b in self.scaler_bindings(key, scope) if b.call is not None]
+        return not bindings or any(b.is_enabled for b in bindings)
+
+    def has_scaler_in_reach(self, scope: Scope) -> bool:
+        """Is any enabled (or run-time enabled) scaler bound in this function, its class or the module?"""
+        for key, bindings in self.scalers.items():
+            for binding in bindings:
+                if not binding.is_enabled:
+                    continue
+                if binding.scope is not None and (binding.scope in set(scope.chain())):
+                    return True
+                if scope.class_name and key.startswith(scope.class_name + "."):
+                    return True
+        for outer in scope.chain():
+            for param, annotation in outer.params.items():
+                if _SCALER_NAME.search(param) or (annotation is not None and "Scaler" in code_of(annotation)):
+                    return True
+        return any(e.kind in SCALER_KINDS for e in self.events if e.scope in set(scope.chain()))
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
+        """The statements of the block (module or indented body) that holds `statement`, itself included."""
+        if self._blocks is None:
+            blocks: Dict[int, Sequence[cst.BaseStatement]] = {}
+            stack: List[cst.CSTNode] = [self.module]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (cst.Module, cst.IndentedBlock)):
+                    for child in node.body:
+                        blocks[id(child)] = node.body
+                if isinstance(node, (cst.BaseExpression, cst.SimpleStatementLine)):
+                    continue  # no statement blocks inside
+                stack.extend(node.children)
+            self._blocks = blocks
+        return self._blocks.get(id(statement))
+
+    def is_optimizer(self, key: str) -> bool:
+        """Built from a torch.optim class, stepped through a scaler, or named like an optimizer."""
+        return is_optimizer(key, self)
+
+    def is_scaler(self, key: str, scope: Scope) -> bool:
+        """Bound to a GradScaler call, annotated as one, or named like one (and not built from something else)."""
+        return is_scaler(key, scope, self)
+
+    def functions_named(self, name: str) -> List[cst.FunctionDef]:
+        return self.functions.get(name, [])
+
+    def scope_of(self, node: cst.FunctionDef) -> Optional[Scope]:
+        if self._scope_by_node is None:
+            self._scope_by_node = {id(scope.node): scope for scope in self.scopes}
+        return self._scope_by_node.get(id(node))
+
+    def function_scopes_named(self, name: str) -> List[Scope]:
+        """Function scopes by name, indexed once per model (a file can have tens of thousands)."""
+        if self._scopes_by_name is None:
+            self._scopes_by_name = {}
+            for scope in self.scopes:
+                if scope.is_function:
+                    self._scopes_by_name.setdefault(scope.node.name.value, []).append(scope)
+        return self._scopes_by_name.get(name, [])
+
+
+# --- which names are scalers and optimizers -----------------------------------------------------------
+
+
+def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
+    bindings = model.scaler_bindings(key, scope)
+    if bindings:
+        return True
+    last = key.split(".")[-1]
+    if not _SCALER_NAME.search(last):
+        for outer in scope.chain():
+            annotation = outer.params.get(key)
+            if annotation is not None and "Scaler" in code_of(annotation):
+                return True
+        return False
+    # Named like a scaler: still not one if the file builds it from something that is not torch's.
+    return not _built_by_someone_else(key, scope, model, imports_count=True)
+
+
+def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:
+    if key in model.optimizer_keys:
+        return True
+    last = key.split(".")[-1]
+    if not _OPTIMIZER_NAME.search(last) or _NOT_OPTIMIZER_NAME.search(last):
+        return False
+    # Third-party optimizers (apex, bitsandbytes) are optimizers; a class of this file named so may not be.
+    return scope is None or not _built_by_someone_else(key, scope, model, imports_count=False)
+
+
+def _built_by_someone_else(key: str, scope: Scope, model: FileModel, imports_count: bool) -> bool:
+    """Is `key` assigned from a class this file defines (or, with imports_count, from a non-torch import)?
+
+    `scaler = StandardScaler()`, `ema_optimizer = WeightEMA(...)`, a user's own `class GradScaler`:
+    named like the real thing, but not it.
+    """
+    assignments = []
+    for outer in scope.chain():
+        assignments.extend((value, outer) for value, _ in outer.assignments.get(key, []))
+    if key.startswith("self.") and scope.class_name:
+        for other in model.scopes:
+            if other.class_name == scope.class_name:
+                assignments.extend((value, other) for value, _ in other.assignments.get(key, []))
+    for value, where in assignments:
+        if not isinstance(value, cst.Call):
+            continue
+        qualified = where.names.qualify(value.func)
+        if imports_count and qualified is not None and not qualified.startswith("torch."):
+            return True
+        if qualified is None and isinstance(value.func, cst.Name) and value.func.value in model.classes:
+            return True
+    return False

@@ -1,0 +1,166 @@
+"""Training steps: each scope's events grouped into iterations, with helpers' events where they are called.
+
+`training_steps` runs once the walk is done. An iteration (`TrainingStep`) is the innermost loop body
+around a backward call, or a whole function body when the function is itself the step (a
+`train_step()` helper). Before grouping, `with_helpers_inlined` puts the events of the file's helper
+functions and methods at their calls, through their `scaler_flow.Summary` (parameters renamed to the
+caller's arguments); a project index's summaries of other files' functions plug in at the same place
+(`scaler_flow.SUMMARIES`). `callee_scope` and `argument_names` say which function a call calls and
+what its parameters are bound to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional
+
+import libcst as cst
+
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import Loop
+
+
+def training_steps(model: FileModel) -> List[TrainingStep]:
+    """Group each scope's events, helpers' events included where they are called, into iterations."""
+    steps: List[TrainingStep] = []
+    for scope in model.scopes:
+        if not scope.events:
+            continue
+        events = with_helpers_inlined(model, scope, scope.events, depth=0, active={scope})
+        anchors = [e for e in events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)]
+        if not anchors:
+            # A function that steps but does not backpropagate (an `optimizer_step()` helper): one iteration.
+            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP) for e in events):
+                steps.append(TrainingStep(scope, None, events))
+            continue
+        loops: List[Optional[Loop]] = []
+        steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
+        for anchor in anchors:
+            loop = anchor.loop
+            # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
+            # steps is part of that loop's iteration (miles-credit PR #141).
+            if loop is not None and steppers and not any(loop in e.loops for e in steppers):
+                outer = [l for l in anchor.loops[:-1] if any(l in e.loops for e in steppers)]
+                if outer:
+                    loop = outer[-1]
+            if loop not in loops:
+                loops.append(loop)
+        # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
+        for loop in loops:
+            if loop is None:
+                members = [e for e in events if not _inside_any(e, [l for l in loops if l is not None])]
+                if not scope.is_function:
+                    members = [e for e in members if not e.loops]
+                steps.append(TrainingStep(scope, None, members))
+            else:
+                inner_loops = [l for l in loops if l is not None and l is not loop]
+                members = [
+                    e
+                    for e in events
+                    if loop in e.loops and not any(l in e.loops[e.loops.index(loop) + 1 :] for l in inner_loops)
+                ]
+                steps.append(TrainingStep(scope, loop, members))
+    return steps
+
+
+_MAX_INLINE_DEPTH = 3
+
+
+def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
+    """Put the events of helper functions and methods (of this file) where the iteration calls them.
+
+    Each callee's effect is its `Summary` (`amp_lint.analysis.scaler_flow`): its events, helpers of its
+    own included, applied at the call with its parameters renamed to the caller's arguments.
+    `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
+    step and update in it. A helper that runs a loop of its own is a training loop, not a step part, and
+    is not inlined; recursion is cut off.
+    """
+    from amp_lint.analysis.scaler_flow import SUMMARIES, Summary
+
+    out: List[Event] = []
+    for event in events:
+        out.append(event)
+        if event.kind is not EventKind.CALL or depth >= _MAX_INLINE_DEPTH:
+            continue
+        callee = callee_scope(model, event)
+        summary: Optional[Summary] = None
+        if callee is not None:
+            if callee in active or any(e.loops for e in callee.events):
+                continue
+            inner = with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
+            params = list(callee.params)
+            if callee.class_name and params and params[0] in ("self", "cls"):
+                params = params[1:]
+            summary = Summary(scope=callee, events=tuple(inner), params=tuple(params))
+        else:
+            for provider in SUMMARIES:  # functions of other files, from a project index
+                summary = provider(model, event)
+                if summary is not None:
+                    break
+        if summary is not None:
+            out.extend(summary.applied_at(event, depth, _rebased))
+    return out
+
+
+def _rebased(via: Event, outer: Event) -> Event:
+    """Chain an inner call path under the outer call."""
+    if via.via is None:
+        return dataclasses.replace(via, via=outer)
+    return dataclasses.replace(via, via=_rebased(via.via, outer))
+
+
+def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
+    """The function or method of this file that a CALL event calls, when that is unambiguous."""
+    target = call.target or ""
+    if target.startswith("self."):
+        name = target[len("self.") :]
+        candidates = [
+            s
+            for s in model.function_scopes_named(name)
+            if s.is_function
+            and s.node.name.value == name
+            and call.scope.class_name is not None
+            and s.class_name == call.scope.class_name
+            and s.parent is not None
+            and not s.parent.is_function
+        ]
+    elif target and "." not in target:
+        visible = set(call.scope.chain())
+        candidates = [
+            s
+            for s in model.function_scopes_named(target)
+            if s.is_function
+            and s.node.name.value == target
+            and s.parent in visible
+            and (s.parent.is_function or s.class_name is None)
+        ]
+    else:
+        return None
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def argument_names(callee: Scope, call: cst.Call) -> Dict[str, str]:
+    """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
+    params = list(callee.params)
+    if callee.class_name and params and params[0] in ("self", "cls"):
+        params = params[1:]
+    mapping: Dict[str, str] = {}
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            break
+        value = dotted_name(arg.value)
+        if arg.keyword is not None:
+            if value is not None and arg.keyword.value in callee.params:
+                mapping[arg.keyword.value] = value
+            continue
+        if position < len(params) and value is not None:
+            mapping[params[position]] = value
+        position += 1
+    return mapping
+
+
+def _inside_any(event: Event, loops: List[Loop]) -> bool:
+    return any(loop in event.loops for loop in loops)

@@ -1,0 +1,63 @@
+"""Small readers of LibCST nodes that every step of the analysis shares.
+
+A node's source text (`code_of`), literal values (`literal_string`, `literal_bool`), the argument a call
+binds to a parameter (`argument`), the alternatives of a conditional value (`alternatives`), and the
+statement and loop node types the model records events in. Nothing here knows about AMP.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Union
+
+import libcst as cst
+
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+Loop = Union[cst.For, cst.While]
+
+
+def literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def literal_bool(node: Optional[cst.BaseExpression]) -> Optional[bool]:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def argument(call: cst.Call, position: Optional[int], keyword: str) -> Optional[cst.Arg]:
+    """The argument bound to a parameter, by keyword or by position (None when absent or unknown)."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    if position is not None and position < len(positional):
+        # A *args before the position makes the position unknowable.
+        for arg in call.args[: call.args.index(positional[position])]:
+            if arg.star:
+                return None
+        return positional[position]
+    return None
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """`a if c else b` may be either side; `(x)` is x.
+
+    A loop, not recursion: nested generators would cost the square of a long `a or b or ...` chain.
+    """
+    pending = [value]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.IfExp):
+            pending += (node.orelse, node.body)
+        elif isinstance(node, cst.BooleanOperation):
+            pending += (node.right, node.left)
+        else:
+            yield node
