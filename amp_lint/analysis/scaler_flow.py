@@ -542,3 +542,150 @@ def call_levels(model: "FileModel", flow: StepFlow, event) -> List[Tuple[ScopeFl
             return levels
         levels.append((helper, helper.graph.entry, node))
     return levels
+
+
+# --- queries for AMP002..AMP031 ---
+#
+# Order and feasibility for things that are not protocol events (assignment sites, autocast regions, a
+# `def` statement) and between events of one step: every answer is a path question on the step's graph.
+# Two things in one graph node (one statement line, or a helper's events at its call) run in their
+# evaluation order inside that node (`index`); nothing else here reads the source order.
+
+
+@dataclass(frozen=True)
+class Site:
+    """A statement to place on the graph that is no event: `Site(region.node)`, `Site(function_def)`."""
+
+    statement: object
+    index: float = 0.0
+
+
+def _is_event(thing) -> bool:
+    return hasattr(thing, "compatible") and hasattr(thing, "kind")
+
+
+def _before_in_node(first, second) -> bool:
+    return getattr(first, "index", 0) < getattr(second, "index", 0)
+
+
+def site_path(flow: StepFlow, first, second, avoid: Sequence = ()) -> Optional[Proof]:
+    """`StepFlow.path` for any placed things (events, assignment sites, `Site`s): can `second` run after
+    `first` in one iteration with none of `avoid` between? None: no such path."""
+    if _is_event(first) and _is_event(second) and all(_is_event(a) for a in avoid):
+        return flow.path(first, second, avoid)
+    scope_flow = flow.flow
+    a, b = scope_flow.node(first), scope_flow.node(second)
+    if a is None or b is None:
+        return None
+    if a == b:
+        if not _before_in_node(first, second):
+            return None
+        killed = any(
+            scope_flow.node(x) == a and _before_in_node(first, x) and _before_in_node(x, second)
+            for x in avoid
+            if x is not first and x is not second
+        )
+        return None if killed else PROVED
+    blocked = []
+    for other in avoid:
+        if other is first or other is second:
+            continue
+        node = scope_flow.node(other)
+        if node is None:
+            continue
+        if node == a:
+            if _before_in_node(first, other):
+                return None  # `first`'s own line overrides it
+            continue
+        if node == b:
+            if _before_in_node(other, second):
+                return None
+            continue
+        blocked.append(node)
+    start = flow.start if flow.start >= a else None
+    return scope_flow.paths.query(a, b, blocked, start)
+
+
+def in_iteration(flow: StepFlow, thing) -> bool:
+    """Does `thing`'s statement run inside the step's iteration (the loop body, inner loops included; for a
+    step function, its body)? Nodes of a loop body lie between its latch and its first node."""
+    node = flow.node(thing)
+    if node is None:
+        return False
+    if not flow.closed:
+        return True
+    return flow.end < node <= flow.start
+
+
+def reaching(flow: StepFlow, use, sites: Sequence, kills: Optional[Sequence] = None) -> List[Tuple[object, Proof]]:
+    """The `sites` (definitions) of the iteration that reach `use`: a path from the site to the use with no
+    site of `kills` between (default: the other `sites`, as a reaching-definitions question)."""
+    kills = sites if kills is None else kills
+    found = []
+    for site in sites:
+        if not in_iteration(flow, site):
+            continue
+        proof = site_path(flow, site, use, [k for k in kills if k is not site])
+        if proof is not None:
+            found.append((site, proof))
+    return found
+
+
+def any_path(flow: StepFlow, first, others: Iterable, avoid: Sequence = ()) -> Tuple[List, Optional[Proof]]:
+    """The `others` that can run after `first` in the iteration, and the strongest proof among them."""
+    found, best = [], None
+    for other in others:
+        if other is first:
+            continue
+        proof = site_path(flow, first, other, avoid)
+        if proof is not None:
+            found.append(other)
+            best = proof if best is None or proof is PROVED else best
+    return found, best
+
+
+def last_of(flow: StepFlow, things: Sequence):
+    """The one of `things` that runs last: none of the others can follow it on a path of the iteration.
+
+    Several such (the two sides of an if/else) are all last; the one met last in `things` is taken, so
+    that the answer does not change from run to run. None for an empty list.
+    """
+    things = list(things)
+    last = [t for t in things if not any(o is not t and site_path(flow, t, o) is not None for o in things)]
+    return (last or things or [None])[-1]
+
+
+def first_of(flow: StepFlow, things: Sequence):
+    """The one of `things` that runs first (none of the others can run before it); see `last_of`."""
+    things = list(things)
+    first = [t for t in things if not any(o is not t and site_path(flow, o, t) is not None for o in things)]
+    return (first or things or [None])[0]
+
+
+def again_in_loop(flow: StepFlow, event, loop, avoid: Sequence = ()) -> Optional[Proof]:
+    """Can `event`, inside the inner `loop` of the iteration, run again on the loop's next pass (with no
+    `avoid` between)? A `break` or `return` right after it means it runs once."""
+    graph = flow.flow.graph
+    latch, body = graph.loop_latch.get(id(loop)), graph.loop_body.get(id(loop))
+    if latch is None or body is None:
+        return None
+    return weakest(flow.flow.path_to(event, latch, avoid), flow.flow.path_from(body, event, avoid))
+
+
+@dataclass(eq=False)
+class _WholeScope:
+    """A scope's body as one open step (no loop, no events of its own): what `StepFlow` reads of a step."""
+
+    scope: "Scope"
+    loop: None = None
+    events: Tuple = ()
+
+
+def whole_scope_flow(model: "FileModel", scope: "Scope") -> StepFlow:
+    """The paths of a whole scope, entry to exit, as one open step: for questions about events that need
+    no iteration (what reaches a call from the function's start)."""
+    cache = model.__dict__.setdefault("_scope_step_flows", {})
+    flow = cache.get(id(scope))
+    if flow is None:
+        flow = cache[id(scope)] = StepFlow(scope_flow(model, scope), _WholeScope(scope))  # type: ignore[arg-type]
+    return flow

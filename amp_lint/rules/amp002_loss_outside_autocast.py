@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.file_model import AssignmentSite, FileModel, TrainingStep
+from amp_lint.analysis.file_model import AssignmentSite, FileModel
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
+from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of, reaching
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import short
+from amp_lint.rules._helpers import mentions, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _LOSS_CLASS = re.compile(r"^torch\.nn\.(modules\.loss\.)?\w*Loss$")
@@ -99,6 +101,22 @@ for batch in loader:
     loss = out.loss / accum
     loss.backward()
 """,
+        # The eval path computes its loss outside autocast but `continue`s before the backward: that loss
+        # never reaches it (the lexical model saw an assignment of `loss` earlier in the text).
+        """
+import torch
+import torch.nn.functional as F
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        logits = model(x)
+    if not training:
+        loss = F.cross_entropy(logits, y)
+        log(loss)
+        continue
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+""",
     ]
     invalid = [
         Invalid(
@@ -128,6 +146,23 @@ def train(model, loader, optimizer):
         optimizer.step()
 """
         ),
+        # An if/else merge: the warm-up side's `logits` come from autocast and reach the loss; the last
+        # assignment in the text (the float32 side) is not the only one that does.
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+for x, y in loader:
+    if warmup:
+        with torch.autocast("cuda", dtype=torch.float16):
+            logits = model(x)
+    else:
+        logits = model(x).float()
+    loss = F.cross_entropy(logits, y)
+    loss = loss / accum
+    scaler.scale(loss).backward()
+"""
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -139,10 +174,11 @@ def train(model, loader, optimizer):
                 key = dotted_name(backward.loss)
                 if key is None:
                     continue
-                for site in _assignments_before(model, step, key, backward.index):
+                flow = flow_of(model, step)
+                for site, to_backward in _loss_sites(model, flow, key, backward):
                     if id(site) in seen or site.regions:
                         continue
-                    produced = _produced_in_autocast(model, step, site)
+                    produced, from_autocast = _produced_in_autocast(model, flow, site)
                     if not produced:
                         continue
                     confidence = _torch_loss_call(model, site)
@@ -156,38 +192,41 @@ def train(model, loader, optimizer):
                         "autocast's float32 policy; compute it inside the block (or cast with .float())",
                         confidence=confidence,
                         context=step.scope.name,
+                        assumption=assumption_text(weakest(to_backward, from_autocast)),
                     )
 
 
-def _assignments_before(model: FileModel, step: TrainingStep, key: str, index: float) -> List[AssignmentSite]:
-    return [
-        site
-        for site in model.assignment_sites
-        if site.scope is step.scope
-        and site.target == key
-        and site.index < index
-        and (step.loop is None or step.loop in site.loops)
-    ]
+def _loss_sites(model: FileModel, flow: StepFlow, key: str, backward) -> List[Tuple[AssignmentSite, Proof]]:
+    """The assignments of `key` in the iteration whose value flows into the backward: a path from the site to
+    the backward on which `key` is only rebound from itself (`loss = loss / accum` keeps the chain)."""
+    sites = [s for s in model.assignment_sites if s.scope is flow.step.scope and s.target == key]
+    rebinds = [s for s in sites if not mentions(s.value, key)]
+    return reaching(flow, backward, sites, kills=rebinds)
 
 
-def _produced_in_autocast(model: FileModel, step: TrainingStep, site: AssignmentSite) -> List[str]:
-    """Names the right-hand side reads (uncast) whose last assignment was inside an enabled autocast block."""
+def _produced_in_autocast(model: FileModel, flow: StepFlow, site: AssignmentSite) -> Tuple[List[str], Optional[Proof]]:
+    """Names the right-hand side reads (uncast) with a definition inside an enabled autocast block of the
+    iteration that reaches the site, and how sure the weakest such path is."""
     text = code_of(site.value)
-    found = []
-    latest = {}
+    found, proof = [], None
+    by_name: Dict[str, List[AssignmentSite]] = {}
     for other in model.assignment_sites:
-        if other.scope is site.scope and other.order < site.order and "." not in other.target:
-            latest[other.target] = other
-    for name, other in latest.items():
-        region = other.in_enabled_autocast()
-        if region is None or region.is_decorator:
-            continue
-        if step.loop is not None and step.loop not in other.loops:
-            continue
+        if other.scope is site.scope and other is not site and "." not in other.target:
+            by_name.setdefault(other.target, []).append(other)
+    for name, definitions in by_name.items():
         if not re.search(rf"(?<![\w.]){re.escape(name)}\b(?!{_CAST})", text):
             continue
+        in_autocast = [
+            (d, p)
+            for d, p in reaching(flow, site, definitions)
+            if d.in_enabled_autocast() is not None and not d.in_enabled_autocast().is_decorator
+        ]
+        if not in_autocast:
+            continue
         found.append(name)
-    return found
+        best = PROVED if any(p is PROVED for _, p in in_autocast) else ASSUMED
+        proof = best if proof is None else weakest(proof, best)
+    return found, proof
 
 
 def _torch_loss_call(model: FileModel, site: AssignmentSite) -> Optional[Confidence]:

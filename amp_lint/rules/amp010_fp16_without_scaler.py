@@ -1,11 +1,13 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
 from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.paths import PROVED, Proof, weakest
+from amp_lint.analysis.scaler_flow import Site, StepFlow, any_path, assumption_text, flow_of, in_iteration, site_path
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.value_types import Kind
 from amp_lint.diagnostics import Severity
@@ -161,6 +163,24 @@ def train(model, loader, optimizer, scaler):
             scaler.step(optimizer)
             scaler.update()
 """,
+        # A saliency pass under float16 that `continue`s before any optimizer step, and a bfloat16
+        # training pass: no float16 backward reaches a step, and the float16 region never runs before the
+        # training backward (the lexical model took "a step later in the text" and "a float16 region in
+        # the loop" for both).
+        """
+import torch
+for x, y in loader:
+    if saliency:
+        with torch.autocast("cuda", dtype=torch.float16):
+            score = model(x).max()
+        score.backward()
+        save_map(x.grad)
+        continue
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
     ]
     invalid = [
         Invalid(
@@ -240,14 +260,16 @@ for x in loader:
             optimizer_steps = step.of(EventKind.OPTIMIZER_STEP)
             if not optimizer_steps or model.has_scaler_in_reach(step.scope):
                 continue
+            flow = flow_of(model, step)
             for backward in step.of(EventKind.BACKWARD):
                 if backward.scaled_by is not None:
                     continue
-                region = _fp16_forward_region(model, step, backward)
+                region, forward = _fp16_forward_region(model, flow, backward)
                 if region is None:
                     continue
-                if not any(o.compatible(backward) and o.index > backward.index for o in optimizer_steps):
-                    continue
+                stepped, proof = any_path(flow, backward, optimizer_steps)
+                if not stepped:
+                    continue  # no optimizer step can follow this backward in the iteration
                 why = ""
                 if region.spec.dtype is not DType.FP16:  # known through values
                     why = ", float16 by default on CUDA" if region.spec.dtype_node is None else ""
@@ -257,23 +279,32 @@ for x in loader:
                     f"(`{code_of(region.item.item) if region.item else 'autocast'}`{why}) without a GradScaler; "
                     "small gradients underflow to zero",
                     context=step.scope.name,
+                    assumption=assumption_text(weakest(forward, proof)),
                 )
 
 
-def _fp16_forward_region(model: FileModel, step: TrainingStep, backward) -> Optional[AutocastRegion]:
-    """An enabled float16 region that runs the iteration's forward pass before (or around) the backward."""
-    candidates = list(backward.regions)
-    for region in step.scope.regions:
-        if region in candidates:
+def _fp16_forward_region(model: FileModel, flow: StepFlow, backward) -> Tuple[Optional[AutocastRegion], Optional[Proof]]:
+    """An enabled float16 region around the backward, or one of the iteration from which a path reaches
+    the backward (the forward pass), with how sure that path is."""
+    candidates = [(region, PROVED) for region in backward.regions]
+    around = set(map(id, backward.regions))
+    for region in flow.step.scope.regions:
+        if id(region) in around:
             continue
-        if step.loop is not None and region.item is not None:
-            if not _region_in_loop(step, region):
-                continue
-        candidates.append(region)
-    for region in candidates:
+        if region.item is None:  # a decorated function: not a statement of this iteration
+            candidates.append((region, PROVED))
+            continue
+        site = Site(region.node)
+        if not in_iteration(flow, site):
+            continue
+        proof = site_path(flow, site, backward)
+        if proof is not None:
+            candidates.append((region, proof))
+    candidates.sort(key=lambda item: item[1] is not PROVED)
+    for region, proof in candidates:
         if region.spec.is_enabled and _is_fp16(model, region) and not _disabled(model, region):
-            return region
-    return None
+            return region, proof
+    return None, None
 
 
 def _is_fp16(model: FileModel, region: AutocastRegion) -> bool:
@@ -297,7 +328,3 @@ def _disabled(model: FileModel, region: AutocastRegion) -> bool:
         return False
     value = value_of(model, region.spec.enabled_node, region.scope)
     return value.kind is Kind.BOOL and value.literals == (False,)
-
-
-def _region_in_loop(step: TrainingStep, region: AutocastRegion) -> bool:
-    return step.loop in region.loops

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 import libcst as cst
 
@@ -8,8 +8,9 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.paths import PROVED, Proof
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, site_path
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -137,6 +138,22 @@ for x, y in loader:
     loss = loss_fn(model(x), y)
     scaled = scaler.scale(loss)
     scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The fp32 case of a `match` on the precision, with the scaler off in that case: the two backwards
+        # are on different paths (the lexical model knew only `if`/`else` and took the cases for one pass
+        # through the code).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    match precision:
+        case "fp16":
+            scaler.scale(loss).backward()
+        case _:
+            loss.backward()
     scaler.step(optimizer)
     scaler.update()
 """,
@@ -279,14 +296,17 @@ for x in loader:
             for backward in step.of(EventKind.BACKWARD):
                 if backward.scaled_by is not None:
                     continue
-                scaler_event = _consuming_scaler_event(model, step, backward)
+                scaler_event, proof = _consuming_scaler_event(model, step, backward)
                 if scaler_event is None:
                     continue
                 scaler = scaler_event.receiver
+                flow = flow_of(model, step)
                 dangling = [
                     e
-                    for e in step.before(backward, [EventKind.SCALER_SCALE], scaler)
-                    if e.small_statement is not None and isinstance(e.small_statement, cst.Expr)
+                    for e in step.scaler_events(scaler, EventKind.SCALER_SCALE)
+                    if e.small_statement is not None
+                    and isinstance(e.small_statement, cst.Expr)
+                    and site_path(flow, e, backward) is not None
                 ]
                 note = " (the result of `scaler.scale(...)` is discarded)" if dangling else ""
                 yield self.finding(
@@ -296,6 +316,7 @@ for x in loader:
                     fix=None if backward.in_helper else _scale_fix(model, backward, scaler, dangling),
                     context=step.scope.name,
                     related=self.through_helpers(backward) + self.through_helpers(scaler_event),
+                    assumption=assumption_text(proof),
                 )
 
 
@@ -303,17 +324,24 @@ def _verb(event: Event) -> str:
     return "step(...)" if event.kind is EventKind.SCALER_STEP else "unscale_(...)"
 
 
-def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Optional[Event]:
-    """The enabled scaler's step/unscale_ that will consume this backward's gradients, if any."""
+def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Tuple[Optional[Event], Optional[Proof]]:
+    """The enabled scaler's step/unscale_ that will consume this backward's gradients, if any, and how sure
+    the path from the backward to it is."""
     flow = flow_of(model, step)
     for scaled in step.of(EventKind.BACKWARD):
-        if scaled.scaled_by is not None and not scaled.compatible(backward):
-            return None  # the unscaled backward is the fp32 alternative of a scaled one
+        if scaled.scaled_by is None:
+            continue
+        if site_path(flow, scaled, backward) is None and site_path(flow, backward, scaled) is None:
+            return None, None  # the unscaled backward is the fp32 alternative of a scaled one: no path has both
+    found, best = None, None
     for event in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
         # The scaler consumes these gradients on some path (not on the other side of an if/else).
-        if flow.path(backward, event) is not None and model.scaler_enabled(event.receiver, step.scope):
-            return event
-    return None
+        if not model.scaler_enabled(event.receiver, step.scope):
+            continue
+        proof = flow.path(backward, event)
+        if proof is not None and (found is None or (proof is PROVED and best is not PROVED)):
+            found, best = event, proof
+    return found, best
 
 
 def _scale_fix(model: FileModel, backward: Event, scaler: str, dangling) -> Optional[Fix]:

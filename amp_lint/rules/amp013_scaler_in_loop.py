@@ -12,7 +12,7 @@ from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import Loop, code_of
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
-from amp_lint.analysis.scaler_flow import ScopeFlow, assumption_text
+from amp_lint.analysis.scaler_flow import assumption_text, scope_flow
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -464,7 +464,7 @@ def _every_iteration(model: FileModel, scope, statement, loop) -> Optional[Proof
     """Does `statement` run on an iteration of `loop` and reach the next one? (PROVED: every iteration;
     ASSUMED: under a condition; None: never again after it.) PROVED when the flow graph has no place
     for it (the lexical answer, as before)."""
-    flow = _scope_flow(model, scope)
+    flow = scope_flow(model, scope)
     graph = flow.graph
     node = graph.node_of.get(id(statement))
     body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
@@ -489,7 +489,7 @@ def _built_again(model: FileModel, binding: ScalerBinding, loop) -> Optional[Pro
     ]
     if not before:
         return proof
-    flow = _scope_flow(model, binding.scope)
+    flow = scope_flow(model, binding.scope)
     graph = flow.graph
     node = graph.node_of.get(id(binding.statement))
     body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
@@ -501,7 +501,7 @@ def _built_again(model: FileModel, binding: ScalerBinding, loop) -> Optional[Pro
 def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
     """Is the scaler stepped in the loop the one built here: a path from the construction to a step or
     update in the loop with no other assignment of the name between?"""
-    flow = _scope_flow(model, binding.scope)
+    flow = scope_flow(model, binding.scope)
     graph = flow.graph
     built = graph.node_of.get(id(binding.statement))
     if built is None:
@@ -516,14 +516,6 @@ def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
         if node is not None and flow.paths.query(built, node, [n for n in others if n is not None]) is not None:
             return True
     return False
-
-
-def _scope_flow(model: FileModel, scope):
-    cache = model.__dict__.setdefault("_flows", {})
-    found = cache.get(id(scope))
-    if found is None:
-        found = cache[id(scope)] = ScopeFlow(scope)
-    return found
 
 
 _STORING_METHODS = frozenset({"append", "extend", "add", "insert", "setdefault", "update", "register", "put"})

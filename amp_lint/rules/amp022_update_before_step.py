@@ -9,7 +9,7 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import StepFlow, any_path, assumption_text, first_of, flow_of, last_of, site_path
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
@@ -134,6 +134,31 @@ for x in loader:
     scaler.update()
 """,
         ),
+        # The update in the `else` comes later in the text than the step but never runs after it: the
+        # fix still needs an update next to the step (the lexical model took the `else` one for it and
+        # only deleted the flagged update, leaving the step without any).
+        Invalid(
+            """
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    else:
+        scaler.update()
+    scaler.update()
+""",
+            fixed="""
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    else:
+        scaler.update()
+""",
+        ),
         # Never stepped anywhere: reported, not fixed.
         Invalid(
             """
@@ -164,7 +189,7 @@ for x in loader:
                     uncovered = flow.from_start(update, checks)
                     if uncovered is None:
                         continue
-                    last = earlier[-1]
+                    last = last_of(flow, earlier)
                     if last.branches:
                         guard = f"under `if {code_of(last.branches[-1].node.test)}`"
                     elif len(last.loops) > len(update.loops):
@@ -176,21 +201,23 @@ for x in loader:
                         f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
                         f"{guard}; update() without a step raises "
                         "'No inf checks were recorded' (move it next to the step)",
-                        fix=None if update.in_helper or last.in_helper else _move_fix(model, step, update, last, scaler),
+                        fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
                         context=step.scope.name,
                         related=self.through_helpers(update),
                         assumption=assumption_text(uncovered),
                     )
                     continue
-                later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is not None]
+                later, proof = any_path(flow, update, [e for e in checks if e.kind is EventKind.SCALER_STEP])
                 if later:
+                    first, last = first_of(flow, later), last_of(flow, later)
                     yield self.finding(
                         update.call,
-                        f"`{code_of(update.call)}` runs before `{code_of(later[0].call)}`; "
+                        f"`{code_of(update.call)}` runs before `{code_of(first.call)}`; "
                         "update() must come after every step() of the iteration",
-                        fix=None if update.in_helper or later[-1].in_helper else _move_fix(model, step, update, later[-1], scaler),
+                        fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
                         context=step.scope.name,
                         related=self.through_helpers(update),
+                        assumption=assumption_text(proof),
                     )
                 elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
                     yield self.finding(
@@ -206,7 +233,8 @@ def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
     return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
 
 
-def _move_fix(model: FileModel, step: TrainingStep, update: Event, last_step: Event, scaler: str) -> Optional[Fix]:
+def _move_fix(model: FileModel, flow: StepFlow, update: Event, last_step: Event, scaler: str) -> Optional[Fix]:
+    step = flow.step
     if not isinstance(update.small_statement, cst.Expr) or update.small_statement.value is not update.call:
         return None
     anchor = step.anchor_statement(last_step)
@@ -215,8 +243,10 @@ def _move_fix(model: FileModel, step: TrainingStep, update: Event, last_step: Ev
         return None
     builder = FixBuilder(model.module)
     builder.remove(target)
+    # Another update that a path runs after the step already closes the iteration.
     has_later_update = any(
-        e.index > last_step.index and e is not update for e in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+        e is not update and site_path(flow, last_step, e) is not None
+        for e in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     )
     if not has_later_update:
         # The same statement, trailing comment included (a copy: the original is marked for removal).

@@ -7,9 +7,10 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
-from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.paths import Proof
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import StepFlow, again_in_loop, any_path, assumption_text, flow_of, last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -89,6 +90,17 @@ for x in loader:
     scaler_g.step(opt_g)
     scaler_g.update()
 """,
+        # Step the first optimizer that has gradients, update, and leave the loop: the update runs once
+        # per iteration (the lexical model saw "an update inside a loop with a step" and stopped there).
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    for opt in optimizers:
+        if has_grads(opt):
+            scaler.step(opt)
+            scaler.update()
+            break
+""",
     ]
     invalid = [
         Invalid(
@@ -125,48 +137,48 @@ for x in loader:
         for step in model.steps:
             # `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update.
             updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
-            flow = flow_of(model, step) if len(updates) > 1 else None
+            flow = flow_of(model, step) if updates else None
             for update in updates:
                 scaler = update.receiver
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
-                later, proof = [], None
-                for other in updates:
-                    if other is update or other.receiver != scaler or flow is None:
-                        continue
-                    found = flow.path(update, other)
-                    if found is not None:
-                        later.append(other)
-                        proof = found if proof is None or found.value == "proved" else proof
+                later, proof = any_path(flow, update, [u for u in updates if u.receiver == scaler])
                 if later:
+                    last = last_of(flow, later)
                     yield self.finding(
                         update.call,
                         f"`{code_of(update.call)}` runs again later in the same iteration; "
                         "update() once, after the last step()",
-                        fix=None if update.in_helper or later[-1].in_helper else _remove_fix(model, update),
+                        fix=None if update.in_helper or last.in_helper else _remove_fix(model, update),
                         context=step.scope.name,
                         related=self.through_helpers(update),
                         assumption=assumption_text(proof),
                     )
-                elif _inside_inner_loop_with_step(step, update):
+                    continue
+                again = _again_in_inner_loop_with_step(flow, update)
+                if again is not None:
                     yield self.finding(
                         update.call,
                         f"`{code_of(update.call)}` runs once per optimizer inside a loop; "
                         "update() once, after the loop",
                         context=step.scope.name,
+                        assumption=assumption_text(again),
                     )
 
 
-def _inside_inner_loop_with_step(step: TrainingStep, update: Event) -> bool:
+def _again_in_inner_loop_with_step(flow: StepFlow, update: Event) -> Optional[Proof]:
+    """The innermost loop inside the iteration around `update` that also steps this scaler: can the
+    update run again on that loop's next pass (no `break` or `return` right after it)?"""
+    step = flow.step
     if step.loop is None and not step.of(EventKind.BACKWARD):
-        return False  # no backward here: the iteration's own loop is unknown
+        return None  # no backward here: the iteration's own loop is unknown
     inner = update.loops[update.loops.index(step.loop) + 1 :] if step.loop in update.loops else update.loops
     if not inner:
-        return False
+        return None
     loop = inner[-1]
-    return any(
-        e.kind is EventKind.SCALER_STEP and e.receiver == update.receiver and loop in e.loops for e in step.events
-    )
+    if not any(e.kind is EventKind.SCALER_STEP and e.receiver == update.receiver and loop in e.loops for e in step.events):
+        return None
+    return again_in_loop(flow, update, loop)
 
 
 def _remove_fix(model: FileModel, update: Event) -> Optional[Fix]:

@@ -11,7 +11,7 @@ from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import accumulation, short
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, last_of, protocol_states
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -126,6 +126,32 @@ for x in loader:
     scaler.step(opt)
     scaler.update()
 """,
+        # `optimizers[i]` is another optimizer on every pass of its own loop.
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    for i in range(k):
+        scaler.unscale_(optimizers[i])
+    for i in range(k, len(optimizers)):
+        scaler.unscale_(optimizers[i])
+    for opt in optimizers:
+        scaler.step(opt)
+    scaler.update()
+""",
+        # Exclusive `match` cases, the optimizer named by a subscript: each pass unscales once (the lexical
+        # fallback took two calls with no `if` between them for one pass).
+        """
+for x in loader:
+    scaler.scale(loss).backward()
+    match mode:
+        case "clip":
+            scaler.unscale_(optimizers[0])
+            clip_grads(model)
+        case _:
+            scaler.unscale_(optimizers[0])
+    scaler.step(optimizers[0])
+    scaler.update()
+""",
     ]
     invalid = [
         Invalid(
@@ -177,9 +203,10 @@ def train_step(self, loss):
                 if not model.scaler_enabled(scaler, step.scope):
                     continue
                 key = _optimizer(unscale)
+                flow = flow_of(model, step)
                 earlier = _protocol_before(model, step, unscale, scaler)
                 if earlier is None:  # not in the flow graph, or an optimizer that is no plain name
-                    earlier = _since_update(step, unscale, scaler, key)
+                    earlier = _since_update(flow, unscale, scaler, key)
                 if not earlier:
                     skipped = _next_iteration_without_update(model, step, unscale, scaler)
                     if skipped is not None:
@@ -193,7 +220,9 @@ def train_step(self, loss):
                             assumption=assumption_text(skipped),
                         )
                     continue
-                previous = earlier[-1]
+                previous = last_of(flow, earlier)
+                updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+                proof = flow.path(previous, unscale, updates)
                 reported.add(id(unscale.call))
                 if previous.kind is EventKind.SCALER_UNSCALE:
                     message = (
@@ -208,7 +237,9 @@ def train_step(self, loss):
                     )
                     unscaled_before = [e for e in earlier if e.kind is EventKind.SCALER_UNSCALE]
                     fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, step, unscale, previous)
-                yield self.finding(unscale.call, message, fix=fix, context=step.scope.name)
+                yield self.finding(
+                    unscale.call, message, fix=fix, context=step.scope.name, assumption=assumption_text(proof)
+                )
 
 
 def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
@@ -221,11 +252,11 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
     if states is None:
         return None
     prior = [state.stage(scaler, unscale.target) for state in states]
-    previous = sorted({id(p[1]): p[1] for p in prior if p is not None}.values(), key=lambda e: e.index)
-    previous = [e for e in previous if e.index < unscale.index and e.loops == unscale.loops]
+    # The typestate runs forward over one iteration: every event in a state before `unscale` ran before it.
+    previous = [e for e in {id(p[1]): p[1] for p in prior if p is not None}.values() if _same_optimizer(step, e, unscale)]
     if not previous:
         return []
-    last = previous[-1]
+    last = last_of(flow, previous)
     if last.kind is EventKind.SCALER_STEP:
         before_step = [
             e
@@ -261,19 +292,59 @@ def _optimizer(event: Event) -> str:
     return code_of(event.call.args[0].value) if event.call.args else ""
 
 
-def _since_update(step: TrainingStep, unscale: Event, scaler: str, key: str) -> List[Event]:
-    """unscale_/step of the same optimizer earlier in the iteration, after the last update()."""
+def _since_update(flow, unscale: Event, scaler: str, key: str) -> List[Event]:
+    """unscale_/step of the same optimizer that a path of the iteration runs before `unscale` with no
+    update() between."""
+    step = flow.step
+    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     found: List[Event] = []
-    for event in step.events:
-        if event.index >= unscale.index or event.receiver != scaler or not event.compatible(unscale):
+    for event in step.scaler_events(scaler, EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP):
+        if event is unscale or not event.call.args or _optimizer(event) != key:
             continue
-        if event.kind is EventKind.SCALER_UPDATE:
-            found = []
-        elif event.kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.call.args and _optimizer(event) == key:
-            if event.loops != unscale.loops:
-                continue  # `for opt in optimizers:` loops: not the same call per iteration
+        if not _same_optimizer(step, event, unscale):
+            continue
+        if flow.path(event, unscale, updates) is not None:
             found.append(event)
     return found
+
+
+def _same_optimizer(step: TrainingStep, first: Event, second: Event) -> bool:
+    """Do the two calls name one optimizer? Not when the name reads the variable of a loop inside the
+    iteration that only one of them sits in (`for opt in optimizers:`, `optimizers[i]` under
+    `for i in range(n):`: another optimizer on every pass)."""
+    if not first.call.args:
+        return True
+    names = _names_in(first.call.args[0].value)
+
+    def binders(event: Event):
+        inner = event.loops[event.loops.index(step.loop) + 1 :] if step.loop in event.loops else event.loops
+        return [id(loop) for loop in inner if isinstance(loop, cst.For) and names & _target_names(loop.target)]
+
+    return binders(first) == binders(second)
+
+
+def _names_in(expr: cst.BaseExpression) -> Set[str]:
+    found: Set[str] = set()
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif isinstance(node, cst.Attribute):
+            todo.append(node.value)  # `self.optimizer` reads `self`, not a variable `optimizer`
+        else:
+            todo.extend(node.children)
+    return found
+
+
+def _target_names(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
 
 
 def _own_statement(event: Event) -> bool:

@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Severity
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.scaler_flow import reaching, whole_scope_flow
 from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -96,6 +97,17 @@ class AcceleratedOptimizer:
             self.scaler.step(self.optimizer, closure)
             self.scaler.update()
 """,
+        # The caller's optional closure, replaced only on a path that returns before the step.
+        """
+class AcceleratedOptimizer:
+    def step(self, closure=None):
+        if self.scaler is None:
+            closure = self._wrap(closure)
+            self.optimizer.step(closure)
+            return
+        self.scaler.step(self.optimizer, closure)
+        self.scaler.update()
+""",
         # Forwarded arguments: unknown.
         """
 def step(scaler, optimizer, *args):
@@ -103,6 +115,18 @@ def step(scaler, optimizer, *args):
 """,
     ]
     invalid = [
+        # A default closure filled in when the caller gives none: whatever the caller passes, the step gets
+        # a closure (the lexical model saw only "a parameter that defaults to None").
+        Invalid(
+            """
+class Trainer:
+    def step(self, closure=None):
+        if closure is None:
+            closure = self._default_closure
+        self.scaler.step(self.optimizer, closure)
+        self.scaler.update()
+"""
+        ),
         Invalid(
             """
 for x, y in loader:
@@ -137,7 +161,7 @@ scaler.update()
             if scaler_may_be_custom(model, event.receiver, event.scope):
                 continue  # a project's own scaler class may support closures (Composer's ClosureGradScaler)
             extra = closure[0] if closure else positional[1]
-            if _forwarded_optional(event.scope, extra.value):
+            if _forwarded_optional(model, event, extra.value):
                 continue  # `def step(self, closure=None): self.scaler.step(self.optimizer, closure)`
             how = (
                 "raises 'Closure use is not currently supported'"
@@ -152,13 +176,24 @@ scaler.update()
             )
 
 
-def _forwarded_optional(scope, value) -> bool:
-    """A parameter of the enclosing function that defaults to None: a wrapper forwarding its caller's closure."""
+def _forwarded_optional(model: FileModel, event, value) -> bool:
+    """A parameter of the enclosing function that defaults to None, and still holds the caller's value at
+    the step: a wrapper forwarding its caller's optional closure. An assignment of the name that a path
+    runs before the step (`if closure is None: closure = self._default_closure`) makes it a closure."""
+    scope = event.scope
     function = scope.node
     if not isinstance(value, cst.Name) or not isinstance(function, cst.FunctionDef):
         return False
     params = [*function.params.params, *function.params.kwonly_params, *function.params.posonly_params]
     for param in params:
         if param.name.value == value.value:
-            return isinstance(param.default, cst.Name) and param.default.value == "None"
+            if not (isinstance(param.default, cst.Name) and param.default.value == "None"):
+                return False
+            sites = [s for s in model.assignment_sites if s.scope is scope and s.target == value.value]
+            rebound = [
+                site
+                for site, _ in reaching(whole_scope_flow(model, scope), event, sites)
+                if not (isinstance(site.value, cst.Name) and site.value.value == "None")
+            ]
+            return not rebound
     return False

@@ -8,6 +8,8 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.paths import PROVED
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, site_path
 from amp_lint.rules._helpers import argument, literal_bool, short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -104,6 +106,24 @@ for x in loader:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True)
         optimizer.step()
 """,
+        # The fp32 path returns (inside its profiling block) before the scaler's path: its
+        # error_if_nonfinite never meets scaled gradients (the lexical model knew an early return only as
+        # the last line of the `if` itself).
+        """
+import torch
+def train_step(self, loss):
+    if self.scaler is None:
+        with self.profiler.record("fp32_step"):
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0, error_if_nonfinite=True)
+            self.optimizer.step()
+            return
+    self.scaler.scale(loss).backward()
+    self.scaler.unscale_(self.optimizer)
+    torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+""",
         """
 import torch
 for x in loader:
@@ -165,11 +185,16 @@ def train_step(self, loss):
                 arg = argument(clip.call, _POSITION, "error_if_nonfinite")
                 if arg is None or literal_bool(arg.value) is not True:
                     continue
-                scaler_steps = [
-                    e
-                    for e in step.of(EventKind.SCALER_STEP)
-                    if e.compatible(clip) and model.scaler_enabled(e.receiver, step.scope)
-                ]
+                # A scaler step in the clip's own pass through the iteration (before or after it).
+                flow = flow_of(model, step)
+                scaler_steps, proof = [], None
+                for e in step.of(EventKind.SCALER_STEP):
+                    if not model.scaler_enabled(e.receiver, step.scope):
+                        continue
+                    found = site_path(flow, clip, e) or site_path(flow, e, clip)
+                    if found is not None:
+                        scaler_steps.append(e)
+                        proof = found if proof is None or found is PROVED else proof
                 if not scaler_steps:
                     continue
                 yield self.finding(
@@ -178,6 +203,7 @@ def train_step(self, loss):
                     f"produces by design; `{scaler_steps[0].receiver}.step()` already skips those steps",
                     fix=_remove_fix(model, clip, arg),
                     context=step.scope.name,
+                    assumption=assumption_text(proof),
                 )
 
 
