@@ -94,8 +94,14 @@ def _statement_of(node, parents):
 @pytest.fixture
 def broken(monkeypatch):
     """Registers the test rule; yields a function that sets how its fix breaks."""
+    from amp_lint.rules._table import RuleEntry
+
     monkeypatch.setattr(registry, "ALL_RULES", list(registry.ALL_RULES) + [_BrokenFix])
+    # The registry's table (what the command line validates codes against, and the prefilter reads).
+    entry = RuleEntry(_BrokenFix.code, "", "_BrokenFix", False, (), ())
+    monkeypatch.setattr(registry, "RULES", registry.RULES + (entry,))
     monkeypatch.setattr(runner, "_CHECKERS", {})
+    monkeypatch.setattr(runner, "_PREFILTERS", {})
 
     def set_break(kind: str) -> None:
         monkeypatch.setattr(_BrokenFix, "BREAK", kind)

@@ -9,7 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_lint import rules  # noqa: E402
 from amp_lint.cli import main  # noqa: E402
+from amp_lint.rules._table import RuleEntry  # noqa: E402
 from test_fix_check import _BrokenFix  # noqa: E402
 
 rules.ALL_RULES = list(rules.ALL_RULES) + [_BrokenFix]
+rules.RULES = rules.RULES + (RuleEntry(_BrokenFix.code, "", "_BrokenFix", False, (), ()),)  # the registry's table
 main()
