@@ -20,6 +20,8 @@ from amp_lint.analysis.scaler_flow import (
     gate,
     iteration_nodes,
     path_with,
+    site_path,
+    whole_scope_flow,
 )
 from amp_lint.analysis import names, values
 from amp_lint.diagnostics import one_line
@@ -651,18 +653,12 @@ def move_into_boundary_fix(
     return builder.build(message, Applicability.SAFE, key=key)
 
 
-def sites_compatible(a, b) -> bool:
-    """Can two sites (events, call or assignment sites) run in one pass (no `if`/`else` between them)?"""
-    mine = {branch.node: branch.taken for branch in a.branches}
-    for branch in b.branches:
-        if branch.node in mine and mine[branch.node] != branch.taken:
-            return False
-    tests = dict(branch.condition for branch in a.branches)
-    for branch in b.branches:
-        key, holds = branch.condition
-        if key in tests and tests[key] != holds:
-            return False
-    return True
+def sites_in_one_pass(model: FileModel, a, b) -> bool:
+    """Can two sites of one function (events, call or assignment sites) run in one pass through it, in
+    either order? A path question on the function's flow graph (correlated conditions included), not a
+    comparison of the `if`s around them."""
+    flow = whole_scope_flow(model, a.scope)
+    return site_path(flow, a, b) is not None or site_path(flow, b, a) is not None
 
 
 def same_binding(model: FileModel, key: str, first: Scope, second: Scope) -> bool:

@@ -10,7 +10,7 @@ from amp_lint.analysis.file_model import CallSite, FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.diagnostics import Severity
-from amp_lint.rules._helpers import argument, literal_bool, same_binding, short, sites_compatible
+from amp_lint.rules._helpers import argument, literal_bool, same_binding, short, sites_in_one_pass
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
@@ -402,13 +402,13 @@ def _runs_with(model: FileModel, cast: HalfCast, step: CallSite, optimizer, bind
             continue
         cast_conditions = [b.condition for b in cast.site.branches]
         if cast.site.scope is step.scope:
-            if not sites_compatible(cast.site, step):
+            if not sites_in_one_pass(model, cast.site, step):
                 continue
             step_conditions = {b.condition for b in step.branches}
             unexplained = [c for c in cast_conditions if c not in step_conditions]
         else:
             unexplained = cast_conditions
-        if optimizer.branches and optimizer.scope is cast.site.scope and not sites_compatible(optimizer, cast.site):
+        if optimizer.branches and optimizer.scope is cast.site.scope and not sites_in_one_pass(model, optimizer, cast.site):
             continue
         if condition is True and not unexplained:
             return True

@@ -4,7 +4,7 @@ from typing import Iterator
 
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import same_binding, short, sites_compatible
+from amp_lint.rules._helpers import same_binding, short, sites_in_one_pass
 from amp_lint.rules.amp050_fp16_params_with_scaler import Fp16ParamsWithScaler, half_casts
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -120,7 +120,7 @@ class Trainer:
                     continue
                 if not same_binding(model, key, cast_site.scope, site.scope):
                     continue
-                if site.scope is cast_site.scope and not sites_compatible(site, cast_site):
+                if site.scope is cast_site.scope and not sites_in_one_pass(model, site, cast_site):
                     continue
                 yield self.finding(
                     cast_site.call,

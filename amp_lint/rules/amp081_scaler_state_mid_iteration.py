@@ -6,8 +6,10 @@ import libcst as cst
 
 from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.paths import weakest
+from amp_lint.analysis.scaler_flow import assumption_text, site_path, whole_scope_flow
 from amp_lint.diagnostics import Severity
-from amp_lint.rules._helpers import short, sites_compatible
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _PICKLERS = frozenset({"torch.save", "pickle.dump", "pickle.dumps", "copy.deepcopy", "copy.copy"})
@@ -89,6 +91,18 @@ for x in data:
         scaler.step(opt)
         scaler.update()
 """,
+        # The save's path leaves the iteration before any update() (`continue`): nothing is pending there.
+        # (The text has an update() after the save; no path does.)
+        """
+import torch
+for x in data:
+    scaler.scale(loss_fn(model(x))).backward()
+    if skip_this_batch:
+        ckpt = scaler.state_dict()
+        continue
+    scaler.step(opt)
+    scaler.update()
+""",
     ]
     invalid = [
         Invalid(
@@ -120,13 +134,17 @@ def train_step(self, loss):
         if not saves:
             return
         for save, scaler, pickled in saves:
+            flow = whole_scope_flow(model, save.scope)
+            updates = _scaler_calls(model, save, scaler, ("update",))
             starts = _scaler_calls(model, save, scaler, ("unscale_", "step") if pickled else ("backward",))
-            start = next((s for s in starts if s.order < save.order and sites_compatible(s, save)), None)
+            # The iteration's work reaches the save with no update() between, and an update() follows it.
+            reached = [(s, site_path(flow, s, save, updates)) for s in starts]
+            start, into = next(((s, proof) for s, proof in reached if proof is not None), (None, None))
             if start is None:
                 continue
-            updates = _scaler_calls(model, save, scaler, ("update",))
-            update = next((u for u in updates if u.order > save.order and sites_compatible(u, save)), None)
-            if update is None or any(start.order < u.order < save.order for u in updates):
+            followed = [(u, site_path(flow, save, u)) for u in updates]
+            update, onward = next(((u, proof) for u, proof in followed if proof is not None), (None, None))
+            if update is None:
                 continue
             what = f"pickling `{scaler}`" if pickled else f"`{scaler}.state_dict()`"
             consequence = (
@@ -140,6 +158,7 @@ def train_step(self, loss):
                 "save after update()",
                 context=save.scope.name,
                 related=(("update() here", update.call),),
+                assumption=assumption_text(weakest(into, onward)),
             )
 
 
