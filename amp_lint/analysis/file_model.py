@@ -110,22 +110,6 @@ class TrainingStep:
         deeper = event.loops[depth:]
         return deeper[0] if deeper else event.statement
 
-    def before(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
-        """Events of these kinds earlier in the iteration, on a path compatible with `event`."""
-        return [
-            e
-            for e in self.events
-            if e.kind in kinds and e.index < event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
-        ]
-
-    def after(self, event: Event, kinds: Sequence[EventKind], scaler: Optional[str] = None) -> List[Event]:
-        """Events of these kinds later in the iteration, on a path compatible with `event`."""
-        return [
-            e
-            for e in self.events
-            if e.kind in kinds and e.index > event.index and (scaler is None or e.receiver == scaler) and e.compatible(event)
-        ]
-
     @property
     def is_accumulation(self) -> bool:
         """Backward on every micro-batch, but the step only under a condition the backward is not under."""

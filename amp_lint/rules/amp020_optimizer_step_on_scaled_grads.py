@@ -9,7 +9,7 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -160,7 +160,7 @@ for x in loader:
                         assumption=assumption_text(proof),
                     )
                     continue
-                backward = _latest_backward(step, optimizer_step)
+                backward = _latest_backward(model, step, optimizer_step)
                 if backward is None or backward.scaled_by is None:
                     continue
                 scaler = backward.scaled_by
@@ -202,9 +202,11 @@ def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
     return None
 
 
-def _latest_backward(step: TrainingStep, event: Event) -> Optional[Event]:
-    earlier = step.before(event, [EventKind.BACKWARD])
-    return earlier[-1] if earlier else None
+def _latest_backward(model: FileModel, step: TrainingStep, event: Event) -> Optional[Event]:
+    """The backward that last runs before `event` on its paths (whose gradients the step applies)."""
+    flow = flow_of(model, step)
+    reaching = [b for b in step.of(EventKind.BACKWARD) if flow.path(b, event) is not None]
+    return last_of(flow, reaching) if reaching else None
 
 
 def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
