@@ -10,12 +10,12 @@ import libcst as cst
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED
-from amp_lint.analysis.scaler_flow import (
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.flow_queries import (
     Site,
     again_in_loop,
     any_path,
     first_of,
-    flow_of,
     in_iteration,
     last_of,
     reaching,

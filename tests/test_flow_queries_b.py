@@ -11,7 +11,8 @@ import libcst as cst
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED
-from amp_lint.analysis.scaler_flow import call_levels, condition_of, flow_of, gate, path_with, scope_flow
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.flow_queries import call_levels, condition_of, gate, path_with, scope_flow
 from amp_lint.engine.checker import Checker
 from amp_lint.rules._helpers import accumulation
 

@@ -44,6 +44,8 @@ class ModelBuilder(CallRecorder, Walker):
         self.events: List[Event] = []
         self.wrapper_backwards: List[Event] = []
         self.raw_calls: List[RawCall] = []
+        self.pending_follows: List[Event] = []  # dotted calls a summary provider may follow (see finish)
+        self.follow_every_call = False
         self.regions: List[AutocastRegion] = []
         self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
         self.scalers: Dict[str, List[ScalerBinding]] = {}
@@ -459,8 +461,10 @@ class ModelBuilder(CallRecorder, Walker):
             parents=self.parents,
             wrapper_backwards=self.wrapper_backwards,
         )
+        self.resolve_followed_calls(model, before_classification=True)
         self.propagate_through_calls(model)
         self.classify_raw_calls(model)
+        self.resolve_followed_calls(model, before_classification=False)
         for region in self.regions:
             resolve_spec(region.spec, region.scope or self.module_scope, self.module_scope)
         for scope in self.scopes:
@@ -494,7 +498,11 @@ def _ends_in_jump(body: cst.BaseSuite) -> bool:
     return False
 
 
-def build_model(module: cst.Module) -> FileModel:
+def build_model(module: cst.Module, follow_every_call: bool = False) -> FileModel:
+    """The analysis model of one module. `follow_every_call`: ask the summary providers about every dotted
+    call (a module read for another file's analysis, whose functions are step parts), not only those of
+    functions that drive a scaler (see `CallRecorder.resolve_followed_calls`)."""
     builder = ModelBuilder(module)
+    builder.follow_every_call = follow_every_call
     builder.walk(module)
     return builder.finish()

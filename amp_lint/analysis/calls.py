@@ -20,7 +20,7 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion
-from amp_lint.analysis.events import Branch, Event, EventKind
+from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.steps import argument_names, callee_scope
@@ -56,6 +56,20 @@ def _followed(target: str) -> bool:
 _FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
 
 
+def _FOLLOWED_CALLS_HOOKED() -> bool:
+    """Is a summary provider in place (a project index)? Without one no dotted call is followed."""
+    if not _FOLLOWED:
+        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
+
+        _FOLLOWED.append(FOLLOWED_CALLS)
+    return bool(_FOLLOWED[0])
+
+
+def drives_a_scaler(scope) -> bool:
+    """Does the function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
+    return any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in scope.events)
+
+
 @dataclass(eq=False)
 class RawCall:
     """A method call collected during the walk, classified once every binding in the file is known."""
@@ -88,7 +102,7 @@ class CallRecorder:
             tuple(self.region_stack[-1]),
         )
 
-    def _add_event(self, kind: EventKind, call: cst.Call, **fields) -> Event:
+    def _add_event(self, kind: EventKind, call: cst.Call, pending: bool = False, **fields) -> Event:
         statement, small, scope, loops, branches, regions = self._context()
         self.counter += 1
         event = Event(
@@ -104,9 +118,34 @@ class CallRecorder:
             flow_statement=self.flow_stack[-1] if self.flow_stack else None,
             **fields,
         )
-        scope.events.append(event)
-        self.events.append(event)
+        if not pending:
+            scope.events.append(event)
+            self.events.append(event)
         return event
+
+    def resolve_followed_calls(self, model: FileModel, before_classification: bool) -> None:
+        """Turn the dotted calls held back by the walk into CALL events where a summary provider follows them.
+
+        Asking a provider reads project modules (their facts: an `ast` parse each), so it is asked only
+        where the answer can matter: before the scaler calls are classified, for calls of a method or
+        function named like one of this file (`runner.fit_epoch()`: AMP013 matches callers by name);
+        after, for calls in a function that drives a scaler (the only ones whose summaries the provider
+        gives: `summaries._drives_a_scaler`), or everywhere with `follow_every_call`. On torch's 460 kB
+        distributed_test.py this spares reading some fifty modules for its thousand test functions.
+        """
+        kept = []
+        for event in self.pending_follows:
+            method = (event.target or "").rpartition(".")[2]
+            if before_classification:
+                wanted = method in self.functions
+            else:
+                wanted = self.follow_every_call or drives_a_scaler(event.scope)
+            if wanted and _followed(event.target):
+                event.scope.events.append(event)
+                self.events.append(event)
+            elif before_classification:
+                kept.append(event)
+        self.pending_follows = kept if before_classification else []
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -182,10 +221,11 @@ class CallRecorder:
                 return
             if receiver == "self":
                 self._add_event(EventKind.CALL, node, target=f"self.{method}")
-            elif receiver is not None and _followed(f"{receiver}.{method}"):
+            elif receiver is not None and _FOLLOWED_CALLS_HOOKED():
                 # `helpers.clip(model)`, `self.callback.on_after_backward()`: a function of another module
-                # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`).
-                self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}")
+                # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`). Asked
+                # once the walk is done (`resolve_followed_calls`), for the functions where it matters.
+                self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}", pending=True))
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
 

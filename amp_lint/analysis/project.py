@@ -63,6 +63,15 @@ def ast_dotted_name(node: ast.AST) -> Optional[str]:
     return None
 
 
+def qualified_in(info: ModuleInfo, dotted: str) -> Optional[str]:
+    """`helpers.clip` with `from pkg import helpers` -> "pkg.helpers.clip"; None for names not imported."""
+    head, dot, rest = dotted.partition(".")
+    imported = info.imports.get(head)
+    if imported is None:
+        return None
+    return imported + dot + rest if rest else imported
+
+
 def _package_of(module: str, is_package: bool) -> str:
     return module if is_package else module.rpartition(".")[0]
 

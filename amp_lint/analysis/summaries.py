@@ -40,8 +40,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.callers import MAX_MODULE_BYTES, caller_scan_files
-from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name, source_root_of
+from amp_lint.analysis.callers import MAX_MODULE_BYTES
+from amp_lint.analysis.caller_search import CallerSearch, defines_method as _defines_method
+from amp_lint.analysis.calls import drives_a_scaler
+from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name, qualified_in as _qualified
 from amp_lint.parse import python_ast
 
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
@@ -50,8 +52,6 @@ from amp_lint.parse import python_ast
 _MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad\b|zero_grad|\.step\(")
 _NAMES_A_SCALER = re.compile("scaler", re.IGNORECASE)
 MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
-# Callers of a function of the checked file: how many are parsed (the files searched: analysis.callers).
-MAX_CALLER_MODULES = 4
 # The providers of the files being checked (innermost last): rules ask them about other modules.
 _ACTIVE: List["ProjectSummaries"] = []
 _MAX_BASE_DEPTH = 3
@@ -82,7 +82,7 @@ class _Foreign:
         return self._locator.range_of(id(node))
 
 
-class ProjectSummaries:
+class ProjectSummaries(CallerSearch):
     """The cross-file summary provider of one run (one per worker process)."""
 
     def __init__(self, index: ProjectIndex) -> None:
@@ -196,7 +196,7 @@ class ProjectSummaries:
         target = call.target or ""
         if path is None or not target:
             return None
-        if id(model) not in self._model_paths and not _drives_a_scaler(call.scope):
+        if id(model) not in self._model_paths and not drives_a_scaler(call.scope):
             return None  # lazy: only the steps whose protocol the callee could change are worth a module read
         info = self.index.module_at(Path(path))
         if info is None:
@@ -337,7 +337,7 @@ class ProjectSummaries:
         foreign = _Foreign(path, digest, module, code)
         self._building.append(path)
         try:
-            foreign.model = build_model(module)
+            foreign.model = build_model(module, follow_every_call=True)
         except RecursionError:
             return None
         finally:
@@ -380,134 +380,6 @@ class ProjectSummaries:
             inner = [_held_by(event, holder) for event in inner]
         return Summary(scope=callee, events=tuple(inner), params=tuple(params))
 
-    # --- callers of the checked file's functions in other modules (AMP013) ---
-    def callers_of(self, scope) -> List[Tuple[object, object]]:
-        """The calls of the function or method `scope` of the checked file made inside loops of other
-        project modules, as (the caller's FileModel, its CallSite), in path order. Only calls whose callee provably is this
-        function: its name imported from this module (`from pkg.engine import train`, `engine.train`), a
-        method called on an attribute or local that holds an instance of its class (`self.runner =
-        Runner()`, `runner = Runner()`), or inherited (`self.fit_epoch()` in a subclass)."""
-        if not self._building:
-            return []
-        checked = self._building[0]
-        node = scope.node
-        if not scope.is_function or scope.parent is None or scope.parent.is_function:
-            return []  # a nested function has no name other modules can import
-        info = self.index.module_at(Path(checked))
-        if info is None or not info.name:
-            return []
-        function = node.name.value
-        class_name = scope.class_name
-        if class_name is None and function not in info.functions:
-            return []
-        if class_name is not None and class_name not in info.classes:
-            return []
-        needle = function.encode("utf-8")
-        found: List[Tuple[object, object]] = []
-        parsed = 0
-        for path in self._scan_set(checked):
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read(MAX_MODULE_BYTES + 1)
-            except OSError:
-                continue
-            if len(data) > MAX_MODULE_BYTES or needle not in data:
-                continue
-            caller_info = self.index.module_at(Path(path))
-            if caller_info is None or not self._may_name(caller_info, checked, class_name or function):
-                continue
-            if not _calls_in_a_loop(data, function):
-                continue  # `ast` says so at a tenth of a LibCST parse: no call of the name inside a loop
-            if parsed >= MAX_CALLER_MODULES:
-                break
-            parsed += 1
-            foreign = self._load_caller(caller_info)
-            if foreign is None or foreign.model is None:
-                continue
-            for site in foreign.model.call_sites:
-                if site.loops and self._calls(caller_info, path, foreign.model, site, checked, function, class_name):
-                    found.append((foreign.model, site))
-        return found
-
-    def _scan_set(self, checked: str) -> Tuple[str, ...]:
-        root, name = source_root_of(Path(checked))
-        key = f"{root}\0{name.split('.')[0] if name else ''}"
-        if key not in self._scan_sets:
-            self._scan_sets[key] = caller_scan_files(root, name)
-        own = os.path.abspath(checked)
-        return tuple(f for f in self._scan_sets[key] or () if f != own)
-
-    def _may_name(self, caller: ModuleInfo, checked: str, name: str) -> bool:
-        """Does the caller module import the checked module or `name` from it (directly or re-exported)?"""
-        own = os.path.abspath(checked)
-        for imported in caller.imports.values():
-            path = self.index.path_of_module(imported)
-            if path is not None and os.path.abspath(path) == own:
-                return True
-            resolved = self.index.resolve(imported)
-            if resolved is not None and os.path.abspath(resolved[0].path) == own:
-                return True
-        return False
-
-    def _is_ours(self, caller: ModuleInfo, dotted: str, checked: str, name: str) -> bool:
-        """Does `dotted`, as written in the caller module, name the top-level `name` of the checked file?"""
-        head = dotted.split(".")[0]
-        if head in caller.functions or head in caller.classes:
-            return False  # defined there too: which one runs depends on the order, not worth a guess
-        qualified = _qualified(caller, dotted)
-        if qualified is None:
-            return False
-        resolved = self.index.resolve(qualified)
-        return resolved is not None and resolved[1] == name and os.path.abspath(resolved[0].path) == os.path.abspath(checked)
-
-    def _calls(self, caller: ModuleInfo, path: str, model, site, checked: str, function: str, class_name: Optional[str]) -> bool:
-        func = site.func
-        if not func:
-            return False
-        parts = func.split(".")
-        if parts[0] in site.scope.params and parts[0] != "self":
-            return False  # a parameter: whatever the caller passes
-        if class_name is None:
-            return self._is_ours(caller, func, checked, function)
-        if parts[-1] != function:
-            return False
-        holder_class = site.scope.class_name
-        if parts[0] == "self" and len(parts) == 3 and holder_class is not None:
-            qualified = self._attribute_classes(caller, path).get(holder_class, {}).get(parts[1])
-            if qualified is None:
-                return False
-            resolved = self.index.resolve(qualified)
-            return resolved is not None and resolved[1] == class_name and os.path.abspath(resolved[0].path) == os.path.abspath(checked)
-        if parts[0] == "self" and len(parts) == 2 and holder_class is not None:
-            if _defines_method(model, holder_class, function):
-                return False
-            bases = caller.classes.get(holder_class, ())
-            return len(bases) == 1 and self._is_ours(caller, bases[0], checked, class_name)
-        if len(parts) == 2 and parts[0] != "self":  # `runner = Runner(...)` then `runner.fit_epoch()`
-            values = [a.value for a in model.assignment_sites if a.scope is site.scope and a.target == parts[0]]
-            if len(values) != 1 or not isinstance(values[0], cst.Call):
-                return False
-            from amp_lint.analysis.names import dotted_name
-
-            built = dotted_name(values[0].func)
-            return built is not None and self._is_ours(caller, built, checked, class_name)
-        return False
-
-    def _load_caller(self, info: ModuleInfo) -> Optional[_Foreign]:
-        path = os.path.abspath(info.path)
-        if path in self._building:
-            return None
-        key = (path, info.digest)
-        if key not in self._caller_modules:
-            # Its own calls are not followed: what the checked file's analysis reads (and the bound on
-            # it, MAX_MODULES_PER_FILE) stays what it is without this caller.
-            self._reading_callers = True
-            try:
-                self._caller_modules[key] = self._parse(path, info.digest, any_text=True)
-            finally:
-                self._reading_callers = False
-        return self._caller_modules[key]
-
     # --- placing findings ---
     def foreign_place(self, node: cst.CSTNode) -> Optional[Tuple[str, object]]:
         """(path, CodeRange) of a node of another module read for the current run, else None."""
@@ -518,14 +390,6 @@ class ProjectSummaries:
             if code_range is not None:
                 return foreign.path, code_range
         return None
-
-
-def _drives_a_scaler(scope) -> bool:
-    """Does the calling function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?"""
-    from amp_lint.analysis.events import EventKind
-
-    kinds = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
-    return any(e.kind in kinds or e.scaled_by is not None for e in scope.events)
 
 
 def _order_unknown(model, callee, class_name: str, inner) -> bool:
@@ -564,22 +428,6 @@ def _held_by(event, holder: str):
     return dataclasses.replace(event, receiver=moved(event.receiver), target=moved(event.target), scaled_by=moved(event.scaled_by))
 
 
-def _defines_method(model, class_name: str, method: str) -> bool:
-    return any(
-        s.is_function and s.class_name == class_name and s.node.name.value == method and s.parent is not None and not s.parent.is_function
-        for s in model.scopes
-    )
-
-
-def _qualified(info: ModuleInfo, dotted: str) -> Optional[str]:
-    """`helpers.clip` with `from pkg import helpers` -> "pkg.helpers.clip"; None for names not imported."""
-    head, dot, rest = dotted.partition(".")
-    imported = info.imports.get(head)
-    if imported is None:
-        return None
-    return imported + dot + rest if rest else imported
-
-
 def callers_in_project(model, scope) -> List[Tuple[object, object]]:
     """For a rule: the calls of `scope` (a function or method of the checked file's `model`) made in other
     modules of the project, as (caller model, CallSite); empty without a project (stdin, the API without
@@ -595,20 +443,3 @@ def callers_in_project(model, scope) -> List[Tuple[object, object]]:
         raise
     except Exception:
         return []
-
-
-def _calls_in_a_loop(data: bytes, name: str) -> bool:
-    """Does the module's text call something named `name` (`name(...)`, `x.name(...)`) inside a loop?"""
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Call):
-                    func = inner.func
-                    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-                    if called == name:
-                        return True
-    return False

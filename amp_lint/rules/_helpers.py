@@ -10,13 +10,11 @@ import libcst as cst
 
 from amp_lint.analysis.conditions import is_varying, normalise
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
-from amp_lint.analysis.scaler_flow import (
-    ScopeFlow,
-    StepFlow,
+from amp_lint.analysis.scaler_flow import ScopeFlow, StepFlow, flow_of
+from amp_lint.analysis.flow_queries import (
     branch_tests,
     call_levels,
     condition_of,
-    flow_of,
     gate,
     iteration_nodes,
     path_with,

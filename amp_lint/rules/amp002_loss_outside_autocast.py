@@ -10,7 +10,8 @@ from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import AssignmentSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
-from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of, reaching
+from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
+from amp_lint.analysis.flow_queries import reaching
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import mentions, short
 from amp_lint.rules.base import Finding, Invalid, Rule

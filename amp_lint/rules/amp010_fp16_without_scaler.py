@@ -7,7 +7,8 @@ from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.paths import PROVED, Proof, weakest
-from amp_lint.analysis.scaler_flow import Site, StepFlow, any_path, assumption_text, flow_of, in_iteration, site_path
+from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
+from amp_lint.analysis.flow_queries import Site, any_path, in_iteration, site_path
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.value_types import Kind
 from amp_lint.diagnostics import Severity

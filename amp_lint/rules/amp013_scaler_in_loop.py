@@ -12,7 +12,8 @@ from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import Loop, code_of
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
-from amp_lint.analysis.scaler_flow import assumption_text, scope_flow
+from amp_lint.analysis.scaler_flow import assumption_text
+from amp_lint.analysis.flow_queries import scope_flow
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule

@@ -9,7 +9,8 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import StepFlow, any_path, assumption_text, first_of, flow_of, last_of, site_path
+from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
+from amp_lint.analysis.flow_queries import any_path, first_of, last_of, site_path
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)

@@ -10,7 +10,8 @@ from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.paths import Proof
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import StepFlow, again_in_loop, any_path, assumption_text, flow_of, last_of
+from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
+from amp_lint.analysis.flow_queries import again_in_loop, any_path, last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 

@@ -11,7 +11,8 @@ from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import accumulation, short
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of, last_of, protocol_states
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
+from amp_lint.analysis.flow_queries import last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 

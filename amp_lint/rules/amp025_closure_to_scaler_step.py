@@ -7,7 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Severity
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.scaler_flow import reaching, whole_scope_flow
+from amp_lint.analysis.flow_queries import reaching, whole_scope_flow
 from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 

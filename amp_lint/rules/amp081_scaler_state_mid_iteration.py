@@ -7,7 +7,8 @@ import libcst as cst
 from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.paths import weakest
-from amp_lint.analysis.scaler_flow import assumption_text, site_path, whole_scope_flow
+from amp_lint.analysis.scaler_flow import assumption_text
+from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
