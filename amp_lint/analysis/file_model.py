@@ -208,6 +208,16 @@ class FileModel:
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
 
     # --- scalers ---
+    def assignments_in(self, scope: Scope, target: str) -> List[AssignmentSite]:
+        """The assignment sites of `target` in `scope`, in source order (indexed once per model: rules ask
+        this per training step, and a file of a thousand steps made a scan per question quadratic)."""
+        index = self.__dict__.get("_assignments_index")
+        if index is None:
+            index = self.__dict__["_assignments_index"] = {}
+            for site in self.assignment_sites:
+                index.setdefault((id(site.scope), site.target), []).append(site)
+        return index.get((id(scope), target), [])
+
     def scaler_bindings(self, key: str, scope: Scope) -> List[ScalerBinding]:
         if key.startswith("self.") and scope.class_name:
             return self.scalers.get(f"{scope.class_name}.{key}", [])

@@ -200,7 +200,7 @@ for x, y in loader:
 def _loss_sites(model: FileModel, flow: StepFlow, key: str, backward) -> List[Tuple[AssignmentSite, Proof]]:
     """The assignments of `key` in the iteration whose value flows into the backward: a path from the site to
     the backward on which `key` is only rebound from itself (`loss = loss / accum` keeps the chain)."""
-    sites = [s for s in model.assignment_sites if s.scope is flow.step.scope and s.target == key]
+    sites = model.assignments_in(flow.step.scope, key)
     rebinds = [s for s in sites if not mentions(s.value, key)]
     return reaching(flow, backward, sites, kills=rebinds)
 

@@ -189,7 +189,7 @@ def _forwarded_optional(model: FileModel, event, value) -> bool:
         if param.name.value == value.value:
             if not (isinstance(param.default, cst.Name) and param.default.value == "None"):
                 return False
-            sites = [s for s in model.assignment_sites if s.scope is scope and s.target == value.value]
+            sites = model.assignments_in(scope, value.value)
             rebound = [
                 site
                 for site, _ in reaching(whole_scope_flow(model, scope), event, sites)
