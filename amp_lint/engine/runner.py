@@ -490,6 +490,13 @@ class _Scheduler:
         self.futures.append((future, items, [raw for _, _, _, raw in batch]))
 
     def _start_pool(self) -> None:
+        # There is work for LibCST: load the checker and the rules here, once, before the workers fork
+        # (they inherit the loaded modules instead of each importing them; a run the prefilter settles
+        # never loads them at all).
+        from amp_lint import rules as registry
+        from amp_lint.engine import checker  # noqa: F401
+
+        registry.ALL_RULES  # noqa: B018  (imports every rule module)
         self.pool = self._new_pool(self.workers)
         waiting, self.waiting = self.waiting, []
         for item in waiting:  # largest first: each of the first files is a batch of its own
