@@ -5,6 +5,8 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
+
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
@@ -139,6 +141,17 @@ grads = torch.autograd.grad(scaled, params)
 losses.append(scaled.item())
 """
         ),
+        # Rebound on one path only: on the other the scaled value reaches the report (the text has a
+        # rebinding before the print; a path does not).
+        Invalid(
+            """
+scaled = scaler.scale(loss)
+grads = torch.autograd.grad(scaled, params)
+if debug:
+    scaled = loss
+losses.append(scaled.item())
+"""
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -178,15 +191,14 @@ def _scaled_value(model: FileModel, assignment: AssignmentSite) -> Optional[Tupl
 
 
 def _later_sites(model: FileModel, assignment: AssignmentSite) -> List[CallSite]:
-    """Calls after the assignment in its function, up to the next assignment of the same name."""
-    stop = min(
-        (a.order for a in model.assignment_sites if a.scope is assignment.scope and a.target == assignment.target and a.order > assignment.order),
-        default=None,
-    )
+    """Calls of the assignment's function that its value reaches: a path from the assignment to the call with
+    no other assignment of the same name between (a reaching definition, not "later in the text")."""
+    flow = whole_scope_flow(model, assignment.scope)
+    others = [a for a in model.assignments_in(assignment.scope, assignment.target) if a is not assignment]
     return [
         site
         for site in model.call_sites
-        if site.scope is assignment.scope and site.order > assignment.order and (stop is None or site.order < stop)
+        if site.scope is assignment.scope and site_path(flow, assignment, site, others) is not None
     ]
 
 

@@ -4,6 +4,8 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
+from amp_lint.analysis.flow_queries import reaching, whole_scope_flow
+
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.autocast import AutocastRegion
@@ -108,6 +110,19 @@ def f(device_type, x):
     with torch.autocast(device_type):
         with torch.autocast("cuda", enabled=False):
             return model(x)
+""",
+        # `h` is float32 on one path (`.float()`): the text's last assignment is the other one; every
+        # assignment that reaches the use must be a low-precision result for the finding.
+        """
+import torch
+import torch.nn.functional as F
+with torch.autocast("cuda"):
+    if keep_fp32:
+        h = encoder(x).float()
+    else:
+        h = encoder(x)
+    with torch.autocast("cuda", enabled=False):
+        out = F.linear(h, weight)
 """,
     ]
     invalid = [
@@ -241,18 +256,20 @@ def _enabled_ancestors(region: AutocastRegion) -> List[AutocastRegion]:
 
 
 def _computed_in(model: FileModel, name: str, outer: AutocastRegion, inner: AutocastRegion, site) -> bool:
-    """`name` is last assigned inside `outer` (not inside `inner`), from a call, before `site`."""
-    last = None
-    for assignment in model.assignment_sites:
-        if assignment.scope is not site.scope or assignment.target != name or assignment.order > site.order:
-            continue
-        if assignment.statement is site.statement:
-            continue  # `h = torch.mm(h, w)`: the call reads the previous `h`
-        last = assignment
-    if last is None or inner in last.regions or outer not in last.regions:
+    """Every assignment of `name` that reaches `site` (a path with no other assignment of it between) is
+    inside `outer`, not inside `inner`, and from a call that is not a cast."""
+    flow = whole_scope_flow(model, site.scope)
+    # `h = torch.mm(h, w)`: the call reads the previous `h`, not the one its own statement binds.
+    sites = [a for a in model.assignments_in(site.scope, name) if a.statement is not site.statement]
+    reached = [assignment for assignment, _ in reaching(flow, site, sites)]
+    return bool(reached) and all(_computed_there(assignment, outer, inner) for assignment in reached)
+
+
+def _computed_there(assignment, outer: AutocastRegion, inner: AutocastRegion) -> bool:
+    if inner in assignment.regions or outer not in assignment.regions:
         return False
-    return isinstance(last.value, cst.Call) and not (
-        isinstance(last.value.func, cst.Attribute) and last.value.func.attr.value in ("float", "to", "double", "type")
+    return isinstance(assignment.value, cst.Call) and not (
+        isinstance(assignment.value.func, cst.Attribute) and assignment.value.func.attr.value in ("float", "to", "double", "type")
     )
 
 
