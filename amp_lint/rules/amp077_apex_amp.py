@@ -4,6 +4,9 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
+from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
+from amp_lint.analysis.paths import PROVED
+
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Applicability, Severity
@@ -198,7 +201,8 @@ def _fix(model: FileModel, scope: Scope, sites: List[CallSite], options, every_s
     init = sites[kinds.index("initialize")]
     scale_loss = sites[kinds.index("scale_loss")]
     optimizer = _initialize_optimizer(init)
-    if optimizer is None or init.order > scale_loss.order:
+    flow = whole_scope_flow(model, scope)  # the rewrite's order is the paths', not the text's
+    if optimizer is None or site_path(flow, init, scale_loss) is not PROVED:
         return None
     with_statement = scale_loss.statement
     if not isinstance(with_statement, cst.With) or len(with_statement.items) != 1:
@@ -221,7 +225,8 @@ def _fix(model: FileModel, scope: Scope, sites: List[CallSite], options, every_s
     steps = [
         s
         for s in model.call_sites
-        if s.scope is scope and s.method == "step" and dotted_name(s.receiver) == optimizer and not s.call.args and s.order > scale_loss.order
+        if s.scope is scope and s.method == "step" and dotted_name(s.receiver) == optimizer and not s.call.args
+        and site_path(flow, scale_loss, s) is not None
     ]
     if len(steps) != 1 or not isinstance(steps[0].small_statement, cst.Expr) or not isinstance(steps[0].statement, cst.SimpleStatementLine):
         return None
@@ -241,7 +246,9 @@ def _fix(model: FileModel, scope: Scope, sites: List[CallSite], options, every_s
     for site in sites:
         if _APEX[site.qualified_name] != "master_params":
             continue
-        if len(site.call.args) != 1 or dotted_name(site.call.args[0].value) != optimizer or site.order > steps[0].order:
+        if len(site.call.args) != 1 or dotted_name(site.call.args[0].value) != optimizer:
+            return None
+        if site_path(flow, site, steps[0]) is not PROVED:
             return None
         if not isinstance(site.statement, cst.SimpleStatementLine):
             return None
