@@ -220,8 +220,13 @@ def _run_with_large_stack(work: Callable[[], None]) -> None:
         sys.setrecursionlimit(max(previous_limit, _RECURSION_LIMIT))
         _RUNNING = done
         runner.requests.put((work, done))
-        while not done.wait(0.2):  # a timeout, so that Ctrl-C reaches this thread
-            pass
+        try:
+            while not done.wait(0.2):  # a timeout, so that Ctrl-C reaches this thread
+                pass
+        except RuntimeError:
+            # Ctrl-C that lands inside `Condition.wait` can make it release a lock it no longer holds
+            # ("release unlocked lock", CPython): what happened is the interrupt.
+            raise KeyboardInterrupt from None
     finally:
         sys.setrecursionlimit(previous_limit)
 
