@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple
 
-from amp_lint.analysis.paths import ASSUMED, PROVED, Paths, Proof, weakest
+from amp_lint.analysis.paths import PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import ScopeFlow, StepFlow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,37 +39,6 @@ def scope_flow(model: "FileModel", scope: "Scope") -> ScopeFlow:
     return flow
 
 
-def query_holding(
-    paths: Paths, src: int, dst: int, avoid: Iterable[int] = (), holding: Holding = (), start: Optional[int] = None
-) -> Optional[Proof]:
-    """`Paths.query`, on the paths where every condition of `holding` has its given value (PROVED: a path
-    whatever the other unknown conditions are, given those)."""
-    if not holding:
-        return paths.query(src, dst, avoid, start)
-    fixed = dict(holding)
-    avoided = frozenset(n for n in avoid if n != src and n != dst)
-    origin = paths.graph.entry if start is None else start
-    found = proved = False
-    for varying, unknowns in paths._assignments(min(src, dst), max(origin, src)):
-        varying = tuple(kv for kv in varying if kv[0] not in fixed)
-        here, every = False, True
-        for unknown in unknowns:  # type: ignore[attr-defined]
-            assignment = tuple(holding) + varying + tuple(kv for kv in unknown if kv[0] not in fixed)
-            if not paths._reach(src, frozenset(), assignment, True)[origin]:
-                continue
-            if not paths._reach(dst, frozenset(), assignment, True)[src]:
-                continue
-            if paths._reach(dst, avoided, assignment, True)[src]:
-                found = here = True
-            if not paths._must(dst, avoided, assignment)[src]:
-                every = False
-        if here and every:
-            proved = True
-    if not found:
-        return None
-    return PROVED if proved else ASSUMED
-
-
 def path_with(
     flow: StepFlow, first, second, avoid: Sequence = (), nodes: Iterable[int] = (), holding: Holding = ()
 ) -> Optional[Proof]:
@@ -94,7 +63,7 @@ def path_with(
         return None
     blocked = blocked + [n for n in nodes if n != a and n != b]
     origin = flow.start if first is not None and flow.start >= a else None
-    return query_holding(scope.paths, a, b, blocked, holding, origin)
+    return scope.paths.query(a, b, blocked, origin, holding)
 
 
 def gate(flow: ScopeFlow, src: int, dst: int, key: str, start: Optional[int] = None) -> Optional[bool]:
@@ -102,8 +71,8 @@ def gate(flow: ScopeFlow, src: int, dst: int, key: str, start: Optional[int] = N
     allows a path (or neither does)."""
     if src == dst:
         return None
-    on_true = query_holding(flow.paths, src, dst, (), ((key, True),), start) is not None
-    on_false = query_holding(flow.paths, src, dst, (), ((key, False),), start) is not None
+    on_true = flow.paths.query(src, dst, (), start, ((key, True),)) is not None
+    on_false = flow.paths.query(src, dst, (), start, ((key, False),)) is not None
     return on_true if on_true != on_false else None
 
 

@@ -136,17 +136,23 @@ class Paths:
         for v in varying:
             yield v, unknown  # type: ignore[misc]
 
-    def query(self, src: int, dst: int, avoid: Iterable[int] = (), start: Optional[int] = None) -> Optional[Proof]:
-        """Is there a feasible path src -> dst avoiding `avoid` (src itself may be avoided)?"""
+    def query(
+        self, src: int, dst: int, avoid: Iterable[int] = (), start: Optional[int] = None, holding: Tuple[Tuple[str, bool], ...] = ()
+    ) -> Optional[Proof]:
+        """Is there a feasible path src -> dst avoiding `avoid` (src itself may be avoided)? With `holding`,
+        (condition key, value) pairs, only the paths on which those conditions have those values count
+        (PROVED then: a path whatever the other unknown conditions are, given those)."""
+        fixed = dict(holding)
         avoided = frozenset(n for n in avoid if n != src and n != dst)
         origin = self.graph.entry if start is None else start
         found = False
         proved = False
         for varying, unknowns in self._assignments(min(src, dst), max(origin, src)):
+            varying = tuple(kv for kv in varying if kv[0] not in fixed)
             here = False
             every = True
             for unknown in unknowns:  # type: ignore[attr-defined]
-                assignment = varying + unknown
+                assignment = tuple(holding) + varying + tuple(kv for kv in unknown if kv[0] not in fixed)
                 if not self._reach(src, frozenset(), assignment, True)[origin]:
                     continue  # src cannot run under this assignment
                 if not self._reach(dst, frozenset(), assignment, True)[src]:
