@@ -392,39 +392,35 @@ for x in loader:
             f"`{short(binding.call)}` builds a new GradScaler on every call of `{name}()`, which an epoch "
             "loop{where} calls once per epoch: the scale restarts every epoch; build it once and pass it in"
         )
-        for caller in model.events:
-            if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
-                continue
-            if any(s is scope for s in caller.scope.chain()):
-                continue  # the epoch loop is the function's own (a restart), or a function nested in it
-            proof = _once_per_epoch(model, caller)
+        for caller_model, call, where in _epoch_callers(model, scope, name):
+            proof = _once_per_epoch(caller_model, call)
             if proof is None or not stepped_here():
                 continue
+            # A caller in another module: no fix (it would edit both files), the message names its place.
             yield self.finding(
                 binding.call,
-                message.format(where=""),
+                message.format(where=where),
                 confidence=Confidence.MEDIUM,
                 context=scope.name,
-                related=(("called once per epoch", caller.call),),
+                related=(("called once per epoch", call.call),),
                 assumption=assumption_text(proof, "the condition around the call"),
             )
             return
-        from amp_lint.analysis.summaries import callers_in_project
 
-        for caller_model, site in callers_in_project(model, scope):
-            proof = _once_per_epoch(caller_model, site)
-            if proof is None or not stepped_here():
-                continue
-            # The caller is another module: no fix (it would edit both files), the message names its place.
-            yield self.finding(
-                binding.call,
-                message.format(where=" of another module"),
-                confidence=Confidence.MEDIUM,
-                context=scope.name,
-                related=(("called once per epoch", site.call),),
-                assumption=assumption_text(proof, "the condition around the call"),
-            )
-            return
+
+def _epoch_callers(model: FileModel, scope, name: str):
+    """(caller's model, call, where) for the calls of the function `scope` that could be an epoch loop's:
+    this file's first, then (only if none of those is) the project's other modules."""
+    for caller in model.events:
+        if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
+            continue
+        if any(s is scope for s in caller.scope.chain()):
+            continue  # the epoch loop is the function's own (a restart), or a function nested in it
+        yield model, caller, ""
+    from amp_lint.analysis.summaries import callers_in_project
+
+    for caller_model, site in callers_in_project(model, scope):
+        yield caller_model, site, " of another module"
 
 
 def _names_callee(target: str, name: str, scope) -> bool:
