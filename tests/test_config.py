@@ -84,7 +84,7 @@ def test_discovery_is_cached_per_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "_config_in", lambda folder: looked_in.append(folder) or real(folder))
     for name in ("a.py", "b.py", "c.py"):
         find_config(tmp_path / "src" / name)
-    assert looked_in == [tmp_path / "src", tmp_path]
+    assert looked_in == [str(tmp_path / "src"), str(tmp_path)]
 
 
 # --- reading -----------------------------------------------------------------------------------

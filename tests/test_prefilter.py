@@ -157,3 +157,47 @@ def test_no_pattern_backtracks_catastrophically():
         "        compiled.search(text)\n"
     )
     subprocess.run([sys.executable, "-c", script, *PATTERNS], check=True, timeout=120)
+
+
+def _rule_sets():
+    from amp_lint.rules import default_codes
+
+    defaults = set(default_codes())
+    yield [rule for rule in ALL_RULES if rule.code in defaults]
+    yield list(ALL_RULES)
+    for rule in ALL_RULES:
+        yield [rule]
+
+
+def test_the_gate_never_rejects_a_text_the_groups_keep():
+    """The gate (a few words, one of which every kept text holds) decides as the full first step does,
+    for the default rules, all rules and each rule alone, over generated texts and the fixtures."""
+    texts = _texts() + _fixture_texts()
+    for rules in _rule_sets():
+        gated = Prefilter(rules)
+        ungated = Prefilter(rules)
+        ungated._gate = None
+        for text in texts:
+            assert gated.text_may_match(text) == ungated.text_may_match(text), ([r.code for r in rules], text[:200])
+
+
+def test_the_gate_takes_shared_and_long_words():
+    from amp_lint.parse.prefilter import _gate
+
+    apex = ((None, ("apex",)), (None, ("init", "loss", "params")))
+    scaler = ((None, ("GradScaler",)), (None, ("step",)))
+    one_word = ((None, ("caler",)),)
+    # "GradScaler" is covered by "caler", which a single-pattern group needs anyway; apex is one long word,
+    # not three short ones.
+    assert _gate([apex, scaler, one_word]) == ("apex", "caler")
+    # A group whose patterns have no literal part can match any text: no gate.
+    assert _gate([one_word, ((None, ()),)]) is None
+
+
+def test_the_default_gate_is_a_few_words():
+    from amp_lint.engine import runner
+    from amp_lint.rules import default_codes
+
+    config = runner.CheckConfig(enabled=frozenset(default_codes()), fix=False, unsafe_fixes=False, with_edits=False, write=False)
+    gate = runner._prefilter(config)._gate
+    assert gate is not None and len(gate) <= 8 and "caler" in gate and "autocast" in gate

@@ -7,9 +7,7 @@ parallelism and caching live in `amp_lint.engine.runner`.
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
-import gc
 import os
 import re
 import warnings
@@ -37,6 +35,8 @@ from amp_lint.files.lines import split_lines
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
+from amp_lint.parse import python_ast
+from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
@@ -112,7 +112,7 @@ class Checker:
         """Check `source`, shown as `filename`; `path`, where it lives on disk, lets the analysis follow
         its calls into the project's other modules (with a project index). `prefiltered`: the caller has
         run the same prefilter (`may_match`) and it passed."""
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             if self.project is None or path is None:
                 return self._check(source, filename, prefiltered)
             with self.project.index.recording() as consulted:
@@ -134,6 +134,7 @@ class Checker:
             result.errors.append(refusal)
             return result
         prepared = prepare(source)  # without what LibCST would drop; put back at the end
+        python_ast.release_large()
         try:
             module = cst.parse_module(prepared.text)
         except cst.ParserSyntaxError as error:
@@ -469,19 +470,6 @@ class _Rejected:
     code: str
     location: Location
     reason: str
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """LibCST builds large trees of small objects: the cyclic collector spends up to a third of the
-    parse time scanning them, and they hold no cycles worth collecting mid-parse."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import gc
 import hashlib
 import os
 import queue
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Diagnostic, FileError, Report, diagnostic_from_record, diagnostic_to_record
+from amp_lint.parse.gc_pause import no_cyclic_gc
 
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
@@ -144,9 +146,10 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
 
     def work() -> None:
         try:
-            if not may_match(text, config):
-                return  # what the checker would decide first, decided without loading it
-            box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
+            with no_cyclic_gc():  # the prefilter's `ast` parse too, not only the checker's work
+                if not may_match(text, config):
+                    return  # what the checker would decide first, decided without loading it
+                box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
@@ -502,6 +505,9 @@ class _Scheduler:
         from amp_lint.engine import checker  # noqa: F401
 
         registry.ALL_RULES  # noqa: B018  (imports every rule module)
+        # What is loaded now lives as long as the workers: their cyclic collector need never scan it, and
+        # its memory pages stay shared with this process instead of being copied as the collector marks them.
+        gc.freeze()
         self.pool = self._new_pool(self.workers)
         waiting, self.waiting = self.waiting, []
         for item in waiting:  # largest first: each of the first files is a batch of its own

@@ -48,18 +48,18 @@ def find_config(path: Path) -> Optional[Path]:
 def _config_above(folder: str) -> Optional[Path]:
     # Cached per folder (as a string: a run asks for every file, and pathlib objects cost more than
     # the answer); sibling files share every answer.
-    found = _config_in(Path(folder))
+    found = _config_in(folder)
     parent = os.path.dirname(folder)
     if found is None and parent != folder:
         return _config_above(parent)
     return found
 
 
-def _config_in(folder: Path) -> Optional[Path]:
+def _config_in(folder: str) -> Optional[Path]:
     for name in CONFIG_NAMES:
-        candidate = folder / name
-        if candidate.is_file() and (name != "pyproject.toml" or _has_amp_lint_table(candidate)):
-            return candidate
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate) and (name != "pyproject.toml" or _has_amp_lint_table(Path(candidate))):
+            return Path(candidate)
     return None
 
 

@@ -10,7 +10,7 @@ import os
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 # The report formats `--output-format` and `output-format` accept (amp_lint.reports renders them).
 OUTPUT_FORMATS = ("full", "concise", "grouped", "json", "json-lines", "github", "sarif", "junit", "gitlab", "pylint")
@@ -234,12 +234,22 @@ def _exclude_matchers(patterns: Tuple[str, ...], root: str) -> Tuple["re.Pattern
 
 def is_excluded(absolute_path: str, patterns: Tuple[str, ...], root: str) -> bool:
     """Does an exclude pattern match this file or folder (an absolute, normalized path)? Ruff's semantics."""
+    return exclusion_test(patterns, root)(absolute_path)
+
+
+def exclusion_test(patterns: Tuple[str, ...], root: str) -> Callable[[str], bool]:
+    """`is_excluded` for one set of patterns, compiled once: a walk asks it of every entry."""
     by_path, by_name = _exclude_matchers(tuple(patterns), root)
-    path = absolute_path.replace(os.sep, "/")
-    name = path.rsplit("/", 1)[-1]
-    # Ruff also matches a pattern without `/` against the whole absolute path, so that `*test*` excludes
-    # every file of a project that lives in /tmp/tests; we do not (a bare-name glob names a bare name).
-    return by_path.fullmatch(path) is not None or by_name.fullmatch(name) is not None
+    separator = os.sep
+
+    def excluded(absolute_path: str) -> bool:
+        path = absolute_path.replace(separator, "/") if separator != "/" else absolute_path
+        name = path.rsplit("/", 1)[-1]
+        # Ruff also matches a pattern without `/` against the whole absolute path, so that `*test*` excludes
+        # every file of a project that lives in /tmp/tests; we do not (a bare-name glob names a bare name).
+        return by_path.fullmatch(path) is not None or by_name.fullmatch(name) is not None
+
+    return excluded
 
 
 @lru_cache(maxsize=1024)

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.diagnostics import FileError, Location
 from amp_lint.files.lines import LINE_BREAK
-from amp_lint.files.settings import Settings, is_excluded
+from amp_lint.files.settings import Settings, exclusion_test, is_excluded
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi", ".ipynb"})
 
@@ -88,6 +88,7 @@ class _Walker:
     def __init__(self, settings_for: Callable[[Path], Settings]) -> None:
         self._settings_for = settings_for
         self._settings: Dict[Path, Settings] = {}
+        self._exclusion_tests: Dict[int, Tuple[Settings, Callable[[str], bool]]] = {}
         self._cwd = Path.cwd()  # the root of relative exclude globs when the settings have none
         self._seen_files: Set[_FileId] = set()
         self._walked_folders: Set[_FileId] = set()
@@ -128,6 +129,9 @@ class _Walker:
             settings = self._settings_of(folder)
             if settings.respect_gitignore:
                 ignore_rules = self._folder_gitignores(folder, {entry.name for entry in entries}, ignore_rules)
+            excluded = self._exclusion_test(settings)
+            # Strings, not pathlib, for what is asked of every entry: a walk of torch's package asks 3,000 times.
+            absolute_folder = os.path.join(os.path.abspath(folder), "")
             subfolders = []
             for entry in entries:
                 try:
@@ -136,17 +140,16 @@ class _Walker:
                     is_folder = False
                 if not is_folder and os.path.splitext(entry.name)[1] not in PYTHON_SUFFIXES:
                     continue  # most entries of a tree: no need to ask the exclude globs about them
+                absolute = absolute_folder + entry.name
+                if excluded(absolute) or (
+                    settings.respect_gitignore and ignore_rules and _gitignored(Path(absolute), is_folder, ignore_rules)
+                ):
+                    continue
                 path = folder / entry.name
                 try:
                     is_file = not is_folder and entry.is_file()
                 except OSError:
                     is_file = False
-                if self._excluded(path, settings) or (
-                    settings.respect_gitignore
-                    and ignore_rules
-                    and _gitignored(self._absolute(path), is_folder, ignore_rules)
-                ):
-                    continue
                 if is_folder:
                     subfolders.append(self._enter(path, entry, ancestors, ignore_rules))
                 else:
@@ -194,6 +197,15 @@ class _Walker:
 
     def _root(self, settings: Settings) -> Path:
         return Path(os.path.abspath(settings.root)) if settings.root else self._cwd
+
+    def _exclusion_test(self, settings: Settings) -> Callable[[str], bool]:
+        """`_excluded` for one settings object, as a test of an absolute, normalized path (a string)."""
+        test = self._exclusion_tests.get(id(settings))
+        if test is None or test[0] is not settings:
+            patterns = settings.exclude + settings.extend_exclude
+            root = str(self._root(settings))
+            test = self._exclusion_tests[id(settings)] = (settings, exclusion_test(patterns, root))
+        return test[1]
 
     def _excluded(self, path: Path, settings: Settings) -> bool:
         """Ruff's exclude semantics (`amp_lint.files.settings.is_excluded`): a pattern made absolute against

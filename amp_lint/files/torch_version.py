@@ -118,14 +118,11 @@ def project_floor(folder: str) -> Optional[Tuple[str, str]]:
     return None
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def project_root_above(folder: str) -> Optional[str]:
-    """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None."""
-    current = folder
-    while True:
-        if os.path.isfile(os.path.join(current, "pyproject.toml")):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
+    """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None.
+    Cached per folder, so that the folders of one tree share their parents' answers."""
+    if os.path.isfile(os.path.join(folder, "pyproject.toml")):
+        return folder
+    parent = os.path.dirname(folder)
+    return None if parent == folder else project_root_above(parent)

@@ -116,6 +116,7 @@ class Prefilter:
         self._code_groups = _compile(tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules})))
         self._always = any(not n for n in needs)
         self._line_hints = _line_hints(self._groups + self._code_groups)
+        self._gate = _gate(self._groups)
 
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
@@ -138,7 +139,11 @@ class Prefilter:
                 seen[pattern] = (not hints or any(has(hint) for hint in hints)) and pattern.search(text) is not None
             return seen[pattern]
 
-        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups or self._groups)
+        if groups is None:
+            groups = self._groups
+            if self._gate is not None and not any(has(hint) for hint in self._gate):
+                return False  # most files: a few scans of the text decide
+        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups)
 
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
@@ -157,6 +162,36 @@ class Prefilter:
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
+
+
+_SCAN_COST = 0.02  # in the units of `_gate`'s cost: the chance that a hint of n letters is in a text, 2**-n
+
+
+def _gate(groups) -> Optional[Tuple[str, ...]]:
+    """Hints one of which is in every text that some group can match; None when there are none such.
+
+    A group matches only where each of its patterns does, and a pattern only where one of its hints is:
+    so the hints of one pattern per group are enough. Each hint is replaced by the shortest hint of the
+    set it contains ("GradScaler" by "caler"), and the patterns are chosen so that the gate is small and
+    its words long (likely rare): `apex` alone, not the four words of apex's calls. On torch's package
+    it rejects most files with a few scans of their text.
+    """
+    usable = [[hints for _, hints in group if hints] for group in groups]
+    if not usable or not all(usable):
+        return None
+    every_hint = {hint for options in usable for hints in options for hint in hints}
+    base = {hint: min((other for other in every_hint if other in hint), key=lambda other: (len(other), other)) for hint in every_hint}
+
+    def added_cost(hints, gate) -> float:  # how often a word lets a text through (2**-len), and its scan
+        return sum(2.0 ** -len(word) + _SCAN_COST for word in {base[hint] for hint in hints} - gate)
+
+    # Groups with one pattern decide first (their words must be in); then each group takes the pattern
+    # that adds least to the words already in.
+    gate: set = set()
+    for options in sorted(usable, key=len):
+        best = min(options, key=lambda hints: added_cost(hints, gate))
+        gate.update(base[hint] for hint in best)
+    return tuple(sorted(gate))
 
 
 def _line_hints(groups) -> Optional[Tuple[str, ...]]:

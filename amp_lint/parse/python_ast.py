@@ -3,8 +3,8 @@
 Three of them read the same file: the prefilter's second step, the project index's facts about the
 checked module, and the cross-file provider's look at the `self.attr = Class(...)` assignments of the
 checked module. `parse` keeps the tree of the last text it parsed, so that a file is parsed by `ast` once
-(a tree is never changed by its readers). Large texts are not kept: their tree would sit in memory
-beside LibCST's (the run's peak); they are parsed again, as before.
+(a tree is never changed by its readers). The tree of a large text would sit in memory beside LibCST's
+(the run's peak): the checker drops it (`release_large`) before its LibCST parse.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ast
 import warnings
 from typing import Optional, Tuple, Union
 
-_KEEP_CHARS = 400_000  # a tree of a text this long is a few tens of MB
+_KEEP_CHARS = 400_000  # kept beside LibCST's tree up to this size: a tree of a text this long is a few tens of MB
 _last: Optional[Tuple[Union[str, bytes], Optional[ast.Module]]] = None
 
 
@@ -22,11 +22,19 @@ def parse(text: Union[str, bytes]) -> Optional[ast.Module]:
     global _last
     if _last is not None and (_last[0] is text or _last[0] == text):
         return _last[1]
+    _last = None  # not two large trees at once
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like are not ours to report
             tree: Optional[ast.Module] = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         tree = None
-    _last = (text, tree) if len(text) <= _KEEP_CHARS else None
+    _last = (text, tree)
     return tree
+
+
+def release_large() -> None:
+    """Forget the kept tree if its text is large (before a LibCST parse of it: see the module's doc)."""
+    global _last
+    if _last is not None and len(_last[0]) > _KEEP_CHARS:
+        _last = None
