@@ -432,14 +432,32 @@ class _RunSpec:
 
 
 def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
+    from amp_lint.engine.runner import Scheduler
+
+    scheduler = Scheduler(options["jobs"])
+    try:
+        return _check_planned(run, root, paths, options, scheduler)
+    finally:
+        scheduler.close()
+
+
+def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, scheduler) -> int:
     from amp_lint.diagnostics import Report
     from amp_lint.files.config import ConfigError
     from amp_lint.files.sources import discover
-    from amp_lint.engine.runner import RunPlan, execute
+    from amp_lint.engine.runner import EARLY_START_BYTES, RunPlan, execute
     from amp_lint.files.settings import UnknownRuleError
 
+    checks = not (options["show_files"] or options["prefilter_only"])
+    cache = None if options["no_cache"] or run.fix or not checks else _open_cache(options, root)
+    # A cold walk that finds much source starts the workers while it goes on (they load LibCST meanwhile);
+    # with stored results, most files will not need them.
+    cold = cache is None or not cache.has_entries
+    early = (EARLY_START_BYTES, scheduler.start_early) if checks and cold else None
     try:
-        files, errors = discover(paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"])
+        files, errors = discover(
+            paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"], on_many_bytes=early
+        )
         settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
 
         def settings_of(path: Path):
@@ -471,7 +489,6 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
             if may_match(text, config):
                 click.echo(path)
         return EXIT_CLEAN
-    cache = None if options["no_cache"] or run.fix else _open_cache(options, root)
     if cache is not None:
         file_settings = {path: _config_key(config) for path, config in planned}
         cache.set_file_settings(file_settings)
@@ -479,7 +496,7 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         import zlib
 
         cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")
-    report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache)
+    report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache, scheduler=scheduler)
     if options["add_noqa"]:
         return _add_noqa(report)
     if options["write_baseline_path"]:

@@ -47,6 +47,20 @@ def test_walk_finds_python_stubs_and_notebooks_sorted(project):
     assert found(["."]) == (["a.pyi", "b.py", "pkg/c.py", "pkg/z.ipynb"], [])
 
 
+def test_the_walk_says_once_when_it_has_found_many_bytes(project):
+    """`on_many_bytes` lets the runner start its workers while a big walk goes on: called once, when the
+    files found reach the size, and never for a smaller tree."""
+    for index in range(6):
+        write(project / "pkg" / f"m{index}.py", "x = 1\n" * 100)  # 600 bytes each
+    write(project / "notes.txt", "n" * 10_000)  # not a Python file: not counted
+    calls = []
+    files, _ = discover(["."], lambda _: Settings(), on_many_bytes=(1_500, lambda: calls.append(len(calls))))
+    assert len(files) == 6 and calls == [0]
+    calls.clear()
+    discover(["."], lambda _: Settings(), on_many_bytes=(10_000, lambda: calls.append(1)))
+    assert calls == []
+
+
 def test_a_file_named_twice_is_checked_once(project):
     write(project / "pkg/a.py")
     assert found(["pkg", "pkg/a.py", str(project / "pkg" / "a.py")]) == (["pkg/a.py"], [])

@@ -69,7 +69,7 @@ def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
         def submit(self, function, items):
             submitted.append([path for path, _ in items])
 
-    scheduler = runner._Scheduler(jobs=2)
+    scheduler = runner.Scheduler(jobs=2)
     monkeypatch.setattr(scheduler, "_start_pool", lambda: setattr(scheduler, "pool", Pool()))
     scheduler.pool = Pool()
     for index, size in enumerate(sizes):
@@ -80,3 +80,66 @@ def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
     assert all(len(batch) <= runner._BATCH_FILES for batch in submitted)
     big = [batch for batch in submitted if any(sizes[int(path[1:])] >= runner._BATCH_BYTES for path in batch)]
     assert all(len(batch) == 1 for batch in big)
+
+
+def test_workers_started_before_the_files_are_known_report_what_one_process_reports(tmp_path):
+    """`Scheduler.start_early` (a big walk calls it): the workers load the checker themselves, and every
+    file the prefilter keeps goes to them, however few."""
+    paths = _tree(tmp_path)
+    alone = _run(paths, jobs=1)
+    for chosen in (paths, paths[:3]):
+        scheduler = runner.Scheduler(jobs=2)
+        scheduler.start_early()
+        assert scheduler.pool is not None
+        plan = runner.RunPlan([(path, _config()) for path in chosen], [])
+        early, _ = runner.execute(plan, jobs=2, scheduler=scheduler)
+        assert scheduler.pool is None  # closed with the run
+        expected = [d for d in alone.diagnostics if d.filename in chosen]
+        assert early.diagnostics == expected and early.errors == []
+
+
+def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypatch):
+    """A big walk whose files the prefilter all rules out (or the cache settles) must not wait for idle
+    workers to finish loading the checker."""
+    import time
+
+    real_start = runner._start_worker
+
+    def slow_start(*args):
+        real_start(*args)
+        time.sleep(30)  # still "loading the checker" when the run ends
+
+    monkeypatch.setattr(runner, "_start_worker", slow_start)
+    scheduler = runner.Scheduler(jobs=2)
+    scheduler.start_early()
+    processes = list(scheduler.pool._processes.values())
+    assert processes
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 10
+    assert all(not process.is_alive() for process in processes)
+
+
+def test_a_walk_over_much_source_starts_the_workers_early_unless_the_cache_has_results(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from amp_lint.cli import main
+
+    for index in range(8):
+        (tmp_path / f"m{index}.py").write_text("x = 1\n" * 200)
+    started = []
+    monkeypatch.setattr(runner, "EARLY_START_BYTES", 5_000)
+    monkeypatch.setattr(runner.Scheduler, "start_early", lambda self: started.append(self.workers))
+    monkeypatch.chdir(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["check", "--no-cache", "--jobs", "2", "."]).exit_code == 0
+    assert started == [2]
+    started.clear()
+    assert cli.invoke(main, ["check", "--jobs", "2", "."]).exit_code == 0  # cold cache: fills it
+    assert started == [2]
+    started.clear()
+    assert cli.invoke(main, ["check", "--jobs", "2", "."]).exit_code == 0  # warm: results stored
+    assert started == []
+    monkeypatch.setattr(runner, "EARLY_START_BYTES", 50_000)
+    assert cli.invoke(main, ["check", "--no-cache", "--jobs", "2", "."]).exit_code == 0  # a small tree
+    assert started == []

@@ -251,7 +251,10 @@ class FileModel:
 
     def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
         """The statements of the block (module or indented body) that holds `statement`, itself included."""
-        if self._blocks is None:
+        parent = self.parents.get(id(statement))  # the walk's record: a block holds its statements in `body`
+        if parent is not None:
+            return parent.body if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
+        if self._blocks is None:  # a node the walk did not reach: map every block once
             blocks: Dict[int, Sequence[cst.BaseStatement]] = {}
             stack: List[cst.CSTNode] = [self.module]
             while stack:

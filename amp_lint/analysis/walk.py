@@ -75,6 +75,18 @@ def code_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+_NODE_TYPES: Dict[type, bool] = {}
+
+
+def _is_node_type(kind: type) -> bool:
+    """`issubclass(kind, cst.CSTNode)`, remembered: CSTNode's metaclass is ABCMeta, whose `isinstance` is
+    a Python-level call, and the walk asks it of every field of every node."""
+    known = _NODE_TYPES.get(kind)
+    if known is None:
+        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
 class Walker:
     """Subclass and define hooks, then call `walk(module)`.
 
@@ -107,14 +119,15 @@ class Walker:
             value = getattr(node, field)
             if enter_field is not None:
                 enter_field(node)
-            if isinstance(value, cst.CSTNode):
-                parents[id(value)] = node
-                self.walk(value)
-            elif isinstance(value, (list, tuple)):
+            kind = type(value)
+            if kind is list or kind is tuple:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if _is_node_type(type(item)):
                         parents[id(item)] = node
                         self.walk(item)
+            elif _is_node_type(kind):
+                parents[id(value)] = node
+                self.walk(value)
             if leave_field is not None:
                 leave_field(node)
         if leave is not None:

@@ -26,6 +26,9 @@ from amp_lint.parse.gc_pause import no_cyclic_gc
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
 
+# A walk that has found this much source starts the workers at once (`Scheduler.start_early`): they load
+# the checker while the walk and the prefilter go on, and a run this big nearly always has files for them.
+EARLY_START_BYTES = 4_000_000
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4
 _PARALLEL_MIN_BYTES = 400_000
@@ -317,14 +320,17 @@ class RunPlan:
     errors: List[FileError]
 
 
-def execute(plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None) -> Tuple[Report, List[str]]:
-    """Check every planned file; returns the report and the diffs (for --diff).
+def execute(
+    plan: RunPlan, *, jobs: Optional[int], cache=None, progress=None, scheduler: "Optional[Scheduler]" = None
+) -> Tuple[Report, List[str]]:
+    """Check every planned file; returns the report and the diffs (for --diff). `scheduler`: one made
+    before the files were known, whose workers may have started already (`Scheduler.start_early`).
 
     SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
     are on, files not started are left alone.
     """
     with _terminate_as_interrupt():
-        return _execute(plan, jobs=jobs, cache=cache)
+        return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
 
 
 @contextlib.contextmanager
@@ -345,14 +351,14 @@ def _terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _execute(plan: RunPlan, *, jobs: Optional[int], cache) -> Tuple[Report, List[str]]:
+def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[Scheduler]") -> Tuple[Report, List[str]]:
     _remove_stale_temporaries(plan)
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
     known_negatives = _known_negatives(cache)
     negatives: Dict[str, str] = {}
-    scheduler = _Scheduler(jobs)
+    scheduler = scheduler if scheduler is not None else Scheduler(jobs)
     try:
         _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives)
     except BaseException:  # Ctrl-C while the prefilter runs: the workers must not go on writing fixes
@@ -450,7 +456,7 @@ def _size(path: str) -> int:
         return 0
 
 
-class _Scheduler:
+class Scheduler:
     """Hands files to worker processes as the prefilter lets them through.
 
     The workers start once there is enough work to pay for them (`_PARALLEL_MIN_FILES` and
@@ -471,6 +477,17 @@ class _Scheduler:
         self.context = None
         self.alone: "Optional[ProcessPoolExecutor]" = None  # one worker, to recheck a dead worker's files one by one
         self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
+
+    def start_early(self) -> None:
+        """Start the workers now, before the files are known: a walk that has found many bytes of source
+        calls this, and the workers load the checker (LibCST and the rules, a third of a second) on the
+        second core while this process goes on listing and prefiltering files. Once they are started,
+        every file the prefilter keeps goes to them. Workers that never get a file are killed at `close`."""
+        if self.pool is not None or self.workers < 2:
+            return
+        gc.freeze()  # see `_start_pool`
+        self.pool = self._new_pool(self.workers, load_checker=True)
+        self.pool.submit(_ready)  # the pool forks its workers at the first task
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
         if self.pool is not None:
@@ -513,7 +530,7 @@ class _Scheduler:
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
-    def _new_pool(self, workers: int) -> "ProcessPoolExecutor":
+    def _new_pool(self, workers: int, load_checker: bool = False) -> "ProcessPoolExecutor":
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -529,7 +546,7 @@ class _Scheduler:
             max_workers=workers,
             mp_context=self.context,
             initializer=_start_worker,
-            initargs=(self.stop, os.getpid(), self.watchdog),
+            initargs=(self.stop, os.getpid(), self.watchdog, load_checker),
         )
 
     def results(self):
@@ -571,7 +588,10 @@ class _Scheduler:
         return outcomes
 
     def close(self) -> None:
-        """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped."""
+        """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped.
+        Workers started early that never got a file are killed: they would still be loading the checker."""
+        if self.pool is not None and not self.futures and self.alone is None:
+            _kill_idle_workers(self.pool)
         if self.pool is not None:
             self.stop.set()
             for pool in (self.pool, self.alone):
@@ -590,7 +610,17 @@ _WORKER_DIED = "not analysed: the process checking this file died (a crash in Li
 _STOP = None  # in a worker: the scheduler's stop event
 
 
-def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> None:
+def _ready() -> None:
+    """The first task of workers started early: the pool starts its processes at its first task."""
+
+
+def _kill_idle_workers(pool: "ProcessPoolExecutor") -> None:
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            process.kill()
+
+
+def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_checker: bool = False) -> None:
     """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
 
     And they end when the main process does, however it ends (kill -9 included): they must not go
@@ -614,6 +644,11 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> Non
         threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
     if os.getppid() != parent:  # the parent died before any of this was in place
         os._exit(1)
+    if load_checker:  # forked before the main process loaded it (`Scheduler.start_early`)
+        from amp_lint import rules as registry
+        from amp_lint.engine import checker  # noqa: F401
+
+        registry.ALL_RULES  # noqa: B018  (imports every rule module)
 
 
 def _die_with_parent(parent: int) -> None:

@@ -91,6 +91,11 @@ class ResultCache:
         self._file_settings = {os.path.abspath(path): key for path, key in file_settings.items()}
 
     @property
+    def has_entries(self) -> bool:
+        """Has a run of this amp-lint version stored results here (a warm run settles most files)?"""
+        return os.path.isdir(self._entries_dir)
+
+    @property
     def enabled(self) -> bool:
         """False once writing has failed: the run goes on without a cache."""
         return self._enabled

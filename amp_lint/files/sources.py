@@ -52,6 +52,7 @@ def discover(
     settings_for: Callable[[Path], Settings],
     *,
     force_exclude: bool = False,
+    on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None,
 ) -> Tuple[List[Path], List[FileError]]:
     """Expand command-line paths into the files to check, sorted and without duplicates.
 
@@ -61,9 +62,10 @@ def discover(
     (the argument or the path's settings) is set: then the exclude globs apply to it and its parent
     folders too, as pre-commit needs; `.gitignore` never applies to a named path.
     `settings_for` is called once per folder (and per named file); problems become `FileError`s
-    and the walk goes on.
+    and the walk goes on. `on_many_bytes`, (size, callback): the callback runs once, as soon as the files
+    found add up to that many bytes (the runner starts its workers then, while the walk goes on).
     """
-    walker = _Walker(settings_for)
+    walker = _Walker(settings_for, on_many_bytes)
     for argument in paths:
         walker.add(Path(argument), force_exclude)
     return sorted(walker.files), walker.errors
@@ -85,8 +87,10 @@ _PendingFolder = Tuple[Path, _IgnoreRules, Tuple[_FileId, ...]]
 
 
 class _Walker:
-    def __init__(self, settings_for: Callable[[Path], Settings]) -> None:
+    def __init__(self, settings_for: Callable[[Path], Settings], on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None) -> None:
         self._settings_for = settings_for
+        self._on_many_bytes = on_many_bytes
+        self._bytes_found = 0
         self._settings: Dict[Path, Settings] = {}
         self._exclusion_tests: Dict[int, Tuple[Settings, Callable[[str], bool]]] = {}
         self._cwd = Path.cwd()  # the root of relative exclude globs when the settings have none
@@ -182,6 +186,11 @@ class _Walker:
         if file_id not in self._seen_files:
             self._seen_files.add(file_id)
             self.files.append(path)
+            if self._on_many_bytes is not None:
+                self._bytes_found += info.st_size
+                if self._bytes_found >= self._on_many_bytes[0]:
+                    callback, self._on_many_bytes = self._on_many_bytes[1], None
+                    callback()
 
     def _error(self, path: Path, message: str) -> None:
         self.errors.append(FileError(str(path), message))

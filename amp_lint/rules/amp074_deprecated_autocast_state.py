@@ -149,10 +149,12 @@ dtype = torch.get_autocast_dtype("cpu")
         if not supports(target, names.REPLACEMENT_SINCE["autocast_state"]):
             return
         for site in model.call_sites:
-            if site.qualified_name is None or in_old_torch_branch(model, site.call):
+            if site.qualified_name is None:
                 continue
             module, _, function = site.qualified_name.rpartition(".")
             if module not in _MODULES or function not in DEPRECATED_STATE_FUNCTIONS:
+                continue
+            if in_old_torch_branch(model, site.call):  # after the name test: it climbs to the module
                 continue
             new, device = DEPRECATED_STATE_FUNCTIONS[function]
             yield self.finding(
