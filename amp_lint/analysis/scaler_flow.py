@@ -97,22 +97,9 @@ class Summary:
 
     def argument_names(self, call: "Event") -> Dict[str, str]:
         """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
-        from amp_lint.analysis.names import dotted_name
+        from amp_lint.analysis.steps import argument_names
 
-        mapping: Dict[str, str] = {}
-        position = 0
-        for arg in call.call.args:
-            if arg.star:
-                break
-            value = dotted_name(arg.value)
-            if arg.keyword is not None:
-                if value is not None and arg.keyword.value in self.scope.params:
-                    mapping[arg.keyword.value] = value
-                continue
-            if position < len(self.params) and value is not None:
-                mapping[self.params[position]] = value
-            position += 1
-        return mapping
+        return argument_names(self.scope, call.call, self.params)
 
 
 def _head(expr) -> Optional[str]:

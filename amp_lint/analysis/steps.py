@@ -12,7 +12,7 @@ what its parameters are bound to.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import libcst as cst
 
@@ -90,10 +90,7 @@ def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], de
             if callee in active or any(e.loops for e in callee.events):
                 continue
             inner = with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
-            params = list(callee.params)
-            if callee.class_name and params and params[0] in ("self", "cls"):
-                params = params[1:]
-            summary = Summary(scope=callee, events=tuple(inner), params=tuple(params))
+            summary = Summary(scope=callee, events=tuple(inner), params=tuple(call_params(callee)))
         else:
             for provider in SUMMARIES:  # functions of other files, from a project index
                 summary = provider(model, event)
@@ -141,11 +138,19 @@ def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
     return candidates[0] if len(candidates) == 1 else None
 
 
-def argument_names(callee: Scope, call: cst.Call) -> Dict[str, str]:
-    """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
+def call_params(callee: Scope, class_name: Optional[str] = None) -> List[str]:
+    """The parameters a call's positional arguments fill: `self`/`cls` left out for a method."""
     params = list(callee.params)
-    if callee.class_name and params and params[0] in ("self", "cls"):
+    if (class_name or callee.class_name) and params and params[0] in ("self", "cls"):
         params = params[1:]
+    return params
+
+
+def argument_names(callee: Scope, call: cst.Call, params: Optional[Sequence[str]] = None) -> Dict[str, str]:
+    """Callee parameter -> the caller's dotted argument, for plain names and attributes. `params`: the
+    positional parameters when they are known already (`call_params`)."""
+    if params is None:
+        params = call_params(callee)
     mapping: Dict[str, str] = {}
     position = 0
     for arg in call.args:

@@ -44,6 +44,7 @@ from amp_lint.analysis.callers import MAX_MODULE_BYTES
 from amp_lint.analysis.caller_search import CallerSearch, defines_method as _defines_method
 from amp_lint.analysis.calls import drives_a_scaler
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name, qualified_in as _qualified
+from amp_lint.analysis.steps import call_params
 from amp_lint.parse import python_ast
 
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
@@ -371,9 +372,7 @@ class ProjectSummaries(CallerSearch):
             self._building.pop()
         if not inner:
             return None
-        params = list(callee.params)
-        if class_name and params and params[0] in ("self", "cls"):
-            params = params[1:]
+        params = call_params(callee, class_name)
         if class_name is not None and _order_unknown(model, callee, class_name, inner):
             return None
         if holder is not None:  # the method's `self` is the caller's `self.attr`

@@ -33,8 +33,6 @@ class Index(enum.Enum):
     MAYBE = "maybe"
 
 
-_CUDA_LIKE = frozenset({"cuda", "xpu", "mps", "mtia", "hpu"})
-
 TORCH_DTYPES = frozenset(
     {
         "torch.float16",
@@ -173,10 +171,6 @@ def device_string(text: str, **extra) -> Atom:
     """A str literal read as a device: "cuda:0" is device type "cuda" with an index."""
     head, colon, _ = text.partition(":")
     return Atom(Kind.STRING, literal=text, device_type=head, index=Index.YES if colon else Index.NO, **extra)
-
-
-def is_cuda_like(device_type: Optional[str]) -> bool:
-    return device_type in _CUDA_LIKE
 
 
 MAX_ALTERNATIVES = 16
