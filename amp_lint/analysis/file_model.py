@@ -203,17 +203,20 @@ class FileModel:
     # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
     # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
     wrapper_backwards: List[Event] = field(default_factory=list)
+    # The flow graphs of scopes and training steps (`scaler_flow.flow_of`), built once per model.
+    flows: Dict[Tuple[str, int], object] = field(default_factory=dict, repr=False)
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
     _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
+    _assignments_index: Optional[Dict[Tuple[int, str], List[AssignmentSite]]] = field(default=None, repr=False)
 
     # --- scalers ---
     def assignments_in(self, scope: Scope, target: str) -> List[AssignmentSite]:
         """The assignment sites of `target` in `scope`, in source order (indexed once per model: rules ask
         this per training step, and a file of a thousand steps made a scan per question quadratic)."""
-        index = self.__dict__.get("_assignments_index")
+        index = self._assignments_index
         if index is None:
-            index = self.__dict__["_assignments_index"] = {}
+            index = self._assignments_index = {}
             for site in self.assignment_sites:
                 index.setdefault((id(site.scope), site.target), []).append(site)
         return index.get((id(scope), target), [])

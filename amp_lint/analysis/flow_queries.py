@@ -32,10 +32,9 @@ Holding = Tuple[Tuple[str, bool], ...]
 
 def scope_flow(model: "FileModel", scope: "Scope") -> ScopeFlow:
     """The flow of any scope (a helper's too), built once per model; `flow_of` shares it."""
-    cache = model.__dict__.setdefault("_flows", {})
-    flow = cache.get(id(scope))
+    flow = model.flows.get(("scope", id(scope)))
     if flow is None:
-        flow = cache[id(scope)] = ScopeFlow(scope)
+        flow = model.flows[("scope", id(scope))] = ScopeFlow(scope)
     return flow
 
 
@@ -260,8 +259,7 @@ class _WholeScope:
 def whole_scope_flow(model: "FileModel", scope: "Scope") -> StepFlow:
     """The paths of a whole scope, entry to exit, as one open step: for questions about events that need
     no iteration (what reaches a call from the function's start)."""
-    cache = model.__dict__.setdefault("_scope_step_flows", {})
-    flow = cache.get(id(scope))
+    flow = model.flows.get(("whole", id(scope)))
     if flow is None:
-        flow = cache[id(scope)] = StepFlow(scope_flow(model, scope), _WholeScope(scope))  # type: ignore[arg-type]
+        flow = model.flows[("whole", id(scope))] = StepFlow(scope_flow(model, scope), _WholeScope(scope))  # type: ignore[arg-type]
     return flow

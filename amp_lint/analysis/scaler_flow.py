@@ -228,6 +228,9 @@ class StepFlow:
     def __init__(self, flow: ScopeFlow, step: "TrainingStep") -> None:
         self.flow = flow
         self.step = step
+        self.states: Optional[Dict[int, frozenset]] = None  # `protocol_states`, computed once
+        # What rules derive from this flow and several of them ask (the step's accumulation, say), by name.
+        self.memo: Dict[str, object] = {}
         graph = flow.graph
         loop = step.loop
         if loop is not None and id(loop) in graph.loop_body:
@@ -286,14 +289,13 @@ class StepFlow:
 
 def flow_of(model: "FileModel", step: "TrainingStep") -> StepFlow:
     """The step's flow, its scope's graph built once per model."""
-    cache = model.__dict__.setdefault("_flows", {})
-    scope_flow = cache.get(id(step.scope))
+    cache = model.flows  # shared with `flow_queries.scope_flow` and `whole_scope_flow`
+    scope_flow = cache.get(("scope", id(step.scope)))
     if scope_flow is None:
-        scope_flow = cache[id(step.scope)] = ScopeFlow(step.scope)
-    steps = model.__dict__.setdefault("_step_flows", {})
-    flow = steps.get(id(step))
+        scope_flow = cache[("scope", id(step.scope))] = ScopeFlow(step.scope)
+    flow = cache.get(("step", id(step)))
     if flow is None:
-        flow = steps[id(step)] = StepFlow(scope_flow, step)
+        flow = cache[("step", id(step))] = StepFlow(scope_flow, step)
     return flow
 
 
@@ -355,9 +357,8 @@ def protocol_states(flow: StepFlow) -> Dict[int, frozenset]:
     A forward dataflow over one iteration (no back edge), on the normal path (exception handlers left
     out), once per assignment of the correlated conditions: states of contradicting branches never meet.
     """
-    cache = flow.__dict__.get("_states")
-    if cache is not None:
-        return cache
+    if flow.states is not None:
+        return flow.states
     paths = flow.flow.paths
     at_node: Dict[int, List] = {}
     for event in flow.step.events:
@@ -392,5 +393,5 @@ def protocol_states(flow: StepFlow) -> Dict[int, frozenset]:
                     if len(bucket) < _MAX_STATES:
                         bucket |= states
     frozen = {key: frozenset(value) for key, value in result.items()}
-    flow.__dict__["_states"] = frozen
+    flow.states = frozen
     return frozen

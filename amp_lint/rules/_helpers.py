@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -27,7 +27,7 @@ from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.syntax import alternatives, code_of
 
 # torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
 # inside autocast does not make them run in float32.
@@ -188,7 +188,7 @@ class Gate:
 
 def accumulation_gates(model: FileModel, flow: StepFlow, event) -> List[Gate]:
     """The accumulation tests that gate `event`, level by level, outermost first (innermost last)."""
-    cache = flow.__dict__.setdefault("_accumulation_gates", {})
+    cache = flow.memo.setdefault("accumulation_gates", {})
     found = cache.get(id(event))
     if found is not None:
         return found
@@ -209,7 +209,7 @@ def accumulation_gates(model: FileModel, flow: StepFlow, event) -> List[Gate]:
 
 def iteration_assigned_names(flow: StepFlow) -> Set[str]:
     """Names (plain and dotted) that the statements of one iteration bind, the loop's own target too."""
-    cached = flow.__dict__.get("_assigned_names")
+    cached = flow.memo.get("assigned_names")
     if cached is not None:
         return cached
     found: Set[str] = set()
@@ -228,7 +228,7 @@ def iteration_assigned_names(flow: StepFlow) -> Set[str]:
             targets.extend(item.asname.name for item in statement.items if item.asname is not None)
     for target in targets:
         found |= target_names(target)
-    flow.__dict__["_assigned_names"] = found
+    flow.memo["assigned_names"] = found
     return found
 
 
@@ -437,23 +437,12 @@ def scaler_may_be_custom(model: FileModel, key: str, scope: Scope) -> bool:
                 continue
         elif site.scope not in list(scope.chain()):
             continue
-        for candidate in _alternatives(site.value):
+        for candidate in alternatives(site.value):
             if isinstance(candidate, cst.Call):
                 qualified = site.scope.names.qualify(candidate.func)
                 if qualified not in names.GRAD_SCALER and "Scaler" in (dotted_name(candidate.func) or ""):
                     return True
     return False
-
-
-def _alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if isinstance(value, cst.IfExp):
-        yield from _alternatives(value.body)
-        yield from _alternatives(value.orelse)
-    elif isinstance(value, cst.BooleanOperation):
-        yield from _alternatives(value.left)
-        yield from _alternatives(value.right)
-    else:
-        yield value
 
 
 class Accumulation:
@@ -552,9 +541,9 @@ def accumulation(model: FileModel, step: TrainingStep) -> Optional[Accumulation]
     if step.loop is None:
         return None
     flow = flow_of(model, step)
-    if "_accumulation" not in flow.__dict__:
-        flow.__dict__["_accumulation"] = _accumulation(model, step, flow)
-    return flow.__dict__["_accumulation"]
+    if "accumulation" not in flow.memo:
+        flow.memo["accumulation"] = _accumulation(model, step, flow)
+    return flow.memo["accumulation"]
 
 
 def _accumulation(model: FileModel, step: TrainingStep, flow: StepFlow) -> Optional[Accumulation]:
