@@ -649,6 +649,7 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
         from amp_lint.engine import checker  # noqa: F401
 
         registry.ALL_RULES  # noqa: B018  (imports every rule module)
+        gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 
 def _die_with_parent(parent: int) -> None:
