@@ -210,6 +210,19 @@ class FileModel:
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
     _assignments_index: Optional[Dict[Tuple[int, str], List[AssignmentSite]]] = field(default=None, repr=False)
 
+    def release(self) -> None:
+        """Break the model's reference cycles once nothing will ask it more (each scope's events point
+        back at it; a step's flow caches what rules built from it). Freeing the model is then
+        refcounting's work, not the cyclic collector's: on a 462 kB file the collector took 0.13 s to
+        find them, scanning the whole tree still alive beside them."""
+        for scope in self.scopes:
+            scope.events, scope.regions, scope.decorator_region = [], [], None
+        for flow in self.flows.values():
+            memo = getattr(flow, "memo", None)
+            if memo is not None:
+                memo.clear()
+        self.flows.clear()
+
     # --- scalers ---
     def assignments_in(self, scope: Scope, target: str) -> List[AssignmentSite]:
         """The assignment sites of `target` in `scope`, in source order (indexed once per model: rules ask

@@ -579,6 +579,11 @@ def _setting_like(receiver: cst.BaseExpression, scope: NameScope) -> bool:
 _last: List[FileValues] = []
 
 
+def forget() -> None:
+    """The file's analysis is over: let its tree go (see `fixes.builder.forget_text`)."""
+    _last.clear()
+
+
 def of(module: cst.Module) -> FileValues:
     """The values of `module`, indexed on the first call for it (rules check one file at a time)."""
     if _last and _last[0].module is module:

@@ -75,6 +75,7 @@ def code_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+_HOOK_TABLES: Dict[type, Dict[type, Tuple[Optional[Callable], Optional[Callable], Tuple[Tuple[str, Optional[Callable], Optional[Callable]], ...]]]] = {}
 _NODE_TYPES: Dict[type, bool] = {}
 
 
@@ -95,30 +96,34 @@ class Walker:
     """
 
     def __init__(self) -> None:
-        self._hooks: Dict[type, Tuple[Optional[Callable], Optional[Callable], Tuple[Tuple[str, Optional[Callable], Optional[Callable]], ...]]] = {}
+        # The hooks per node type, as plain functions of the class (called with the walker): shared by
+        # every walk of one walker class, and no bound method ties the walker (with the tree it holds)
+        # into a reference cycle that only the cyclic collector could free.
+        self._hooks = _HOOK_TABLES.setdefault(type(self), {})
         self.parents: Dict[int, cst.CSTNode] = {}
 
     def _hooks_for(self, node_type: type):
         hooks = self._hooks.get(node_type)
         if hooks is None:
             name = node_type.__name__
+            cls = type(self)
             fields = tuple(
-                (field, getattr(self, f"visit_{name}_{field}", None), getattr(self, f"leave_{name}_{field}", None))
+                (field, getattr(cls, f"visit_{name}_{field}", None), getattr(cls, f"leave_{name}_{field}", None))
                 for field in code_fields(node_type)
             )
-            hooks = (getattr(self, f"visit_{name}", None), getattr(self, f"leave_{name}", None), fields)
+            hooks = (getattr(cls, f"visit_{name}", None), getattr(cls, f"leave_{name}", None), fields)
             self._hooks[node_type] = hooks
         return hooks
 
     def walk(self, node: cst.CSTNode) -> None:
         visit, leave, fields = self._hooks_for(type(node))
-        if visit is not None and visit(node) is False:
+        if visit is not None and visit(self, node) is False:
             return
         parents = self.parents
         for field, enter_field, leave_field in fields:
             value = getattr(node, field)
             if enter_field is not None:
-                enter_field(node)
+                enter_field(self, node)
             kind = type(value)
             if kind is list or kind is tuple:
                 for item in value:
@@ -129,9 +134,9 @@ class Walker:
                 parents[id(value)] = node
                 self.walk(value)
             if leave_field is not None:
-                leave_field(node)
+                leave_field(self, node)
         if leave is not None:
-            leave(node)
+            leave(self, node)
 
 
 # --- read-only visits with LibCST's own visitors, without LibCST's rebuilding of every node ----------

@@ -28,16 +28,18 @@ from amp_lint.diagnostics import (
     RelatedLocation,
     one_line,
 )
-from amp_lint.fixes.builder import remember_text
+from amp_lint.fixes.builder import forget_text, remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
 from amp_lint.files.lines import split_lines
 from amp_lint.analysis.builder import build_model
+from amp_lint.analysis import values
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.parse import python_ast
 from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
+from amp_lint.parse.node_memo import NodeMemo
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
 from amp_lint.parse.roundtrip import prepare
@@ -184,6 +186,12 @@ class Checker:
                     related=_related_locations(finding.related, locator.range_of, self._foreign_place),
                 )
             )
+        # The analysis is over: its cycles broken and the per-file memos emptied, the model and the tree
+        # go with refcounting as this returns (not with the cyclic collector, nor with the next file).
+        model.release()
+        forget_text()
+        values.forget()
+        NodeMemo.forget_all()
         if prepared.changed:
             result.fixed_source, result.diagnostics = prepared.put_back(result.fixed_source, result.diagnostics)
         return result

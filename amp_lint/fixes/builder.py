@@ -30,6 +30,12 @@ def remember_text(module: cst.Module, code: str) -> None:
     _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if code.count("'") > code.count('"') else '"')]
 
 
+def forget_text() -> None:
+    """The module's analysis is over: do not keep its tree alive (it would stay in memory, and in the
+    cyclic collector's young generation, until the next file)."""
+    _QUOTE_OF_LAST_MODULE.clear()
+
+
 def _quote_of(module: cst.Module) -> str:
     """The quote the module mostly uses; remembered for the last module."""
     if not _QUOTE_OF_LAST_MODULE or _QUOTE_OF_LAST_MODULE[0][0] is not module:

@@ -8,7 +8,7 @@ a few thousand nodes at most; a long run must not keep every tree alive).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Generic, Tuple, TypeVar
+from typing import Callable, Dict, Generic, List, Tuple, TypeVar
 
 import libcst as cst
 
@@ -17,10 +17,19 @@ V = TypeVar("V")
 
 
 class NodeMemo(Generic[N, V]):
+    _all: "List[NodeMemo]" = []  # every memo, for `forget_all`
+
     def __init__(self, compute: Callable[[N], V], size: int = 10_000) -> None:
         self._compute = compute
         self._size = size
         self._entries: Dict[int, Tuple[N, V]] = {}
+        NodeMemo._all.append(self)
+
+    @classmethod
+    def forget_all(cls) -> None:
+        """A file's analysis is over: its nodes need not stay alive in any memo."""
+        for memo in cls._all:
+            memo._entries.clear()
 
     def __call__(self, node: N) -> V:
         entry = self._entries.get(id(node))
