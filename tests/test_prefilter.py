@@ -179,6 +179,10 @@ def test_the_gate_never_rejects_a_text_the_groups_keep():
         ungated._gate = None
         for text in texts:
             assert gated.text_may_match(text) == ungated.text_may_match(text), ([r.code for r in rules], text[:200])
+            # The gate on bytes, before decoding (the main process's prefilter), invalid UTF-8 included.
+            for raw in (text.encode("utf-8"), b"\xff\xfe" + text.encode("utf-8") + b"\xc3"):
+                if not gated.bytes_may_match(raw):
+                    assert not ungated.text_may_match(raw.decode("utf-8", errors="replace")), [r.code for r in rules]
 
 
 def test_the_gate_takes_shared_and_long_words():

@@ -141,6 +141,10 @@ def text_may_match(text: str, config: CheckConfig) -> bool:
     return bool(config.enabled) and _prefilter(config).text_may_match(text)
 
 
+def bytes_may_match(raw: bytes, config: CheckConfig) -> bool:
+    return bool(config.enabled) and _prefilter(config).bytes_may_match(raw)
+
+
 def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
     """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
     file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
@@ -422,8 +426,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
             if digest is not None and known_negatives.get(path) == digest and not config.fix:
                 negatives[path] = digest
                 continue
-            text = raw.decode("utf-8", errors="replace")
-            if not path.endswith(".ipynb") and not text_may_match(text, config):
+            notebook = path.endswith(".ipynb")
+            text = raw.decode("utf-8", errors="replace") if notebook or bytes_may_match(raw, config) else None
+            if not notebook and (text is None or not text_may_match(text, config)):
                 if digest is not None:
                     negatives[path] = digest
                 continue

@@ -117,6 +117,8 @@ class Prefilter:
         self._always = any(not n for n in needs)
         self._line_hints = _line_hints(self._groups + self._code_groups)
         self._gate = _gate(self._groups)
+        ascii_gate = self._gate is not None and all(word.isascii() for word in self._gate)
+        self._byte_gate = tuple(word.encode("ascii") for word in self._gate) if ascii_gate else None
 
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
@@ -148,6 +150,12 @@ class Prefilter:
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
         return self._always or self._matches(text)
+
+    def bytes_may_match(self, raw: bytes) -> bool:
+        """The gate alone, on a file's bytes before they are decoded: False, and `text_may_match` of the
+        decoded text is False too (the gate's words are ASCII, and UTF-8 decoding, with replacement
+        characters or not, keeps every ASCII byte as it is)."""
+        return self._always or self._byte_gate is None or any(word in raw for word in self._byte_gate)
 
     def may_match(self, text: str, *, always_second_step: bool = False) -> bool:
         if self._always:
