@@ -46,6 +46,7 @@ from amp_lint.analysis.calls import drives_a_scaler
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name, qualified_in as _qualified
 from amp_lint.analysis.steps import call_params
 from amp_lint.parse import python_ast
+from amp_lint.parse.cst_parse import parse_module
 
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
 # scaler call, an optimizer step, a clip, a gradient read, zero_grad): its functions' summaries would be empty,
@@ -332,7 +333,7 @@ class ProjectSummaries(CallerSearch):
             if not any_text and not _MAY_TOUCH_THE_PROTOCOL.search(data):
                 return None  # nothing in it can scale, backpropagate, step, clip or read gradients: not worth a parse
             code = data.decode("utf-8-sig")
-            module = cst.parse_module(code)
+            module = parse_module(code)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
             return None
         foreign = _Foreign(path, digest, module, code)

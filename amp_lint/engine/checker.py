@@ -37,6 +37,7 @@ from amp_lint.analysis import values
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.parse import python_ast
+from amp_lint.parse.cst_parse import parse_module
 from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.node_memo import NodeMemo
@@ -138,7 +139,7 @@ class Checker:
         prepared = prepare(source)  # without what LibCST would drop; put back at the end
         python_ast.release_large()
         try:
-            module = cst.parse_module(prepared.text)
+            module = parse_module(prepared.text)
         except cst.ParserSyntaxError as error:
             result.errors.append(_parse_failure(filename, prepared.text, error))
             return result
