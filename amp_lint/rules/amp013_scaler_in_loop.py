@@ -572,25 +572,31 @@ def _kept(function: cst.FunctionDef, key: str) -> bool:
 def _bare_names(node: cst.CSTNode) -> Set[str]:
     """Plain names an expression hands on as values (`scaler`, `(model, scaler)`), not those it only
     reads an attribute of or calls a method on (`scaler.get_scale()`)."""
-    found: Set[str] = set()
+    names = _BareNames()
+    visit_read_only(node, names)
+    return names.found
 
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
 
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            return False
+class _BareNames(cst.CSTVisitor):
+    """`_bare_names`' visitor (at module level: a class made per call is slow to make, and cyclic garbage)."""
 
-        def visit_Call(self, call: cst.Call) -> bool:
-            for arg in call.args:
-                visit_read_only(arg.value, self)
-            return False
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Set[str] = set()
 
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return False
+    def visit_Name(self, name: cst.Name) -> None:
+        self.found.add(name.value)
 
-    visit_read_only(node, Names())
-    return found
+    def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+        return False
+
+    def visit_Call(self, call: cst.Call) -> bool:
+        for arg in call.args:
+            visit_read_only(arg.value, self)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _runs_once(loop: cst.For) -> bool:
