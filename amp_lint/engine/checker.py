@@ -41,6 +41,7 @@ from amp_lint.parse.cst_parse import parse_module
 from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.node_memo import NodeMemo
+from amp_lint.parse.noqa_comments import file_level_noqa, suppressing_row
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
 from amp_lint.parse.roundtrip import prepare
@@ -48,8 +49,6 @@ from amp_lint.rules.base import Finding, Fix, Rule
 
 MAX_FIX_PASSES = 10
 
-_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
-_FILE_NOQA = re.compile(r"^[ \t]*#[ \t]*amp-lint[ \t]*:[ \t]*noqa(?::[ \t]*(?P<codes>[A-Za-z0-9, \t]+))?[ \t]*$", re.I | re.M)
 
 
 @dataclass
@@ -129,7 +128,7 @@ class Checker:
         result = SourceResult()
         if not prefiltered and not self.may_match(source):
             return result
-        file_noqa = _file_level_noqa(source)
+        file_noqa = file_level_noqa(source)
         if file_noqa is not None and not file_noqa:
             return result  # `# amp-lint: noqa` for the whole file
         refusal = check_parse_cost(source, filename)
@@ -256,7 +255,7 @@ class Checker:
             finding.message = one_line(finding.message)  # code quoted from several lines: one line
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
-            row = _suppressed(finding.rule.code, lines, start.row, end.row)
+            row = suppressing_row(finding.rule.code, lines, start.row, end.row)
             if row:
                 used.add((row, finding.rule.code))
                 continue
@@ -573,34 +572,3 @@ def _shown_path(path: str) -> str:
 def _short_code(node: cst.CSTNode) -> str:
     text = " ".join(cst.Module([]).code_for_node(node).split())
     return text if len(text) <= 50 else text[:47] + "..."
-
-
-def _suppressed(code: str, lines: Sequence[str], first_row: int, last_row: int) -> int:
-    """The row of the `# noqa` that suppresses `code` on these rows, or 0."""
-    for row in sorted({first_row, last_row}):
-        if not 0 < row <= len(lines) or "noqa" not in lines[row - 1].lower():
-            continue
-        match = _NOQA.search(lines[row - 1])
-        if match is None:
-            continue
-        codes = match.group("codes")
-        if codes is None:
-            return row
-        if code.upper() in {c.upper() for c in re.split(r"[\s,]+", codes) if c}:
-            return row
-    return 0
-
-
-def _file_level_noqa(source: str) -> Optional[FrozenSet[str]]:
-    """None: no file-level comment; empty set: the whole file is exempt; else the codes exempted."""
-    if "amp-lint" not in source:
-        return None
-    codes: set = set()
-    found = False
-    for match in _FILE_NOQA.finditer(source):
-        found = True
-        listed = match.group("codes")
-        if listed is None:
-            return frozenset()
-        codes |= {c.upper() for c in re.split(r"[\s,]+", listed) if c}
-    return frozenset(codes) if found else None

@@ -23,9 +23,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from amp_lint.diagnostics import Diagnostic, FileError, Location, Report
 from amp_lint.files.sources import SourceError, SourceText, read_source, write_atomic
 from amp_lint.files.lines import lines_with_ends
+from amp_lint.parse.noqa_comments import NOQA
 
 # The checker's own pattern (amp_lint.engine.checker): `# noqa` or `# noqa: A1, B2`.
-_NOQA = re.compile(r"#\s*noqa(?::[ \t]*(?P<codes>[A-Za-z]+[0-9]+(?:[ \t]*,?[ \t]*[A-Za-z]+[0-9]+)*))?", re.IGNORECASE)
 _CODE_SEPARATOR = re.compile(r"[\s,]+")
 _LINE_END = re.compile(r"(\r\n|\r|\n)?\Z")
 
@@ -127,7 +127,7 @@ def _edit_lines(
 def _with_codes(line: str, codes: List[str], comment_column: Optional[int]) -> str:
     content, ending = _content(line), line[len(_content(line)) :]
     if comment_column is not None:
-        noqa = _NOQA.search(content, comment_column)
+        noqa = NOQA.search(content, comment_column)
         if noqa is not None:
             if noqa.group("codes") is None:
                 return line  # a bare `# noqa` already suppresses every code
