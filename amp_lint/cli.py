@@ -432,7 +432,7 @@ class _RunSpec:
 
 
 def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
-    from amp_lint.engine.runner import Scheduler
+    from amp_lint.engine.workers import Scheduler
 
     scheduler = Scheduler(options["jobs"])
     try:
@@ -445,7 +445,8 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
     from amp_lint.diagnostics import Report
     from amp_lint.files.config import ConfigError
     from amp_lint.files.sources import discover
-    from amp_lint.engine.runner import EARLY_START_BYTES, RunPlan, execute
+    from amp_lint.engine.runner import RunPlan, execute
+    from amp_lint.engine.workers import EARLY_START_BYTES
     from amp_lint.files.settings import UnknownRuleError
 
     checks = not (options["show_files"] or options["prefilter_only"])

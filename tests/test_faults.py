@@ -317,7 +317,7 @@ def test_worker_that_dies_is_that_files_error_and_the_run_goes_on(tmp_path, monk
     import signal
 
     import amp_lint.engine.checker  # noqa: F401
-    from amp_lint.engine import runner
+    from amp_lint.engine import runner, workers
     from amp_lint.rules import ALL_RULES
 
     real_check_file = runner.check_file
@@ -328,13 +328,13 @@ def test_worker_that_dies_is_that_files_error_and_the_run_goes_on(tmp_path, monk
         return real_check_file(path, config)
 
     monkeypatch.setattr(runner, "check_file", crashing_check_file)
-    monkeypatch.setattr(runner, "_PARALLEL_MIN_FILES", 2)
-    monkeypatch.setattr(runner, "_PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(runner, "_BATCH_FILES", 3)
+    monkeypatch.setattr(workers, "_PARALLEL_MIN_FILES", 2)
+    monkeypatch.setattr(workers, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "_BATCH_FILES", 3)
     config = runner.CheckConfig(frozenset(r.code for r in ALL_RULES), fix=False, unsafe_fixes=False, with_edits=False, write=False)
     paths = [write(tmp_path / f"f{index}.py", BUGGY) for index in range(7)] + [write(tmp_path / "crash.py", BUGGY)]
     report, _ = runner.execute(runner.RunPlan([(str(path), config) for path in paths], []), jobs=2)
-    assert [(Path(e.filename).name, e.message) for e in report.errors] == [("crash.py", runner._WORKER_DIED)]
+    assert [(Path(e.filename).name, e.message) for e in report.errors] == [("crash.py", workers._WORKER_DIED)]
     assert sorted(Path(d.filename).name for d in report.diagnostics) == sorted(f"f{index}.py" for index in range(7))
 
 

@@ -626,7 +626,7 @@ def _wait_until(condition, process: subprocess.Popen, timeout: float = 60) -> No
 def test_ctrl_c_during_fix_leaves_every_file_untouched_or_fully_fixed(tmp_path, padding, jobs):
     tree = tmp_path / "tree"
     originals = _tree(tree, 200, padding)
-    assert (sum(map(len, originals.values())) > 400_000) == (jobs == "2")  # runner._PARALLEL_MIN_BYTES
+    assert (sum(map(len, originals.values())) > 400_000) == (jobs == "2")  # workers._PARALLEL_MIN_BYTES
     fixed = _fully_fixed(tmp_path, originals)
     process = _start_fix(tree, "--jobs", jobs)
     # Interrupt as soon as the run is writing fixes.

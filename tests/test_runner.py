@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import amp_lint.engine.checker  # noqa: F401 (imports the rules before the fixer: their modules import each other)
-from amp_lint.engine import runner
+from amp_lint.engine import runner, workers
 from amp_lint.rules import ALL_RULES
 from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
 
@@ -55,10 +55,10 @@ def test_batched_workers_report_what_one_process_reports(tmp_path):
 def test_a_stopped_worker_takes_no_other_file(tmp_path, monkeypatch):
     paths = _tree(tmp_path)[:3]
     stop = threading.Event()
-    monkeypatch.setattr(runner, "_STOP", stop)
-    assert len(runner.check_files([(path, _config()) for path in paths])) == 3
+    monkeypatch.setattr(workers, "_STOP", stop)
+    assert len(workers.check_files([(path, _config()) for path in paths])) == 3
     stop.set()
-    assert runner.check_files([(path, _config()) for path in paths]) == []
+    assert workers.check_files([(path, _config()) for path in paths]) == []
 
 
 @pytest.mark.parametrize("sizes", [[10] * 200, [200_000, 100_000, 90_000, 80_000] + [1_000] * 100])
@@ -69,7 +69,7 @@ def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
         def submit(self, function, items):
             submitted.append([path for path, _ in items])
 
-    scheduler = runner.Scheduler(jobs=2)
+    scheduler = workers.Scheduler(jobs=2)
     monkeypatch.setattr(scheduler, "_start_pool", lambda: setattr(scheduler, "pool", Pool()))
     scheduler.pool = Pool()
     for index, size in enumerate(sizes):
@@ -77,8 +77,8 @@ def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
     scheduler._submit_batch()
     flat = [path for batch in submitted for path in batch]
     assert flat == [f"f{index}" for index in range(len(sizes))]
-    assert all(len(batch) <= runner._BATCH_FILES for batch in submitted)
-    big = [batch for batch in submitted if any(sizes[int(path[1:])] >= runner._BATCH_BYTES for path in batch)]
+    assert all(len(batch) <= workers._BATCH_FILES for batch in submitted)
+    big = [batch for batch in submitted if any(sizes[int(path[1:])] >= workers._BATCH_BYTES for path in batch)]
     assert all(len(batch) == 1 for batch in big)
 
 
@@ -88,7 +88,7 @@ def test_workers_started_before_the_files_are_known_report_what_one_process_repo
     paths = _tree(tmp_path)
     alone = _run(paths, jobs=1)
     for chosen in (paths, paths[:3]):
-        scheduler = runner.Scheduler(jobs=2)
+        scheduler = workers.Scheduler(jobs=2)
         scheduler.start_early()
         assert scheduler.pool is not None
         plan = runner.RunPlan([(path, _config()) for path in chosen], [])
@@ -103,14 +103,14 @@ def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypat
     workers to finish loading the checker."""
     import time
 
-    real_start = runner._start_worker
+    real_start = workers._start_worker
 
     def slow_start(*args):
         real_start(*args)
         time.sleep(30)  # still "loading the checker" when the run ends
 
-    monkeypatch.setattr(runner, "_start_worker", slow_start)
-    scheduler = runner.Scheduler(jobs=2)
+    monkeypatch.setattr(workers, "_start_worker", slow_start)
+    scheduler = workers.Scheduler(jobs=2)
     scheduler.start_early()
     processes = list(scheduler.pool._processes.values())
     assert processes
@@ -128,8 +128,8 @@ def test_a_walk_over_much_source_starts_the_workers_early_unless_the_cache_has_r
     for index in range(8):
         (tmp_path / f"m{index}.py").write_text("x = 1\n" * 200)
     started = []
-    monkeypatch.setattr(runner, "EARLY_START_BYTES", 5_000)
-    monkeypatch.setattr(runner.Scheduler, "start_early", lambda self: started.append(self.workers))
+    monkeypatch.setattr(workers, "EARLY_START_BYTES", 5_000)
+    monkeypatch.setattr(workers.Scheduler, "start_early", lambda self: started.append(self.workers))
     monkeypatch.chdir(tmp_path)
     cli = CliRunner()
     assert cli.invoke(main, ["check", "--no-cache", "--jobs", "2", "."]).exit_code == 0
@@ -140,6 +140,6 @@ def test_a_walk_over_much_source_starts_the_workers_early_unless_the_cache_has_r
     started.clear()
     assert cli.invoke(main, ["check", "--jobs", "2", "."]).exit_code == 0  # warm: results stored
     assert started == []
-    monkeypatch.setattr(runner, "EARLY_START_BYTES", 50_000)
+    monkeypatch.setattr(workers, "EARLY_START_BYTES", 50_000)
     assert cli.invoke(main, ["check", "--no-cache", "--jobs", "2", "."]).exit_code == 0  # a small tree
     assert started == []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import gc
 import hashlib
 import os
 import queue
@@ -24,19 +23,8 @@ from amp_lint.diagnostics import Diagnostic, FileError, Report, diagnostic_from_
 from amp_lint.parse.gc_pause import no_cyclic_gc
 
 if TYPE_CHECKING:  # pragma: no cover
-    from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
+    from amp_lint.engine.workers import Scheduler
 
-# A walk that has found this much source starts the workers at once (`Scheduler.start_early`): they load
-# the checker while the walk and the prefilter go on, and a run this big nearly always has files for them.
-EARLY_START_BYTES = 4_000_000
-# Below this much work, forking workers costs more than it saves.
-_PARALLEL_MIN_FILES = 4
-_PARALLEL_MIN_BYTES = 400_000
-# Small files go to the workers in batches of about this many bytes (a file this big goes alone): one
-# task per file costs the main process a pickling and a pipe write each, and its feeder thread's wait
-# for the GIL while the main thread prefilters.
-_BATCH_BYTES = 64_000
-_BATCH_FILES = 64
 # Deeply nested code overflows Python's default recursion limit in any tree walk; a worker thread with a
 # large stack can afford a much higher limit.
 _STACK_BYTES = 512 * 1024 * 1024
@@ -362,7 +350,10 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
     known_negatives = _known_negatives(cache)
     negatives: Dict[str, str] = {}
-    scheduler = scheduler if scheduler is not None else Scheduler(jobs)
+    if scheduler is None:
+        from amp_lint.engine.workers import Scheduler
+
+        scheduler = Scheduler(jobs)
     try:
         _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives)
     except BaseException:  # Ctrl-C while the prefilter runs: the workers must not go on writing fixes
@@ -459,243 +450,6 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-class Scheduler:
-    """Hands files to worker processes as the prefilter lets them through.
-
-    The workers start once there is enough work to pay for them (`_PARALLEL_MIN_FILES` and
-    `_PARALLEL_MIN_BYTES`); below that, the files are checked here, one after the other. Files go to
-    the workers in batches (`_BATCH_BYTES`), a big file alone. Results come back in the order the files
-    were added.
-    """
-
-    def __init__(self, jobs: Optional[int]) -> None:
-        self.workers = jobs or os.cpu_count() or 1
-        self.waiting: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
-        self.waiting_bytes = 0
-        self.batch: List[Tuple[str, CheckConfig, int, Optional[bytes]]] = []
-        self.batch_bytes = 0
-        self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
-        self.pool: "Optional[ProcessPoolExecutor]" = None
-        self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
-        self.context = None
-        self.alone: "Optional[ProcessPoolExecutor]" = None  # one worker, to recheck a dead worker's files one by one
-        self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
-
-    def start_early(self) -> None:
-        """Start the workers now, before the files are known: a walk that has found many bytes of source
-        calls this, and the workers load the checker (LibCST and the rules, a third of a second) on the
-        second core while this process goes on listing and prefiltering files. Once they are started,
-        every file the prefilter keeps goes to them. Workers that never get a file are killed at `close`."""
-        if self.pool is not None or self.workers < 2:
-            return
-        gc.freeze()  # see `_start_pool`
-        self.pool = self._new_pool(self.workers, load_checker=True)
-        self.pool.submit(_ready)  # the pool forks its workers at the first task
-
-    def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
-        if self.pool is not None:
-            self._batch((path, config, size, raw))
-            return
-        self.waiting.append((path, config, size, raw))
-        self.waiting_bytes += size
-        if self.workers > 1 and len(self.waiting) >= _PARALLEL_MIN_FILES and self.waiting_bytes >= _PARALLEL_MIN_BYTES:
-            self._start_pool()
-
-    def _batch(self, item: Tuple[str, CheckConfig, int, Optional[bytes]]) -> None:
-        if item[2] >= _BATCH_BYTES:
-            self._submit_batch()  # a big file goes alone
-        self.batch.append(item)
-        self.batch_bytes += item[2]
-        if self.batch_bytes >= _BATCH_BYTES or len(self.batch) >= _BATCH_FILES:
-            self._submit_batch()
-
-    def _submit_batch(self) -> None:
-        if not self.batch:
-            return
-        batch, self.batch, self.batch_bytes = self.batch, [], 0
-        items = [(path, config) for path, config, _, _ in batch]
-        future = self.pool.submit(check_files, items)
-        self.futures.append((future, items, [raw for _, _, _, raw in batch]))
-
-    def _start_pool(self) -> None:
-        # There is work for LibCST: load the checker and the rules here, once, before the workers fork
-        # (they inherit the loaded modules instead of each importing them; a run the prefilter settles
-        # never loads them at all).
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
-        # What is loaded now lives as long as the workers: their cyclic collector need never scan it, and
-        # its memory pages stay shared with this process instead of being copied as the collector marks them.
-        gc.freeze()
-        self.pool = self._new_pool(self.workers)
-        waiting, self.waiting = self.waiting, []
-        for item in waiting:  # largest first: each of the first files is a batch of its own
-            self._batch(item)
-
-    def _new_pool(self, workers: int, load_checker: bool = False) -> "ProcessPoolExecutor":
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        if self.context is None:
-            fork = sys.platform.startswith("linux")
-            self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
-            self.stop = self.context.Event()
-            if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
-                self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
-            else:
-                self.watchdog = None
-        return ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=self.context,
-            initializer=_start_worker,
-            initargs=(self.stop, os.getpid(), self.watchdog, load_checker),
-        )
-
-    def results(self):
-        """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
-        try:
-            for path, config, _, raw in self.waiting:
-                yield check_file(path, config), raw
-            if self.pool is None:
-                return
-            from concurrent.futures.process import BrokenProcessPool
-
-            self._submit_batch()
-            for future, items, raws in self.futures:
-                try:
-                    outcomes = future.result()
-                except BrokenProcessPool:  # a worker died (LibCST's native parser crashed, say)
-                    outcomes = self._check_alone(items)
-                yield from zip(outcomes, raws)
-        finally:
-            self.close()
-
-    def _check_alone(self, items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
-        """Check a dead worker's files again, one per task in a worker of their own: the file that kills
-        it again is that file's error, and the run goes on."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        outcomes = []
-        for path, config in items:
-            if self.stop.is_set():
-                break
-            if self.alone is None:
-                self.alone = self._new_pool(1)
-            try:
-                outcomes.extend(self.alone.submit(check_files, [(path, config)]).result())
-            except BrokenProcessPool:
-                self.alone.shutdown(wait=False)
-                self.alone = None
-                outcomes.append(FileOutcome(path, errors=[FileError(path, _WORKER_DIED)]))
-        return outcomes
-
-    def close(self) -> None:
-        """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped.
-        Workers started early that never got a file are killed: they would still be loading the checker."""
-        if self.pool is not None and not self.futures and self.alone is None:
-            _kill_idle_workers(self.pool)
-        if self.pool is not None:
-            self.stop.set()
-            for pool in (self.pool, self.alone):
-                if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = self.alone = None
-        if self.watchdog is not None:
-            for end in self.watchdog:
-                with contextlib.suppress(OSError):
-                    os.close(end)
-            self.watchdog = None
-
-
-_WORKER_DIED = "not analysed: the process checking this file died (a crash in LibCST's native parser?); file left unchanged"
-
-_STOP = None  # in a worker: the scheduler's stop event
-
-
-def _ready() -> None:
-    """The first task of workers started early: the pool starts its processes at its first task."""
-
-
-def _kill_idle_workers(pool: "ProcessPoolExecutor") -> None:
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            process.kill()
-
-
-def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_checker: bool = False) -> None:
-    """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
-
-    And they end when the main process does, however it ends (kill -9 included): they must not go
-    on writing fixes, nor hold the output pipes open for a caller that waits for them to close.
-    On Linux the kernel kills them when their parent dies (PR_SET_PDEATHSIG); everywhere, a watchdog
-    thread waits on a pipe that only the main process holds open (forked workers), or polls the
-    parent's pid (other start methods), and ends the worker at once.
-    """
-    import signal
-
-    global _STOP
-    _STOP = stop
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent(parent)
-    if watchdog is not None:
-        read_end, write_end = watchdog
-        os.close(write_end)  # this worker's inherited copy: only the main process may keep the pipe open
-        threading.Thread(target=_wait_for_eof, args=(read_end,), name="amp-lint-watchdog", daemon=True).start()
-    else:
-        threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
-    if os.getppid() != parent:  # the parent died before any of this was in place
-        os._exit(1)
-    if load_checker:  # forked before the main process loaded it (`Scheduler.start_early`)
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
-        gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
-
-
-def _die_with_parent(parent: int) -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):  # no libc to speak of: the watchdog thread does the job
-        pass
-
-
-def _wait_for_eof(read_end: int) -> None:
-    try:
-        while os.read(read_end, 1):
-            pass
-    except OSError:
-        pass
-    os._exit(1)  # the main process is gone: end now, whatever this worker was doing
-
-
-def _poll_parent(parent: int) -> None:
-    import time
-
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(1)
-
-
-def check_files(items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
-    """`check_file` for a batch of files, in a worker; it stops between files once the run is stopped."""
-    outcomes = []
-    for path, config in items:
-        if _STOP is not None and _STOP.is_set():
-            break
-        outcomes.append(check_file(path, config))
-    return outcomes
 
 
 def _payload(outcome: FileOutcome) -> dict:
