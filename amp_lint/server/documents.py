@@ -19,7 +19,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from amp_lint.diagnostics import Edit, Location
 from amp_lint.files.lines import lines_with_ends, split_lines
 from amp_lint.files.sources import SourceError
-from amp_lint.fixes.text_edits import text_edits
 
 Units = Callable[[str], int]
 # (uri, 0-based line, column in client units)
@@ -78,6 +77,8 @@ class TextView(DocumentView):
         return self.key, line, character
 
     def changes_for(self, new_program: str) -> Dict[str, List[Edit]]:
+        from amp_lint.fixes.text_edits import text_edits  # LibCST: not before the first check
+
         return {self.key: list(text_edits(self.program, new_program))}
 
 
@@ -112,6 +113,8 @@ class NotebookView(DocumentView):
         return cell.uri, line, character
 
     def changes_for(self, new_program: str) -> Dict[str, List[Edit]]:
+        from amp_lint.fixes.text_edits import text_edits
+
         new_json = self.notebook.updated_json(new_program)  # SourceError: markers or magics touched
         new_cells = json.loads(new_json)["cells"]
         changes: Dict[str, List[Edit]] = {}

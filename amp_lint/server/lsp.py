@@ -25,18 +25,17 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from amp_lint import __version__
-from amp_lint.diagnostics import Applicability, Diagnostic, Edit, FileError, FixSummary, Severity
-from amp_lint.engine.runner import check_text
-from amp_lint.files.lines import lines_with_ends, split_lines
-from amp_lint.files.sources import SourceError
-from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines
-from amp_lint.rules.urls import rule_uri
-from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView, apply_edits, client_position
+from amp_lint.diagnostics import Diagnostic, FileError, FixSummary, Severity
+from amp_lint.server import hover as rule_help
+from amp_lint.server.actions import FIX_ALL, CodeActions
+from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView
+from amp_lint.server.protocol import AmpLintProtocol, watch_parent
 from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
 
-FIX_ALL = "source.fixAll.amp-lint"
 SOURCE = "amp-lint"
-DEFAULT_DEBOUNCE = 0.15  # seconds without edits before a document is checked again
+DEFAULT_DEBOUNCE = 0.05  # seconds without edits before a document is checked again
+# A document larger than this is not checked (the analysis takes about 1.5 GB per MB of code); said so once.
+MAX_DOCUMENT_CHARS = 1_000_000
 _WATCHER_ID = "amp-lint-config-watcher"
 
 _SEVERITY = {
@@ -61,19 +60,16 @@ class Checked:
 
 
 def _code_description(code: str) -> Optional[types.CodeDescription]:
-    href = rule_uri(code)
+    href = rule_help.rule_href(code)
     return types.CodeDescription(href=href) if href else None
 
 
-def _finding_key(finding: Diagnostic) -> tuple:
-    return (finding.code, finding.location, finding.end_location, finding.message)
-
-
-class AmpLintServer(LanguageServer):
+class AmpLintServer(CodeActions, LanguageServer):
     def __init__(self) -> None:
         super().__init__(
             "amp-lint",
             __version__,
+            protocol_cls=AmpLintProtocol,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             notebook_document_sync=types.NotebookDocumentSyncOptions(
                 notebook_selector=[
@@ -92,6 +88,7 @@ class AmpLintServer(LanguageServer):
         self.checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amp-lint-server-check")
         self.shown_errors: set = set()
         self.option_problems: List[str] = []  # refused initialization options, shown once initialized
+        self.unit_checkers: Dict[object, object] = {}  # CheckConfig -> engine.units.UnitChecker
 
     # --- logging ------------------------------------------------------------------------------------
 
@@ -172,15 +169,37 @@ class AmpLintServer(LanguageServer):
         return checked
 
     def _check(self, view: DocumentView) -> Tuple[Checked, List[str]]:
-        """In the check thread: run the engine over the view's program."""
+        """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""
         settings = self.settings.for_path(view.path)
-        outcome = check_text(view.program, view.path, settings.config)
         messages = []
         if settings.error:
             messages.append(settings.error)
-        checked = Checked(view, list(outcome.diagnostics))
-        units = self.workspace.position_codec.client_num_units
+        checked = Checked(view, [])
         published: Dict[str, list] = {uri: [] for uri in view.uris()}
+        checked.published = published
+        if settings.excluded:  # the project's configuration excludes it: nothing to say, as Ruff's server
+            return checked, messages
+        if len(view.program) > MAX_DOCUMENT_CHARS:
+            text = (
+                f"not checked: the document has {len(view.program):,} characters, more than the "
+                f"{MAX_DOCUMENT_CHARS:,} the server checks (run `amp-lint check` on the file)"
+            )
+            messages.append(f"{view.path}: {text}")
+            published[view.uris()[0] if view.uris() else view.key].append(
+                (
+                    types.Diagnostic(
+                        range=types.Range(types.Position(0, 0), types.Position(0, 0)),
+                        message=text,
+                        severity=types.DiagnosticSeverity.Information,
+                        source=SOURCE,
+                    ),
+                    None,
+                )
+            )
+            return checked, messages
+        outcome = self.unit_checker(settings.config).check(view.program, view.path, view.key)
+        checked.findings = list(outcome.diagnostics)
+        units = self.workspace.position_codec.client_num_units
         for finding in outcome.diagnostics:
             uri, diagnostic = self._lsp_diagnostic(view, finding, units)
             published.setdefault(uri, []).append((diagnostic, finding))
@@ -190,8 +209,26 @@ class AmpLintServer(LanguageServer):
                 continue
             uri, diagnostic = self._error_diagnostic(view, error, units)
             published.setdefault(uri, []).append((diagnostic, None))
-        checked.published = published
         return checked, messages
+
+    def unit_checker(self, config):
+        found = self.unit_checkers.get(config)
+        if found is None:
+            from amp_lint.engine.units import UnitChecker
+
+            if len(self.unit_checkers) > 8:  # settings changed many times: start afresh
+                self.unit_checkers.clear()
+            found = self.unit_checkers[config] = UnitChecker(config)
+        return found
+
+    def warm_up(self) -> None:
+        """In the check thread, after `initialize` is answered: import the engine, the rules and LibCST."""
+        from amp_lint import rules as registry
+        from amp_lint.engine.runner import CheckConfig, check_text
+
+        config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
+        check_text("import torch\nscaler = torch.amp.GradScaler('cuda')\nscaler.step(opt)\n", "warm_up.py", config)
+        import amp_lint.fixes.text_edits  # noqa: F401  (code actions)
 
     def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
         uri, line, character = view.place(finding.location, units)
@@ -261,6 +298,8 @@ class AmpLintServer(LanguageServer):
             )
 
     def forget(self, key: str, uris: Sequence[str] = ()) -> None:
+        for checker in self.unit_checkers.values():
+            checker.forget(key)
         task = self.pending.pop(key, None)
         if task is not None:
             task.cancel()
@@ -288,128 +327,9 @@ class AmpLintServer(LanguageServer):
             return await self.check_now(key)
         return checked
 
-    # --- code actions -------------------------------------------------------------------------------
-
-    def workspace_edit(self, view: DocumentView, new_program: str) -> Optional[types.WorkspaceEdit]:
-        try:
-            changes = view.changes_for(new_program)
-        except SourceError as error:
-            self.log(f"amp-lint: edit not offered for {view.path}: {error.message}", types.MessageType.Warning)
-            return None
-        units = self.workspace.position_codec.client_num_units
-        lsp_changes: Dict[str, List[types.TextEdit]] = {}
-        for uri, edits in changes.items():
-            text = view.text_of(uri)
-            lines = split_lines(text)
-            lsp_changes[uri] = [
-                types.TextEdit(
-                    range=types.Range(
-                        types.Position(*client_position(lines, text, edit.location, units)),
-                        types.Position(*client_position(lines, text, edit.end_location, units)),
-                    ),
-                    new_text=edit.content,
-                )
-                for edit in edits
-            ]
-        if not any(lsp_changes.values()):
-            return None
-        return types.WorkspaceEdit(changes=lsp_changes)
-
     async def in_check_thread(self, function, *args):
         """Run engine work in the check thread (never in the event loop, never beside another check)."""
         return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
-
-    async def fixes_of(self, checked: Checked) -> Dict[tuple, FixSummary]:
-        """The fixes of the checked findings, with their text edits (the engine computes them on request)."""
-        if checked.fixes is None:
-            config = self.settings.for_path(checked.view.path).with_edits
-            outcome = await self.in_check_thread(check_text, checked.view.program, checked.view.path, config)
-            checked.fixes = {_finding_key(d): d.fix for d in outcome.diagnostics if d.fix is not None}
-        return checked.fixes
-
-    async def code_actions(self, checked: Checked, uri: str, params: types.CodeActionParams) -> List[types.CodeAction]:
-        view = checked.view
-        wanted = params.context.only
-        actions: List[types.CodeAction] = []
-        if _wants(wanted, types.CodeActionKind.QuickFix):
-            unsafe_allowed = self.settings.for_path(view.path).unsafe_fixes
-            for diagnostic, finding in checked.published.get(uri, []):
-                if finding is None or not _overlaps(diagnostic.range, params.range):
-                    continue
-                fix = finding.fix
-                if fix is not None and (fix.applicability is Applicability.SAFE or unsafe_allowed):
-                    fix = (await self.fixes_of(checked)).get(_finding_key(finding))
-                if fix is not None and fix.edits and (fix.applicability is Applicability.SAFE or unsafe_allowed):
-                    edit = self._edit_from(view, fix.edits)
-                    if edit is not None:
-                        unsafe = " (unsafe)" if fix.applicability is Applicability.UNSAFE else ""
-                        actions.append(
-                            types.CodeAction(
-                                title=f"amp-lint ({finding.code}): {fix.message}{unsafe}",
-                                kind=types.CodeActionKind.QuickFix,
-                                diagnostics=[diagnostic],
-                                edit=edit,
-                                is_preferred=fix.applicability is Applicability.SAFE,
-                            )
-                        )
-                noqa = self._noqa_edit(view, finding)
-                if noqa is not None:
-                    actions.append(
-                        types.CodeAction(
-                            title=f"amp-lint ({finding.code}): Disable for this line (# noqa: {finding.code})",
-                            kind=types.CodeActionKind.QuickFix,
-                            diagnostics=[diagnostic],
-                            edit=noqa,
-                        )
-                    )
-        # Fix-all when asked for by kind (on save, say), or beside the quick fixes under the cursor.
-        asked = bool(wanted) and _wants(wanted, FIX_ALL)
-        if (asked or (not wanted and actions)) and any(
-            f.fix is not None and f.fix.applicability is Applicability.SAFE for f in checked.findings
-        ):
-            if checked.fix_all is None:
-                checked.fix_all = (await self.fix_all_edit(view),)
-            fix_all = checked.fix_all[0]
-            if fix_all is not None:
-                actions.append(types.CodeAction(title="amp-lint: Fix all safe fixes", kind=FIX_ALL, edit=fix_all))
-        return actions
-
-    def _edit_from(self, view: DocumentView, edits: Sequence[Edit]) -> Optional[types.WorkspaceEdit]:
-        try:
-            new_program = apply_edits(view.program, edits)
-        except SourceError:
-            return None
-        return self.workspace_edit(view, new_program)
-
-    def _noqa_edit(self, view: DocumentView, finding: Diagnostic) -> Optional[types.WorkspaceEdit]:
-        lines = lines_with_ends(view.program)
-        try:
-            # The same placement as `--add-noqa`: merged into an existing `# noqa: A, B`, never inside a string.
-            edited, _ = add_noqa_to_lines(lines, [(finding, finding.location.row, finding.end_location.row)], view.path)
-        except SourceError:
-            return None
-        return self.workspace_edit(view, "".join(lines)) if edited else None
-
-    async def fix_all_edit(self, view: DocumentView) -> Optional[types.WorkspaceEdit]:
-        outcome = await self.in_check_thread(check_text, view.program, view.path, self.settings.for_path(view.path).fix_all)
-        if outcome.fixed_text is None or outcome.fixed_text == view.program:
-            return None
-        return self.workspace_edit(view, outcome.fixed_text)
-
-
-def _wants(only: Optional[Sequence[str]], kind: str) -> bool:
-    """Does the client's `only` filter (None: everything) ask for actions of `kind`? Kinds are
-    hierarchical: asking for `source.fixAll` or `source` includes `source.fixAll.amp-lint`."""
-    if not only:
-        return True
-    return any(kind == wanted or kind.startswith(wanted + ".") for wanted in only)
-
-
-def _overlaps(a: types.Range, b: types.Range) -> bool:
-    def key(position: types.Position):
-        return (position.line, position.character)
-
-    return key(a.start) <= key(b.end) and key(b.start) <= key(a.end)
 
 
 def _is_python(uri: str, language_id: Optional[str]) -> bool:
@@ -437,9 +357,13 @@ def create_server() -> AmpLintServer:
             ls.debounce = debounce
         ls.settings.set_overrides(overrides)
         ls.option_problems = problems
+        if isinstance(params.process_id, int) and params.process_id > 0 and params.process_id != os.getpid():
+            ls.parent_watch = asyncio.ensure_future(watch_parent(params.process_id))
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: AmpLintServer, params: types.InitializedParams) -> None:
+        # `initialize` was answered before any rule or LibCST was imported: load them now, off the loop.
+        ls.warming = asyncio.ensure_future(ls.in_check_thread(ls.warm_up))
         for problem in ls.option_problems:
             ls.show(f"amp-lint: {problem}")
         workspace = ls.client_capabilities.workspace
@@ -553,6 +477,44 @@ def create_server() -> AmpLintServer:
             ls.log(f"amp-lint: code actions failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
             return None
 
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    async def hover(ls: AmpLintServer, params: types.HoverParams) -> Optional[types.Hover]:
+        uri = params.text_document.uri
+        try:
+            checked = ls.results.get(ls.key_of(uri))
+            published = checked.published.get(uri, []) if checked is not None else []
+            document = ls.workspace.text_documents.get(unquote(uri))
+            line = ""
+            if document is not None and params.position.line < len(document.lines):
+                line = document.lines[params.position.line]
+            units = ls.workspace.position_codec.client_num_units
+            codes = rule_help.codes_at(line, params.position, [d for d, _ in published], units)
+            if not codes:
+                return None
+            pages = await ls.in_check_thread(lambda: [rule_help.rule_markdown(code) for code in codes])
+            text = "\n\n---\n\n".join(page for page in pages if page)
+            if not text:
+                return None
+            return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
+        except Exception as error:
+            ls.log(f"amp-lint: hover failed: {type(error).__name__}: {error}", types.MessageType.Error)
+            return None
+
+    @server.feature(
+        types.TEXT_DOCUMENT_DIAGNOSTIC,
+        types.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=False, workspace_diagnostics=False),
+    )
+    async def pull_diagnostics(ls: AmpLintServer, params: types.DocumentDiagnosticParams):
+        uri = params.text_document.uri
+        items: List[types.Diagnostic] = []
+        try:
+            checked = await ls.current(ls.key_of(uri))
+            if checked is not None:
+                items = [diagnostic for diagnostic, _ in checked.published.get(uri, [])]
+        except Exception as error:
+            ls.log(f"amp-lint: diagnostics of {uri} failed: {type(error).__name__}: {error}", types.MessageType.Error)
+        return types.RelatedFullDocumentDiagnosticReport(items=items)
+
     return server
 
 
@@ -562,6 +524,8 @@ def serve_stdio() -> int:
     # Standard output is the protocol's: anything printed by mistake would corrupt it, so it goes to stderr.
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
-    server.start_io(stdin, stdout)
+    from amp_lint.server.protocol import serve
+
+    serve(server, stdin, stdout)  # pygls's loop, with a reader that survives malformed headers
     # LSP: exit after shutdown is a success; exit without it (or a client that went away) is not.
     return 0 if getattr(server.protocol, "_shutdown", False) else 1

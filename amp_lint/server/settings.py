@@ -18,6 +18,7 @@ from amp_lint import rules as registry
 from amp_lint.engine.runner import CheckConfig
 from amp_lint.files import config as config_files
 from amp_lint.files.config import ConfigError, SettingsResolver
+from amp_lint.files.sources import excluded_by_settings
 from amp_lint.files.settings import RuleSelection, Settings, UnknownRuleError, expand_codes
 
 # The names a file watcher looks for (the configuration files that `find_config` reads).
@@ -42,6 +43,7 @@ class DocumentSettings:
     config: CheckConfig
     unsafe_fixes: bool
     error: Optional[str] = None
+    excluded: bool = False  # by the project's `exclude` / `extend-exclude`: no diagnostics
 
     @property
     def with_edits(self) -> CheckConfig:
@@ -134,14 +136,20 @@ class ServerSettings:
 
     def _resolve(self, path: str) -> DocumentSettings:
         error = None
+        resolver = self._resolver
         try:
             settings = self._resolver.for_path(Path(path))
             enabled = _enabled(settings, path)
         except (ConfigError, UnknownRuleError) as problem:
             # A broken configuration file: say so, and check with the defaults meanwhile (as Ruff does).
             error = str(problem)
+            resolver = self._fallback
             settings = self._fallback.for_path(Path(path))
             enabled = _enabled(settings, path)
+        try:
+            excluded = excluded_by_settings(Path(os.path.abspath(path)), resolver.for_path)
+        except (ConfigError, UnknownRuleError, OSError):
+            excluded = False
         config = CheckConfig(
             enabled=enabled,
             fix=False,
@@ -150,7 +158,7 @@ class ServerSettings:
             write=False,
             rule_options=(("amp_dtype", settings.amp_dtype), ("amp_device", settings.amp_device)),
         )
-        return DocumentSettings(config, bool(settings.unsafe_fixes), error)
+        return DocumentSettings(config, bool(settings.unsafe_fixes), error, excluded)
 
 
 def _enabled(settings: Settings, path: str):

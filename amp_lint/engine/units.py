@@ -1,0 +1,221 @@
+"""Units below the file: check again only what an edit can change, reuse the rest (the language server's engine).
+
+A module is a sequence of top-level statements; each function and class (with its decorators) is a unit, and so
+is every other top-level statement (statements that share a line are one unit). Each unit has a text hash, and
+per hash what `ast` says of it once: the names it binds, the words it uses, whether it holds a name the rules
+look for (`Rule.needs`, the prefilter's patterns) or a `# noqa` comment.
+
+What the rules can see of a file is its *core*: the units that hold such a name, and, until nothing more is
+added, every unit that binds a name the core uses (a called helper, a module-level binding, an import) or that
+uses a name the core binds (a caller). A unit outside the core names nothing the rules look for and is not
+reached from what they look at, so the findings are those of the core alone. The core is checked as a text of
+the file's length with every other unit's lines left empty (rows and columns stay the file's), by the engine's
+own `check_text`: the findings are the checker's, never re-derived.
+
+That text is the key of the result. An edit outside the core that keeps the core's lines where they are (a
+changed line in an unrelated function, a constant at the end) gives the same text: the result is reused without
+running the checker. An edit inside the core checks the core again.
+
+When unsure, the whole file is checked: a text `ast` cannot parse (the checker reports the syntax error), a
+file-level `# amp-lint: noqa`, line breaks other than `\\n`, form feeds, or a file the parse guard refuses.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
+
+_WORD = re.compile(r"\w+")
+# What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
+_UNSURE_CHARACTERS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_UNIT_INFO_LIMIT = 20_000  # unit facts kept (per process), by unit text hash
+_RESULTS_PER_DOCUMENT = 4  # core results kept per document
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """What one unit's text says, whatever its place in the file."""
+
+    binds: FrozenSet[str]  # names it binds, at any depth (functions, classes, targets, imports, globals)
+    words: FrozenSet[str]  # every word of its text (names, attributes, strings, comments)
+    relevant: bool  # holds a name some rule's findings need, or a `# noqa` / `amp-lint` comment
+    only_imports: bool  # import statements: users of what they bind do not join the core through them
+
+
+@dataclass(frozen=True)
+class Unit:
+    first: int  # 0-based index of its first line
+    last: int  # 0-based index of its last line
+    digest: str
+    facts: UnitFacts
+
+
+def _needs_patterns(config: CheckConfig) -> Tuple["re.Pattern", ...]:
+    from amp_lint import rules as registry
+
+    patterns = {pattern for entry in registry.entries(config.enabled) for pattern in entry.needs}
+    return tuple(re.compile(pattern) for pattern in sorted(patterns))
+
+
+class UnitChecker:
+    """Checks documents unit by unit; one per configuration (the facts depend on the enabled rules)."""
+
+    def __init__(self, config: CheckConfig) -> None:
+        self.config = config
+        self.patterns = _needs_patterns(config)
+        self.facts: "OrderedDict[str, UnitFacts]" = OrderedDict()
+        self.results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> core digest -> outcome
+        self.stats = {"reused": 0, "core": 0, "whole": 0}
+
+    def forget(self, document: str) -> None:
+        self.results.pop(document, None)
+
+    # --- units ---------------------------------------------------------------------------------------
+
+    def units(self, text: str) -> Optional[List[Unit]]:
+        """The top-level units of `text`, or None when it must be checked whole."""
+        if _UNSURE_CHARACTERS.search(text):
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return None
+        lines = text.split("\n")
+        spans: List[List] = []
+        for statement in tree.body:
+            first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1
+            last = (statement.end_lineno or statement.lineno) - 1
+            if spans and first <= spans[-1][1]:  # `a = 1; b = 2`, or a statement that starts where one ends
+                spans[-1][1] = max(spans[-1][1], last)
+                spans[-1][2].append(statement)
+            else:
+                spans.append([first, last, [statement]])
+        units = []
+        for first, last, statements in spans:
+            unit_text = "\n".join(lines[first : last + 1])
+            digest = hashlib.blake2b(unit_text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+            facts = self.facts.get(digest)
+            if facts is None:
+                facts = self._facts(unit_text, statements)
+                self.facts[digest] = facts
+                if len(self.facts) > _UNIT_INFO_LIMIT:
+                    self.facts.popitem(last=False)
+            else:
+                self.facts.move_to_end(digest)
+            units.append(Unit(first, last, digest, facts))
+        return units
+
+    def _facts(self, unit_text: str, statements: Sequence[ast.stmt]) -> UnitFacts:
+        binds = set()
+        for statement in statements:
+            for node in ast.walk(statement):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    binds.add(node.name)
+                elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    binds.add(node.id)
+                elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+                    binds.add(node.attr)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    for alias in node.names:
+                        binds.add((alias.asname or alias.name).split(".")[0])
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    binds.update(node.names)
+                elif isinstance(node, ast.arg):
+                    pass  # parameters are local
+                elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+                    binds.add(node.name)
+                elif isinstance(node, ast.alias):
+                    pass
+        relevant = (
+            "noqa" in unit_text
+            or "amp-lint" in unit_text
+            or any(pattern.search(unit_text) is not None for pattern in self.patterns)
+        )
+        only_imports = all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
+        return UnitFacts(frozenset(binds), frozenset(_WORD.findall(unit_text)), relevant, only_imports)
+
+    def core(self, units: Sequence[Unit]) -> List[bool]:
+        """Which units the rules can see: the relevant ones, and what binds a name they use or uses a name
+        they bind (an import's users excepted), until nothing more joins."""
+        inside = [unit.facts.relevant for unit in units]
+        used: set = set()
+        bound: set = set()
+
+        def take(unit: Unit) -> None:
+            used.update(unit.facts.words)
+            if not unit.facts.only_imports:
+                bound.update(name for name in unit.facts.binds if not (name.startswith("__") and name.endswith("__")))
+
+        for unit, is_in in zip(units, inside):
+            if is_in:
+                take(unit)
+        grown = True
+        while grown:
+            grown = False
+            for index, unit in enumerate(units):
+                if inside[index]:
+                    continue
+                facts = unit.facts
+                if not facts.binds.isdisjoint(used) or not facts.words.isdisjoint(bound):
+                    inside[index] = True
+                    take(unit)
+                    grown = True
+        return inside
+
+    # --- checking ------------------------------------------------------------------------------------
+
+    def core_text(self, text: str) -> Optional[str]:
+        """`text` with the lines of every unit outside the core left empty; None: check it whole."""
+        from amp_lint.parse.noqa_comments import file_level_noqa
+
+        if file_level_noqa(text) is not None:
+            return None
+        units = self.units(text)
+        if units is None:
+            return None
+        lines = text.split("\n")
+        for unit, is_in in zip(units, self.core(units)):
+            if not is_in:
+                for index in range(unit.first, unit.last + 1):
+                    lines[index] = ""
+        return "\n".join(lines)
+
+    def check(self, text: str, display_name: str, document: str) -> FileOutcome:
+        """The engine's findings for `text` (identical to `check_text` of the whole text)."""
+        core = self.core_text(text)
+        if core is None or core == text or not self._guard_allows(text, display_name):
+            core = text  # checked whole (the checker reports what made us unsure)
+            self.stats["whole"] += 1
+        digest = hashlib.blake2b(core.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+        kept = self.results.setdefault(document, OrderedDict())
+        found = kept.get(digest)
+        if found is not None and found.path == display_name:
+            kept.move_to_end(digest)
+            self.stats["reused"] += 1
+            return found
+        self.stats["core"] += 1
+        outcome = check_text(core, display_name, self.config)
+        if not any(e.message.startswith("internal error") for e in outcome.errors):
+            kept[digest] = outcome
+            while len(kept) > _RESULTS_PER_DOCUMENT:
+                kept.popitem(last=False)
+        return outcome
+
+    @staticmethod
+    def _guard_allows(text: str, display_name: str) -> bool:
+        """Would the checker parse the whole text? (A refused file is checked whole, for the same refusal.)"""
+        from amp_lint.parse.guard import check_parse_cost
+
+        try:
+            return check_parse_cost(text, display_name) is None
+        except Exception:
+            return False
