@@ -1,0 +1,117 @@
+"""The server's units (`amp_lint.engine.units`): for random edit sequences on real training files, every result
+is identical to a full check of the edited text, and a result is reused when an edit leaves the core alone."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from amp_lint import rules as registry
+from amp_lint.engine.runner import CheckConfig, check_text
+from amp_lint.engine.units import UnitChecker
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
+REAL = Path.home() / ".cache" / "amp-lint-realworld" / "src"
+REAL_FILES = [
+    "allennlp/allennlp/nn/parallel/ddp_accelerator.py",
+    "composer/composer/algorithms/sam/sam.py",
+    "monai/monai/engines/workflow.py",
+]
+FIXTURES = sorted((ROOT / "fixtures" / "check").glob("bad_amp0[12]*.py"))[:6]
+
+
+def _seen(outcome):
+    return (
+        [(d.code, d.location, d.end_location, d.message, d.source_line, d.related, d.fix) for d in outcome.diagnostics],
+        [(e.message, e.location) for e in outcome.errors],
+    )
+
+
+def _edit(lines, rng):
+    """One random editor-like edit: a line duplicated, deleted, changed, or a statement typed in."""
+    index = rng.randrange(len(lines))
+    kind = rng.choice(["duplicate", "delete", "append", "insert", "break"])
+    if kind == "duplicate":
+        lines.insert(index, lines[index])
+    elif kind == "delete" and len(lines) > 3:
+        del lines[index]
+    elif kind == "append":
+        lines[index] = lines[index] + "  # edited"
+    elif kind == "insert":
+        indent = len(lines[index]) - len(lines[index].lstrip())
+        lines.insert(index, " " * indent + rng.choice(["x = 1", "scaler.update()", "loss.backward()", "helper(opt)"]))
+    else:
+        lines[index] = lines[index][: len(lines[index]) // 2]  # half a line: often a syntax error
+    return kind
+
+
+def _files():
+    found = [REAL / name for name in REAL_FILES if (REAL / name).is_file()]
+    return found + FIXTURES
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.name)
+def test_every_result_is_identical_to_a_full_check_of_the_edited_text(path):
+    seed = sum(path.name.encode())  # recorded: the same edits on every run
+    rng = random.Random(seed)
+    checker = UnitChecker(CONFIG)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for step in range(3):
+        kind = _edit(lines, rng)
+        text = "\n".join(lines)
+        assert _seen(checker.check(text, "t.py", "doc")) == _seen(check_text(text, "t.py", CONFIG)), (seed, step, kind)
+
+
+TRAINING = textwrap.dedent(
+    """\
+    import json
+    import torch
+
+    LIMIT = 3
+
+
+    def load(path):
+        with open(path) as handle:
+            return json.load(handle)
+
+
+    def helper(opt):
+        opt.step()
+
+
+    def train(model, data, opt):
+        scaler = torch.cuda.amp.GradScaler()
+        for x in data:
+            with torch.autocast("cuda"):
+                loss = model(x)
+            scaler.scale(loss).backward()
+            helper(opt)
+            scaler.update()
+    """
+)
+
+
+def test_an_edit_outside_the_core_reuses_the_result_and_one_inside_checks_again():
+    checker = UnitChecker(CONFIG)
+    core = checker.core_text(TRAINING)
+    assert "json.load" not in core and "opt.step()" in core and "LIMIT" not in core  # helper is called: in the core
+    assert core.count("\n") == TRAINING.count("\n")
+    first = checker.check(TRAINING, "t.py", "doc")
+    assert {"AMP020", "AMP072"} <= {d.code for d in first.diagnostics}
+    edited = TRAINING.replace("LIMIT = 3", "LIMIT = 4").replace("json.load(handle)", "json.loads(handle.read())")
+    again = checker.check(edited, "t.py", "doc")
+    assert checker.stats["reused"] == 1 and _seen(again) == _seen(check_text(edited, "t.py", CONFIG))
+    inside = edited.replace("helper(opt)\n", "helper(opt)\n        print(x)\n")
+    assert _seen(checker.check(inside, "t.py", "doc")) == _seen(check_text(inside, "t.py", CONFIG))
+    assert checker.stats["reused"] == 1
+
+
+def test_unsure_texts_are_checked_whole():
+    checker = UnitChecker(CONFIG)
+    assert checker.core_text("# amp-lint: noqa\n" + TRAINING) is None
+    assert checker.core_text(TRAINING.replace("\n", "\r\n")) is None
+    assert checker.core_text(TRAINING + "def broken(:\n") is None
