@@ -8,6 +8,7 @@ JSON-RPC bytes to `python -m amp_lint server` directly, since no well-behaved cl
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -61,6 +62,7 @@ class Wire:
     def __init__(self) -> None:
         self.process = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
         self.answers = {}
+        self.buffer = b""
 
     def send(self, data: bytes) -> None:
         self.process.stdin.write(data)
@@ -68,19 +70,24 @@ class Wire:
 
     def answer(self, msg_id, timeout: float = 120) -> dict:
         deadline = time.monotonic() + timeout
+        fd = self.process.stdout.fileno()
         while msg_id not in self.answers:
-            if time.monotonic() > deadline or not select.select([self.process.stdout], [], [], deadline - time.monotonic())[0]:
+            header, found, rest = self.buffer.partition(b"\r\n\r\n")
+            if found:
+                length = int(header.split(b"Content-Length:")[1].split(b"\r\n")[0])
+                if len(rest) >= length:
+                    message = json.loads(rest[:length])
+                    self.buffer = rest[length:]
+                    if "id" in message and "method" not in message:
+                        self.answers[message["id"]] = message
+                    continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise AssertionError(f"no answer to {msg_id}")
-            header = b""
-            while not header.endswith(b"\r\n\r\n"):
-                byte = self.process.stdout.read(1)
-                if not byte:
-                    raise AssertionError(f"the server closed its output before answering {msg_id}")
-                header += byte
-            length = int(header.split(b"Content-Length:")[1].split(b"\r\n")[0])
-            message = json.loads(self.process.stdout.read(length))
-            if "id" in message and "method" not in message:
-                self.answers[message["id"]] = message
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"the server closed its output before answering {msg_id}")
+            self.buffer += chunk
         return self.answers[msg_id]
 
     def close(self) -> int:
