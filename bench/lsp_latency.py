@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Latency and memory of `amp-lint server`, driven over stdio by a real LSP client (pygls's).
+"""Latency, memory and start-up of `amp-lint server`, side by side with `ruff server`, driven over stdio by a
+real LSP client (pygls's), in one run.
 
-    python bench/lsp_latency.py                 # 30 edits of a 1,000-line training script, 50 files opened
-    python bench/lsp_latency.py --edits 100 --files 50
-    python bench/lsp_latency.py --self-test     # a few edits and files, for the test suite
+    python bench/lsp_latency.py                  # 300- and 3,000-line training scripts, 20 edits each, 200-edit memory
+    python bench/lsp_latency.py --edits 50 --memory-edits 200
+    python bench/lsp_latency.py --self-test      # a few edits, for the test suite
 
-Measured:
-- the time from sending `textDocument/didChange` to receiving the `publishDiagnostics` of that version, on
-  a generated 1,000-line training script (one line edited per change; the median and the 90th percentile
-  over the edits), once with the server's default debounce and once with no debounce (the check alone);
-- the server's resident memory (VmRSS) after it has opened and checked 50 such files.
+Measured, per server:
+- `initialize`: from sending the request to its answer (a fresh process each time; the process start not counted);
+- opening a 3,000-line file: `didOpen` to its first `publishDiagnostics`;
+- edit -> diagnostics: from an incremental `didChange` (one line) to the `publishDiagnostics` of that version,
+  debounce included, median and 90th percentile, on a 300-line and a 3,000-line training script; edits of two
+  kinds: a module-level constant (outside the training code) and a line inside a training function;
+- resident memory (VmRSS) after `--memory-edits` edits of the 3,000-line file.
 
-Needs the lsp extra (`pip install 'amp-lint[lsp]'`). Run from the repository root (or with amp-lint installed).
+Needs the lsp extra (`pip install 'amp-lint[lsp]'`) and `ruff` on PATH (the test extra has it; skipped if not).
+On a loaded machine compare the ratios, not the absolute times.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -123,13 +128,15 @@ def training_script(lines: int = 1000, seed: int = 0) -> str:
 class Session:
     """A pygls client connected to `python -m amp_lint server`."""
 
-    def __init__(self, folder: Path, debounce_ms=None) -> None:
+    def __init__(self, folder: Path, debounce_ms=None, command=None) -> None:
         from lsprotocol import types
         from pygls.lsp.client import LanguageClient
 
         self.types = types
         self.folder = folder
         self.debounce_ms = debounce_ms
+        self.command = command or [sys.executable, "-m", "amp_lint", "server"]
+        self.initialize_seconds = float("nan")
         self.client = LanguageClient("amp-lint-bench", "1")
         self.published = {}  # uri -> {version: monotonic time}
         self.waiters = {}
@@ -143,16 +150,22 @@ class Session:
         def publish(params):
             now = time.perf_counter()
             self.published.setdefault(params.uri, {})[params.version] = now
-            waiter = self.waiters.pop((params.uri, params.version), None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(now)
+            # A server that does not echo the version: the first publish after the change is its answer.
+            for key in [k for k in self.waiters if k[0] == params.uri and (params.version is None or k[1] == params.version)]:
+                waiter = self.waiters.pop(key)
+                if not waiter.done():
+                    waiter.set_result(now)
 
     async def start(self) -> None:
         types = self.types
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        await self.client.start_io(sys.executable, "-m", "amp_lint", "server", env=env)
+        await self.client.start_io(*self.command, env=env)
+        # Answers are kept as plain JSON: lsprotocol cannot structure every server's capabilities (Ruff's
+        # notebook selector), and the bench reads none of them.
+        self.client.protocol.get_result_type = lambda method: None
         options = {} if self.debounce_ms is None else {"debounce": self.debounce_ms}
+        started = time.perf_counter()
         await self.client.initialize_async(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
@@ -161,25 +174,28 @@ class Session:
                 initialization_options=options,
             )
         )
+        self.initialize_seconds = time.perf_counter() - started
         self.client.initialized(types.InitializedParams())
 
     def expect(self, uri: str, version: int) -> "asyncio.Future":
         future = asyncio.get_running_loop().create_future()
-        if version in self.published.get(uri, {}):
+        if version in self.published.get(uri, {}) and version is not None:
             future.set_result(self.published[uri][version])
         else:
             self.waiters[(uri, version)] = future
         return future
 
-    async def open(self, path: Path, text: str) -> None:
+    async def open(self, path: Path, text: str) -> float:
+        """Open a document; the seconds until its first diagnostics."""
         types = self.types
         path.write_text(text, encoding="utf-8")
         uri = path.as_uri()
         done = self.expect(uri, 1)
+        sent = time.perf_counter()
         self.client.text_document_did_open(
             types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
         )
-        await asyncio.wait_for(done, 120)
+        return await asyncio.wait_for(done, 600) - sent
 
     async def edit(self, uri: str, version: int, line: int, new_line: str, old_length: int) -> float:
         """Replace line `line` (0-based); the seconds until its diagnostics arrive."""
@@ -192,7 +208,7 @@ class Session:
         self.client.text_document_did_change(
             types.DidChangeTextDocumentParams(types.VersionedTextDocumentIdentifier(uri=uri, version=version), [change])
         )
-        received = await asyncio.wait_for(done, 120)
+        received = await asyncio.wait_for(done, 600)
         return received - sent
 
     def cpu_seconds(self) -> float:
@@ -216,67 +232,105 @@ class Session:
         await self.client.stop()
 
 
-async def latency(folder: Path, edits: int, debounce_ms) -> list:
-    session = Session(folder, debounce_ms)
+SERVERS = {
+    "amp-lint": [sys.executable, "-m", "amp_lint", "server"],
+    "ruff": ["ruff", "server"],
+}
+
+
+def _inside_line(text: str) -> int:
+    """A line inside a training function (its `total += loss.item()`), 0-based."""
+    lines = text.split("\n")
+    middle = len(lines) // 2
+    return next(i for i in range(middle, len(lines)) if lines[i].strip() == "total += loss.item()")
+
+
+async def edits_of(folder: Path, command, lines: int, edits: int, pause: float, where: str, debounce_ms=None):
+    """Times (s) from each change to its diagnostics, the server's CPU seconds per edit, RSS (MiB) after,
+    `initialize` and open times (s)."""
+    session = Session(folder, debounce_ms, command)
     await session.start()
     try:
-        text = training_script(1000)
-        path = folder / f"train_latency_{debounce_ms}.py"
-        await session.open(path, text)
-        last = text.rstrip("\n").split("\n")[-1]  # `EDITED = 0`, the line every edit rewrites
-        line = text.count("\n") - 1
+        text = training_script(lines)
+        path = folder / f"train_{lines}_{where}_{command[0].rsplit('/', 1)[-1]}.py"
+        opened = await session.open(path, text)
+        rows = text.split("\n")
+        line = len(rows) - 2 if where == "outside" else _inside_line(text)
+        last = rows[line]
+        indent = last[: len(last) - len(last.lstrip())]
         times = []
         cpu_before = session.cpu_seconds()
         for version in range(2, edits + 2):
-            new_line = f"EDITED = {version}"
+            new_line = f"EDITED = {version}" if where == "outside" else f"{indent}total += loss.item() * {version % 3 + 1}"
             times.append(await session.edit(path.as_uri(), version, line, new_line, len(last)))
             last = new_line
-            await asyncio.sleep(0.05)  # an editor's user pauses between edits
-        return times, (session.cpu_seconds() - cpu_before) / edits
+            await asyncio.sleep(pause)  # an editor's user pauses between edits
+        return times, (session.cpu_seconds() - cpu_before) / edits, session.rss_mib(), session.initialize_seconds, opened
     finally:
         await session.stop()
 
 
-async def memory(folder: Path, files: int) -> tuple:
-    session = Session(folder)
-    await session.start()
-    try:
-        start_rss = session.rss_mib()
-        for index in range(files):
-            await session.open(folder / f"train_{index:03d}.py", training_script(1000, seed=index))
-        return start_rss, session.rss_mib()
-    finally:
-        await session.stop()
+def _summary(times) -> str:
+    ms = sorted(t * 1000 for t in times)
+    p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
+    return f"median {statistics.median(ms):8.1f} ms  p90 {p90:8.1f} ms"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--edits", type=int, default=30)
-    parser.add_argument("--files", type=int, default=50)
-    parser.add_argument("--self-test", action="store_true", help="3 edits, 3 files: that it all runs")
+    parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--memory-edits", type=int, default=200)
+    parser.add_argument("--pause", type=float, default=0.1, help="seconds between edits")
+    parser.add_argument("--self-test", action="store_true", help="3 edits each: that it all runs")
     args = parser.parse_args(argv)
     if args.self_test:
-        args.edits, args.files = 3, 3
+        args.edits, args.memory_edits = 3, 3
     try:
         import pygls  # noqa: F401
     except ImportError:
         print("bench/lsp_latency.py needs the lsp extra: pip install 'amp-lint[lsp]'", file=sys.stderr)
         return 2
+    servers = {name: command for name, command in SERVERS.items() if shutil.which(command[0])}
+    if "ruff" not in servers:
+        print("ruff is not on PATH: amp-lint server alone")
+    if hasattr(os, "getloadavg"):
+        print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    results = {}
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
-        if hasattr(os, "getloadavg"):
-            print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        print(f"1,000-line training script, {args.edits} edits (one line each), didChange -> publishDiagnostics:")
-        for debounce_ms, label in ((None, "default debounce (150 ms)"), (0, "no debounce (the check alone)")):
-            times, cpu = asyncio.run(latency(folder, args.edits, debounce_ms))
-            ms = sorted(t * 1000 for t in times)
-            p90 = ms[min(len(ms) - 1, int(round(0.9 * (len(ms) - 1))))]
-            print(
-                f"  {label:32s} median {statistics.median(ms):7.1f} ms   p90 {p90:7.1f} ms   max {ms[-1]:7.1f} ms"
-                f"   server CPU per edit {cpu * 1000:6.1f} ms"
-            )
-        start_rss, rss = asyncio.run(memory(folder, args.files))
-        print(f"server RSS: {start_rss:.0f} MiB after start, {rss:.0f} MiB after opening {args.files} files of 1,000 lines")
+        for lines in (300, 3000):
+            for where in ("outside", "inside"):
+                print(f"{lines:,}-line training script, {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
+                for server, command in servers.items():
+                    times, cpu, _, initialize, opened = asyncio.run(edits_of(folder, command, lines, args.edits, args.pause, where))
+                    results[(server, lines, where)] = statistics.median(times)
+                    results[(server, "initialize")] = min(results.get((server, "initialize"), initialize), initialize)
+                    if lines == 3000:
+                        results[(server, "open")] = opened
+                    print(f"  {server:9s} {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
+        print(f"memory after {args.memory_edits} edits of the 3,000-line script (outside the training code):")
+        for server, command in servers.items():
+            _, _, rss, _, _ = asyncio.run(edits_of(folder, command, 3000, args.memory_edits, 0.0, "outside"))
+            results[(server, "rss")] = rss
+            print(f"  {server:9s} {rss:7.1f} MiB")
+    print("summary (amp-lint / ruff):")
+    for key, label, unit in (
+        ("initialize", "initialize answered", "ms"),
+        ("open", "open a 3,000-line file", "ms"),
+        ((300, "outside"), "edit -> diagnostics, 300 lines, outside", "ms"),
+        ((300, "inside"), "edit -> diagnostics, 300 lines, inside", "ms"),
+        ((3000, "outside"), "edit -> diagnostics, 3,000 lines, outside", "ms"),
+        ((3000, "inside"), "edit -> diagnostics, 3,000 lines, inside", "ms"),
+        ("rss", "memory after the edits", "MiB"),
+    ):
+        parts = key if isinstance(key, tuple) else (key,)
+        ours = results.get(("amp-lint", *parts))
+        theirs = results.get(("ruff", *parts))
+        scale = 1 if unit == "MiB" else 1000
+        shown = f"  {label:44s} {ours * scale:9.1f} {unit}"
+        if theirs:
+            shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ours / theirs:7.1f}x"
+        print(shown)
     return 0
 
 

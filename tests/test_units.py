@@ -115,3 +115,22 @@ def test_unsure_texts_are_checked_whole():
     assert checker.core_text("# amp-lint: noqa\n" + TRAINING) is None
     assert checker.core_text(TRAINING.replace("\n", "\r\n")) is None
     assert checker.core_text(TRAINING + "def broken(:\n") is None
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.name)
+def test_units_found_after_an_edit_are_those_of_a_fresh_split(path):
+    """The incremental split (only the edited lines and their neighbours parsed again) is the full split."""
+    seed = sum(path.name.encode()) + 1
+    rng = random.Random(seed)
+    checker = UnitChecker(CONFIG)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    checker.units("\n".join(lines), "doc")
+    for step in range(60):
+        kind = _edit(lines, rng)
+        if rng.random() < 0.2:  # a decorator, a dedented line, a string opened: edits that move unit borders
+            lines.insert(rng.randrange(len(lines)), rng.choice(["@decorator", "    y = 2", '"""', "def g():", ""]))
+        text = "\n".join(lines)
+        incremental = checker.units(text, "doc")
+        fresh = UnitChecker(CONFIG).units(text)
+        shown = lambda units: None if units is None else [(u.first, u.last, u.digest) for u in units]  # noqa: E731
+        assert shown(incremental) == shown(fresh), (seed, step, kind)

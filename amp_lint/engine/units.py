@@ -47,6 +47,7 @@ class UnitFacts:
     words: FrozenSet[str]  # every word of its text (names, attributes, strings, comments)
     relevant: bool  # holds a name some rule's findings need, or a `# noqa` / `amp-lint` comment
     only_imports: bool  # import statements: users of what they bind do not join the core through them
+    parse_refused: bool  # the parse guard refuses it (then the whole file is checked, for the same refusal)
 
 
 @dataclass(frozen=True)
@@ -73,27 +74,69 @@ class UnitChecker:
         self.facts: "OrderedDict[str, UnitFacts]" = OrderedDict()
         self.results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> core digest -> outcome
         self.stats = {"reused": 0, "core": 0, "whole": 0}
+        self.previous: Dict[str, Tuple[List[str], List[Unit]]] = {}  # document -> its last lines and units
 
     def forget(self, document: str) -> None:
         self.results.pop(document, None)
+        self.previous.pop(document, None)
 
     # --- units ---------------------------------------------------------------------------------------
 
-    def units(self, text: str) -> Optional[List[Unit]]:
-        """The top-level units of `text`, or None when it must be checked whole."""
-        if _UNSURE_CHARACTERS.search(text):
+    def units(self, text: str, document: Optional[str] = None) -> Optional[List[Unit]]:
+        """The top-level units of `text`, or None when it must be checked whole. With the `document`'s
+        previous units known, only the lines an edit touched (and the unit on each side) are parsed again."""
+        if _UNSURE_CHARACTERS.search(text) or "__future__" in text:
             return None
+        lines = text.split("\n")
+        previous = self.previous.get(document) if document is not None else None
+        units = self._units_after_edit(lines, previous) if previous is not None else None
+        if units is None:
+            units = self._parse_units(lines, 0, len(lines))
+        if document is not None:
+            if units is None:
+                self.previous.pop(document, None)
+            else:
+                self.previous[document] = (lines, units)
+        return units
+
+    def _units_after_edit(self, lines: List[str], previous) -> Optional[List[Unit]]:
+        old_lines, old_units = previous
+        limit = min(len(lines), len(old_lines))
+        same_head = 0
+        while same_head < limit and lines[same_head] == old_lines[same_head]:
+            same_head += 1
+        same_tail = 0
+        while same_tail < limit - same_head and lines[-1 - same_tail] == old_lines[-1 - same_tail]:
+            same_tail += 1
+        if same_head == len(lines) == len(old_lines):
+            return old_units
+        # Units wholly in the unchanged head or tail are kept, but for the one next to the edit on each side
+        # (an edit can extend a function, or put a decorator on the next one).
+        head = [u for u in old_units if u.last < same_head][:-1]
+        tail_start = len(old_lines) - same_tail
+        tail = [u for u in old_units if u.first >= tail_start][1:]
+        start = head[-1].last + 1 if head else 0
+        shift = len(lines) - len(old_lines)
+        end = (tail[0].first if tail else len(old_lines)) + shift  # exclusive, in the new lines
+        middle = self._parse_units(lines, start, end)
+        if middle is None:
+            return None
+        moved = [Unit(u.first + shift, u.last + shift, u.digest, u.facts) for u in tail]
+        return head + middle + moved
+
+    def _parse_units(self, lines: List[str], start: int, end: int) -> Optional[List[Unit]]:
+        """The units of `lines[start:end]`, parsed on their own (a piece that starts and ends between
+        top-level statements parses as it does in the file); None when it does not parse."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                tree = ast.parse(text)
+                tree = ast.parse("\n".join(lines[start:end]))
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
             return None
-        lines = text.split("\n")
         spans: List[List] = []
         for statement in tree.body:
-            first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1
-            last = (statement.end_lineno or statement.lineno) - 1
+            first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1 + start
+            last = (statement.end_lineno or statement.lineno) - 1 + start
             if spans and first <= spans[-1][1]:  # `a = 1; b = 2`, or a statement that starts where one ends
                 spans[-1][1] = max(spans[-1][1], last)
                 spans[-1][2].append(statement)
@@ -141,7 +184,7 @@ class UnitChecker:
             or any(pattern.search(unit_text) is not None for pattern in self.patterns)
         )
         only_imports = all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
-        return UnitFacts(frozenset(binds), frozenset(_WORD.findall(unit_text)), relevant, only_imports)
+        return UnitFacts(frozenset(binds), frozenset(_WORD.findall(unit_text)), relevant, only_imports, _refused(unit_text))
 
     def core(self, units: Sequence[Unit]) -> List[bool]:
         """Which units the rules can see: the relevant ones, and what binds a name they use or uses a name
@@ -173,14 +216,14 @@ class UnitChecker:
 
     # --- checking ------------------------------------------------------------------------------------
 
-    def core_text(self, text: str) -> Optional[str]:
+    def core_text(self, text: str, document: Optional[str] = None) -> Optional[str]:
         """`text` with the lines of every unit outside the core left empty; None: check it whole."""
         from amp_lint.parse.noqa_comments import file_level_noqa
 
         if file_level_noqa(text) is not None:
             return None
-        units = self.units(text)
-        if units is None:
+        units = self.units(text, document)
+        if units is None or any(unit.facts.parse_refused for unit in units):
             return None
         lines = text.split("\n")
         for unit, is_in in zip(units, self.core(units)):
@@ -191,8 +234,8 @@ class UnitChecker:
 
     def check(self, text: str, display_name: str, document: str) -> FileOutcome:
         """The engine's findings for `text` (identical to `check_text` of the whole text)."""
-        core = self.core_text(text)
-        if core is None or core == text or not self._guard_allows(text, display_name):
+        core = self.core_text(text, document)
+        if core is None or core == text:
             core = text  # checked whole (the checker reports what made us unsure)
             self.stats["whole"] += 1
         digest = hashlib.blake2b(core.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
@@ -210,12 +253,13 @@ class UnitChecker:
                 kept.popitem(last=False)
         return outcome
 
-    @staticmethod
-    def _guard_allows(text: str, display_name: str) -> bool:
-        """Would the checker parse the whole text? (A refused file is checked whole, for the same refusal.)"""
-        from amp_lint.parse.guard import check_parse_cost
 
-        try:
-            return check_parse_cost(text, display_name) is None
-        except Exception:
-            return False
+def _refused(unit_text: str) -> bool:
+    """Would the parse guard refuse this statement? (Its limits are per statement and per expression: a
+    file is refused when one of its statements is.)"""
+    from amp_lint.parse.guard import check_parse_cost
+
+    try:
+        return check_parse_cost(unit_text, "unit.py") is not None
+    except Exception:
+        return True
