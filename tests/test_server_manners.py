@@ -280,3 +280,54 @@ def test_the_rule_pages_ship_in_the_package_and_match_the_generated_docs():
         assert rule_href(code) == shipped.as_uri()
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
     assert '"server/rule_pages/*.md"' in pyproject
+
+
+@e2e
+async def test_published_diagnostics_after_random_incremental_edits_are_a_full_checks(shared):  # noqa: F811
+    """Each version's published set equals `check_text` of that version's text (incremental didChange)."""
+    import random
+    from pathlib import Path
+
+    from amp_lint import rules as registry
+    from amp_lint.engine.runner import CheckConfig, check_text
+
+    from tests.test_units import TRAINING, _edit
+
+    config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
+    client, folder = shared
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "check" / "bad_amp001_backward_in_autocast.py"
+    seed = 31
+    rng = random.Random(seed)
+    for name, text in (("edited_training.py", TRAINING), ("edited_fixture.py", fixture.read_text(encoding="utf-8"))):
+        uri = open_file(client, folder / name, text)
+        lines = text.split("\n")
+        for version in range(2, 7):
+            old = lines[:]
+            _edit(lines, rng)
+            # The change as an editor sends it: the old lines from the first that differs, replaced.
+            first = next((i for i, (a, b) in enumerate(zip(old, lines)) if a != b), min(len(old), len(lines)) - 1)
+            new_text = "\n".join(lines)
+            end = types.Position(len(old) - 1, len(old[-1]))
+            edit = (types.Range(types.Position(first, 0), end), "\n".join(lines[first:]))
+            change(client, uri, version, edit=edit)
+            await wait_for(lambda: any(entry[:2] == (uri, version) for entry in client.published), 120)
+            report = await client.text_document_diagnostic_async(
+                types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=uri))
+            )
+            outcome = check_text(new_text, str(folder / name), config)
+            expected = sorted(
+                [(d.code, d.location.row - 1, d.location.column - 1, d.end_location.row - 1, d.end_location.column - 1) for d in outcome.diagnostics]
+                + [(None, e.location.row - 1, e.location.column - 1) for e in outcome.errors if e.location is not None],
+                key=repr,
+            )
+            shown = sorted(
+                [
+                    (d.code, d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character)
+                    if d.code
+                    else (None, d.range.start.line, d.range.start.character)
+                    for d in report.items
+                ],
+                key=repr,
+            )
+            assert shown == expected, (seed, name, version)
+            assert codes(client.diagnostics[uri]) == codes(report.items)  # pushed and pulled agree
