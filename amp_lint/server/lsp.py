@@ -197,7 +197,11 @@ class AmpLintServer(CodeActions, LanguageServer):
                 )
             )
             return checked, messages
-        outcome = self.unit_checker(settings.config).check(view.program, view.path, view.key)
+        unit_checker = self.unit_checker(settings.config)
+        checks_before = unit_checker.stats["core"]
+        outcome = unit_checker.check(view.program, view.path, view.key)
+        if unit_checker.stats["core"] != checks_before:
+            _release_memory()  # the checker ran: hand its freed tree back to the system
         checked.findings = list(outcome.diagnostics)
         units = self.workspace.position_codec.client_num_units
         for finding in outcome.diagnostics:
@@ -330,6 +334,24 @@ class AmpLintServer(CodeActions, LanguageServer):
     async def in_check_thread(self, function, *args):
         """Run engine work in the check thread (never in the event loop, never beside another check)."""
         return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
+
+
+def _release_memory() -> None:
+    """Give the memory a check freed back to the system (glibc keeps it otherwise: a 3,000-line file's
+    tree left the server at 140 MB instead of 75)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
 
 
 def _is_python(uri: str, language_id: Optional[str]) -> bool:
