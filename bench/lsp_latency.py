@@ -331,8 +331,9 @@ def main(argv=None) -> int:
         theirs = results.get(("ruff", *parts))
         scale = 1 if unit == "MiB" else 1000
         shown = f"  {label:44s} {ours * scale:9.1f} {unit}"
-        if theirs:
-            shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ours / theirs:7.1f}x"
+        if theirs is not None:
+            ratio = f"{ours / theirs:7.1f}x" if theirs else "      -"
+            shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ratio}"
         print(shown)
     return 0
 

@@ -331,3 +331,26 @@ async def test_published_diagnostics_after_random_incremental_edits_are_a_full_c
             )
             assert shown == expected, (seed, name, version)
             assert codes(client.diagnostics[uri]) == codes(report.items)  # pushed and pulled agree
+
+
+@e2e
+async def test_a_change_of_a_notebook_that_is_not_open_is_ignored(shared):  # noqa: F811
+    client, folder = shared
+    cell = f"vscode-notebook-cell:{folder / 'gone.ipynb'}#cell0"
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=2, uri=(folder / "gone.ipynb").as_uri()),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(uri=cell, version=2),
+                            changes=[types.TextDocumentContentChangeWholeDocument(text="x = 1")],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
+    await wait_for(lambda: any("notebook that is not open" in m.message for m in client.log_messages))
+    assert not [m for m in client.messages if m.type == types.MessageType.Error]

@@ -160,24 +160,7 @@ class UnitChecker:
     def _facts(self, unit_text: str, statements: Sequence[ast.stmt]) -> UnitFacts:
         binds = set()
         for statement in statements:
-            for node in ast.walk(statement):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    binds.add(node.name)
-                elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                    binds.add(node.id)
-                elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
-                    binds.add(node.attr)
-                elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                    for alias in node.names:
-                        binds.add((alias.asname or alias.name).split(".")[0])
-                elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                    binds.update(node.names)
-                elif isinstance(node, ast.arg):
-                    pass  # parameters are local
-                elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-                    binds.add(node.name)
-                elif isinstance(node, ast.alias):
-                    pass
+            _visible_bindings(statement, binds, in_function=False)
         relevant = (
             "noqa" in unit_text
             or "amp-lint" in unit_text
@@ -252,6 +235,35 @@ class UnitChecker:
             while len(kept) > _RESULTS_PER_DOCUMENT:
                 kept.popitem(last=False)
         return outcome
+
+
+def _visible_bindings(node: ast.AST, binds: set, in_function: bool) -> None:
+    """The names `node` binds that another unit can reach: module-level names (and names declared
+    `global`), the names of functions and classes at any depth and attributes assigned anywhere (reached
+    as `obj.name`), class-level names; not a function's local variables, which nothing outside it sees."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        binds.add(node.name)
+        inner = in_function or not isinstance(node, ast.ClassDef)
+        for child in ast.iter_child_nodes(node):
+            _visible_bindings(child, binds, inner)
+        return
+    if isinstance(node, ast.Lambda):
+        return  # its parameters are its own
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        if not in_function:
+            binds.add(node.id)
+    elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+        binds.add(node.attr)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        if not in_function:
+            for alias in node.names:
+                binds.add((alias.asname or alias.name).split(".")[0])
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        binds.update(node.names)
+    elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name and not in_function:
+        binds.add(node.name)
+    for child in ast.iter_child_nodes(node):
+        _visible_bindings(child, binds, in_function)
 
 
 def _refused(unit_text: str) -> bool:

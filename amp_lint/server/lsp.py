@@ -227,12 +227,15 @@ class AmpLintServer(CodeActions, LanguageServer):
 
     def warm_up(self) -> None:
         """In the check thread, after `initialize` is answered: import the engine, the rules and LibCST."""
-        from amp_lint import rules as registry
-        from amp_lint.engine.runner import CheckConfig, check_text
+        try:
+            from amp_lint import rules as registry
+            from amp_lint.engine.runner import CheckConfig, check_text
 
-        config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
-        check_text("import torch\nscaler = torch.amp.GradScaler('cuda')\nscaler.step(opt)\n", "warm_up.py", config)
-        import amp_lint.fixes.text_edits  # noqa: F401  (code actions)
+            config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
+            check_text("import torch\nscaler = torch.amp.GradScaler('cuda')\nscaler.step(opt)\n", "warm_up.py", config)
+            import amp_lint.fixes.text_edits  # noqa: F401  (code actions)
+        except Exception as error:  # the first real check will say what is wrong
+            logging.getLogger("amp_lint.server").warning("warm-up failed: %s: %s", type(error).__name__, error)
 
     def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
         uri, line, character = view.place(finding.location, units)

@@ -90,6 +90,15 @@ class AmpLintProtocol(LanguageServerProtocol):
         yield from super().lsp_text_document__did_close(params)
 
 
+    @lsp_method(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def lsp_notebook_document__did_change(self, params: types.DidChangeNotebookDocumentParams):
+        uri = params.notebook_document.uri
+        if self.workspace.get_notebook_document(notebook_uri=uri) is None:
+            self._log(f"amp-lint: change of a notebook that is not open ignored: {uri}")
+            return
+        yield from super().lsp_notebook_document__did_change(params)
+
+
 def _unquote(uri: str) -> str:
     from urllib.parse import unquote
 
