@@ -130,6 +130,25 @@ def test_malformed_content_length_headers_are_skipped_and_the_server_keeps_answe
         wire.kill()
 
 
+def test_a_document_that_holds_header_words_arrives_whole_even_in_pieces(tmp_path):
+    text = DEPRECATED_SCALER + 'HEADER = "}Content-Length: 5\\r\\n\\r\\n{}"\n'
+    uri = (tmp_path / "http.py").as_uri()
+    opened = frame(notification("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}))
+    wire = Wire()
+    try:
+        wire.send(frame(INITIALIZE) + frame(notification("initialized", {})))
+        wire.answer(1)
+        cut = opened.index(b"Content-Length", 30) + len(b"Content-Length: 5")
+        wire.send(opened[:cut])
+        time.sleep(0.5)  # the reader sees the first piece alone
+        wire.send(opened[cut:])
+        wire.send(frame(request(2, "textDocument/diagnostic", {"textDocument": {"uri": uri}})))
+        assert [item["code"] for item in wire.answer(2)["result"]["items"]] == ["AMP072"]
+        assert wire.close() == 0
+    finally:
+        wire.kill()
+
+
 def test_requests_before_initialize_and_after_shutdown_get_the_protocols_errors():
     wire = Wire()
     try:

@@ -131,8 +131,9 @@ async def read_messages(read, protocol, stop) -> None:
             length = int(value)
             continue
         if len(buffer) < length:
-            # A length too large: the next message's header arrives inside the "body".
-            early = buffer.find(b"Content-Length")
+            # A length too large: the next message's header arrives inside the "body", right after a whole
+            # JSON object (a body that merely holds the words, in a document's text, is not cut short).
+            early = _next_header_after_object(buffer)
             if early > 0:
                 body = bytes(buffer[:early])
                 del buffer[:early]
@@ -148,6 +149,18 @@ async def read_messages(read, protocol, stop) -> None:
         del buffer[:length]
         length = None
         _dispatch(body, protocol)
+
+
+def _next_header_after_object(buffer: bytearray) -> int:
+    """Where a header starts right after a complete JSON object at the start of `buffer`; -1 if nowhere."""
+    start = buffer.find(b"}Content-Length")
+    while start >= 0:
+        try:
+            json.loads(bytes(buffer[: start + 1]))
+            return start + 1
+        except ValueError:
+            start = buffer.find(b"}Content-Length", start + 1)
+    return -1
 
 
 def _dispatch(body: bytes, protocol) -> None:
