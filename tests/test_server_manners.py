@@ -284,6 +284,7 @@ async def test_a_document_over_the_size_cap_is_not_checked_and_says_so(shared): 
     uri = open_file(client, folder / "huge.py", text)
     [found] = await diagnostics(client, uri)
     assert found.code is None and "not checked" in found.message and f"{MAX_DOCUMENT_CHARS:,}" in found.message
+    await wait_for(lambda: any("not checked" in m.message and m.type == types.MessageType.Warning for m in client.messages))
 
 
 def test_the_rule_pages_ship_in_the_package_and_match_the_generated_docs():

@@ -168,7 +168,7 @@ class AmpLintServer(CodeActions, LanguageServer):
             self.log(f"amp-lint: publishing the diagnostics of {view.path} failed: {type(error).__name__}: {error}", types.MessageType.Error)
         return checked
 
-    def _check(self, view: DocumentView) -> Tuple[Checked, List[str]]:
+    def _check(self, view: DocumentView) -> Tuple[Checked, list]:
         """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""
         settings = self.settings.for_path(view.path)
         messages = []
@@ -184,7 +184,7 @@ class AmpLintServer(CodeActions, LanguageServer):
                 f"not checked: the document has {len(view.program):,} characters, more than the "
                 f"{MAX_DOCUMENT_CHARS:,} the server checks (run `amp-lint check` on the file)"
             )
-            messages.append(f"{view.path}: {text}")
+            messages.append((f"{view.path}: {text}", types.MessageType.Warning))
             published[view.uris()[0] if view.uris() else view.key].append(
                 (
                     types.Diagnostic(
@@ -285,12 +285,15 @@ class AmpLintServer(CodeActions, LanguageServer):
         previous = self.results.get(key)
         self.results[key] = checked
         for message in messages:
+            kind = types.MessageType.Error
+            if isinstance(message, tuple):  # (text, kind): a notice, not an error
+                message, kind = message
             if message not in self.shown_errors:
                 self.shown_errors.add(message)
                 if "internal error" in message:  # our bug: logged, not shown in the user's face
                     self.log(f"amp-lint: {message}", types.MessageType.Error)
-                else:  # a broken configuration file: the user must see it
-                    self.show(f"amp-lint: {message}")
+                else:  # a broken configuration file, a document too large: the user must see it
+                    self.show(f"amp-lint: {message}", kind)
         stale = set(previous.published) - set(checked.published) if previous is not None else set()
         for uri in stale:  # a cell that was removed
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
