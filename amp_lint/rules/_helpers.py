@@ -538,8 +538,8 @@ class Accumulation:
 
 def accumulation(model: FileModel, step: TrainingStep) -> Optional[Accumulation]:
     """The step's gradient accumulation, if it is one (computed once per step: several rules ask)."""
-    if step.loop is None:
-        return None
+    if step.loop is None and not step.scope.is_function:
+        return None  # a per-call step function is one iteration too (issue 26, principle 2)
     flow = flow_of(model, step)
     if "accumulation" not in flow.memo:
         flow.memo["accumulation"] = _accumulation(model, step, flow)
@@ -598,8 +598,10 @@ def move_into_boundary_fix(
     from amp_lint.diagnostics import Applicability
     from amp_lint.fixes.builder import FixBuilder
 
-    loop = acc.step.loop
-    if loop is None or not isinstance(loop.body, cst.IndentedBlock) or any(m.in_helper for m in movers):
+    loop = acc.step.loop if acc.step.loop is not None else acc.step.scope.node  # a per-call step: its body
+    if not isinstance(loop, (cst.For, cst.While, cst.FunctionDef)):
+        return None
+    if not isinstance(loop.body, cst.IndentedBlock) or any(m.in_helper for m in movers):
         return None
     if acc.gate.level != 0 or not acc.gate.in_body:
         return None  # the boundary is in a helper, or the step runs where the test fails (`continue`)
