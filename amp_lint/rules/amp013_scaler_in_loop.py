@@ -61,7 +61,8 @@ class ScalerBuiltInLoop(Rule):
     Safe. The assignment is hoisted to just before the outermost loop of the function when its
     arguments are loop-invariant (no name they use is bound inside the loop). Lazy initialisation
     (`if scaler is None: scaler = GradScaler()`) is not reported. A scaler built in a per-step helper
-    function, or once per epoch, is reported at medium confidence without a fix.
+    function is reported at medium confidence without a fix; one built once per epoch (in the epoch loop
+    or in a function the epoch loop calls) is reported by default as a warning, without a fix.
 
     A function that builds its scaler and runs a training loop with it (`train_one_epoch`) is reported
     when an epoch loop calls it, in the same file or in another module of the project (the finding is at
@@ -319,14 +320,17 @@ for x in loader:
         again = _built_again(model, binding, loop)
         if again is None:
             return  # the loop cannot run the construction twice (`break`, `return` after it)
+        # Epochs are iterations too (issue 26, principle 2): a scaler built in the epoch loop restarts
+        # its scale every epoch. That is proved when the loop runs it again; it is a warning (the training
+        # still runs, the scale re-calibrates each epoch), reported by default, with no fix.
         yield self.finding(
             binding.call,
             f"`{short(binding.call)}` builds a new GradScaler {where}: the scale restarts at its initial value "
             "and never calibrates; build it once, before the loop",
-            fix=_hoist_fix(model, binding) if confidence is Confidence.HIGH else None,
-            confidence=confidence,
+            fix=_hoist_fix(model, binding) if same_loop else None,
             context=scope.name,
             assumption=assumption_text(again, "the condition around the construction"),
+            severity=None if same_loop else Severity.WARNING,
         )
 
     def _in_step_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
@@ -400,12 +404,21 @@ for x in loader:
             yield self.finding(
                 binding.call,
                 message.format(where=where),
-                confidence=Confidence.MEDIUM,
+                # Principle 2: once per epoch, a warning by default when every epoch runs the call; under a
+                # condition of its own (`if do_train:`) it rests on that condition.
+                severity=Severity.WARNING,
+                confidence=Confidence.MEDIUM if _conditional_in_loop(call) else Confidence.HIGH,
                 context=scope.name,
                 related=(("called once per epoch", call.call),),
                 assumption=assumption_text(proof, "the condition around the call"),
             )
             return
+
+
+def _conditional_in_loop(call) -> bool:
+    """Is the call under an `if` inside its innermost loop?"""
+    loop = call.loops[-1] if call.loops else None
+    return loop is not None and any(id(b.node) in _ifs_in(loop) for b in call.branches)
 
 
 def _epoch_callers(model: FileModel, scope, name: str):
