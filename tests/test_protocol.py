@@ -426,3 +426,22 @@ def test_every_fix_offered_on_an_invalid_example_passes_the_fix_check(item):
     assumed = not Checker(frozenset({rule.code})).check(source, "example.py").diagnostics
     result = Checker(frozenset({rule.code}), fix=True, unsafe_fixes=True, show_assumed=assumed).check(source, "example.py")
     assert not [e.message for e in result.errors if "not fixed" in e.message]
+
+
+def test_the_fix_check_sees_a_return_after_unscale_as_a_double_unscale_on_the_next_call():
+    # Issue 27, item 2: the function updates its scaler itself, and a path returns after unscale_ with
+    # neither step nor update: the next call's unscale_ raises. A helper that only unscales does not.
+    from amp_lint.fixes.verify_fix import hazards
+
+    step = """
+def train_step(self, batch):
+    self.scaler.scale(self.loss(batch)).backward()
+    self.scaler.unscale_(self.opt)
+    if skip:
+        return
+    self.scaler.step(self.opt)
+    self.scaler.update()
+"""
+    assert [h.kind for h in hazards(step)] == ["unscale-twice"]
+    assert hazards(step.replace("        return\n", "        pass\n")) == ()
+    assert hazards("def clip(self):\n    self.scaler.unscale_(self.opt)\n    clip(self.p)\n") == ()
