@@ -445,3 +445,33 @@ def train_step(self, batch):
     assert [h.kind for h in hazards(step)] == ["unscale-twice"]
     assert hazards(step.replace("        return\n", "        pass\n")) == ()
     assert hazards("def clip(self):\n    self.scaler.unscale_(self.opt)\n    clip(self.p)\n") == ()
+
+
+def test_a_clip_that_raises_inside_try_is_the_skip_branch():
+    # Principle 4: exceptions are paths. error_if_nonfinite=True inside `try`, the step skipped in
+    # `except`, update() after both: correct. Without the try it is AMP031.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for b in batches:
+    scaler.scale(net(b).mean()).backward()
+    scaler.unscale_(opt)
+    try:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0, error_if_nonfinite=True)
+        scaler.step(opt)
+    except RuntimeError:
+        skipped += 1
+    scaler.update()
+"""
+    assert _found(source, "AMP031", "AMP022", "AMP024") == []
+    plain = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for b in batches:
+    scaler.scale(net(b).mean()).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0, error_if_nonfinite=True)
+    scaler.step(opt)
+    scaler.update()
+"""
+    assert [code for code, _ in _found(plain, "AMP031")] == ["AMP031"]

@@ -11,7 +11,8 @@ from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import accumulation, first_on_path, short
+from amp_lint.analysis.accumulation import accumulation, first_on_path
+from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
