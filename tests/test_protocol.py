@@ -475,3 +475,20 @@ for b in batches:
     scaler.update()
 """
     assert [code for code, _ in _found(plain, "AMP031")] == ["AMP031"]
+
+
+def test_a_call_the_analysis_cannot_follow_may_complete_the_step():
+    # Principle 3: an unresolved call on the early-return path may step and update: no AMP024.
+    source = """
+import torch
+class Trainer:
+    def train_step(self, batch):
+        self.scaler.scale(self.model(batch).sum()).backward()
+        self.scaler.unscale_(self.optimizer)
+        if self.overflowed:
+            finish_elsewhere(self.scaler, self.optimizer)
+            return None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+    assert _found(source, "AMP024", show_assumed=True) == []

@@ -325,7 +325,9 @@ def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Eve
     steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
     if not any(flow.path(unscale, u) is not None for u in updates):
         return None  # the function never updates after this unscale_: its caller completes it
-    return flow.to_end(unscale, list(updates) + list(steps))
+    # Open world: a call the analysis could not follow may step or update (a callback, a hook).
+    unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]
+    return flow.to_end(unscale, list(updates) + list(steps) + unknown)
 
 
 def _optimizer(event: Event) -> str:
