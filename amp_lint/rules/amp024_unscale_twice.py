@@ -13,7 +13,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.accumulation import accumulation
 from amp_lint.rules._helpers import short
 from amp_lint.analysis import typestate
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -262,17 +262,17 @@ class Trainer:
 
 
 def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
-    """From the protocol's typestate: the unscale_/step that left this optimizer unscaled or stepped on
-    some path to `unscale` with no update() since (and, for a step, the unscale_ before it)."""
+    """The protocol's violations at `unscale` ("unscale-twice", "unscale-after-step"): the unscale_/step
+    that left this optimizer UNSCALED or STEPPED on some path with no update() since (and, for a step,
+    the unscale_ before it). None when the engine does not see the call."""
     if unscale.target is None:
         return None
     flow = flow_of(model, step)
-    states = protocol_states(flow).get(id(unscale))
-    if states is None:
+    states = typestate.run(flow)
+    if id(unscale) not in states.before:
         return None
-    prior = [state.stage(scaler, unscale.target) for state in states]
-    # The typestate runs forward over one iteration: every event in a state before `unscale` ran before it.
-    previous = [e for e in {id(p[1]): p[1] for p in prior if p is not None}.values() if _same_optimizer(step, e, unscale)]
+    causes = {id(v.cause): v.cause for v in states.at(unscale, "unscale-twice", "unscale-after-step") if v.cause is not None}
+    previous = [e for e in causes.values() if _same_optimizer(step, e, unscale)]
     if not previous:
         return []
     last = last_of(flow, previous)
