@@ -157,14 +157,16 @@ class _FunctionCheck:
         self.updates: Set[str] = set()  # scalers this function updates
 
     def run(self, body: List[ast.stmt]) -> None:
-        ends = self.block(body, {_State()}) | self.returns
+        self.block(body, {_State()})
         if not self.function:
             return
         # The next call: a function that updates its scaler itself and returns on some path after
         # `unscale_` with neither step nor update leaves the optimizer UNSCALED, and the next call's
-        # `unscale_` raises (issue 27, item 2). Those paths' stages start a second pass.
+        # `unscale_` raises (issue 27, item 2). Those paths' stages start a second pass. Only explicit
+        # `return`s: this check merges branches without relating their tests, and the paths that fall
+        # off the end include `if fp16: unscale_ ... if fp16: step` taken one way then the other.
         carried = set()
-        for state in ends:
+        for state in self.returns:
             left = frozenset((s, o, st) for s, o, st in state.stages if st == UNSCALED and s in self.updates)
             if left:
                 carried.add(_State(left))
