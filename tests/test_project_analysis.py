@@ -277,7 +277,8 @@ def test_the_per_epoch_scaler_is_reported_at_the_construction_and_names_the_epoc
     assert "called once per epoch at `trainer/main.py` line 8" in finding["message"]
     assert [(r["filename"], r["location"]["row"]) for r in finding["related"]] == [("trainer/main.py", 8)]
     assert finding["fix"] is None  # building it once means editing the caller too
-    assert finding["confidence"] == "medium"  # "epoch" is read from the loop's name: hidden by default
+    # Issue 26, principle 2: epochs are iterations too; reported by default, as a warning.
+    assert (finding["confidence"], finding["severity"]) == ("high", "warning")
     assert _found(_cli("trainer/main.py", cwd=tree)) == []  # the caller's file holds no finding
 
 

@@ -24,8 +24,18 @@ Control flow and the scaler protocol
 - `cfg`: a control-flow graph per function and module body.
 - `conditions`: branch tests normalised into atoms, so that tests deciding the same thing agree.
 - `paths`: "is there a feasible path from A to B avoiding C", answered as no, proved or assumed.
-- `scaler_flow`: the GradScaler protocol along the paths of one iteration (`flow_of(model, step)`),
-  and function summaries (`Summary`, `SUMMARIES`).
+- `scaler_flow`: the paths of one iteration (`flow_of(model, step)`), and function summaries
+  (`Summary`, `SUMMARIES`).
+- `protocol`: the GradScaler protocol written once, as data: per optimizer the scaler's stage
+  (ready/unscaled/stepped), the gradients' scale (scaled, unscaled, unscaled twice, zeroed; accumulating
+  or not), per scaler the inf checks; the violations each transition names and the rule that reports
+  it. No LibCST: a runtime guard or the fix check can run the same table.
+- `typestate`: the engine that runs the table over an iteration's paths (`typestate.run(flow)`): the
+  states before each event, the violations at it (with their cause), the states at the iteration's end.
+  The order rules are predicates over it.
+- `accumulation`: the gradient-accumulation boundary of an iteration (a loop body or a per-call step
+  function) and which events run on every micro-batch.
+- `epochs`: epochs are iterations too: does a call or construction run on several epochs.
 
 Values (on demand)
 - `values`: what device strings, dtypes and flags can be (`values.of(module).resolve(expr, scope_node)`).

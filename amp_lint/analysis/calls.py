@@ -303,8 +303,10 @@ class CallRecorder:
                 scale_call = core
                 self.consumed_scale_calls.add(core)
         target = code_of(loss) if loss is not None else None
+        if scaler is None and core is not None:
+            scaler, scale_call = self._scaled_within(core)
         if scaler is None and scale_call is None and core is not None:
-            key = dotted_name(core)
+            key = dotted_name(core.value if isinstance(core, cst.Subscript) else core)
             if key is not None:
                 # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
                 for value, _ in self.scope.assignments.get(key, []):
@@ -317,7 +319,40 @@ class CallRecorder:
                             scaler = dotted_name(candidate.func.value)
                             scale_call = candidate
                             self.consumed_scale_calls.add(candidate)
+                        elif scaler is None:
+                            # `scaled = [scaler.scale(o) for o in outs]`, `scaled = (scaler.scale(a), b)`,
+                            # a dict of them, bound on one branch only: the backward runs on scaled
+                            # tensors (issue 26, principle 4).
+                            scaler, scale_call = self._scaled_within(candidate)
         self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _scaled_within(self, expr: cst.BaseExpression):
+        """(scaler, call) when `expr` holds tensors scaled by a scaler through a container or a
+        higher-order call: `[scaler.scale(o) for o in outs]`, `list(map(scaler.scale, outs))`, a tuple,
+        list or dict of `scaler.scale(...)` calls. (None, None) otherwise."""
+        pending, seen = [expr], 0
+        while pending and seen < 16:
+            node = pending.pop()
+            seen += 1
+            if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+                pending.append(node.elt)
+            elif isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+                pending.extend(e.value for e in node.elements)
+            elif isinstance(node, cst.Dict):
+                pending.extend(e.value for e in node.elements if isinstance(e, cst.DictElement))
+            elif isinstance(node, cst.Call):
+                func = node.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "scale" and node.args and node is not expr:
+                    self.consumed_scale_calls.add(node)
+                    return dotted_name(func.value), node
+                name = dotted_name(func)
+                if name in ("list", "tuple", "sum", "torch.stack", "torch.cat"):
+                    pending.extend(a.value for a in node.args)
+                elif name == "map" and node.args:
+                    first = node.args[0].value
+                    if isinstance(first, cst.Attribute) and first.attr.value == "scale":
+                        return dotted_name(first.value), node
+        return None, None
 
     def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`."""

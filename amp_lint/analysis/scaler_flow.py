@@ -228,7 +228,6 @@ class StepFlow:
     def __init__(self, flow: ScopeFlow, step: "TrainingStep") -> None:
         self.flow = flow
         self.step = step
-        self.states: Optional[Dict[int, frozenset]] = None  # `protocol_states`, computed once
         # What rules derive from this flow and several of them ask (the step's accumulation, say), by name.
         self.memo: Dict[str, object] = {}
         graph = flow.graph
@@ -306,92 +305,6 @@ def assumption_text(proof: Optional[Proof], what: str = "a branch condition") ->
     return None
 
 
-# --- the protocol as a typestate ----------------------------------------------------------------------
+# --- the protocol as a typestate: the table (`protocol`) run by its engine (`typestate`) -------------
 
-UNSCALED = "unscaled"
-STEPPED = "stepped"
-
-_MAX_STATES = 64  # per node; beyond, further states are dropped (no finding rests on them)
-
-
-@dataclass(frozen=True)
-class ProtocolState:
-    """The scaler protocol at one point of one path through the iteration.
-
-    `stages`: (scaler, optimizer, UNSCALED or STEPPED, the event that got it there) since the last
-    `update()`; an optimizer not listed is *ready*. `scaled`: the scalers whose scaled gradients are
-    waiting for a step (a scaled backward ran since the last step). `updated`: scalers updated on this
-    path in this iteration.
-    """
-
-    stages: frozenset = frozenset()
-    scaled: frozenset = frozenset()
-    updated: frozenset = frozenset()
-
-    def stage(self, scaler: str, optimizer: str) -> Optional[Tuple[str, object]]:
-        for s, o, stage, event in self.stages:
-            if s == scaler and o == optimizer:
-                return stage, event
-        return None
-
-    def after(self, event) -> "ProtocolState":
-        from amp_lint.analysis.events import EventKind
-
-        kind = event.kind
-        if kind is EventKind.BACKWARD and event.scaled_by is not None:
-            return dataclasses.replace(self, scaled=self.scaled | {event.scaled_by})
-        if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.target is not None:
-            stage = UNSCALED if kind is EventKind.SCALER_UNSCALE else STEPPED
-            kept = frozenset(t for t in self.stages if not (t[0] == event.receiver and t[1] == event.target))
-            scaled = self.scaled - {event.receiver} if kind is EventKind.SCALER_STEP else self.scaled
-            return dataclasses.replace(self, stages=kept | {(event.receiver, event.target, stage, event)}, scaled=scaled)
-        if kind is EventKind.SCALER_UPDATE:
-            kept = frozenset(t for t in self.stages if t[0] != event.receiver)
-            return dataclasses.replace(self, stages=kept, updated=self.updated | {event.receiver})
-        return self
-
-
-def protocol_states(flow: StepFlow) -> Dict[int, frozenset]:
-    """For each event of the step (by id): the protocol states that can hold just before it.
-
-    A forward dataflow over one iteration (no back edge), on the normal path (exception handlers left
-    out), once per assignment of the correlated conditions: states of contradicting branches never meet.
-    """
-    if flow.states is not None:
-        return flow.states
-    paths = flow.flow.paths
-    at_node: Dict[int, List] = {}
-    for event in flow.step.events:
-        node = flow.node(event)
-        if node is not None:
-            at_node.setdefault(node, []).append(event)
-    for events in at_node.values():
-        events.sort(key=lambda e: e.index)
-    result: Dict[int, set] = {}
-    start = flow.start
-    for varying, unknowns in paths._assignments(0, start):
-        for unknown in unknowns:  # type: ignore[attr-defined]
-            values = dict(varying + unknown)
-            incoming: Dict[int, set] = {start: {ProtocolState()}}
-            for node in range(start, -1, -1):
-                states = incoming.pop(node, None)
-                if not states:
-                    continue
-                events = at_node.get(node, ())
-                for position, event in enumerate(events):
-                    # Events of one node (a helper's, or one line's) run in order, unless their own
-                    # branches (inside the helper) contradict.
-                    before = states
-                    for earlier in events[:position]:
-                        if earlier.compatible(event):
-                            before = {s.after(earlier) for s in before}
-                    result.setdefault(id(event), set()).update(before)
-                for event in events:
-                    states = {s.after(event) for s in states}
-                for target in paths._successors(node, values, False):
-                    bucket = incoming.setdefault(target, set())
-                    if len(bucket) < _MAX_STATES:
-                        bucket |= states
-    frozen = {key: frozenset(value) for key, value in result.items()}
-    flow.states = frozen
-    return frozen
+from amp_lint.analysis.typestate import STEPPED, UNSCALED, ProtocolState, protocol_states  # noqa: E402,F401

@@ -66,6 +66,29 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
 
 
 _MAX_INLINE_DEPTH = 3
+# A helper whose loop runs these is a training loop, not a step part; a loop over the parameters that
+# only reads or clips their gradients (a grad-norm helper) is part of the caller's step (issue 26,
+# principle 3: a project helper that reads gradients is a gradient read where it is called).
+_TRAINING_LOOP = frozenset(
+    {
+        EventKind.BACKWARD,
+        EventKind.AUTOGRAD_GRAD,
+        EventKind.SCALER_STEP,
+        EventKind.SCALER_UPDATE,
+        EventKind.SCALER_UNSCALE,
+        EventKind.OPTIMIZER_STEP,
+        EventKind.ZERO_GRAD,
+        EventKind.SCALER_SCALE,
+    }
+)
+
+
+def _in_training_loop(model: FileModel, event: Event) -> bool:
+    """Is the event one that makes its loop a training loop (a call counts when it calls a function of
+    this file, or one a project index follows: `float(...)`, `log(...)` do not)?"""
+    if event.kind is EventKind.CALL:
+        return callee_scope(model, event) is not None or "." in (event.target or "")
+    return event.kind in _TRAINING_LOOP
 
 
 def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
@@ -87,7 +110,7 @@ def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], de
         callee = callee_scope(model, event)
         summary: Optional[Summary] = None
         if callee is not None:
-            if callee in active or any(e.loops for e in callee.events):
+            if callee in active or any(e.loops and _in_training_loop(model, e) for e in callee.events):
                 continue
             inner = with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
             summary = Summary(scope=callee, events=tuple(inner), params=tuple(call_params(callee)))

@@ -177,7 +177,7 @@ class Checker:
                     filename=filename,
                     location=start,
                     end_location=end,
-                    severity=finding.rule.severity,
+                    severity=finding.severity or finding.rule.severity,
                     rule_name=finding.rule.name,
                     confidence=finding.confidence,
                     fix=self._fix_summary(fix, edits_of) if fix is not None else None,

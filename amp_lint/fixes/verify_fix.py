@@ -153,9 +153,25 @@ class _FunctionCheck:
         self.found = found
         self.reported: Set[Tuple[int, str]] = set()  # (call node id, kind): once, however many paths
         self.loops: List[_Loop] = []
+        self.returns: Set[_State] = set()  # the states at the function's `return`s
+        self.updates: Set[str] = set()  # scalers this function updates
 
     def run(self, body: List[ast.stmt]) -> None:
         self.block(body, {_State()})
+        if not self.function:
+            return
+        # The next call: a function that updates its scaler itself and returns on some path after
+        # `unscale_` with neither step nor update leaves the optimizer UNSCALED, and the next call's
+        # `unscale_` raises (issue 27, item 2). Those paths' stages start a second pass. Only explicit
+        # `return`s: this check merges branches without relating their tests, and the paths that fall
+        # off the end include `if fp16: unscale_ ... if fp16: step` taken one way then the other.
+        carried = set()
+        for state in self.returns:
+            left = frozenset((s, o, st) for s, o, st in state.stages if st == UNSCALED and s in self.updates)
+            if left:
+                carried.add(_State(left))
+        if carried:
+            self.block(body, carried)
 
     # --- statements ---
     def block(self, body: List[ast.stmt], states: Set[_State]) -> Set[_State]:
@@ -186,7 +202,9 @@ class _FunctionCheck:
             ends = self.block(node.orelse, after_body) | handled
             return self.block(node.finalbody, ends) if node.finalbody else ends
         if isinstance(node, (ast.Return, ast.Raise)):
-            self.expressions([c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)], states)
+            states = self.expressions([c for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)], states)
+            if isinstance(node, ast.Return) and not self.loops:
+                self.returns |= states
             return set()
         if isinstance(node, ast.Continue):
             if self.loops:
@@ -280,6 +298,7 @@ class _FunctionCheck:
         if method == "step" and optimizer:
             return {self.step(node, scaler, optimizer, state) for state in states}
         if method == "update":
+            self.updates.add(scaler)
             return {self.update(node, scaler, state) for state in states}
         return states
 

@@ -11,16 +11,23 @@ from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import Loop, code_of
-from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text
 from amp_lint.analysis.flow_queries import scope_flow
-from amp_lint.analysis.walk import visit_read_only
+from amp_lint.analysis.epochs import (
+    EPOCH_LOOP as _EPOCH_LOOP,
+    conditional_in_loop as _conditional_in_loop,
+    names_in as _names_in,
+    once_per_epoch as _once_per_epoch,
+    repeated_call as _repeated_call,
+    every_iteration as _every_iteration,
+    kept as _kept,
+)
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _TRAINING = (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP)
 _LAZY_TEST = re.compile(r"None|hasattr|getattr|first|== ?0\b|not in|is_initialized|_init", re.IGNORECASE)
-_EPOCH_LOOP = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|e|i_epoch|epoch_num|n_epoch)$|epoch", re.IGNORECASE)
 
 
 class ScalerBuiltInLoop(Rule):
@@ -61,7 +68,8 @@ class ScalerBuiltInLoop(Rule):
     Safe. The assignment is hoisted to just before the outermost loop of the function when its
     arguments are loop-invariant (no name they use is bound inside the loop). Lazy initialisation
     (`if scaler is None: scaler = GradScaler()`) is not reported. A scaler built in a per-step helper
-    function, or once per epoch, is reported at medium confidence without a fix.
+    function is reported at medium confidence without a fix; one built once per epoch (in the epoch loop
+    or in a function the epoch loop calls) is reported by default as a warning, without a fix.
 
     A function that builds its scaler and runs a training loop with it (`train_one_epoch`) is reported
     when an epoch loop calls it, in the same file or in another module of the project (the finding is at
@@ -319,14 +327,17 @@ for x in loader:
         again = _built_again(model, binding, loop)
         if again is None:
             return  # the loop cannot run the construction twice (`break`, `return` after it)
+        # Epochs are iterations too (issue 26, principle 2): a scaler built in the epoch loop restarts
+        # its scale every epoch. That is proved when the loop runs it again; it is a warning (the training
+        # still runs, the scale re-calibrates each epoch), reported by default, with no fix.
         yield self.finding(
             binding.call,
             f"`{short(binding.call)}` builds a new GradScaler {where}: the scale restarts at its initial value "
             "and never calibrates; build it once, before the loop",
-            fix=_hoist_fix(model, binding) if confidence is Confidence.HIGH else None,
-            confidence=confidence,
+            fix=_hoist_fix(model, binding) if same_loop else None,
             context=scope.name,
             assumption=assumption_text(again, "the condition around the construction"),
+            severity=None if same_loop else Severity.WARNING,
         )
 
     def _in_step_function(self, model: FileModel, binding: ScalerBinding) -> Iterator[Finding]:
@@ -400,7 +411,10 @@ for x in loader:
             yield self.finding(
                 binding.call,
                 message.format(where=where),
-                confidence=Confidence.MEDIUM,
+                # Principle 2: once per epoch, a warning by default when every epoch runs the call; under a
+                # condition of its own (`if do_train:`) it rests on that condition.
+                severity=Severity.WARNING,
+                confidence=Confidence.MEDIUM if _conditional_in_loop(call) else Confidence.HIGH,
                 context=scope.name,
                 related=(("called once per epoch", call.call),),
                 assumption=assumption_text(proof, "the condition around the call"),
@@ -429,46 +443,6 @@ def _names_callee(target: str, name: str, scope) -> bool:
         return target == name
     parts = target.split(".")
     return parts[-1] == name and len(parts) > 1
-
-
-def _once_per_epoch(model: FileModel, site) -> Optional[Proof]:
-    """Does the call `site` (an Event or a CallSite of `model`) run on more than one iteration of an epoch
-    loop, the innermost loop around it? See `_repeated_call`."""
-    return _repeated_call(model, site, epoch=True)
-
-
-def _repeated_call(model: FileModel, site, epoch: bool) -> Optional[Proof]:
-    """Can the call `site` run on two iterations of the innermost loop around it (an epoch loop, with
-    `epoch`)? PROVED when every iteration runs it, ASSUMED when a condition around it must hold, None
-    when the evidence is not there: a loop that runs once, a condition on the loop variable (`if epoch
-    == 0:`), or no path from the call to the next iteration (`break`, `return` after it)."""
-    if not site.loops:
-        return None
-    loop = site.loops[-1]
-    if epoch and not (isinstance(loop, cst.For) and _EPOCH_LOOP.search(code_of(loop.target))):
-        return None
-    if isinstance(loop, cst.For):
-        if _runs_once(loop):
-            return None
-        counters = _names_in(loop.target)
-        inside = _ifs_in(loop)
-        if any(id(b.node) in inside and _names_in(b.node.test) & counters for b in site.branches):
-            return None
-    return _every_iteration(model, site.scope, getattr(site, "flow_statement", None) or site.statement, loop)
-
-
-def _every_iteration(model: FileModel, scope, statement, loop) -> Optional[Proof]:
-    """Does `statement` run on an iteration of `loop` and reach the next one? (PROVED: every iteration;
-    ASSUMED: under a condition; None: never again after it.) PROVED when the flow graph has no place
-    for it (the lexical answer, as before)."""
-    flow = scope_flow(model, scope)
-    graph = flow.graph
-    node = graph.node_of.get(id(statement))
-    body, latch = graph.loop_body.get(id(loop)), graph.loop_latch.get(id(loop))
-    if node is None or body is None or latch is None:
-        return PROVED
-    into = PROVED if node == body else flow.paths.query(body, node, start=body)
-    return weakest(into, flow.paths.query(node, latch, start=body))
 
 
 def _built_again(model: FileModel, binding: ScalerBinding, loop) -> Optional[Proof]:
@@ -515,123 +489,6 @@ def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
     return False
 
 
-_STORING_METHODS = frozenset({"append", "extend", "add", "insert", "setdefault", "update", "register", "put"})
-
-
-def _kept(function: cst.FunctionDef, key: str) -> bool:
-    """Does the scaler outlive the call, or come back with its history? Returned or yielded, stored in
-    an attribute, a container or a global (`global`/`nonlocal`), or loaded from a state dict: then a new
-    one per call is not proved to lose anything."""
-    found = []
-
-    def bare(node: Optional[cst.CSTNode]) -> bool:
-        return node is not None and key in _bare_names(node)
-
-    class Escapes(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return node is function  # a nested function's returns are its own
-
-        def visit_Return(self, node: cst.Return) -> None:
-            if bare(node.value):
-                found.append(node)
-
-        def visit_Yield(self, node: cst.Yield) -> None:
-            if bare(node.value):
-                found.append(node)
-
-        def visit_Global(self, node: cst.Global) -> None:
-            if any(n.name.value == key for n in node.names):
-                found.append(node)
-
-        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-            if any(n.name.value == key for n in node.names):
-                found.append(node)
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            if bare(node.value) and any(not isinstance(t.target, cst.Name) for t in node.targets):
-                found.append(node)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            if bare(node.value) and not isinstance(node.target, cst.Name):
-                found.append(node)
-
-        def visit_Call(self, node: cst.Call) -> None:
-            func = node.func
-            if isinstance(func, cst.Attribute):
-                if func.attr.value in _STORING_METHODS and any(bare(a.value) for a in node.args):
-                    found.append(node)
-                elif func.attr.value == "load_state_dict" and dotted_name(func.value) == key:
-                    found.append(node)
-            elif isinstance(func, cst.Name) and func.value == "setattr" and any(bare(a.value) for a in node.args):
-                found.append(node)
-
-    visit_read_only(function, Escapes())
-    return bool(found)
-
-
-def _bare_names(node: cst.CSTNode) -> Set[str]:
-    """Plain names an expression hands on as values (`scaler`, `(model, scaler)`), not those it only
-    reads an attribute of or calls a method on (`scaler.get_scale()`)."""
-    names = _BareNames()
-    visit_read_only(node, names)
-    return names.found
-
-
-class _BareNames(cst.CSTVisitor):
-    """`_bare_names`' visitor (at module level: a class made per call is slow to make, and cyclic garbage)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: Set[str] = set()
-
-    def visit_Name(self, name: cst.Name) -> None:
-        self.found.add(name.value)
-
-    def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-        return False
-
-    def visit_Call(self, call: cst.Call) -> bool:
-        for arg in call.args:
-            visit_read_only(arg.value, self)
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
-def _runs_once(loop: cst.For) -> bool:
-    """`for epoch in range(1)`, `range(start, start + 1)`, `[0]`: one iteration (or none)."""
-    iterable = loop.iter
-    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
-        return len(iterable.elements) <= 1
-    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
-        args = [a.value for a in iterable.args]
-        if len(args) == 1:
-            return isinstance(args[0], cst.Integer) and int(args[0].value, 0) <= 1
-        if len(args) in (2, 3):
-            first, second = args[0], args[1]
-            if isinstance(first, cst.Integer) and isinstance(second, cst.Integer):
-                return int(second.value, 0) - int(first.value, 0) <= 1
-            if isinstance(second, cst.BinaryOperation) and isinstance(second.operator, cst.Add):
-                one = second.right
-                return isinstance(one, cst.Integer) and int(one.value, 0) <= 1 and second.left.deep_equals(first)
-    return False
-
-
-def _ifs_in(loop: cst.For) -> Set[int]:
-    found: Set[int] = set()
-
-    class Ifs(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            found.add(id(node))
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return False
-
-    visit_read_only(loop.body, Ifs())
-    return found
-
-
 def _passes(event, key: str) -> bool:
     """A call in the loop that hands the scaler to a step function: `train_step(batch, scaler)`."""
     return event.kind is EventKind.CALL and any(dotted_name(arg.value) == key for arg in event.call.args)
@@ -671,25 +528,6 @@ def _hoist_fix(model: FileModel, binding: ScalerBinding) -> Optional[Fix]:
     builder.remove(statement)
     builder.insert_before(outer, statement.with_changes(leading_lines=()))
     return builder.build("Build the GradScaler once, before the loop", Applicability.SAFE)
-
-
-def _names_in(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            visit_read_only(attribute.value, self)
-            return False
-
-        def visit_Arg(self, arg: cst.Arg) -> bool:
-            visit_read_only(arg.value, self)
-            return False
-
-    visit_read_only(node, Names())
-    return found
 
 
 def _bound_names(loop: Loop) -> Set[str]:

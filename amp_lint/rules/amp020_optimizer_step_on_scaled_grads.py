@@ -175,7 +175,9 @@ for x in loader:
                         f"overflowing steps; use `{scaler}.step({optimizer})`",
                         fix=None
                         if optimizer_step.in_helper
-                        else _step_through_scaler_fix(model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler)),
+                        else _step_through_scaler_fix(
+                            model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step
+                        ),
                         context=step.scope.name,
                         related=self.through_helpers(optimizer_step),
                     )
@@ -219,11 +221,25 @@ def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event
     )
 
 
-def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str, protocol: bool) -> Optional[Fix]:
+def _step_through_scaler_fix(
+    model: FileModel, event: Event, scaler: str, protocol: bool, step: TrainingStep
+) -> Optional[Fix]:
     if any(arg.keyword is not None and arg.keyword.value == "closure" for arg in event.call.args):
         return None
     if event.call.args:
         return None  # a positional closure (AMP025)
+    add_update = False
+    if not protocol:
+        # `scaler.step(opt)` with no `update()` after it raises on the next step (issue 27, item 4): the
+        # fix adds the update right after, when the scaler is updated nowhere else (a caller or another
+        # phase that updates it would then update twice) and the step is a statement of its own.
+        if any(e.receiver == scaler for e in model.events if e.kind is EventKind.SCALER_UPDATE):
+            return None
+        if not isinstance(event.small_statement, cst.Expr) or event.small_statement.value is not event.call:
+            return None
+        if not isinstance(event.statement, cst.SimpleStatementLine) or len(event.statement.body) != 1:
+            return None
+        add_update = True
     builder = FixBuilder(model.module)
     optimizer_node = event.call.func.value
 
@@ -232,6 +248,8 @@ def _step_through_scaler_fix(model: FileModel, event: Event, scaler: str, protoc
         return new.with_changes(args=(cst.Arg(value=optimizer_node),), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
+    if add_update:
+        builder.insert_after(event.statement, builder.statement(f"{scaler}.update()\n"))
     # Stepping through the scaler skips steps on overflow and unscales first. Safe where the iteration
     # already runs the rest of the protocol (its update() needs the step); otherwise the direct step may
     # be deliberate (nerfacc steps its optimizer directly on purpose, issue #307): unsafe.

@@ -10,6 +10,7 @@ from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -122,6 +123,18 @@ for x in loader:
     scaler.step(optimizer)
     finish_step(scaler)
 """,
+        # Open world (issue 26, principle 3): a library's public step that steps through the scaler and
+        # leaves `update()` to its users (who may step several optimizers first). No finding, no fix.
+        """
+import torch
+class Engine:
+    def __init__(self, optimizer):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.optimizer = optimizer
+
+    def step(self):
+        self.scaler.step(self.optimizer)
+""",
     ]
     invalid = [
         Invalid(
@@ -227,6 +240,12 @@ class Trainer:
                     continue
                 if _helper_may_update(model, step, scaler):
                     continue
+                if step.loop is None and not _runs_scaled_backward(step, scaler):
+                    # Open world (issue 26, principle 3): a function that steps through the scaler but does
+                    # not backpropagate is one part of its caller's iteration, and `update()` is the
+                    # caller's to supply (several optimizers, one update). A caller in this file gets the
+                    # helper's events inlined and is judged there; a public method's callers are not seen.
+                    continue
                 updated_elsewhere = _updates_elsewhere(model, step, scaler)
                 if step.loop is None and updated_elsewhere:
                     continue  # the function is one part of a step whose update lives elsewhere
@@ -240,6 +259,10 @@ class Trainer:
                     context=step.scope.name,
                     related=_created_at(model, step, scaler) + self.through_helpers(last),
                 )
+
+
+def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
+    return any(e.scaled_by == scaler for e in step.of(EventKind.BACKWARD))
 
 
 def _created_at(model: FileModel, step: TrainingStep, scaler: str):
@@ -288,6 +311,8 @@ def _scaler_updates(model: FileModel) -> List[Event]:
 def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> bool:
     """A call in the iteration that gets the scaler, or a function/method of this file that updates it."""
     for event in step.of(EventKind.CALL):
+        if callee_scope(model, event) is not None and any(e.via is event for e in step.events):
+            continue  # a helper of this file, inlined: its summary is in the iteration's events (no update)
         for arg in event.call.args:
             name = dotted_name(arg.value)
             if name is not None and (name == scaler or scaler.startswith(name + ".")):

@@ -9,6 +9,7 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis import typestate
 from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
 from amp_lint.analysis.flow_queries import any_path, first_of, last_of, site_path
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -160,6 +161,24 @@ for i, x in enumerate(loader):
         scaler.update()
 """,
         ),
+        # `unscale_(); update(); step()` (issue 26, principle 1): step() finds the optimizer READY again,
+        # unscales the already unscaled gradients, and the next iteration's unscale_() meets STEPPED.
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    scaler.update()
+    scaler.step(optimizer)
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
         # Never stepped anywhere: reported, not fixed.
         Invalid(
             """
@@ -189,6 +208,7 @@ for x in loader:
                     # assumption, not a proof; the same `if scaler is not None` around both: no path.
                     uncovered = flow.from_start(update, checks)
                     if uncovered is None:
+                        yield from self._between_unscale_and_step(model, flow, update, scaler)
                         continue
                     last = last_of(flow, earlier)
                     if last.branches:
@@ -227,6 +247,30 @@ for x in loader:
                         f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
                         context=step.scope.name,
                     )
+
+
+    def _between_unscale_and_step(self, model: FileModel, flow: StepFlow, update: Event, scaler: str) -> Iterator[Finding]:
+        """`unscale_(); update(); step()`: the protocol's "unscaled-twice" at a step, caused by this update
+        (the step finds the optimizer READY again and divides the unscaled gradients a second time; the
+        next iteration's `unscale_()` then meets a STEPPED optimizer)."""
+        states = typestate.run(flow)
+        hit = [e for e in flow.step.of(EventKind.SCALER_STEP) if any(v.cause is update for v in states.at(e, "unscaled-twice"))]
+        if not hit:
+            return
+        proof = flow.path(update, hit[0])
+        if proof is None:
+            return
+        last = last_of(flow, [e for e in flow.step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(update, e) is not None])
+        yield self.finding(
+            update.call,
+            f"`{code_of(update.call)}` runs between `{scaler}.unscale_(...)` and `{code_of(hit[0].call)}`: the step "
+            "finds the optimizer reset and divides the gradients by the scale again, and the next "
+            "`unscale_()` raises 'unscale_() is being called after step()'; update() must come after every step()",
+            fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
+            context=flow.step.scope.name,
+            related=self.through_helpers(update),
+            assumption=assumption_text(proof),
+        )
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:

@@ -10,8 +10,10 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import accumulation, short
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of, protocol_states
+from amp_lint.analysis.accumulation import accumulation
+from amp_lint.rules._helpers import short
+from amp_lint.analysis import typestate
+from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -192,6 +194,21 @@ def train_step(self, loss):
     self.scaler.update()
 """,
         ),
+        # A per-call step function (issue 26, principle 2) that returns after unscale_ on a skip branch.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        if not torch.isfinite(norm):
+            return
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -214,7 +231,8 @@ def train_step(self, loss):
                         reported.add(id(unscale.call))
                         yield self.finding(
                             unscale.call,
-                            f"`{short(unscale.call)}` can run again in the next iteration with no "
+                            f"`{short(unscale.call)}` can run again in the next "
+                            f"{'iteration' if step.loop is not None else 'call'} with no "
                             f"`{scaler}.update()` since it ran (a path skips the update): RuntimeError "
                             "'unscale_() has already been called'",
                             context=step.scope.name,
@@ -244,17 +262,17 @@ def train_step(self, loss):
 
 
 def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
-    """From the protocol's typestate: the unscale_/step that left this optimizer unscaled or stepped on
-    some path to `unscale` with no update() since (and, for a step, the unscale_ before it)."""
+    """The protocol's violations at `unscale` ("unscale-twice", "unscale-after-step"): the unscale_/step
+    that left this optimizer UNSCALED or STEPPED on some path with no update() since (and, for a step,
+    the unscale_ before it). None when the engine does not see the call."""
     if unscale.target is None:
         return None
     flow = flow_of(model, step)
-    states = protocol_states(flow).get(id(unscale))
-    if states is None:
+    states = typestate.run(flow)
+    if id(unscale) not in states.before:
         return None
-    prior = [state.stage(scaler, unscale.target) for state in states]
-    # The typestate runs forward over one iteration: every event in a state before `unscale` ran before it.
-    previous = [e for e in {id(p[1]): p[1] for p in prior if p is not None}.values() if _same_optimizer(step, e, unscale)]
+    causes = {id(v.cause): v.cause for v in states.at(unscale, "unscale-twice", "unscale-after-step") if v.cause is not None}
+    previous = [e for e in causes.values() if _same_optimizer(step, e, unscale)]
     if not previous:
         return []
     last = last_of(flow, previous)
@@ -283,10 +301,33 @@ def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale
     updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     if not updates or unscale.in_helper or accumulation(model, step) is not None:
         return None  # an unscale_ on every micro-batch of an accumulation loop is AMP041's
-    if step.loop is None or unscale.loop is not step.loop:
+    if step.loop is None:
+        return _next_call_without_update(model, step, unscale, scaler, updates)
+    if unscale.loop is not step.loop:
         return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
     flow = flow_of(model, step)
     return flow.next_iteration(unscale, unscale, updates)
+
+
+def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str, updates):
+    """A per-call step function (issue 26, principle 2: one call is one iteration) that updates the scaler
+    itself on one path and returns on another after `unscale_` with neither step nor update: the
+    protocol's end state leaves the optimizer UNSCALED, and the next call's `unscale_` raises. Only when
+    the function owns the update (its caller then does not update between calls) and the unscale_ is not
+    in a loop of the function."""
+    if not step.scope.is_function or unscale.loops or any(u.in_helper for u in updates):
+        return None
+    ends = typestate.run(flow_of(model, step)).end
+    left = [s.stage(scaler, unscale.target) for s in ends if unscale.target is not None]
+    if not any(stage is not None and stage[0] == typestate.UNSCALED and stage[1] is unscale for stage in left):
+        return None
+    flow = flow_of(model, step)
+    steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+    if not any(flow.path(unscale, u) is not None for u in updates):
+        return None  # the function never updates after this unscale_: its caller completes it
+    # Open world: a call the analysis could not follow may step or update (a callback, a hook).
+    unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]
+    return flow.to_end(unscale, list(updates) + list(steps) + unknown)
 
 
 def _optimizer(event: Event) -> str:

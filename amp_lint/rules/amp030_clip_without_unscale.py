@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
@@ -8,7 +9,10 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.rules._helpers import first_on_path, short
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.accumulation import accumulation, first_on_path
+from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -215,6 +219,8 @@ def train_step(self, batch):
                 if reached is None:
                     continue
                 backward, scaler, proof = reached
+                if _threshold_carries_scale(clip):
+                    continue  # `max_norm * scaler.get_scale()`: the scaled gradients against a scaled threshold
                 if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
                     continue  # one finding per loop over the parameters
                 steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
@@ -224,13 +230,13 @@ def train_step(self, batch):
                 # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
                 # fix of an earlier flagged clip that precedes it.
                 fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
-                if fix is None:
-                    fix = None if clip.in_helper else _unscale_fix(model, step, clip, scaler, steps)
+                if fix is None and not clip.in_helper and not _every_micro_batch(model, step, clip):
+                    fix = _unscale_fix(model, step, clip, scaler, steps, backward)
                 flagged.append((clip, fix))
                 yield self.finding(
                     clip.call,
                     f"`{short(clip.call)}` {what} gradients still scaled by `{scaler}`; "
-                    f"call `{scaler}.unscale_({steps[0].target or 'optimizer'})` first",
+                    f"call {_unscale_calls(model, step, clip, scaler, steps)} first",
                     # A read that remains after the scale-free ones (isnan, isinf, isfinite, `/=`) are set
                     # aside depends on the scale: a norm or statistic of scaled gradients is wrong by the factor.
                     fix=fix,
@@ -301,7 +307,74 @@ def _bound_by_a_later_loop(flow, clip: Event, event: Event) -> bool:
     return any(header not in around_clip for _, header in _loops_holding(flow, flow.node(event)))
 
 
-def _unscale_fix(model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event]) -> Optional[Fix]:
+def _threshold_carries_scale(clip: Event) -> bool:
+    """`clip_grad_norm_(params, max_norm * scaler.get_scale())` (issue 26, principle 4): the threshold is
+    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first."""
+    if not isinstance(clip.call, cst.Call):
+        return False  # a `p.grad` read
+    return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
+
+
+def _every_micro_batch(model: FileModel, step: TrainingStep, clip: Event) -> bool:
+    """Does the clip run on micro-batches that only accumulate (the step waits for a boundary)? An
+    `unscale_` inserted before it would run there too and raise on the second micro-batch (issue 27,
+    item 2): AMP041 moves the clip into the boundary, and this fix is not offered."""
+    acc = accumulation(model, step)
+    return acc is not None and acc.every_micro_batch(clip) is not None
+
+
+def _clipped_optimizers(model: FileModel, clip: Event, optimizers: List[str]) -> List[str]:
+    """The optimizers whose parameters the clip reads: those built from the parameters of the module the
+    clip names (`encoder_opt = Adam(encoder.parameters())`, `clip_grad_norm_(encoder.parameters())`)."""
+    if clip.kind is not EventKind.CLIP or not clip.call.args:
+        return []
+    head = dotted_name(_module_of(clip.call.args[0].value))
+    if head is None:
+        return []
+    found = []
+    for site in model.assignment_sites:
+        if site.target in optimizers and site.target not in found:
+            if re.search(rf"(?<![\w.]){re.escape(head)}\.(parameters|named_parameters)\(", code_of(site.value)):
+                found.append(site.target)
+    return found
+
+
+def _module_of(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`decoder` of `decoder.parameters()`."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("parameters", "named_parameters"):
+        return expr.func.value
+    return expr
+
+
+def _unscale_calls(model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event]) -> str:
+    """What to call first, naming the optimizer whose parameters are clipped (issue 27, item 8)."""
+    optimizers = [e.target for e in steps if e.target is not None]
+    optimizers = list(dict.fromkeys(optimizers))
+    chosen = _clipped_optimizers(model, clip, optimizers) if len(optimizers) > 1 else []
+    named = chosen or optimizers[:1] or ["optimizer"]
+    if len(optimizers) > 1 and not chosen:
+        named = optimizers  # not known which: every optimizer stepped after it
+    return " and ".join(f"`{scaler}.unscale_({o})`" for o in named)
+
+
+def _guard_of(backward: Event, clip: Event) -> Optional[str]:
+    """The test the scaled backward runs under and the clip does not (`if self.fp16:`): an `unscale_`
+    inserted before the clip must carry it (issue 27, item 1), or a scaler that is None when the guard is
+    false is called. "" when there is none."""
+    mine = {b.condition for b in clip.branches}
+    tests = []
+    for branch in backward.branches:
+        if branch.condition in mine:
+            continue
+        tests.append((code_of(branch.node.test), branch.taken))
+    if len(tests) == 1 and tests[0][1]:
+        return tests[0][0]
+    return " and ".join(f"({test})" if taken else f"not ({test})" for test, taken in tests)
+
+
+def _unscale_fix(
+    model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Event
+) -> Optional[Fix]:
     flow = flow_of(model, step)
     optimizers: List[str] = []
     for event in steps:
@@ -312,6 +385,16 @@ def _unscale_fix(model: FileModel, step: TrainingStep, clip: Event, scaler: str,
     anchor = step.anchor_statement(clip)  # before the `for p in model.parameters():` loop, not inside it
     if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
         return None
+    if backward.in_helper:
+        return None  # the backward's guard is inside a helper: not known here
+    guard = _guard_of(backward, clip)
+    if guard and len(guard) > 80:
+        return None
     builder = FixBuilder(model.module)
-    builder.insert_before(anchor, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
+    if guard:
+        indent = model.module.default_indent
+        body = "".join(f"{indent}{scaler}.unscale_({o})\n" for o in optimizers)
+        builder.insert_before(anchor, builder.statement(f"if {guard}:\n{body}"))
+    else:
+        builder.insert_before(anchor, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
     return builder.build(f"Insert `{scaler}.unscale_(...)` before clipping", Applicability.SAFE)

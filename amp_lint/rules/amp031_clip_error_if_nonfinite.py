@@ -8,6 +8,8 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.cfg import EXCEPTION
+from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
@@ -188,6 +190,8 @@ def train_step(self, loss):
                     continue
                 # A scaler step in the clip's own pass through the iteration (before or after it).
                 flow = flow_of(model, step)
+                if not clip.in_helper and _caught(flow, clip):
+                    continue  # exceptions are paths (issue 26, principle 4): the raise is the skip branch
                 scaler_steps, proof = [], None
                 for e in step.of(EventKind.SCALER_STEP):
                     if not model.scaler_enabled(e.receiver, step.scope):
@@ -206,6 +210,30 @@ def train_step(self, loss):
                     context=step.scope.name,
                     assumption=assumption_text(proof),
                 )
+
+
+_CAUGHT = frozenset({"RuntimeError", "Exception", "BaseException"})
+
+
+def _caught(flow, clip: Event) -> bool:
+    """Is the clip in a `try` whose handler catches the RuntimeError it raises? Then the raise is how the
+    code skips a non-finite step (the step in the `try` body, `update()` after both), which is correct."""
+    graph = flow.flow.graph
+    node = flow.node(clip)
+    if node is None:
+        return False
+    for target, atom in graph.succ[node]:
+        if atom is not EXCEPTION:
+            continue
+        handler = graph.statements[target]
+        if not isinstance(handler, cst.ExceptHandler):
+            continue
+        if handler.type is None:
+            return True
+        caught = [handler.type] if not isinstance(handler.type, cst.Tuple) else [e.value for e in handler.type.elements]
+        if any((dotted_name(t) or "").split(".")[-1] in _CAUGHT for t in caught):
+            return True
+    return False
 
 
 def _remove_fix(model: FileModel, clip: Event, arg: cst.Arg) -> Optional[Fix]:

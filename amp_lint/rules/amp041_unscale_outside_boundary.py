@@ -6,7 +6,8 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.scaler_flow import assumption_text
-from amp_lint.rules._helpers import accumulation, move_into_boundary_fix, short
+from amp_lint.analysis.accumulation import accumulation
+from amp_lint.rules._helpers import move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 

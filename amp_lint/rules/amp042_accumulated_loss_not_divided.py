@@ -10,7 +10,8 @@ from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.flow_queries import path_with
-from amp_lint.rules._helpers import accumulation, short
+from amp_lint.analysis.accumulation import accumulation
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _NORMALISED = re.compile(r"accum|accumulat|grad_acc|reduction", re.IGNORECASE)

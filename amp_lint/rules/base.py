@@ -33,6 +33,8 @@ class Finding:
     # What the finding rests on, when it is not proved ("assumes `if use_amp` can be false"): such a
     # finding has medium confidence, is reported only with `--show-assumed`, and its fix is not safe.
     assumption: Optional[str] = None
+    # A finding less severe than its rule's default (AMP013's per-epoch scaler is a warning).
+    severity: Optional[Severity] = None
 
     def __post_init__(self) -> None:
         if self.assumption:

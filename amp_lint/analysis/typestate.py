@@ -1,0 +1,286 @@
+"""The engine that runs the GradScaler protocol table (`protocol`) over the paths of one iteration.
+
+Each event of a training step is an operation of the table (`operation_of`); `run(flow)` is a forward
+dataflow over the iteration's flow graph (no back edge, exception handlers left out), once per assignment
+of the correlated conditions, so that states of contradicting branches never meet. Its answer
+(`Typestate`) holds, for every event, the protocol states that can hold just before it, the violations
+the table names at it (with the event that caused each: the `unscale_` before a second `unscale_`, the
+`update()` before a step that divides the gradients again), and the states that reach the end of the
+iteration (the loop's latch, or a step function's return): what the next iteration starts from.
+
+The order rules are predicates over this: "a violation of mine at this event", "a state at the end of
+the iteration that the next iteration's first call refuses".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
+
+from amp_lint.analysis import protocol as P
+from amp_lint.analysis.events import EventKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.analysis.events import Event
+    from amp_lint.analysis.scaler_flow import StepFlow
+
+# Kept for the readers of the old typestate (`scaler_flow.UNSCALED`, `scaler_flow.STEPPED`).
+UNSCALED = P.UNSCALED
+STEPPED = P.STEPPED
+
+_MAX_STATES = 64  # per node; beyond, further states are dropped (no finding rests on them)
+
+EVERY = P.ANY  # the gradients of every optimizer of a scaler that has no entry of its own
+
+
+@dataclass(frozen=True)
+class ProtocolState:
+    """The protocol at one point of one path through the iteration.
+
+    `stages`: (scaler, optimizer, stage, event that set it) for each optimizer not READY. `grads`:
+    (scaler, optimizer or EVERY, gradient state, accumulating). `checks`: scalers with inf checks
+    recorded since their last update. `updated`: (scaler, update event) for the updates of this iteration.
+    """
+
+    stages: frozenset = frozenset()
+    grads: frozenset = frozenset()
+    checks: frozenset = frozenset()
+    updated: frozenset = frozenset()
+
+    def stage(self, scaler: str, optimizer: str) -> Optional[Tuple[str, object]]:
+        """(stage, the event that set it), or None when the optimizer is READY."""
+        for s, o, stage, event in self.stages:
+            if s == scaler and o == optimizer:
+                return stage, event
+        return None
+
+    def grads_of(self, scaler: str, optimizer: str) -> Tuple[str, bool]:
+        """(gradient state, accumulating) of an optimizer's gradients for this scaler."""
+        every = (P.FRESH, False)
+        for s, o, state, acc in self.grads:
+            if s == scaler and o == optimizer:
+                return state, acc
+            if s == scaler and o == EVERY:
+                every = (state, acc)
+        return every
+
+    def grad_states(self, scaler: str) -> FrozenSet[str]:
+        return frozenset(state for s, _, state, _ in self.grads if s == scaler) or frozenset({P.FRESH})
+
+    @property
+    def scaled(self) -> FrozenSet[str]:
+        """Scalers with gradients of some optimizer still scaled (a scaled backward waiting for its step)."""
+        return frozenset(s for s, _, state, _ in self.grads if state in (P.SCALED, P.MIXED))
+
+    def updates(self, scaler: str) -> List[object]:
+        return [event for s, event in self.updated if s == scaler]
+
+    def _stage_value(self, scaler: str, optimizer: str) -> str:
+        found = self.stage(scaler, optimizer)
+        return found[0] if found is not None else P.READY
+
+
+def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[str]]]:
+    """(operation, scaler, optimizer) of an event; None for an event the protocol does not see."""
+    kind = event.kind
+    if kind is EventKind.BACKWARD and event.scaled_by is not None:
+        return P.SCALED_BACKWARD, event.scaled_by, None
+    if kind is EventKind.SCALER_UNSCALE and event.target is not None:
+        return P.UNSCALE, event.receiver, event.target
+    if kind is EventKind.SCALER_STEP and event.target is not None:
+        return P.STEP, event.receiver, event.target
+    if kind is EventKind.SCALER_UPDATE:
+        return (P.UPDATE_NEW_SCALE if event.call.args else P.UPDATE), event.receiver, None
+    if kind is EventKind.ZERO_GRAD:
+        return P.ZERO_GRAD, None, event.receiver
+    if kind in (EventKind.CLIP, EventKind.GRAD_READ):
+        return P.READ_GRADS, None, None
+    if kind is EventKind.OPTIMIZER_STEP:
+        return P.OPTIMIZER_STEP, None, event.receiver
+    return None
+
+
+@dataclass(frozen=True)
+class Violation:
+    name: str  # a key of protocol.VIOLATIONS
+    event: object  # where it happens
+    cause: Optional[object]  # the earlier event that set the state it breaks on (None: the start)
+    scaler: Optional[str]
+    optimizer: Optional[str]
+
+    @property
+    def rule(self) -> str:
+        return P.rule_of(self.name)
+
+
+def after(state: ProtocolState, event: "Event", violations: Optional[List[Violation]] = None) -> ProtocolState:
+    """The state after `event`, by the table; the violations it names are appended to `violations`."""
+    op = operation_of(event)
+    if op is None:
+        return state
+    operation, scaler, optimizer = op
+
+    def report(name: Optional[str], cause, s, o) -> None:
+        if name is not None and violations is not None:
+            violations.append(Violation(name, event, cause, s, o))
+
+    if operation == P.SCALED_BACKWARD:
+        return dataclasses.replace(state, grads=_backward(state, scaler))
+    if operation in (P.UNSCALE, P.STEP):
+        stage_before = state.stage(scaler, optimizer)
+        stage, stage_event = stage_before if stage_before is not None else (P.READY, None)
+        new_stage, violation = P.stage_after(operation, stage)
+        report(violation, stage_event, scaler, optimizer)
+        grads, acc = state.grads_of(scaler, optimizer)
+        new_grads, grad_violation = P.grads_after(operation, stage, grads)
+        if grad_violation is not None:
+            report(grad_violation, _last_update(state, scaler), scaler, optimizer)
+        stages = frozenset(t for t in state.stages if not (t[0] == scaler and t[1] == optimizer))
+        stages |= {(scaler, optimizer, new_stage, event)} if new_stage != P.READY else frozenset()
+        checks, _ = P.inf_checks_after(operation, scaler in state.checks, False)
+        return dataclasses.replace(
+            state,
+            stages=stages,
+            grads=_set_grads(state.grads, scaler, optimizer, new_grads, acc),
+            checks=state.checks | {scaler} if checks else state.checks - {scaler},
+        )
+    if operation in P.RESETS_SCALER:
+        updated_before = bool(state.updates(scaler))
+        recorded, violation = P.inf_checks_after(operation, scaler in state.checks, updated_before)
+        report(violation, _last_update(state, scaler), scaler, None)
+        return dataclasses.replace(
+            state,
+            stages=frozenset(t for t in state.stages if t[0] != scaler),
+            checks=state.checks | {scaler} if recorded else state.checks - {scaler},
+            updated=state.updated | {(scaler, event)},
+        )
+    # Operations on gradients, for every scaler whose gradients the state follows.
+    grads = state.grads
+    for s in {t[0] for t in state.grads}:
+        if operation == P.READ_GRADS:
+            entries = [t for t in state.grads if t[0] == s]
+            if entries and all(t[2] == P.SCALED for t in entries):
+                report("read-scaled", None, s, None)
+            continue
+        if optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads):
+            targets = [optimizer]
+        elif operation == P.OPTIMIZER_STEP:
+            targets = [optimizer]
+        else:
+            targets = [EVERY] + [t[1] for t in state.grads if t[0] == s and t[1] != EVERY]
+        for o in targets:
+            before, acc = state.grads_of(s, o) if o != EVERY else _every(state, s)
+            new, violation = P.grads_after(operation, state._stage_value(s, o), before)
+            report(violation, None, s, o)
+            grads = _set_grads(grads, s, o, new, acc and new == before)
+    return dataclasses.replace(state, grads=grads)
+
+
+def _every(state: ProtocolState, scaler: str) -> Tuple[str, bool]:
+    for s, o, st, acc in state.grads:
+        if s == scaler and o == EVERY:
+            return st, acc
+    return P.FRESH, False
+
+
+def _backward(state: ProtocolState, scaler: str) -> frozenset:
+    """A scaled backward adds scaled gradients to every optimizer's gradients of that scaler."""
+    kept = frozenset(t for t in state.grads if t[0] != scaler)
+    entries = [t for t in state.grads if t[0] == scaler] or [(scaler, EVERY, P.FRESH, False)]
+    if not any(t[1] == EVERY for t in entries):
+        entries.append((scaler, EVERY, P.FRESH, False))
+    new = set()
+    for _, o, before, _acc in entries:
+        after_state, _ = P.grads_after(P.SCALED_BACKWARD, P.ANY, before)
+        new.add((scaler, o, after_state, before in P.ACCUMULATES))
+    return kept | frozenset(new)
+
+
+def _set_grads(grads: frozenset, scaler: str, optimizer: str, state: str, acc: bool) -> frozenset:
+    kept = frozenset(t for t in grads if not (t[0] == scaler and t[1] == optimizer))
+    if optimizer != EVERY and not any(t[0] == scaler for t in kept):
+        kept |= {(scaler, EVERY, P.FRESH, False)}
+    return kept | {(scaler, optimizer, state, acc)}
+
+
+def _last_update(state: ProtocolState, scaler: str):
+    updates = state.updates(scaler)
+    return max(updates, key=lambda e: e.index) if updates else None
+
+
+@dataclass
+class Typestate:
+    """What the engine found on one iteration's paths."""
+
+    before: Dict[int, FrozenSet[ProtocolState]]  # id(event) -> states just before it
+    violations: Dict[int, Tuple[Violation, ...]]  # id(event) -> the violations at it
+    end: FrozenSet[ProtocolState]  # the states that reach the end of the iteration
+
+    def at(self, event, *names: str) -> List[Violation]:
+        found = self.violations.get(id(event), ())
+        return [v for v in found if not names or v.name in names]
+
+
+def run(flow: "StepFlow") -> Typestate:
+    """The protocol along every path of one iteration (computed once per flow)."""
+    cached = flow.memo.get("typestate")
+    if cached is not None:
+        return cached  # type: ignore[return-value]
+    paths = flow.flow.paths
+    at_node: Dict[int, List] = {}
+    for event in flow.step.events:
+        node = flow.node(event)
+        if node is not None:
+            at_node.setdefault(node, []).append(event)
+    for events in at_node.values():
+        events.sort(key=lambda e: e.index)
+    before: Dict[int, set] = {}
+    found: Dict[int, Dict[Violation, None]] = {}
+    end_states: set = set()
+    start, end = flow.start, flow.end
+    for varying, unknowns in paths._assignments(0, start):
+        for unknown in unknowns:  # type: ignore[attr-defined]
+            values = dict(varying + unknown)
+            incoming: Dict[int, set] = {start: {ProtocolState()}}
+            for node in range(start, -1, -1):
+                states = incoming.pop(node, None)
+                if not states:
+                    continue
+                if node == end:
+                    end_states |= states
+                events = at_node.get(node, ())
+                for position, event in enumerate(events):
+                    # Events of one node (a helper's, or one line's) run in order, unless their own
+                    # branches (inside the helper) contradict.
+                    here = states
+                    for earlier in events[:position]:
+                        if earlier.compatible(event):
+                            here = {after(s, earlier) for s in here}
+                    before.setdefault(id(event), set()).update(here)
+                    reported: List[Violation] = []
+                    for state in here:
+                        after(state, event, reported)
+                    bucket = found.setdefault(id(event), {})
+                    for violation in reported:
+                        bucket[violation] = None
+                for event in events:
+                    states = {after(s, event) for s in states}
+                if node == end and flow.closed:
+                    continue  # the latch: what follows the loop is not this iteration
+                for target in paths._successors(node, values, False):
+                    bucket_states = incoming.setdefault(target, set())
+                    if len(bucket_states) < _MAX_STATES:
+                        bucket_states |= states
+    result = Typestate(
+        before={key: frozenset(value) for key, value in before.items()},
+        violations={key: tuple(value) for key, value in found.items() if value},
+        end=frozenset(end_states),
+    )
+    flow.memo["typestate"] = result
+    return result
+
+
+def protocol_states(flow: "StepFlow") -> Dict[int, FrozenSet[ProtocolState]]:
+    """For each event of the step (by id): the protocol states that can hold just before it."""
+    return run(flow).before
