@@ -312,6 +312,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
     "show-assumed": ("show_assumed", _boolean),
+    "preview": ("preview", _boolean),
     "fixable": ("fixable", _codes),
     "unfixable": ("unfixable", _codes),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),

@@ -12,6 +12,7 @@ class RuleEntry(NamedTuple):
     default_enabled: bool
     needs: Tuple[str, ...]
     ast_needs: Tuple[str, ...]
+    preview: bool = False  # runs only in preview mode
 
 
 RULES: Tuple[RuleEntry, ...] = (
@@ -33,6 +34,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP031', 'amp031_clip_error_if_nonfinite', 'ClipErrorIfNonfinite', True, ('clip_grad_norm', '[Ss]caler'), ()),
     RuleEntry('AMP032', 'amp032_gradient_penalty_scaling', 'GradientPenaltyScaling', True, ('[Ss]caler', '\\bcreate_graph\\b', '\\bgrad\\b'), ()),
     RuleEntry('AMP033', 'amp033_scaled_loss_logged', 'ScaledLossLogged', True, ('[Ss]caler', '\\bscale\\b'), ()),
+    RuleEntry('AMP034', 'amp034_loss_scaled_twice', 'LossScaledTwice', True, ('\\bscale\\b', '[Ss]caler'), (), preview=True),
     RuleEntry('AMP040', 'amp040_step_every_microbatch', 'StepEveryMicrobatch', True, ('[Ss]caler', '\\bstep\\b|\\bupdate\\b'), ()),
     RuleEntry('AMP041', 'amp041_unscale_outside_boundary', 'UnscaleOutsideBoundary', True, ('[Ss]caler', 'unscale_|clip_grad'), ()),
     RuleEntry('AMP042', 'amp042_accumulated_loss_not_divided', 'AccumulatedLossNotDivided', False, ('[Ss]caler', '\\bbackward\\b'), ()),

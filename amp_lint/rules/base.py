@@ -60,6 +60,10 @@ class Rule:
     summary: ClassVar[str]
     severity: ClassVar[Severity] = Severity.WARNING
     default_enabled: ClassVar[bool] = True
+    # Preview (Ruff's term): a new rule, not yet proved on real code, runs only with `--preview` /
+    # `preview = true`, whatever selects it; `preview_fix`: the rule is stable, its fix runs only in preview.
+    preview: ClassVar[bool] = False
+    preview_fix: ClassVar[bool] = False
     # The fix's safety, or None when the rule offers no fix.
     fix_applicability: ClassVar[Optional[Applicability]] = None
     # A display-only fix (Ruff's term): the message names the change, `--fix` never applies it.
