@@ -1,0 +1,167 @@
+"""Catalog v3 (issue 30, with issue 28 items 15 and 18, issue 26 principle 4, issue 29 items 20 and 22):
+behaviour beyond the rules' own examples, run through the real command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def amp_lint(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "amp_lint", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def findings(result: subprocess.CompletedProcess):
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)
+
+
+DOUBLE_SCALE = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    loss = loss_fn(model(x), y)
+    scaler.scale(scaler.scale(loss)).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+# --- preview mode (issue 28, item 15) ---------------------------------------------------------------
+
+
+def test_a_preview_rule_runs_only_in_preview_mode(tmp_path):
+    write(tmp_path, "train.py", DOUBLE_SCALE)
+    for selection in ((), ("--select", "ALL"), ("--select", "AMP034"), ("--extend-select", "AMP03"), ("--preview", "--no-preview")):
+        result = amp_lint("--no-cache", "--isolated", "--output-format", "json", *selection, "train.py", cwd=tmp_path)
+        assert [f["code"] for f in findings(result)] == [], selection
+    result = amp_lint("--no-cache", "--isolated", "--output-format", "json", "--preview", "train.py", cwd=tmp_path)
+    assert [f["code"] for f in findings(result)] == ["AMP034"]
+    assert result.returncode == 1
+
+
+def test_preview_from_the_configuration_and_its_fix(tmp_path):
+    (tmp_path / "amp-lint.toml").write_text("preview = true\n")
+    path = write(tmp_path, "train.py", DOUBLE_SCALE)
+    result = amp_lint("--no-cache", "--output-format", "json", "train.py", cwd=tmp_path)
+    assert [f["code"] for f in findings(result)] == ["AMP034"]
+    assert "preview = true" in amp_lint("--show-settings", cwd=tmp_path).stdout
+    amp_lint("--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert "scaler.scale(loss).backward()" in path.read_text()
+    # `--no-preview` beats the configuration.
+    path.write_text(textwrap.dedent(DOUBLE_SCALE))
+    result = amp_lint("--no-cache", "--output-format", "json", "--no-preview", "train.py", cwd=tmp_path)
+    assert findings(result) == []
+    (tmp_path / "amp-lint.toml").write_text('preview = "yes"\n')
+    bad = amp_lint("train.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "preview" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_rule_page_says_a_rule_is_in_preview(tmp_path):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "rules" / "AMP034.md").read_text()
+    assert "preview" in page.lower()
+    result = amp_lint("rule", "AMP034", cwd=tmp_path)
+    assert result.returncode == 0 and "## Preview" in result.stdout
+
+
+# --- assumed findings of a rule selected by name (issue 30, item 6) ---------------------------------
+
+ASSUMED_ONLY = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+
+
+def test_a_rule_selected_by_code_or_all_shows_its_assumed_findings(tmp_path):
+    write(tmp_path, "train.py", ASSUMED_ONLY)
+    for selection in (("--select", "AMP080"), ("--select", "ALL"), ("--extend-select", "AMP080")):
+        result = amp_lint("--no-cache", "--isolated", "--output-format", "json", *selection, "train.py", cwd=tmp_path)
+        assert [f["code"] for f in findings(result)] == ["AMP080"], selection
+    # A prefix is not a name: only proved findings, unless --show-assumed.
+    result = amp_lint("--no-cache", "--isolated", "--output-format", "json", "--select", "AMP08", "train.py", cwd=tmp_path)
+    assert findings(result) == []
+    result = amp_lint(
+        "--no-cache", "--isolated", "--output-format", "json", "--select", "AMP08", "--show-assumed", "train.py", cwd=tmp_path
+    )
+    assert [f["code"] for f in findings(result)] == ["AMP080"]
+    # Ignored after ALL: off.
+    result = amp_lint(
+        "--no-cache", "--isolated", "--output-format", "json", "--select", "ALL", "--ignore", "AMP080", "train.py", cwd=tmp_path
+    )
+    assert findings(result) == []
+
+
+def test_assumed_findings_stay_hidden_among_the_defaults(tmp_path):
+    # AMP092's finding without a readable DeepSpeed config rests on an assumption: hidden by default,
+    # shown when AMP092 is selected by name.
+    write(
+        tmp_path,
+        "train.py",
+        """
+        import deepspeed, torch
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, config=cfg)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = engine(batch)
+        """,
+    )
+    result = amp_lint("--no-cache", "--isolated", "--output-format", "json", "train.py", cwd=tmp_path)
+    assert findings(result) == []
+    result = amp_lint("--no-cache", "--isolated", "--output-format", "json", "--select", "AMP092", "train.py", cwd=tmp_path)
+    assert [f["code"] for f in findings(result)] == ["AMP092"]
+
+
+# --- issue 29, items 20 and 22 ------------------------------------------------------------------------
+
+
+def test_partial_of_torch_autocast_called_with_the_device_is_no_internal_error(tmp_path):
+    write(
+        tmp_path,
+        "train.py",
+        """
+        import torch
+        from functools import partial
+        ac = partial(torch.autocast, dtype=torch.float16)
+        def step(model, x):
+            with ac("cuda"):
+                loss = model(x).sum()
+                loss.backward()
+        """,
+    )
+    result = amp_lint("--no-cache", "--isolated", "--select", "ALL", "--output-format", "json", "train.py", cwd=tmp_path)
+    assert "internal error" not in result.stdout + result.stderr
+    # The merged call is read as functools.partial does: device "cuda", dtype float16.
+    assert "AMP001" in [f["code"] for f in findings(result)]
+
+
+def test_amp001_under_a_decorated_function_is_not_shown_fixable(tmp_path):
+    path = write(
+        tmp_path,
+        "train.py",
+        """
+        import torch
+        @torch.autocast("cuda")
+        def step(model, x, optimizer):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x).sum()
+                loss.backward()
+            optimizer.step()
+        """,
+    )
+    result = amp_lint("--no-cache", "--isolated", "--select", "AMP001", "--output-format", "json", "train.py", cwd=tmp_path)
+    assert [(f["code"], f["fix"]) for f in findings(result)] == [("AMP001", None)]
+    before = path.read_text()
+    fixed = amp_lint("--no-cache", "--isolated", "--select", "AMP001", "--fix", "train.py", cwd=tmp_path)
+    assert "not fixed" not in fixed.stdout + fixed.stderr
+    assert path.read_text() == before
