@@ -432,6 +432,7 @@ class _RunSpec:
                     ("show_assumed", settings.show_assumed),
                     ("target_torch", settings.target_torch),
                     ("preview", settings.preview),
+                    ("target_packages", settings.target_packages),
                     ("assumed_shown_for", settings.assumed_shown_for(all_codes)),
                 ),
             )

@@ -165,3 +165,31 @@ def test_amp001_under_a_decorated_function_is_not_shown_fixable(tmp_path):
     fixed = amp_lint("--no-cache", "--isolated", "--select", "AMP001", "--fix", "train.py", cwd=tmp_path)
     assert "not fixed" not in fixed.stdout + fixed.stderr
     assert path.read_text() == before
+
+
+# --- Transformer Engine and Accelerate renames, from the project's own requirements (issue 30, item 2) ---
+
+TE_SOURCE = """
+import transformer_engine.pytorch as te
+from accelerate.utils import FP8RecipeKwargs
+with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+    out = model(x)
+kwargs = FP8RecipeKwargs(backend="te")
+"""
+
+
+def test_framework_renames_follow_the_projects_requirement_of_each_package(tmp_path):
+    write(tmp_path, "train.py", TE_SOURCE)
+
+    def reported(dependencies):
+        (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "p"\ndependencies = {json.dumps(dependencies)}\n')
+        result = amp_lint("--no-cache", "--preview", "--select", "AMP095", "--output-format", "json", "train.py", cwd=tmp_path)
+        return sorted(f["message"].split("`")[3] for f in findings(result))
+
+    assert reported([]) == ["FP8RecipeKwargs", "fp8_autocast"]
+    assert reported(["transformer-engine[pytorch]>=2.9", "accelerate>=1.4"]) == ["FP8RecipeKwargs", "fp8_autocast"]
+    # Releases without the new names: nothing to suggest for that package.
+    assert reported(["transformer_engine>=2.8"]) == ["FP8RecipeKwargs"]
+    assert reported(["Transformer.Engine~=2.1", "accelerate>=1.3,<2"]) == []
+    shown = amp_lint("--show-settings", cwd=tmp_path)
+    assert "accelerate>=1.3" in shown.stdout

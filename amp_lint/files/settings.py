@@ -71,6 +71,9 @@ class Settings:
     # The oldest torch the code must run on ("2.1"): fixes and deprecation rules only suggest APIs it has.
     # None: the project states no floor, so every torch.amp API counts as available.
     target_torch: Optional[str] = None
+    # The same for the other packages whose deprecations the rules know: ((package, "2.9"), ...), from the
+    # project's own requirements (`transformer-engine>=2.9`, `accelerate>=1.4`).
+    target_packages: Tuple[Tuple[str, str], ...] = ()
     # Where the settings came from (a config file path), for --show-settings and error messages.
     source: Optional[str] = None
     # The folder that relative globs (exclude, per-file-ignores) are resolved against.
@@ -92,6 +95,7 @@ class Settings:
                 self.amp_device,
                 self.show_assumed,
                 self.target_torch,
+                self.target_packages,
                 self.preview,
             )
         )

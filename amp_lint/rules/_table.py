@@ -67,6 +67,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP092', 'amp092_deepspeed_manual_amp', 'DeepSpeedManualAmp', True, ('autocast|[Ss]caler', '\\bdeepspeed\\b', '\\binitialize\\b'), ()),
     RuleEntry('AMP093', 'amp093_accelerate_manual_amp', 'AccelerateManualAmp', True, ('autocast|[Ss]caler', '\\bAccelerator\\b', '\\bmixed_precision\\b'), ()),
     RuleEntry('AMP094', 'amp094_fsdp2_fp16_without_scaler', 'Fsdp2Fp16WithoutScaler', True, ('\\bbackward\\b', '\\bfully_shard\\b', '\\bMixedPrecisionPolicy\\b'), ()),
+    RuleEntry('AMP095', 'amp095_deprecated_framework_amp', 'DeprecatedFrameworkAmp', True, ('\\bfp8_autocast\\b|\\bfp8_model_init\\b|\\bFP8RecipeKwargs\\b',), (), preview=True),
     RuleEntry('AMP100', 'amp100_fp32_training_loop', 'Fp32TrainingLoop', False, ('backward|autograd', '\\.(?:[\\s\\\\]|#[^\\r\\n]*[\\r\\n])*step\\b|\\.(?:[\\s\\\\]|#[^\\r\\n]*[\\r\\n])*grad\\b'), ('\\bbackward\\b|\\bgrad\\b', '\\bstep\\b|\\bmanual_grad_update\\b')),
     RuleEntry('AMP900', 'amp900_unused_noqa', 'UnusedNoqa', False, (), ()),
 )
