@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import ClassVar, FrozenSet, Iterator
 
-import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.file_model import FileModel
