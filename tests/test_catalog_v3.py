@@ -193,3 +193,39 @@ def test_framework_renames_follow_the_projects_requirement_of_each_package(tmp_p
     assert reported(["Transformer.Engine~=2.1", "accelerate>=1.3,<2"]) == []
     shown = amp_lint("--show-settings", cwd=tmp_path)
     assert "accelerate>=1.3" in shown.stdout
+
+
+# --- DeepSpeed engine under a user autocast, its config read (issue 30, item 1) -----------------------
+
+DEEPSPEED_TRAIN = """
+import deepspeed, torch
+def train(args, model, loader):
+    model_engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, config="ds_config.json")
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model_engine(batch)
+        model_engine.backward(loss)
+        model_engine.step()
+"""
+
+
+def test_amp092_reads_a_json_config_of_the_project(tmp_path):
+    write(tmp_path, "train.py", DEEPSPEED_TRAIN)
+
+    def codes(config):
+        (tmp_path / "ds_config.json").write_text(json.dumps(config))
+        result = amp_lint("--isolated", "--output-format", "json", "train.py", cwd=tmp_path)
+        return [f["code"] for f in findings(result)]
+
+    assert codes({"bf16": {"enabled": True}}) == ["AMP092"]  # proved: shown among the defaults
+    assert codes({"train_batch_size": 8}) == ["AMP092"]  # no torch_autocast: DeepSpeed >= 0.17.2 asserts
+    assert codes({"torch_autocast": {"enabled": True}}) == []
+    assert codes({"bf16": {"enabled": "auto"}}) == []  # filled in by a launcher: an assumption only
+    (tmp_path / "ds_config.json").write_text("{not json")
+    assert codes({}) == ["AMP092"]  # (rewritten: valid again) the cache follows the side file
+    (tmp_path / "ds_config.json").write_text("{not json")
+    result = amp_lint("--isolated", "--output-format", "json", "train.py", cwd=tmp_path)
+    assert findings(result) == []
+    (tmp_path / "ds_config.json").unlink()
+    result = amp_lint("--isolated", "--output-format", "json", "--show-assumed", "train.py", cwd=tmp_path)
+    assert [f["code"] for f in findings(result)] == ["AMP092"]

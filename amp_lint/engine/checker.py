@@ -225,7 +225,11 @@ class Checker:
             if rule.code in file_ignored:
                 continue
             try:
+                rule.filename, rule.files_read = filename, []
                 found = list(rule.check(model))
+                if rule.files_read and self.project is not None:  # a side file a rule read (a DeepSpeed config)
+                    for side_file in rule.files_read:  # is a dependency of the cached result
+                        self.project.index.note_read(side_file)
                 if rule.code in self.unfixable or (rule.preview_fix and not self.preview):
                     for finding in found:
                         finding.fix = None
