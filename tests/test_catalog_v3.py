@@ -229,3 +229,29 @@ def test_amp092_reads_a_json_config_of_the_project(tmp_path):
     (tmp_path / "ds_config.json").unlink()
     result = amp_lint("--isolated", "--output-format", "json", "--show-assumed", "train.py", cwd=tmp_path)
     assert [f["code"] for f in findings(result)] == ["AMP092"]
+
+
+# --- AMP003 says what the targeted torch does (issue 30, item 3) ----------------------------------------
+
+COMPILED = """
+import torch
+model = torch.compile(model)
+with torch.autocast("cuda", dtype=torch.float16):
+    loss = model(x).sum()
+scaler.scale(loss).backward()
+"""
+
+
+def test_amp003_message_follows_the_targeted_torch(tmp_path):
+    write(tmp_path, "train.py", COMPILED)
+
+    def message(*args):
+        result = amp_lint("--no-cache", "--isolated", "--select", "AMP003", "--output-format", "json", *args, "train.py", cwd=tmp_path)
+        (finding,) = findings(result)
+        return finding["message"]
+
+    latest = message()
+    assert '"same_as_forward"' in latest and '"off"' in latest and "moving the default" in latest
+    old = message("--target-torch", "2.4")
+    assert "2.4" in old and "cannot be told otherwise" in old and "hasattr" in old
+    assert message("--target-torch", "2.9") == latest
