@@ -255,3 +255,18 @@ def test_amp003_message_follows_the_targeted_torch(tmp_path):
     old = message("--target-torch", "2.4")
     assert "2.4" in old and "cannot be told otherwise" in old and "hasattr" in old
     assert message("--target-torch", "2.9") == latest
+
+
+def test_every_rule_selected_by_code_shows_its_documented_examples():
+    # Issue 30, item 6: with the rule selected by its code (what `assumed_shown_for` carries), each invalid
+    # example is reported without --show-assumed, including AMP042, AMP051, AMP060 and AMP080's.
+    from amp_lint.engine.checker import Checker
+    from amp_lint.rules import ALL_RULES
+
+    for rule in ALL_RULES:
+        options = {"preview": True, "assumed_shown_for": frozenset({rule.code})}
+        checker = Checker(frozenset({rule.code}), rule_options=options)
+        for example in rule.invalid:
+            result = checker.check(textwrap.dedent(example.code), "example.py")
+            codes = [d.code for d in result.diagnostics]
+            assert codes == [rule.code] * example.count, (rule.code, example.code, codes)
