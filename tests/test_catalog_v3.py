@@ -270,3 +270,15 @@ def test_every_rule_selected_by_code_shows_its_documented_examples():
             result = checker.check(textwrap.dedent(example.code), "example.py")
             codes = [d.code for d in result.diagnostics]
             assert codes == [rule.code] * example.count, (rule.code, example.code, codes)
+
+
+def test_a_fix_marked_preview_is_offered_only_in_preview_mode(monkeypatch):
+    from amp_lint.engine.checker import Checker
+    from amp_lint.rules import rule_by_code
+
+    monkeypatch.setattr(rule_by_code("AMP072"), "preview_fix", True)
+    source = 'import torch\nscaler = torch.cuda.amp.GradScaler(enabled=use_amp)\n'
+    stable = Checker(frozenset({"AMP072"})).check(source, "t.py")
+    assert [(d.code, d.fix) for d in stable.diagnostics] == [("AMP072", None)]
+    preview = Checker(frozenset({"AMP072"}), rule_options={"preview": True}).check(source, "t.py")
+    assert [d.code for d in preview.diagnostics] == ["AMP072"] and preview.diagnostics[0].fix is not None
