@@ -279,7 +279,8 @@ def step(model, x, optimizer):
             if region.node not in fixes:
                 # Out of this `with`, the backward would still run under an enclosing autocast (a decorated
                 # function, an outer `with`): the split would not fix it, so it is not offered (issue 29).
-                outer = list(event.regions[: event.regions.index(region)]) if region in event.regions else []
+                position = next((i for i, r in enumerate(event.regions) if r is region), 0)
+                outer = list(event.regions[:position])
                 still_under = enabled_region(outer) is not None
                 fixes[region.node] = None if still_under else _split_fix(model, region, event, events_of)
             where = "a function decorated with" if region.is_decorator else "the block of"

@@ -51,8 +51,12 @@ class AutocastDeviceType(Rule):
     attribute or helper call whose every value in the file is a device string, one of them indexed: it
     becomes `torch.device(x).type`, right for any device string. Unsafe when the device_type is missing
     and the file's other autocast regions name a single device, which is then inserted, or when `str(x)`
-    is rewritten without proof that `x` is a `torch.device`. A value that is indexed on some paths and
-    unknown on others (the caller's device) is reported at medium confidence without a fix.
+    is rewritten without proof that `x` is a `torch.device`. `str(x.device)` of a tensor `x` (the function
+    reads its shape or dtype, casts or moves it; or `next(m.parameters()).device`) is proved, directly or
+    through a name: a tensor on CUDA always carries an index, so it becomes `x.device.type` safely. A
+    `torch.device` built only from index-free literals (`torch.device("cuda")`) is fine. A value that is
+    indexed on some paths and unknown on others (the caller's device) is reported at medium confidence
+    without a fix.
 
     ## References
     - `torch/amp/autocast_mode.py`: `autocast.__init__`, `autocast.__call__`
