@@ -154,6 +154,11 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
     default=None,
     help="Also report findings that rest on an assumption (an unknown condition, callee or receiver).",
 )
+@click.option(
+    "--preview/--no-preview",
+    default=None,
+    help="Enable preview mode: rules and fixes marked preview (new, not yet proved on real code) run too.",
+)
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
 @click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
 @click.option("--fix-only/--no-fix-only", default=None, help="Apply fixes; do not report what is left (implies --fix).")
@@ -259,6 +264,7 @@ def _run_check(paths: List[str], options: dict) -> int:
             "fix": options["fix"],
             "unsafe_fixes": options["unsafe_fixes"],
             "show_assumed": options["show_assumed"],
+            "preview": options["preview"],
             "fixable": _codes(options["fixable"]) or None,
             "unfixable": _codes(options["unfixable"]) or None,
             "output_format": options["output_format"],
@@ -425,6 +431,9 @@ class _RunSpec:
                     ("amp_device", settings.amp_device),
                     ("show_assumed", settings.show_assumed),
                     ("target_torch", settings.target_torch),
+                    ("preview", settings.preview),
+                    ("target_packages", settings.target_packages),
+                    ("assumed_shown_for", settings.assumed_shown_for(all_codes)),
                 ),
             )
             self._configs[key] = config

@@ -22,7 +22,8 @@ def _id(item):
 
 
 def _codes(source: str, code: str, **options):
-    result = Checker(frozenset({code}), **options).check(textwrap.dedent(source), "example.py")
+    # Preview mode on: a preview rule's examples are its tests too.
+    result = Checker(frozenset({code}), rule_options={"preview": True}, **options).check(textwrap.dedent(source), "example.py")
     assert not result.errors, result.errors
     return result
 

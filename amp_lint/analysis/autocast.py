@@ -61,7 +61,11 @@ def autocast_spec(qualified_name: str, call: Optional[cst.Call], extra_args: Seq
     spec = AutocastSpec(qualified_name=qualified_name, call=call)
     if call is None:
         return spec
-    merged = cst.Call(func=call.func, args=tuple(extra_args) + tuple(call.args))
+    # functools.partial's order: its positionals, the call's, then the keywords (the call's win). Keyword
+    # before positional would be an invalid node (`partial(torch.autocast, dtype=...)` then `ac("cuda")`).
+    both = tuple(extra_args) + tuple(call.args)
+    positional = tuple(a for a in both if a.keyword is None and a.star != "**")
+    merged = cst.Call(func=call.func, args=positional + tuple(a for a in both if a not in positional))
     implied = names.IMPLIED_DEVICE.get(qualified_name)
     if implied is None:  # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
         device = argument(merged, 0, "device_type")

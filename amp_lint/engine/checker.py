@@ -85,7 +85,11 @@ class Checker:
             from amp_lint.analysis.summaries import ProjectSummaries
 
             self.project = ProjectSummaries(project)
-        self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled]
+        options = rule_options or {}
+        # Preview mode (Ruff's): rules marked preview run only with it, and fixes marked preview are offered
+        # only with it.
+        self.preview = bool(options.get("preview"))
+        self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled and (self.preview or not r.preview)]
         self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
         self.enabled_codes = frozenset(enabled)
         # AMP900 (unused `# noqa`) is decided after the other rules' findings are placed and suppressed.
@@ -95,13 +99,17 @@ class Checker:
         self.unsafe_fixes = unsafe_fixes
         self.with_edits = with_edits
         # Findings that rest on an assumption are reported only when asked for (`--show-assumed`).
-        self.show_assumed = bool(show_assumed if show_assumed is not None else (rule_options or {}).get("show_assumed"))
+        self.show_assumed = bool(show_assumed if show_assumed is not None else options.get("show_assumed"))
+        # ... and, without it, for the rules selected by their own code or by ALL (`Settings.assumed_shown_for`).
+        self.assumed_shown_for = frozenset(options.get("assumed_shown_for") or ())
         self.prefilter = Prefilter(self.rule_classes)
         self.enabled_codes = frozenset(r.code for r in self.rule_classes)
         # A fixed file is checked with these: a fix must not bring a finding of any default rule either.
         defaults = set(registry.default_codes())
         self.check_rules: List[Rule] = self.rules + [
-            r(rule_options) for r in registry.ALL_RULES if r.code in defaults and r.code not in self.enabled_codes
+            r(rule_options)
+            for r in registry.ALL_RULES
+            if r.code in defaults and r.code not in self.enabled_codes and (self.preview or not r.preview)
         ]
 
     def may_match(self, source: str) -> bool:
@@ -217,14 +225,18 @@ class Checker:
             if rule.code in file_ignored:
                 continue
             try:
+                rule.filename, rule.files_read = filename, []
                 found = list(rule.check(model))
-                if rule.code in self.unfixable:
+                if rule.files_read and self.project is not None:  # a side file a rule read (a DeepSpeed config)
+                    for side_file in rule.files_read:  # is a dependency of the cached result
+                        self.project.index.note_read(side_file)
+                if rule.code in self.unfixable or (rule.preview_fix and not self.preview):
                     for finding in found:
                         finding.fix = None
                 findings.extend(found)
             except Exception as error:  # a bug in one rule must not hide the others' findings
                 result.errors.append(FileError(filename, f"internal error in {rule.code}: {type(error).__name__}: {error}"))
-        return _confidence_policy(findings, self.show_assumed), model
+        return _confidence_policy(findings, self.show_assumed, self.assumed_shown_for), model
 
     def _placed(
         self, findings: List[Finding], locator: NodeLocator, code: str
@@ -511,12 +523,13 @@ def _syntax_message(error: cst.ParserSyntaxError) -> str:
     return f"syntax error: {message}"
 
 
-def _confidence_policy(findings: List[Finding], show_assumed: bool) -> List[Finding]:
-    """Only proved findings by default; a safe fix only on a proved (high-confidence) finding."""
+def _confidence_policy(findings: List[Finding], show_assumed: bool, shown_for: FrozenSet[str] = frozenset()) -> List[Finding]:
+    """Only proved findings by default (all of them for the rules in `shown_for`, selected by name); a safe
+    fix only on a proved (high-confidence) finding."""
     kept = []
     for finding in findings:
         if finding.assumption or finding.confidence is not Confidence.HIGH:
-            if not show_assumed:
+            if not show_assumed and finding.rule.code not in shown_for:
                 continue
             if finding.assumption:
                 finding.message += f" ({finding.assumption})"

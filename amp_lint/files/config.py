@@ -290,9 +290,13 @@ def _torch_version(value: Any, context: _Context) -> str:
 
 def with_project_torch(settings: Settings, folder: Optional[str]) -> Settings:
     """`target-torch` from the project's own torch requirement in `folder`, unless the settings name one."""
-    from amp_lint.files.torch_version import project_floor
+    from amp_lint.files.torch_version import project_floor, project_package_floors
 
-    if settings.target_torch is not None or folder is None:
+    if folder is None:
+        return settings
+    if not settings.target_packages:  # the same for transformer-engine and accelerate (AMP095)
+        settings = settings.with_changes(target_packages=project_package_floors(folder))
+    if settings.target_torch is not None:
         return settings
     found = project_floor(folder)
     return settings.with_changes(target_torch=found[0]) if found else settings
@@ -312,6 +316,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "fix": ("fix", _boolean),
     "unsafe-fixes": ("unsafe_fixes", _boolean),
     "show-assumed": ("show_assumed", _boolean),
+    "preview": ("preview", _boolean),
     "fixable": ("fixable", _codes),
     "unfixable": ("unfixable", _codes),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
@@ -433,6 +438,11 @@ def describe(settings: Settings, enabled: Optional[List[str]] = None) -> str:
         lines.append(f"# Enabled rules ({len(enabled)}): {', '.join(enabled) if enabled else 'none'}")
     for name in (f.name for f in fields(Settings)):
         if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores"):
+            continue
+        if name == "target_packages":  # read from the project's requirements, not a key of its own
+            if settings.target_packages:
+                floors = ", ".join(f"{package}>={version}" for package, version in settings.target_packages)
+                lines.append(f"# from the project's requirements: {floors}")
             continue
         key = name.replace("_", "-")
         value = getattr(settings, name)

@@ -60,6 +60,8 @@ class Settings:
     fix: bool = False
     unsafe_fixes: bool = False
     show_assumed: bool = False  # also report findings that rest on an assumption (medium confidence)
+    # Ruff's preview mode: rules and fixes marked preview (new, not yet proved on real code) run only with it.
+    preview: bool = False
     fixable: Tuple[str, ...] = ("ALL",)  # codes or prefixes whose fixes may be applied (Ruff's `fixable`)
     unfixable: Tuple[str, ...] = ()  # codes or prefixes reported without a fix (Ruff's `unfixable`)
     output_format: str = "full"
@@ -69,6 +71,9 @@ class Settings:
     # The oldest torch the code must run on ("2.1"): fixes and deprecation rules only suggest APIs it has.
     # None: the project states no floor, so every torch.amp API counts as available.
     target_torch: Optional[str] = None
+    # The same for the other packages whose deprecations the rules know: ((package, "2.9"), ...), from the
+    # project's own requirements (`transformer-engine>=2.9`, `accelerate>=1.4`).
+    target_packages: Tuple[Tuple[str, str], ...] = ()
     # Where the settings came from (a config file path), for --show-settings and error messages.
     source: Optional[str] = None
     # The folder that relative globs (exclude, per-file-ignores) are resolved against.
@@ -90,8 +95,24 @@ class Settings:
                 self.amp_device,
                 self.show_assumed,
                 self.target_torch,
+                self.target_packages,
+                self.preview,
             )
         )
+
+    def assumed_shown_for(self, all_codes: Iterable[str]) -> FrozenSet[str]:
+        """The rules whose assumed findings are reported without `show-assumed`: those selected by their own
+        code or by `ALL` (a user who asks for a rule by name wants its findings); a prefix or the defaults
+        keep only proved findings."""
+        codes = frozenset(all_codes)
+        named = set()
+        for pattern in self.select + self.extend_select:
+            pattern = pattern.strip().upper()
+            if pattern == "ALL":
+                named |= codes
+            elif pattern in codes:
+                named.add(pattern)
+        return frozenset(named - expand_codes(self.ignore, codes))
 
 
 def expand_codes(patterns: Iterable[str], all_codes: Iterable[str]) -> FrozenSet[str]:

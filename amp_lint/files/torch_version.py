@@ -55,9 +55,18 @@ def supports(target: Optional[str], needed: str) -> bool:
     return have is None or want is None or have >= want
 
 
-def lower_bound(requirement: str) -> Optional[Version]:
-    """The lowest torch release a requirement line (`torch>=2.1,<3`) admits, or None for other lines."""
-    match = _TORCH_REQUIREMENT.match(requirement)
+@functools.lru_cache(maxsize=16)
+def _requirement_pattern(package: str) -> "re.Pattern":
+    """A requirement line of `package`, its name spelled any way PEP 503 allows (`-`, `_`, `.`, any case)."""
+    if package == "torch":
+        return _TORCH_REQUIREMENT
+    name = r"[-_.]+".join(re.escape(part) for part in re.split(r"[-_.]+", package))
+    return re.compile(rf"^\s*{name}\s*(?:\[[^\]]*\])?\s*(?P<specifiers>[^;#]*)", re.I)
+
+
+def lower_bound(requirement: str, package: str = "torch") -> Optional[Version]:
+    """The lowest release of `package` a requirement line (`torch>=2.1,<3`) admits, or None for other lines."""
+    match = _requirement_pattern(package).match(requirement)
     if match is None:
         return None
     rest = match.group("specifiers")
@@ -73,21 +82,35 @@ def lower_bound(requirement: str) -> Optional[Version]:
     return max(bounds) if bounds else None
 
 
-def floor_from_lines(lines: Iterable[str]) -> Optional[Version]:
-    """The lower bound of the first torch requirement with one, over requirement lines."""
+def floor_from_lines(lines: Iterable[str], package: str = "torch") -> Optional[Version]:
+    """The lower bound of the first requirement of `package` with one, over requirement lines."""
     for line in lines:
         line = line.strip()
         if not line or line.startswith(("#", "-")):
             continue
-        bound = lower_bound(line)
+        bound = lower_bound(line, package)
         if bound is not None:
             return bound
     return None
 
 
+# The other packages whose own deprecations the rules know (AMP095), read from the same requirements.
+FRAMEWORK_PACKAGES = ("transformer-engine", "accelerate")
+
+
+def project_package_floors(folder: str) -> Tuple[Tuple[str, str], ...]:
+    """((package, "2.9"), ...) for the FRAMEWORK_PACKAGES the project in `folder` requires with a lower bound."""
+    found = []
+    for package in FRAMEWORK_PACKAGES:
+        floor = project_floor(folder, package)
+        if floor is not None:
+            found.append((package, floor[0]))
+    return tuple(found)
+
+
 @functools.lru_cache(maxsize=256)
-def project_floor(folder: str) -> Optional[Tuple[str, str]]:
-    """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no torch floor."""
+def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, str]]:
+    """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no floor of `package`."""
     pyproject = os.path.join(folder, "pyproject.toml")
     if os.path.isfile(pyproject):
         try:
@@ -98,7 +121,7 @@ def project_floor(folder: str) -> Optional[Tuple[str, str]]:
         project = data.get("project") if isinstance(data, dict) else None
         dependencies = project.get("dependencies") if isinstance(project, dict) else None
         if isinstance(dependencies, list):
-            floor = floor_from_lines(d for d in dependencies if isinstance(d, str))
+            floor = floor_from_lines((d for d in dependencies if isinstance(d, str)), package)
             if floor is not None:
                 return format_version(floor), f"{pyproject} [project].dependencies"
     try:
@@ -112,7 +135,7 @@ def project_floor(folder: str) -> Optional[Tuple[str, str]]:
                 text = handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace")
         except OSError:
             continue
-        floor = floor_from_lines(text.splitlines())
+        floor = floor_from_lines(text.splitlines(), package)
         if floor is not None:
             return format_version(floor), path
     return None

@@ -32,6 +32,11 @@ def default_codes() -> List[str]:
     return [entry.code for entry in RULES if entry.default_enabled]
 
 
+def preview_codes() -> List[str]:
+    """The rules that run only in preview mode (`--preview`)."""
+    return [entry.code for entry in RULES if entry.preview]
+
+
 def entries(codes) -> List[RuleEntry]:
     """The table's entries for `codes`, in code order (what `Prefilter` needs, without the classes)."""
     wanted = set(codes)

@@ -12,6 +12,7 @@ class RuleEntry(NamedTuple):
     default_enabled: bool
     needs: Tuple[str, ...]
     ast_needs: Tuple[str, ...]
+    preview: bool = False  # runs only in preview mode
 
 
 RULES: Tuple[RuleEntry, ...] = (
@@ -33,6 +34,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP031', 'amp031_clip_error_if_nonfinite', 'ClipErrorIfNonfinite', True, ('clip_grad_norm', '[Ss]caler'), ()),
     RuleEntry('AMP032', 'amp032_gradient_penalty_scaling', 'GradientPenaltyScaling', True, ('[Ss]caler', '\\bcreate_graph\\b', '\\bgrad\\b'), ()),
     RuleEntry('AMP033', 'amp033_scaled_loss_logged', 'ScaledLossLogged', True, ('[Ss]caler', '\\bscale\\b'), ()),
+    RuleEntry('AMP034', 'amp034_loss_scaled_twice', 'LossScaledTwice', True, ('\\bscale\\b', '[Ss]caler'), (), preview=True),
     RuleEntry('AMP040', 'amp040_step_every_microbatch', 'StepEveryMicrobatch', True, ('[Ss]caler', '\\bstep\\b|\\bupdate\\b'), ()),
     RuleEntry('AMP041', 'amp041_unscale_outside_boundary', 'UnscaleOutsideBoundary', True, ('[Ss]caler', 'unscale_|clip_grad'), ()),
     RuleEntry('AMP042', 'amp042_accumulated_loss_not_divided', 'AccumulatedLossNotDivided', False, ('[Ss]caler', '\\bbackward\\b'), ()),
@@ -51,7 +53,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP070', 'amp07x_deprecated_spelling', 'DeprecatedCudaAutocast', True, ('\\bautocast\\b', '\\bamp\\b'), ()),
     RuleEntry('AMP071', 'amp07x_deprecated_spelling', 'DeprecatedCpuAutocast', True, ('\\bautocast\\b', '\\bamp\\b'), ()),
     RuleEntry('AMP072', 'amp07x_deprecated_spelling', 'DeprecatedGradScaler', True, ('\\bGradScaler\\b', '\\bamp\\b'), ()),
-    RuleEntry('AMP073', 'amp07x_deprecated_spelling', 'DeprecatedCustomFwdBwd', True, ('\\bcustom_[fb]wd\\b', '\\bamp\\b'), ()),
+    RuleEntry('AMP073', 'amp073_deprecated_custom_fwd_bwd', 'DeprecatedCustomFwdBwd', True, ('\\bcustom_[fb]wd\\b', '\\bamp\\b'), ()),
     RuleEntry('AMP074', 'amp074_deprecated_autocast_state', 'DeprecatedAutocastState', True, ('_autocast_(cpu|gpu|ipu|xla)_',), ()),
     RuleEntry('AMP075', 'amp075_autocast_device_type', 'AutocastDeviceType', True, ('\\bautocast\\b',), ('autocast_device_(missing|indexed|call|object|expr)|autocast_bare_decorator',)),
     RuleEntry('AMP076', 'amp076_invalid_scaler_factors', 'InvalidScalerFactors', True, ('Scaler',), ()),
@@ -65,6 +67,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP092', 'amp092_deepspeed_manual_amp', 'DeepSpeedManualAmp', True, ('autocast|[Ss]caler', '\\bdeepspeed\\b', '\\binitialize\\b'), ()),
     RuleEntry('AMP093', 'amp093_accelerate_manual_amp', 'AccelerateManualAmp', True, ('autocast|[Ss]caler', '\\bAccelerator\\b', '\\bmixed_precision\\b'), ()),
     RuleEntry('AMP094', 'amp094_fsdp2_fp16_without_scaler', 'Fsdp2Fp16WithoutScaler', True, ('\\bbackward\\b', '\\bfully_shard\\b', '\\bMixedPrecisionPolicy\\b'), ()),
+    RuleEntry('AMP095', 'amp095_deprecated_framework_amp', 'DeprecatedFrameworkAmp', True, ('\\bfp8_autocast\\b|\\bfp8_model_init\\b|\\bFP8RecipeKwargs\\b',), (), preview=True),
     RuleEntry('AMP100', 'amp100_fp32_training_loop', 'Fp32TrainingLoop', False, ('backward|autograd', '\\.(?:[\\s\\\\]|#[^\\r\\n]*[\\r\\n])*step\\b|\\.(?:[\\s\\\\]|#[^\\r\\n]*[\\r\\n])*grad\\b'), ('\\bbackward\\b|\\bgrad\\b', '\\bstep\\b|\\bmanual_grad_update\\b')),
     RuleEntry('AMP900', 'amp900_unused_noqa', 'UnusedNoqa', False, (), ()),
 )

@@ -7,7 +7,7 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of
@@ -66,7 +66,8 @@ class BackwardInAutocast(Rule):
     Safe. The `with` block is split at the first backward call: the statements before it stay inside,
     the backward and everything after it move out of the block. When a second forward pass follows
     (a GAN's generator step), it gets its own `with` of the same autocast. No fix when autocast is a
-    function decorator, when the `with` has other context managers, when its `as` name is used after
+    function decorator or the `with` sits inside another enabled autocast (the decorator of its function,
+    an outer `with`: the backward would still run under it), when the `with` has other context managers, when its `as` name is used after
     the split, or when the backward is nested deeper inside the block.
 
     ## References
@@ -247,6 +248,19 @@ def step(model, x):
     loss.backward()
 """,
         ),
+        # A `with` inside a decorated function: splitting it would leave the backward under the decorator,
+        # so no fix is offered (issue 29).
+        Invalid(
+            """
+import torch
+@torch.autocast("cuda")
+def step(model, x, optimizer):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).sum()
+        loss.backward()
+    optimizer.step()
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -263,7 +277,12 @@ def step(model, x):
             if region is None:
                 continue
             if region.node not in fixes:
-                fixes[region.node] = _split_fix(model, region, event, events_of)
+                # Out of this `with`, the backward would still run under an enclosing autocast (a decorated
+                # function, an outer `with`): the split would not fix it, so it is not offered (issue 29).
+                position = next((i for i, r in enumerate(event.regions) if r is region), 0)
+                outer = list(event.regions[:position])
+                still_under = enabled_region(outer) is not None
+                fixes[region.node] = None if still_under else _split_fix(model, region, event, events_of)
             where = "a function decorated with" if region.is_decorator else "the block of"
             yield self.finding(
                 event.call,

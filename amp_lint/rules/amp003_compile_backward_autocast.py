@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 import libcst as cst
 
@@ -8,6 +8,7 @@ from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.diagnostics import Severity
+from amp_lint.files.torch_version import supports
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -50,8 +51,21 @@ class CompileBackwardAutocast(Rule):
     applies it, because it changes the gradients the compiled model computes (to what eager AMP computes).
     Off by default (info): the setting is new and private (`torch._functorch.config`).
 
+    ## Torch versions
+    The message follows the torch the project targets (`target-torch`, or its own torch requirement):
+    - torch 2.9 to 2.13: the setting exists (added by pytorch/pytorch#156356) with the default
+      `"same_as_forward"` (read in torch 2.13's `torch/_functorch/config.py`). PyTorch is deprecating that
+      default (pytorch/pytorch#177286: a FutureWarning when autocast is active at compile time and the
+      setting is not set) and moving it to `"off"` (pytorch/pytorch#177287, "BC-breaking": the backward of a
+      compiled region no longer inherits the forward's autocast). Write `"off"` for the eager AMP behaviour,
+      or `"same_as_forward"` to keep the present one explicitly.
+    - a target below 2.9: the setting does not exist there; the compiled backward always inherits the
+      forward's autocast. The message says so, and to set the value only where the attribute exists.
+
     ## References
     - `torch/_functorch/config.py` (torch 2.13): `backward_pass_autocast = "same_as_forward"` and its comment
+    - pytorch/pytorch#156356 (the setting), #177286 (deprecating its default), #177287 (default `"off"`),
+      #153044 (silent gradient overflow with the old default)
     - [Automatic Mixed Precision package](https://docs.pytorch.org/docs/stable/amp.html) (the warning about
       `torch.compile` and autocast in the backward)
     - `../shared/amp-reference/rules.md` AMP003 (E6)
@@ -123,9 +137,8 @@ class Trainer:
                     continue
                 yield self.finding(
                     compile_site.call,
-                    f"`{key}` is compiled and runs under autocast, and `{short(backward.call, 40)}` is outside it: with the "
-                    "default backward_pass_autocast the compiled backward runs under the forward's autocast; suggestion: "
-                    'add `torch._functorch.config.backward_pass_autocast = "off"` before compiling',
+                    f"`{key}` is compiled and runs under autocast, and `{short(backward.call, 40)}` is outside it: "
+                    + what_torch_does(self.options.get("target_torch")),
                     context=compile_site.scope.name,
                 )
                 break
@@ -140,3 +153,27 @@ def _compiled(model: FileModel) -> Iterator:
             key = dotted_name(site.receiver)
             if key is not None and site.qualified_name is None:
                 yield key, site  # model.compile(): nn.Module.compile, in place
+
+
+# torch/_functorch/config.py: `backward_pass_autocast` is new in 2.9 (pytorch/pytorch#156356); 2.13 keeps the default
+# "same_as_forward"; pytorch/pytorch#177286 deprecates relying on it and #177287 makes "off" the default.
+_SETTING_SINCE = "2.9"
+
+
+def what_torch_does(target: Optional[str]) -> str:
+    """The message's second half: what the targeted torch does with the compiled backward, and what to write
+    for each behaviour."""
+    if target is not None and not supports(target, _SETTING_SINCE):
+        return (
+            f"on torch {target} (the oldest this project supports) the compiled backward always runs under the "
+            "forward's autocast and cannot be told otherwise; from torch 2.9 on, "
+            '`torch._functorch.config.backward_pass_autocast = "off"` gives the eager AMP behaviour (the backward '
+            'outside autocast) and `= "same_as_forward"` keeps this one; set it only where it exists '
+            '(`if hasattr(torch._functorch.config, "backward_pass_autocast")`)'
+        )
+    return (
+        "by default (\"same_as_forward\", torch 2.9 to 2.13) the compiled backward runs under the forward's autocast, "
+        "and PyTorch is moving the default to \"off\" (the backward outside autocast, as in eager); suggestion: write "
+        '`torch._functorch.config.backward_pass_autocast = "off"` before compiling for the eager AMP behaviour, or '
+        '`= "same_as_forward"` to keep today\'s behaviour once the default changes'
+    )

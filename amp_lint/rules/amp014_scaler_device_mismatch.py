@@ -11,6 +11,7 @@ from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.rules._helpers import argument, forward_regions, region_device, short, value_of
 from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses
+from amp_lint.rules._scaler_devices import fixed_scaler_for_any_accelerator, other_device_variable, follows_current_accelerator
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -42,13 +43,22 @@ class ScalerDeviceMismatch(Rule):
     scaler.scale(loss).backward()
     ```
 
+    Also a scaler built for one device beside an autocast that follows
+    `torch.accelerator.current_accelerator()` (torch 2.6's device-generic API: its type is "cuda", "mps",
+    "xpu", "hpu", ... whatever the host has), and, as an assumption, a scaler built from another device
+    variable than the autocast's (`GradScaler(scaler_device)` beside `autocast(amp_device)`).
+
     ## Fix safety
-    Safe: the scaler's device argument is set to the autocast's device type. Only literal devices are
-    compared. A deprecated `torch.cuda.amp.GradScaler` is reported without a fix (AMP072 modernises it
+    Safe: the scaler's device argument is set to the autocast's device type (a literal, or
+    `torch.accelerator.current_accelerator().type` written as the autocast writes it). Devices are compared
+    through values (literals, names, attributes set in the class); a device through a name bound to the
+    current accelerator is reported without a fix, two device variables are an assumption without one. A deprecated `torch.cuda.amp.GradScaler` is reported without a fix (AMP072 modernises it
     first).
 
     ## References
     - `torch/amp/grad_scaler.py`: `GradScaler.__init__`
+    - [`torch.accelerator.current_accelerator`](https://docs.pytorch.org/docs/stable/generated/torch.accelerator.current_accelerator.html)
+      (torch 2.6 and later)
     """
 
     code = "AMP014"
@@ -121,7 +131,135 @@ def train(model, loader, optimizer, device_type):
         scaler.update()
 """,
     ]
+    valid += [
+        # The scaler follows the same accelerator as the autocast.
+        """
+import torch
+def train(model, loader, optimizer):
+    device = torch.accelerator.current_accelerator()
+    scaler = torch.amp.GradScaler(device.type)
+    for x in loader:
+        with torch.autocast(device.type, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        # One device variable for both.
+        """
+import torch
+def train(model, loader, optimizer, device):
+    scaler = torch.amp.GradScaler(device)
+    for x in loader:
+        with torch.autocast(device, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    ]
     invalid = [
+        # Issue 30: MPS (and HPU) autocast with the default "cuda" scaler.
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler()
+    for x in loader:
+        with torch.autocast("mps", dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            fixed="""
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("mps")
+    for x in loader:
+        with torch.autocast("mps", dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    with torch.autocast(device_type="hpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("hpu")
+for x in loader:
+    with torch.autocast(device_type="hpu", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # The autocast follows torch.accelerator.current_accelerator(), the scaler is CUDA's.
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler()
+    for x in loader:
+        with torch.autocast(torch.accelerator.current_accelerator().type, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+            fixed="""
+import torch
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler(torch.accelerator.current_accelerator().type)
+    for x in loader:
+        with torch.autocast(torch.accelerator.current_accelerator().type, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
+        # ... through a name: reported, not fixed.
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer):
+    device = torch.accelerator.current_accelerator()
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        with torch.autocast(device.type, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
+        # Two device variables: an assumption (shown with --show-assumed, or when AMP014 is selected by name).
+        Invalid(
+            """
+import torch
+def train(model, loader, optimizer, scaler_device, amp_device):
+    scaler = torch.amp.GradScaler(scaler_device)
+    for x in loader:
+        with torch.autocast(amp_device, dtype=torch.float16):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -220,10 +358,6 @@ for x in loader:
         for bindings, backwards in scaler_uses(model).values():
             if not any(b.is_enabled for b in bindings):
                 continue
-            devices = {_scaler_device(model, b) for b in bindings}
-            if len(devices) != 1 or None in devices:
-                continue
-            scaler_device = next(iter(devices))
             regions = []
             for step, backward in backwards:
                 feeding = forward_regions(step, backward)
@@ -231,6 +365,16 @@ for x in loader:
                     regions = []
                     break
                 regions += feeding
+            devices = {_scaler_device(model, b) for b in bindings}
+            if regions and (len(devices) != 1 or None in devices):
+                yield from other_device_variable(self, model, bindings, regions)
+                continue
+            if len(devices) != 1 or None in devices:
+                continue
+            scaler_device = next(iter(devices))
+            if regions and all(follows_current_accelerator(model, r) for r in regions):
+                yield from fixed_scaler_for_any_accelerator(self, model, bindings, regions, scaler_device)
+                continue
             region_devices = {region_device(model, r) for r in regions}
             if len(region_devices) != 1 or None in region_devices:
                 continue

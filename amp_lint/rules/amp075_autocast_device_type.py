@@ -1,19 +1,16 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator
 
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.diagnostics import Applicability, Confidence, Severity
-from amp_lint.fixes.builder import FixBuilder, with_call_args
+from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.analysis.file_model import FileModel, Scope
-from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis import values
-from amp_lint.analysis.value_types import Index, Kind, Value
-from amp_lint.rules._helpers import argument, definitions, file_devices, has_star_args, literal_string, short, value_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.rules._helpers import argument, file_devices, has_star_args, literal_string, short
+from amp_lint.rules._device_values import check_resolved, check_str_call, insert_device_fix, model_string, replace_fix
+from amp_lint.rules.base import Finding, Invalid, Rule
 
 
 class AutocastDeviceType(Rule):
@@ -54,8 +51,12 @@ class AutocastDeviceType(Rule):
     attribute or helper call whose every value in the file is a device string, one of them indexed: it
     becomes `torch.device(x).type`, right for any device string. Unsafe when the device_type is missing
     and the file's other autocast regions name a single device, which is then inserted, or when `str(x)`
-    is rewritten without proof that `x` is a `torch.device`. A value that is indexed on some paths and
-    unknown on others (the caller's device) is reported at medium confidence without a fix.
+    is rewritten without proof that `x` is a `torch.device`. `str(x.device)` of a tensor `x` (the function
+    reads its shape or dtype, casts or moves it; or `next(m.parameters()).device`) is proved, directly or
+    through a name: a tensor on CUDA always carries an index, so it becomes `x.device.type` safely. A
+    `torch.device` built only from index-free literals (`torch.device("cuda")`) is fine. A value that is
+    indexed on some paths and unknown on others (the caller's device) is reported at medium confidence
+    without a fix.
 
     ## References
     - `torch/amp/autocast_mode.py`: `autocast.__init__`, `autocast.__call__`
@@ -115,6 +116,14 @@ import torch
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 with torch.autocast(device_type=str(device)):
     out = model(x)
+""",
+        # A torch.device built only from index-free literals: `str()` of it is the device type.
+        """
+import torch
+def step(model, x):
+    dev = torch.device("cuda")
+    with torch.autocast(str(dev)):
+        return model(x.float())
 """,
         # The caller's device: unknown.
         """
@@ -187,6 +196,55 @@ runner.device = "cuda"
 """,
     ]
     invalid = [
+        # Issue 26, principle 4: a tensor's device (the function casts it) is `cuda:0` on CUDA: proved.
+        Invalid(
+            """
+import torch
+def step(model, x):
+    x = x.float()
+    with torch.autocast(str(x.device), dtype=torch.float16):
+        return model(x)
+""",
+            fixed="""
+import torch
+def step(model, x):
+    x = x.float()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        return model(x)
+""",
+        ),
+        # ... through a name.
+        Invalid(
+            """
+import torch
+def step(model, x):
+    device_type = str(x.device)
+    with torch.autocast(device_type):
+        return model(x.to(torch.float32))
+""",
+            fixed="""
+import torch
+def step(model, x):
+    device_type = str(x.device)
+    with torch.autocast(torch.device(device_type).type):
+        return model(x.to(torch.float32))
+""",
+        ),
+        # ... the device of a model's parameters.
+        Invalid(
+            """
+import torch
+def step(model, x):
+    with torch.autocast(str(next(model.parameters()).device)):
+        return model(x)
+""",
+            fixed="""
+import torch
+def step(model, x):
+    with torch.autocast(next(model.parameters()).device.type):
+        return model(x)
+""",
+        ),
         Invalid(
             """
 import torch
@@ -450,7 +508,7 @@ class Trainer:
                 yield self.finding(
                     call,
                     f"`{short(call)}` has no device_type (a required argument): TypeError",
-                    fix=_insert_device_fix(model, call, devices),
+                    fix=insert_device_fix(model, call, devices),
                     context=scope.name,
                 )
                 continue
@@ -473,7 +531,7 @@ class Trainer:
                     value,
                     f"device_type `{literal}` carries a device index; autocast wants the device type "
                     f"`{literal.split(':')[0]}` (with an index it skips CUDA's availability checks)",
-                    fix=_replace_fix(model, value, model_string(model, literal.split(":")[0]), Applicability.SAFE),
+                    fix=replace_fix(model, value, model_string(model, literal.split(":")[0]), Applicability.SAFE),
                     context=scope.name,
                 )
             return
@@ -484,143 +542,22 @@ class Trainer:
                 yield self.finding(
                     value,
                     f"device_type `{code_of(value)}` carries a device index; use the device type `{device}`",
-                    fix=_replace_fix(model, value, model_string(model, device), Applicability.SAFE),
+                    fix=replace_fix(model, value, model_string(model, device), Applicability.SAFE),
                     context=scope.name,
                 )
             return
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "str" and len(value.args) == 1:
-            yield from self._check_str_call(model, value, scope)
+            yield from check_str_call(self, model, value, scope)
             return
         if isinstance(value, cst.Call) and scope.names.qualify(value.func) == "torch.device":
             inner = literal_string(value.args[0].value) if value.args else None
             yield self.finding(
                 value,
                 f"device_type `{short(value)}` is a torch.device, not a string: ValueError",
-                fix=_replace_fix(model, value, model_string(model, inner.split(":")[0]), Applicability.SAFE)
+                fix=replace_fix(model, value, model_string(model, inner.split(":")[0]), Applicability.SAFE)
                 if inner is not None and len(value.args) == 1
                 else None,
                 context=scope.name,
             )
             return
-        yield from self._check_resolved(model, value, scope)
-
-    def _check_str_call(self, model: FileModel, value: cst.Call, scope: Scope) -> Iterator[Finding]:
-        """`str(device)`: 'cuda:0' for an indexed device."""
-        inner = value.args[0].value
-        resolved = value_of(model, inner, scope)
-        if resolved.known and resolved.kind in (Kind.STRING, Kind.DEVICE) and not resolved.indexed():
-            if resolved.kind is Kind.STRING or resolved.no_index:
-                return  # str() of a string, or of a device without an index
-        proven = resolved.kind is Kind.DEVICE and resolved.certain
-        if not proven and not resolved.indexed() and dotted_name(inner) is None:
-            return  # str() of something nobody knows
-        text = code_of(inner)
-        yield self.finding(
-            value,
-            f"device_type `{short(value)}` is 'cuda:0' for an indexed device; use `{text}.type`",
-            fix=_replace_fix(model, value, f"{text}.type", Applicability.SAFE if proven else Applicability.UNSAFE)
-            if _postfix_ok(inner)
-            else None,
-            confidence=Confidence.HIGH if proven or _certainly_indexed(resolved) else Confidence.MEDIUM,
-            context=scope.name,
-            related=definitions(resolved, "set"),
-        )
-
-    def _check_resolved(self, model: FileModel, value: cst.BaseExpression, scope: Scope) -> Iterator[Finding]:
-        """A name, attribute, subscript or helper call: what it resolves to."""
-        resolved = value_of(model, value, scope)
-        text = code_of(value)
-        if not resolved.known:
-            # An indexed device string that some assignment gives it (`self.device = "cuda:0"` when CUDA is
-            # there, the argument otherwise): wrong on that path.
-            literal = next((a for a in resolved.indexed() if a.kind is Kind.STRING and isinstance(a.literal, str)), None)
-            if literal is not None:
-                yield self.finding(
-                    value,
-                    f"device_type `{short(value)}` is `{literal.literal}` on some paths, with a device index; "
-                    f"autocast wants the device type, `torch.device({text}).type`",
-                    confidence=Confidence.MEDIUM,
-                    assumption="assumes a path that sets the indexed value runs",
-                    context=scope.name,
-                    related=(("set", literal.defined_at),) if literal.defined_at is not None else (),
-                )
-            return
-        if resolved.kind is Kind.DEVICE:
-            if resolved.certain:
-                yield self.finding(
-                    value,
-                    f"device_type `{short(value)}` is a torch.device, not a string: ValueError; use `{text}.type`",
-                    fix=_replace_fix(model, value, f"{text}.type", Applicability.SAFE) if _postfix_ok(value) else None,
-                    context=scope.name,
-                    related=definitions(resolved, "set"),
-                )
-            elif isinstance(value, cst.Attribute) and value.attr.value == "device":
-                yield self.finding(
-                    value,
-                    f"device_type `{short(value)}` looks like a tensor's torch.device, not a string: "
-                    f"ValueError; use `{text}.type`",
-                    confidence=Confidence.MEDIUM,
-                    context=scope.name,
-                )
-            return
-        if any(a.kind is not Kind.STRING for a in resolved.atoms):
-            return
-        indexed = resolved.indexed()
-        suspect = [a for a in resolved.atoms if a.stringified and a.index is Index.MAYBE]
-        if not indexed and not suspect:
-            return
-        certain = bool(indexed) and all(a.certain for a in resolved.atoms)
-        torch_name = values.of(model.module).torch_name(scope.node)
-        fix = None
-        if certain and torch_name is not None and _postfix_ok(value):
-            fix = _replace_fix(model, value, f"{torch_name}.device({text}).type", Applicability.SAFE)
-        maybe = "" if len(resolved.atoms) == 1 else " on some paths"
-        if indexed and isinstance(indexed[0].literal, str):
-            what = f"is `{indexed[0].literal}`{maybe}, with a device index"
-        elif indexed:
-            what = f"carries a device index{maybe}"
-        else:
-            what = f"is str() of a device{maybe}: 'cuda:0' for an indexed device"
-        one_type = indexed and indexed[0].device_type and len(resolved.atoms) == 1
-        wanted = f"`{indexed[0].device_type}`" if one_type else f"`torch.device({text}).type`"
-        yield self.finding(
-            value,
-            f"device_type `{short(value)}` {what}; autocast wants the device type, {wanted} "
-            "(with an index it skips CUDA's availability checks)",
-            fix=fix,
-            confidence=Confidence.HIGH if certain else Confidence.MEDIUM,
-            context=scope.name,
-            related=definitions(Value(tuple(indexed or suspect)), "set"),
-        )
-
-
-def _certainly_indexed(resolved: Value) -> bool:
-    return bool(resolved.indexed()) and all(a.certain for a in resolved.atoms)
-
-
-def _postfix_ok(node: cst.BaseExpression) -> bool:
-    """`node.type` / `torch.device(node)` can be written from the node's code as it is."""
-    return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) and not node.lpar
-
-
-def model_string(model: FileModel, value: str) -> str:
-    return FixBuilder(model.module).string(value)
-
-
-def _replace_fix(model: FileModel, node: cst.BaseExpression, code: str, applicability: Applicability) -> Fix:
-    builder = FixBuilder(model.module)
-    new = builder.expression(code)
-    builder.replace(node, lambda updated: new)
-    return builder.build(f"Use `{code}`", applicability)
-
-
-def _insert_device_fix(model: FileModel, call: cst.Call, devices) -> Optional[Fix]:
-    if len(devices) != 1:
-        return None
-    device = next(iter(devices))
-    builder = FixBuilder(model.module)
-    literal = builder.string(device)
-    builder.replace(
-        call, lambda updated: with_call_args(updated, [cst.Arg(value=cst.SimpleString(literal)), *updated.args])
-    )
-    return builder.build(f"Pass device_type {literal} (the device of the file's other autocast regions)", Applicability.UNSAFE)
+        yield from check_resolved(self, model, value, scope)

@@ -1,35 +1,22 @@
-"""AMP070-AMP073: the deprecated device-specific spellings `torch.cuda.amp.*` and `torch.cpu.amp.*`.
-
-The fixes are built from how the file spells the API, never by string surgery:
-- through `torch` (`torch.cuda.amp.autocast(...)`, `import torch as T`): the reference becomes
-  `torch.amp.autocast("cuda", ...)` in place;
-- through an imported symbol (`from torch.cuda.amp import autocast as ac`) or module
-  (`import torch.cuda.amp as tca`, `from torch.cuda import amp`): the import is pointed at `torch.amp`
-  and every use gains the device argument, as one fix shared by all the uses of that import. When some
-  use cannot be rewritten (the name is passed around as a value), the import and its uses are left alone.
+"""AMP070-AMP072 (AMP073 in `amp073_deprecated_custom_fwd_bwd`): the deprecated device-specific spellings `torch.cuda.amp.*` and `torch.cpu.amp.*`, wherever
+they are referenced: calls, decorators (with or without parentheses), factories passed uncalled
+(`ctx = amp.autocast if fp16 else nullcontext`), aliases, and base classes (`class S(torch.cuda.amp.GradScaler)`).
+The fixes are built in `_deprecation_fixes`.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
+from typing import ClassVar, FrozenSet, Iterator
 
-import libcst as cst
 
 from amp_lint.analysis import names
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
-from amp_lint.fixes.builder import FixBuilder, keyword_arg, split_args
-from amp_lint.analysis.file_model import DeprecatedUse, FileModel, Scope
-from amp_lint.analysis.names import dotted_name
+from amp_lint.rules._deprecation_fixes import SpellingFixer, base_class_fix, head_name
+from amp_lint.rules._helpers import class_bases
 from amp_lint.rules._version_shims import bound_differently, bound_twice, in_old_torch_branch
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-
-# Names that exist in torch.amp under the same name.
-_MOVABLE = frozenset({"autocast", "GradScaler", "custom_fwd", "custom_bwd"})
-# Parameters of the deprecated autocast classes, in positional order.
-_OLD_AUTOCAST_PARAMS = ("enabled", "dtype", "cache_enabled")
-
-ImportNode = Union[cst.Import, cst.ImportFrom]
+from amp_lint.rules.base import Finding, Invalid, Rule
 
 
 class _DeprecatedSpelling(Rule):
@@ -39,7 +26,7 @@ class _DeprecatedSpelling(Rule):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         target = self.options.get("target_torch")
-        fixer = _SpellingFixer(model, target)
+        fixer = SpellingFixer(model, target)
         for use in model.deprecated_uses:
             if use.qualified_name not in self.qualified_names:
                 continue
@@ -48,7 +35,7 @@ class _DeprecatedSpelling(Rule):
                 continue  # the replacement is newer than the oldest torch the project supports
             if in_old_torch_branch(model, use.node):
                 continue  # a fallback that only old torch runs
-            head = _head_name(use.node)
+            head = head_name(use.node)
             through_import = head is not None and use.scope.names.lookup(head.value) != "torch"
             if through_import and bound_differently(model, head.value, use.scope):
                 continue  # `try: from torch.amp import X` / `except ImportError: from torch.cuda.amp import X`
@@ -60,6 +47,25 @@ class _DeprecatedSpelling(Rule):
                 fix=None if through_import and bound_twice(model, head.value, use.scope) else fixer.fix_for(use),
                 context=use.scope.name,
             )
+        yield from self._base_classes(model, target)
+
+    def _base_classes(self, model: FileModel, target) -> Iterator[Finding]:
+        """`class S(torch.cuda.amp.GradScaler)`: constructing S runs the deprecated `__init__` (through
+        `super().__init__()`, or inherited)."""
+        for cls in model.classes.values():
+            for base, qualified in zip(cls.bases, class_bases(model, cls)):
+                if qualified not in self.qualified_names:
+                    continue
+                device, modern = names.DEPRECATED_AMP[qualified]
+                if not supports(target, names.REPLACEMENT_SINCE[modern]) or in_old_torch_branch(model, cls):
+                    continue
+                old = qualified.replace(".autocast_mode", "").replace(".grad_scaler", "")
+                yield self.finding(
+                    base.value,
+                    f"`{cls.name.value}` subclasses `{old}`, which is deprecated (building one runs its deprecated "
+                    f"`__init__`); subclass `torch.amp.{modern}` and pass {device!r} to `super().__init__`",
+                    fix=base_class_fix(model, cls, base, qualified, modern, device),
+                )
 
 
 def _modern_call_text(modern: str, device: str) -> str:
@@ -229,6 +235,34 @@ from torch.cuda.amp import autocast
 amp_ctx = functools.partial(autocast, enabled=True)
 """,
         ),
+        # Issue 26, principle 4: a factory passed uncalled, through the module; its calls would lack the device.
+        Invalid(
+            """
+from contextlib import nullcontext
+from torch.cuda import amp
+ctx = amp.autocast if fp16 else nullcontext
+with ctx():
+    out = model(x)
+""",
+        ),
+        # An alias: the name is deprecated where it is referenced.
+        Invalid(
+            """
+import torch
+ac = torch.cuda.amp.autocast
+with ac(dtype=torch.float16):
+    out = model(x)
+""",
+        ),
+        # A base class: an autocast subclass (its positional parameters differ: reported, not fixed).
+        Invalid(
+            """
+import torch
+class Autocast(torch.cuda.amp.autocast):
+    def __init__(self, enabled=True):
+        super().__init__(enabled)
+""",
+        ),
     ]
 
 
@@ -302,6 +336,8 @@ class DeprecatedGradScaler(_DeprecatedSpelling):
     They emit ``FutureWarning: `torch.cuda.amp.GradScaler(args...)` is deprecated. Please use
     `torch.amp.GradScaler('cuda', args...)` instead.`` and will be removed.
 
+    Also a subclass (`class S(torch.cuda.amp.GradScaler)`): building one runs the deprecated `__init__`.
+
     ## Example
     ```python
     scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
@@ -314,7 +350,10 @@ class DeprecatedGradScaler(_DeprecatedSpelling):
 
     ## Fix safety
     Safe. The device becomes the first argument; the other positional arguments keep their order,
-    which the new signature shares.
+    which the new signature shares. For a subclass spelled through `torch` that defines `__init__`, the
+    base becomes `torch.amp.GradScaler` and each `super().__init__(...)` gains the device first; without an
+    `__init__` of its own (`S(1024.0)` would pass the scale as the device), or through an imported name,
+    it is reported without a fix.
 
     ## Torch versions
     `torch.amp.GradScaler(device, ...)` is new in torch 2.3 (the 2.2 docs' `torch/cuda/amp/grad_scaler.py`
@@ -366,6 +405,22 @@ class NativeScaler:
         except (AttributeError, TypeError):
             self._scaler = torch.cuda.amp.GradScaler()
 """,
+        # A subclass of the new class.
+        """
+import torch
+class LoggingScaler(torch.amp.GradScaler):
+    def __init__(self):
+        super().__init__("cuda")
+""",
+        # A base chosen for old torch (the other side of a version test).
+        """
+import torch
+if TORCH_2_4:
+    Base = torch.amp.GradScaler
+else:
+    class Base(torch.cuda.amp.GradScaler):
+        pass
+""",
         # ultralytics: a version test picks the spelling.
         """
 import torch
@@ -397,334 +452,39 @@ with autocast("cuda"):
     loss = model(x)
 """,
         ),
-    ]
-
-
-class DeprecatedCustomFwdBwd(_DeprecatedSpelling):
-    """
-    ## What it does
-    Finds `torch.cuda.amp.custom_fwd` / `torch.cuda.amp.custom_bwd`, deprecated since torch 2.4.
-
-    ## Why is this bad?
-    They emit ``FutureWarning: `torch.cuda.amp.custom_fwd(args...)` is deprecated. Please use
-    `torch.amp.custom_fwd(args..., device_type='cuda')` instead.`` The replacements take a required
-    keyword `device_type`: a bare `@torch.amp.custom_fwd` raises `TypeError` at import time.
-
-    ## Example
-    ```python
-    class MyMM(torch.autograd.Function):
-        @staticmethod
-        @torch.cuda.amp.custom_fwd
-        def forward(ctx, a, b): ...
-    ```
-
-    ## Use instead
-    ```python
-    class MyMM(torch.autograd.Function):
-        @staticmethod
-        @torch.amp.custom_fwd(device_type="cuda")
-        def forward(ctx, a, b): ...
-    ```
-
-    ## Fix safety
-    Safe. `device_type="cuda"` is added, keeping `cast_inputs=` and other keywords.
-
-    ## Torch versions
-    `torch.amp.custom_fwd(device_type=...)` / `custom_bwd` are new in torch 2.4 (pytorch/pytorch#126531);
-    with a `target-torch` below 2.4 nothing is reported. Version shims
-    (`if torch.__version__ >= "2.4": ... else: custom_fwd = torch.cuda.amp.custom_fwd`) are left alone.
-
-    ## References
-    - [AMP examples: autocast and custom autograd functions](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#autocast-and-custom-autograd-functions)
-    - pytorch/pytorch#126527
-    """
-
-    code = "AMP073"
-    name = "deprecated-custom-fwd-bwd"
-    summary = "Deprecated torch.cuda.amp.custom_fwd / custom_bwd"
-    needs = (r"\bcustom_[fb]wd\b", r"\bamp\b")
-    qualified_names = frozenset({"torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd"})
-
-    valid = [
-        """
-import torch
-class F(torch.autograd.Function):
-    @staticmethod
-    @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x):
-        return x
-""",
-        # A version shim (Megatron-LM): the old spelling for torch < 2.4.
-        """
-import functools
-import torch
-if torch.__version__ >= "2.4.0":
-    custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
-else:
-    custom_fwd = torch.cuda.amp.custom_fwd
-""",
-    ]
-    invalid = [
+        # Issue 26, principle 4: a base class, and its super().__init__() (which runs the deprecated __init__).
         Invalid(
             """
 import torch
-class F(torch.autograd.Function):
-    @staticmethod
-    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    @torch.cuda.amp.custom_bwd
-    def backward(ctx, g):
-        return g
+class LoggingScaler(torch.cuda.amp.GradScaler):
+    def __init__(self, init_scale=2.0**16, **kwargs):
+        super().__init__(init_scale, **kwargs)
+        self.skipped = 0
 """,
             fixed="""
 import torch
-class F(torch.autograd.Function):
-    @staticmethod
-    @torch.amp.custom_fwd(cast_inputs=torch.float32, device_type="cuda")
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    @torch.amp.custom_bwd(device_type="cuda")
-    def backward(ctx, g):
-        return g
+class LoggingScaler(torch.amp.GradScaler):
+    def __init__(self, init_scale=2.0**16, **kwargs):
+        super().__init__("cuda", init_scale, **kwargs)
+        self.skipped = 0
 """,
-            count=2,
         ),
+        # No `__init__` of its own: `LoggingScaler(1024.0)` would pass the scale as the device: not fixed.
         Invalid(
             """
-from torch.cuda.amp import custom_fwd, custom_bwd
-class F(Function):
-    @staticmethod
-    @custom_fwd
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    @custom_bwd
-    def backward(ctx, g):
-        return g
+import torch
+class LoggingScaler(torch.cuda.amp.GradScaler):
+    def step(self, optimizer):
+        return super().step(optimizer)
 """,
-            fixed="""
-from torch.amp import custom_fwd, custom_bwd
-class F(Function):
-    @staticmethod
-    @custom_fwd(device_type="cuda")
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    @custom_bwd(device_type="cuda")
-    def backward(ctx, g):
-        return g
+        ),
+        # Imported by name: the import would change too: not fixed.
+        Invalid(
+            """
+from torch.cuda.amp import GradScaler
+class LoggingScaler(GradScaler):
+    def __init__(self):
+        super().__init__()
 """,
-            count=2,
         ),
     ]
-
-
-# --- the fixes --------------------------------------------------------------------------------------
-
-
-class _SpellingFixer:
-    """Builds the fix for each deprecated use; uses of one import share one fix."""
-
-    def __init__(self, model: FileModel, target: Optional[str] = None) -> None:
-        self.model = model
-        self.target = target
-        self._binding_fixes: Dict[int, Optional[Fix]] = {}
-
-    def fix_for(self, use: DeprecatedUse) -> Optional[Fix]:
-        head = _head_name(use.node)
-        if head is None:
-            return None
-        resolved = use.scope.names.lookup(head.value)
-        if resolved == "torch":
-            return self._through_torch(use, head)
-        binding = self._import_binding(use, head.value, resolved)
-        if binding is None:
-            return None
-        statement, scope = binding
-        if id(statement) not in self._binding_fixes:
-            self._binding_fixes[id(statement)] = self._rewrite_import_and_uses(statement, scope)
-        return self._binding_fixes[id(statement)]
-
-    # -- torch.cuda.amp.X spelled through `torch` --
-    def _through_torch(self, use: DeprecatedUse, head: cst.Name) -> Optional[Fix]:
-        device, modern = names.DEPRECATED_AMP[use.qualified_name]
-        target = use.call if use.call is not None else use.decorator
-        if target is None:
-            return None
-        new_func = cst.Attribute(value=cst.Attribute(value=cst.Name(head.value), attr=cst.Name("amp")), attr=cst.Name(modern))
-        builder = FixBuilder(self.model.module)
-        if not _can_rewrite(use, modern):
-            return None
-
-        def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
-            return _rewrite_use(builder, updated, modern, device, new_func)
-
-        builder.replace(target, rewrite)
-        return builder.build(f"Use `{head.value}.amp.{modern}`", Applicability.SAFE)
-
-    # -- imported symbol or module --
-    def _import_binding(self, use: DeprecatedUse, local: str, resolved: Optional[str]) -> Optional[Tuple[ImportNode, Scope]]:
-        if resolved is None:
-            return None
-        chain = list(use.scope.chain())
-        best: Optional[Tuple[ImportNode, Scope]] = None
-        for statement, scope in self.model.imports:
-            if scope in chain and local in _bound_names(statement):
-                if best is None or chain.index(scope) <= chain.index(best[1]):
-                    best = (statement, scope)
-        return best
-
-    def _rewrite_import_and_uses(self, statement: ImportNode, scope: Scope) -> Optional[Fix]:
-        new_statement = _import_pointing_at_torch_amp(statement)
-        if new_statement is None:
-            return None
-        local_names = set(_bound_names(statement))
-        uses = [
-            use
-            for use in self.model.deprecated_uses
-            if (head := _head_name(use.node)) is not None and head.value in local_names and scope in list(use.scope.chain())
-        ]
-        if any(name.value in local_names and scope in list(ref_scope.chain()) for name, ref_scope in self.model.amp_module_refs):
-            return None  # the module alias is also used for something torch.amp does not have
-        if not _import_supported(statement, self.target):
-            return None
-        builder = FixBuilder(self.model.module)
-        for use in uses:
-            device, modern = names.DEPRECATED_AMP[use.qualified_name]
-            if not _can_rewrite(use, modern) or not supports(self.target, names.REPLACEMENT_SINCE[modern]):
-                return None
-            if in_old_torch_branch(self.model, use.node):
-                return None  # the import also serves a fallback for old torch
-            target = use.call if use.call is not None else use.decorator
-            builder.replace(target, lambda updated, m=modern, d=device: _rewrite_use(builder, updated, m, d, None))
-        builder.replace(statement, lambda updated: new_statement)
-        return builder.build("Import from `torch.amp` and pass the device", Applicability.SAFE, key=("AMP07x", statement))
-
-
-def _import_supported(statement: ImportNode, target: Optional[str]) -> bool:
-    """Does every name the rewritten `from torch.amp import ...` would import exist in the target torch?"""
-    if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
-        for alias in statement.names:
-            since = names.REPLACEMENT_SINCE.get(dotted_name(alias.name) or "")
-            if since is not None and not supports(target, since):
-                return False
-    return True
-
-
-def _head_name(node: cst.BaseExpression) -> Optional[cst.Name]:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node if isinstance(node, cst.Name) else None
-
-
-def _bound_names(statement: ImportNode) -> List[str]:
-    if isinstance(statement.names, cst.ImportStar):
-        return []
-    bound = []
-    for alias in statement.names:
-        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-            bound.append(alias.asname.name.value)
-        elif isinstance(statement, cst.Import):
-            bound.append((dotted_name(alias.name) or "").split(".")[0])
-        else:
-            bound.append(dotted_name(alias.name) or "")
-    return bound
-
-
-def _import_pointing_at_torch_amp(statement: ImportNode) -> Optional[ImportNode]:
-    """The same import, from `torch.amp` instead of `torch.cuda.amp` / `torch.cpu.amp`; None if impossible."""
-    if isinstance(statement, cst.ImportFrom):
-        if statement.relative or statement.module is None or isinstance(statement.names, cst.ImportStar):
-            return None
-        module = dotted_name(statement.module)
-        imported = [dotted_name(alias.name) for alias in statement.names]
-        if module in names.DEPRECATED_AMP_MODULES and all(name in _MOVABLE for name in imported):
-            return statement.with_changes(module=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("amp")))
-        if module in ("torch.cuda", "torch.cpu") and imported == ["amp"]:
-            return statement.with_changes(module=cst.Name("torch"))
-        return None
-    new_names = []
-    changed = False
-    for alias in statement.names:
-        module = dotted_name(alias.name)
-        if module in names.DEPRECATED_AMP_MODULES and alias.asname is not None:
-            alias = alias.with_changes(name=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("amp")))
-            changed = True
-        new_names.append(alias)
-    return statement.with_changes(names=new_names) if changed else None
-
-
-def _can_rewrite(use: DeprecatedUse, modern: str) -> bool:
-    """A call, or a decorator; not a value passed around."""
-    if use.call is not None:
-        _, _, has_star = split_args(use.call)
-        if has_star:
-            return False
-        if modern in ("custom_fwd", "custom_bwd"):
-            positional, _, _ = split_args(use.call)
-            return not positional
-        return True
-    return use.decorator is not None and modern in ("custom_fwd", "custom_bwd")
-
-
-def _rewrite_use(builder: FixBuilder, updated: cst.CSTNode, modern: str, device: str, new_func) -> cst.CSTNode:
-    """Add the device argument (and keywordize the old autocast positionals) to a call or decorator.
-
-    Existing arguments keep their commas and line breaks; the new device argument copies the layout of
-    the argument it goes in front of.
-    """
-    device_string = cst.SimpleString(builder.string(device))
-    if isinstance(updated, cst.Decorator):  # bare @custom_fwd
-        func = new_func if new_func is not None else updated.decorator
-        return updated.with_changes(decorator=cst.Call(func=func, args=(keyword_arg("device_type", device_string),)))
-    assert isinstance(updated, cst.Call)
-    func = new_func if new_func is not None else updated.func
-    args = list(updated.args)
-    if modern in ("autocast", "GradScaler"):
-        if modern == "autocast":
-            position = 0
-            for index, arg in enumerate(args):
-                if arg.keyword is None and not arg.star:
-                    args[index] = arg.with_changes(
-                        keyword=cst.Name(_OLD_AUTOCAST_PARAMS[position]),
-                        equal=keyword_arg("x", arg.value).equal,
-                    )
-                    position += 1
-        first = cst.Arg(value=device_string)
-        if args:
-            first = first.with_changes(comma=_separator(args))
-        args.insert(0, first)
-    elif not any(a.keyword is not None and a.keyword.value == "device_type" for a in args):
-        device_arg = keyword_arg("device_type", device_string)
-        if args:
-            last = args[-1]
-            trailing = last.comma if isinstance(last.comma, cst.Comma) else cst.MaybeSentinel.DEFAULT
-            args[-1] = last.with_changes(comma=last.comma if isinstance(last.comma, cst.Comma) else _separator(args))
-            device_arg = device_arg.with_changes(comma=trailing)
-        args.append(device_arg)
-    return updated.with_changes(func=func, args=tuple(args))
-
-
-def _separator(args) -> cst.Comma:
-    """The call's own argument separator: a line break in a one-per-line call, else ", ".
-
-    Borrowed from an argument whose comma carries no comment (a comment belongs to its own argument).
-    """
-    for arg in args:
-        comma = arg.comma
-        if not isinstance(comma, cst.Comma):
-            continue
-        after = comma.whitespace_after
-        if isinstance(after, cst.ParenthesizedWhitespace):
-            if after.first_line.comment is None and not any(line.comment for line in after.empty_lines):
-                return comma
-        elif isinstance(after, cst.SimpleWhitespace):
-            return comma.with_changes(whitespace_before=cst.SimpleWhitespace(""))
-    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -88,12 +88,42 @@ state["scaler"] = scaler.state_dict()
 torch.save(state, path)
 """,
     ]
+    valid += [
+        # `dict` is the file's own function (which may add the scaler), not the builtin.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def dict(**parts):
+    return with_amp_state(parts)
+torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict()), path)
+""",
+    ]
     invalid = [
         Invalid(
             """
 import torch
 scaler = torch.amp.GradScaler("cuda")
 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""
+        ),
+        # The keyword form of the dict.
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict()), path)
+"""
+        ),
+        # One checkpoint dict saved to three files: one finding, at the first save.
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+def save(model, optimizer, folder):
+    checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save(checkpoint, f"{folder}/last.pt")
+    torch.save(checkpoint, f"{folder}/best.pt")
+    torch.save(checkpoint, f"{folder}/epoch.pt")
 """
         ),
         Invalid(
@@ -120,14 +150,17 @@ class Trainer:
         loads_scaler = _scaler_method_called(model, "load_state_dict")
         if saves_scaler and loads_scaler:
             return
+        reported = set()  # one checkpoint dict saved to several files is one finding
         for site in model.call_sites:
             if site.qualified_name != "torch.save" and site.method != "load_state_dict":
                 continue
             if not _scaler_in_reach(model, site.scope):
                 continue
             if site.qualified_name == "torch.save" and not saves_scaler and site.call.args:
-                optimizer = _optimizer_in_checkpoint(model, site)
-                if optimizer is not None:
+                found = _optimizer_in_checkpoint(model, site)
+                if found is not None and id(found[1]) not in reported:
+                    optimizer = found[0]
+                    reported.add(id(found[1]))
                     yield self.finding(
                         site.call,
                         f"`{short(site.call, 50)}` saves `{optimizer}.state_dict()` but not the GradScaler's: "
@@ -170,17 +203,16 @@ def _scaler_in_reach(model: FileModel, scope: Scope) -> bool:
     return False
 
 
-def _optimizer_in_checkpoint(model: FileModel, site: CallSite) -> Optional[str]:
+def _optimizer_in_checkpoint(model: FileModel, site: CallSite) -> Optional[Tuple[str, cst.BaseExpression]]:
+    """(the optimizer whose state the saved dict holds, the dict expression) for `torch.save({...}, p)`,
+    `torch.save(dict(optimizer=opt.state_dict(), ...), p)`, or a name bound to either in the same function."""
     value = site.call.args[0].value
     candidates: List[cst.BaseExpression] = [value]
     key = dotted_name(value)
     if key is not None:
         candidates = [a.value for a in model.assignment_sites if a.scope is site.scope and a.target == key]
     for candidate in candidates:
-        if not isinstance(candidate, cst.Dict):
-            continue
-        for element in candidate.elements:
-            item = getattr(element, "value", None)
+        for item in _dict_values(candidate, site.scope):
             if (
                 isinstance(item, cst.Call)
                 and isinstance(item.func, cst.Attribute)
@@ -188,5 +220,19 @@ def _optimizer_in_checkpoint(model: FileModel, site: CallSite) -> Optional[str]:
             ):
                 receiver = dotted_name(item.func.value)
                 if receiver is not None and model.is_optimizer(receiver):
-                    return receiver
+                    return receiver, candidate
     return None
+
+
+def _dict_values(candidate: cst.BaseExpression, scope: Scope) -> List[cst.BaseExpression]:
+    """The values of a dict display, or of the keywords of a `dict(...)` call."""
+    if isinstance(candidate, cst.Dict):
+        return [element.value for element in candidate.elements if isinstance(element, cst.DictElement)]
+    if isinstance(candidate, cst.Call) and isinstance(candidate.func, cst.Name) and candidate.func.value == "dict":
+        table = scope.names
+        while table is not None:  # the builtin, not a name the file binds
+            if "dict" in table.own or "dict" in table.imported:
+                return []
+            table = table.parent
+        return [arg.value for arg in candidate.args if arg.keyword is not None]
+    return []

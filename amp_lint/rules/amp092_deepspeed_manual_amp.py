@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Confidence, Severity
+from amp_lint.rules._deepspeed_config import config_verdict, read_config
 from amp_lint.rules._helpers import same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -45,11 +46,28 @@ class DeepSpeedManualAmp(Rule):
     engine.step()
     ```
 
+    Since DeepSpeed 0.17.2 the engine also checks it: with `torch.autocast` enabled around its forward
+    and no enabled `torch_autocast` section in its config, it raises ``AssertionError: torch.autocast is
+    enabled outside DeepSpeed, but not in the DeepSpeed config`` (`deepspeed/runtime/torch_autocast.py`,
+    `validate_nested_autocast`; deepspeedai/DeepSpeed#7529, wenet-e2e/wenet#2788).
+
+    ## How the config is read
+    The engine is the first name `deepspeed.initialize(...)` binds (`engine, optimizer, _, _ = ...`, in the
+    same function, an enclosing one, or `self.engine` of the class). Its config is read when the file shows
+    it: a literal dict passed as `config=` (or `config_params=`), a name bound once to one, or a literal
+    path to a JSON file of the project (beside the checked file, or in the working folder; at most 1 MB).
+    Then an outer autocast is reported as proved when the config enables `fp16` or `bf16` (precision
+    twice) or has no enabled `torch_autocast` section (the assertion), and not at all when
+    `torch_autocast` is enabled (DeepSpeed runs autocast itself and only warns). A config out of sight, or
+    with `"auto"` values that a launcher fills in, leaves the finding as an assumption (shown with
+    `--show-assumed`, or when AMP092 is selected by name).
+
     ## Fix safety
-    No fix: the precision settings must move into the DeepSpeed config. Only the engine and optimizer
-    bound by `deepspeed.initialize` in this file are followed.
+    No fix: the precision settings must move into the DeepSpeed config.
 
     ## References
+    - [DeepSpeed training: PyTorch Automatic Mixed Precision (`torch_autocast`)](https://deepspeed.readthedocs.io/en/latest/training.html#pytorch-automatic-mixed-precision-amp)
+    - `deepspeed/runtime/torch_autocast.py`: `validate_auto_cast_settings`, `validate_nested_autocast`
     - [DeepSpeed configuration: FP16 / BF16 training options](https://www.deepspeed.ai/docs/config-json/#fp16-training-options)
     - [DeepSpeed training: `engine.backward`, `engine.step`](https://deepspeed.readthedocs.io/en/latest/training.html)
     - `torch/amp/grad_scaler.py` (torch 2.13): `GradScaler.step` calls `optimizer.step()` itself
@@ -77,8 +95,39 @@ with torch.autocast("cuda"):
     ref = teacher(batch)
 loss = engine(batch)
 """,
+        # The config enables torch_autocast: DeepSpeed runs autocast itself and tolerates the outer one.
+        """
+import deepspeed, torch
+config = {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
+engine, _, _, _ = deepspeed.initialize(model=model, config=config)
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = engine(batch)
+""",
     ]
     invalid = [
+        # Issue 30: the config is a literal dict with fp16: proved (doubled AMP; DeepSpeed >= 0.17.2 asserts).
+        Invalid(
+            """
+import deepspeed, torch
+ds_config = {"train_batch_size": 32, "fp16": {"enabled": True}}
+def train(model, loader):
+    model_engine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config)
+    for batch in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model_engine(batch)
+        model_engine.backward(loss)
+        model_engine.step()
+"""
+        ),
+        # No torch_autocast section, fp32: DeepSpeed >= 0.17.2 raises AssertionError.
+        Invalid(
+            """
+import deepspeed, torch
+engine, _, _, _ = deepspeed.initialize(model=model, config={"train_batch_size": 8})
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    loss = engine(batch)
+"""
+        ),
         Invalid(
             """
 import deepspeed, torch
@@ -108,8 +157,10 @@ def train(args, model):
     def check(self, model: FileModel) -> Iterator[Finding]:
         engines: Dict[str, Scope] = {}
         optimizers: Dict[str, Scope] = {}
-        for scope, engine, optimizer in _initialized(model):
+        configs: Dict[str, Optional[dict]] = {}  # engine -> its DeepSpeed config, when the file shows it
+        for scope, engine, optimizer, call in _initialized(model):
             engines[engine] = scope
+            configs[engine] = read_config(self, model, call, scope)
             if optimizer:
                 optimizers[optimizer] = scope
         if not engines:
@@ -119,15 +170,26 @@ def train(args, model):
             engine = _engine_called(model, site, func, engines)
             if engine is not None:
                 region = site.in_enabled_autocast()
-                if region is not None:
-                    yield self.finding(
-                        site.call,
-                        f"the DeepSpeed engine `{engine}` runs under `{short(region.spec.call or region.node, 40)}`: "
-                        "DeepSpeed manages precision itself; set fp16/bf16 in the DeepSpeed config instead",
-                        confidence=Confidence.MEDIUM,  # with an fp32 DeepSpeed config this is the only mixed precision
-                        assumption="assumes the DeepSpeed config enables fp16 or bf16",
-                        context=site.scope.name,
-                    )
+                verdict = config_verdict(configs.get(engine))
+                if region is not None and verdict is not False:
+                    around = short(region.spec.call or region.node, 40)
+                    if verdict is None:  # the config is not in sight
+                        yield self.finding(
+                            site.call,
+                            f"the DeepSpeed engine `{engine}` runs under `{around}`: "
+                            "DeepSpeed manages precision itself; set fp16/bf16 in the DeepSpeed config instead",
+                            confidence=Confidence.MEDIUM,  # with an fp32 DeepSpeed config this is the only mixed precision
+                            assumption="assumes the DeepSpeed config enables fp16 or bf16",
+                            context=site.scope.name,
+                        )
+                    else:
+                        yield self.finding(
+                            site.call,
+                            f"the DeepSpeed engine `{engine}` runs under `{around}`, and its config {verdict}: "
+                            "drop the outer autocast and set the precision in the DeepSpeed config "
+                            "(fp16/bf16, or a `torch_autocast` section)",
+                            context=site.scope.name,
+                        )
                 if site.method == "backward" and site.call.args and _is_scaled(model, site, site.call.args[0].value):
                     yield self.finding(
                         site.call,
@@ -153,8 +215,8 @@ def train(args, model):
                     )
 
 
-def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str]]]:
-    """(scope, engine, optimizer) for `engine, optimizer, _, _ = deepspeed.initialize(...)`."""
+def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str], cst.Call]]:
+    """(scope, engine, optimizer, the call) for `engine, optimizer, _, _ = deepspeed.initialize(...)`."""
     for site in model.call_sites:
         if site.qualified_name not in _INITIALIZE or not isinstance(site.small_statement, cst.Assign):
             continue
@@ -166,7 +228,7 @@ def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str]]]
             continue
         keys = [dotted_name(e.value) for e in target.elements]
         if keys[0]:
-            yield site.scope, keys[0], keys[1] if len(keys) > 1 and keys[1] not in (None, "_") else None
+            yield site.scope, keys[0], keys[1] if len(keys) > 1 and keys[1] not in (None, "_") else None, site.call
 
 
 def _engine_called(model: FileModel, site: CallSite, func: Optional[str], engines: Dict[str, Scope]) -> Optional[str]:

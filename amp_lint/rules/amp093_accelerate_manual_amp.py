@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-from typing import Iterator, Set, Tuple
+from typing import Iterator, List, NamedTuple, Sequence
 
 import libcst as cst
 
 from amp_lint.analysis.autocast import DType
-from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
-from amp_lint.rules._helpers import argument, literal_string, short
+from amp_lint.rules._helpers import argument, literal_string, same_binding, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 _ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
@@ -49,7 +49,8 @@ class AccelerateManualAmp(Rule):
 
     ## Fix safety
     No fix. Reported only for a literal `mixed_precision` and names bound by `accelerator.prepare(...)`
-    in this file.
+    in this file; the precision is that of the Accelerator whose binding reaches the call (the same
+    function, an enclosing one, or `self.accelerator` of the same class), never another function's.
 
     ## References
     - [Accelerate: mixed precision](https://huggingface.co/docs/accelerate/concept_guides/performance)
@@ -90,8 +91,41 @@ model = accelerator.prepare(model)
 with torch.autocast("cuda", dtype=torch.bfloat16):
     out = model(x)
 """,
+        # Issue 28: two functions, two Accelerators; each autocast matches its own.
+        """
+import torch
+from accelerate import Accelerator
+def train_a(model, x):
+    accelerator = Accelerator(mixed_precision="fp16")
+    model = accelerator.prepare(model)
+    with torch.autocast("cuda", dtype=torch.float16):
+        return model(x)
+def train_b(model, x):
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = accelerator.prepare(model)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return model(x)
+""",
     ]
     invalid = [
+        # Issue 28, swapped: each function's clash is its own Accelerator's.
+        Invalid(
+            """
+import torch
+from accelerate import Accelerator
+def train_a(model, x):
+    accelerator = Accelerator(mixed_precision="fp16")
+    model = accelerator.prepare(model)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return model(x)
+def train_b(model, x):
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = accelerator.prepare(model)
+    with torch.autocast("cuda", dtype=torch.float16):
+        return model(x)
+""",
+            count=2,
+        ),
         Invalid(
             """
 import torch
@@ -120,7 +154,7 @@ with torch.autocast("cuda", dtype=torch.float16):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        accelerators = dict(_accelerators(model))
+        accelerators = list(_accelerators(model))
         if not accelerators:
             return
         prepared = _prepared(model, accelerators)
@@ -128,7 +162,11 @@ with torch.autocast("cuda", dtype=torch.float16):
             return
         for site in model.call_sites:
             func = dotted_name(site.call.func)
-            if site.method == "backward" and site.receiver is not None and dotted_name(site.receiver) in accelerators:
+            receiver = dotted_name(site.receiver) if site.receiver is not None else None
+            if site.method == "backward" and receiver is not None:
+                accelerator = _reaching(model, accelerators, receiver, site.scope)
+                if accelerator is None:
+                    continue
                 arg = site.call.args[0].value if site.call.args else None
                 if isinstance(arg, cst.Call) and isinstance(arg.func, cst.Attribute) and arg.func.attr.value == "scale":
                     scaler = dotted_name(arg.func.value)
@@ -136,14 +174,13 @@ with torch.autocast("cuda", dtype=torch.float16):
                         yield self.finding(
                             site.call,
                             f"`{short(site.call, 50)}`: the Accelerator already scales the loss (mixed_precision="
-                            f"{accelerators[dotted_name(site.receiver)][0]!r}); this scales it twice: pass the loss itself",
+                            f"{accelerator.mixed!r}); this scales it twice: pass the loss itself",
                             context=site.scope.name,
                         )
                 continue
-            if site.method in ("step", "unscale_") and site.call.args and site.receiver is not None:
-                scaler = dotted_name(site.receiver)
+            if site.method in ("step", "unscale_") and site.call.args and receiver is not None:
                 target = dotted_name(site.call.args[0].value)
-                if scaler and target in prepared and model.is_scaler(scaler, site.scope):
+                if target and _reaching(model, prepared, target, site.scope) and model.is_scaler(receiver, site.scope):
                     yield self.finding(
                         site.call,
                         f"`{short(site.call, 50)}`: `{target}` was prepared by an Accelerator with mixed precision, which "
@@ -151,22 +188,48 @@ with torch.autocast("cuda", dtype=torch.float16):
                         context=site.scope.name,
                     )
                 continue
-            if func in prepared:
-                region = site.in_enabled_autocast()
-                if region is None or region.spec.dtype not in (DType.FP16, DType.BF16):
-                    continue
-                mixed = {dtype for _, dtype in accelerators.values()}
-                if region.spec.dtype not in mixed:
-                    yield self.finding(
-                        site.call,
-                        f"`{short(site.call, 40)}` runs under `{short(region.spec.call or region.node, 40)}`, but the "
-                        f"Accelerator's mixed precision wraps the prepared model's forward in {'/'.join(sorted(d.value for d in mixed))} autocast, "
-                        "which wins inside the model: set the dtype on the Accelerator only",
-                        context=site.scope.name,
-                    )
+            if func is None:
+                continue
+            entry = _reaching(model, prepared, func, site.scope)
+            if entry is None:
+                continue
+            region = site.in_enabled_autocast()
+            if region is None or region.spec.dtype not in (DType.FP16, DType.BF16):
+                continue
+            # The mixed precision of the Accelerator that prepared this model, as it reaches the call (issue 28:
+            # not that of another function's Accelerator).
+            if region.spec.dtype != entry.accelerator.dtype:
+                yield self.finding(
+                    site.call,
+                    f"`{short(site.call, 40)}` runs under `{short(region.spec.call or region.node, 40)}`, but the "
+                    f"Accelerator's mixed precision ({entry.accelerator.mixed!r}) wraps the prepared model's forward in "
+                    f"{entry.accelerator.dtype.value} autocast, which wins inside the model: set the dtype on the Accelerator only",
+                    context=site.scope.name,
+                )
 
 
-def _accelerators(model: FileModel) -> Iterator[Tuple[str, Tuple[str, DType]]]:
+class _Accelerator(NamedTuple):
+    key: str  # "accelerator", "self.accelerator"
+    scope: Scope
+    mixed: str  # "fp16"
+    dtype: DType
+
+
+class _Prepared(NamedTuple):
+    key: str  # "model"
+    scope: Scope
+    accelerator: _Accelerator
+
+
+def _reaching(model: FileModel, bindings: Sequence, key: str, scope: Scope):
+    """The binding of `key` (an `_Accelerator` or `_Prepared`) that reaches a use in `scope`, if exactly one does
+    (the same function, an enclosing one, or `self.x` of the same class), or the first of several that agree."""
+    found = [b for b in bindings if b.key == key and same_binding(model, key, b.scope, scope)]
+    precisions = {b.mixed if isinstance(b, _Accelerator) else b.accelerator.mixed for b in found}
+    return found[0] if len(precisions) == 1 else None  # none, or two that disagree: nothing is proved
+
+
+def _accelerators(model: FileModel) -> Iterator[_Accelerator]:
     for assignment in model.assignment_sites:
         value = assignment.value
         if not isinstance(value, cst.Call) or assignment.scope.names.qualify(value.func) not in _ACCELERATOR:
@@ -174,13 +237,17 @@ def _accelerators(model: FileModel) -> Iterator[Tuple[str, Tuple[str, DType]]]:
         arg = argument(value, None, "mixed_precision")
         mixed = literal_string(arg.value) if arg is not None else None
         if mixed in _MIXED:
-            yield assignment.target, (mixed, _MIXED[mixed])
+            yield _Accelerator(assignment.target, assignment.scope, mixed, _MIXED[mixed])
 
 
-def _prepared(model: FileModel, accelerators) -> Set[str]:
-    keys: Set[str] = set()
+def _prepared(model: FileModel, accelerators: List[_Accelerator]) -> List[_Prepared]:
+    found: List[_Prepared] = []
     for site in model.call_sites:
-        if site.method != "prepare" or site.receiver is None or dotted_name(site.receiver) not in accelerators:
+        if site.method != "prepare" or site.receiver is None:
+            continue
+        key = dotted_name(site.receiver)
+        accelerator = _reaching(model, accelerators, key, site.scope) if key else None
+        if accelerator is None:
             continue
         statement = site.small_statement
         if not isinstance(statement, cst.Assign) or statement.value is not site.call:
@@ -189,7 +256,7 @@ def _prepared(model: FileModel, accelerators) -> Set[str]:
             node = target.target
             elements = node.elements if isinstance(node, (cst.Tuple, cst.List)) else [node]
             for element in elements:
-                key = dotted_name(element.value if isinstance(element, cst.Element) else element)
-                if key:
-                    keys.add(key)
-    return keys
+                name = dotted_name(element.value if isinstance(element, cst.Element) else element)
+                if name:
+                    found.append(_Prepared(name, site.scope, accelerator))
+    return found

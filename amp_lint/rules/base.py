@@ -62,6 +62,10 @@ class Rule:
     summary: ClassVar[str]
     severity: ClassVar[Severity] = Severity.WARNING
     default_enabled: ClassVar[bool] = True
+    # Preview (Ruff's term): a new rule, not yet proved on real code, runs only with `--preview` /
+    # `preview = true`, whatever selects it; `preview_fix`: the rule is stable, its fix runs only in preview.
+    preview: ClassVar[bool] = False
+    preview_fix: ClassVar[bool] = False
     # The fix's safety, or None when the rule offers no fix.
     fix_applicability: ClassVar[Optional[Applicability]] = None
     # A display-only fix (Ruff's term): the message names the change, `--fix` never applies it.
@@ -77,6 +81,32 @@ class Rule:
 
     def __init__(self, options: Optional[dict] = None) -> None:
         self.options = options or {}
+        # Set by the checker for each file: its name as shown (relative to the working folder, or absolute),
+        # and the side files the rule read for it (`read_side_file`), which the result cache then depends on.
+        self.filename: Optional[str] = None
+        self.files_read: list = []
+
+    def read_side_file(self, relative: str, limit: int = 1 << 20) -> Optional[str]:
+        """The text of a project file a literal in the checked file names (`config="ds_config.json"`), looked up
+        beside the checked file, then in the working folder; None when absent, not a regular file, larger than
+        `limit` bytes, or unreadable. Never follows into a FIFO or a device."""
+        import os
+        import stat
+
+        folders = [os.path.dirname(os.path.abspath(self.filename))] if self.filename else []
+        folders.append(os.getcwd())
+        for folder in folders:
+            path = os.path.join(folder, relative)
+            try:
+                if not stat.S_ISREG(os.stat(path).st_mode) or os.path.getsize(path) > limit:
+                    continue
+                with open(path, "rb") as handle:
+                    text = handle.read(limit + 1)
+            except (OSError, ValueError):
+                continue
+            self.files_read.append(path)
+            return text.decode("utf-8", errors="replace") if len(text) <= limit else None
+        return None
 
     def check(self, model: FileModel) -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError

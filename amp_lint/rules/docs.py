@@ -32,7 +32,8 @@ def registry_table() -> str:
     for rule in discover():
         lines.append(
             f"    RuleEntry({rule.code!r}, {rule.__module__.rpartition('.')[2]!r}, {rule.__name__!r}, "
-            f"{bool(rule.default_enabled)!r}, {tuple(rule.needs)!r}, {tuple(rule.ast_needs)!r}),"
+            f"{bool(rule.default_enabled)!r}, {tuple(rule.needs)!r}, {tuple(rule.ast_needs)!r}"
+            + (", preview=True)," if rule.preview else "),")
         )
     lines.append(")")
     return "\n".join(lines) + "\n"
@@ -48,7 +49,7 @@ def rules_table() -> str:
     for rule in discover():
         lines.append(
             f"| [{rule.code}]({DOCS_FOLDER}/{rule.code}.md) | `{rule.name}` | {rule.summary} | {rule.severity.value} | "
-            f"{'on' if rule.default_enabled else 'off'} | {rule.fix_label()} |"
+            f"{'preview' if rule.preview else 'on' if rule.default_enabled else 'off'} | {rule.fix_label()} |"
         )
     return "\n".join(lines)
 
@@ -62,6 +63,10 @@ def rule_page(rule) -> str:
     else:
         fix = "unsafe (applied by `--fix --unsafe-fixes`)"
     default = "yes" if rule.default_enabled else f"no (select it with `--select {rule.code}`)"
+    if rule.preview:
+        default += " (a preview rule: it runs only with `--preview` or `preview = true`)"
+    elif rule.preview_fix:
+        fix += "; in preview only (`--preview`)"
     header = [
         f"# {rule.name} ({rule.code})",
         "",

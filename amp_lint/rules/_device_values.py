@@ -1,0 +1,182 @@
+"""What AMP075 (and the other device rules) ask about device values: whether a `.device` is a tensor's (always
+indexed on CUDA), whether an expression can take a postfix, and the fixes that replace a device argument."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from amp_lint.analysis import values
+from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.value_types import Index, Kind, Value
+from amp_lint.diagnostics import Applicability, Confidence
+from amp_lint.fixes.builder import FixBuilder, with_call_args
+from amp_lint.rules._helpers import definitions, short, value_of
+from amp_lint.rules.base import Finding, Fix, Rule
+
+# What only a tensor does (a config object, `args`, never does): its shape, dtype, size, a cast or a move.
+_TENSOR_USE = r"\.(?:shape|dtype|ndim|is_cuda|size\(|dim\(|numel\(|float\(|half\(|bfloat16\(|to\(|cuda\(|detach\(|view\(|reshape\(|contiguous\()"
+
+
+def tensor_device(node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
+    """Is `node` the `.device` of a tensor, shown by the code itself: `x.device` where the function also reads
+    `x.shape` / `x.dtype` / `x.size()`, casts or moves `x`, or `next(m.parameters()).device`? A tensor on CUDA
+    always has an index (`cuda:0`), so `str()` of its device is never a device type (issue 26, principle 4)."""
+    if not isinstance(node, cst.Attribute) or node.attr.value != "device":
+        return False
+    owner = node.value
+    if isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "next" and owner.args:
+        inner = owner.args[0].value
+        return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "parameters"
+    if not isinstance(owner, cst.Name) or owner.value in ("self", "cls") or scope is None or not scope.is_function:
+        return False
+    return re.search(rf"(?<![\w.]){re.escape(owner.value)}{_TENSOR_USE}", code_of(scope.node)) is not None
+
+
+def certainly_indexed(resolved: Value) -> bool:
+    return bool(resolved.indexed()) and all(a.certain for a in resolved.atoms)
+
+
+def postfix_ok(node: cst.BaseExpression) -> bool:
+    """`node.type` / `torch.device(node)` can be written from the node's code as it is."""
+    return isinstance(node, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) and not node.lpar
+
+
+def model_string(model: FileModel, value: str) -> str:
+    return FixBuilder(model.module).string(value)
+
+
+def replace_fix(model: FileModel, node: cst.BaseExpression, code: str, applicability: Applicability) -> Fix:
+    builder = FixBuilder(model.module)
+    new = builder.expression(code)
+    builder.replace(node, lambda updated: new)
+    return builder.build(f"Use `{code}`", applicability)
+
+
+def insert_device_fix(model: FileModel, call: cst.Call, devices) -> Optional[Fix]:
+    if len(devices) != 1:
+        return None
+    device = next(iter(devices))
+    builder = FixBuilder(model.module)
+    literal = builder.string(device)
+    builder.replace(
+        call, lambda updated: with_call_args(updated, [cst.Arg(value=cst.SimpleString(literal)), *updated.args])
+    )
+    return builder.build(f"Pass device_type {literal} (the device of the file's other autocast regions)", Applicability.UNSAFE)
+
+
+# --- AMP075's checks of a device argument that is not a literal -------------------------------------------
+
+
+def check_str_call(rule: Rule, model: FileModel, value: cst.Call, scope: Scope) -> Iterator[Finding]:
+    """`str(device)`: 'cuda:0' for an indexed device."""
+    inner = value.args[0].value
+    resolved = value_of(model, inner, scope)
+    if resolved.known and resolved.kind in (Kind.STRING, Kind.DEVICE) and not resolved.indexed():
+        if resolved.kind is Kind.STRING or resolved.no_index:
+            return  # str() of a string, or of a device without an index
+    # A tensor's device (the function reads its shape, casts or moves it) carries an index on CUDA: proved.
+    proven = (resolved.kind is Kind.DEVICE and resolved.certain) or tensor_device(inner, scope)
+    if not proven and not resolved.indexed() and dotted_name(inner) is None:
+        return  # str() of something nobody knows
+    text = code_of(inner)
+    yield rule.finding(
+        value,
+        f"device_type `{short(value)}` is 'cuda:0' for an indexed device; use `{text}.type`",
+        fix=replace_fix(model, value, f"{text}.type", Applicability.SAFE if proven else Applicability.UNSAFE)
+        if postfix_ok(inner)
+        else None,
+        confidence=Confidence.HIGH if proven or certainly_indexed(resolved) else Confidence.MEDIUM,
+        context=scope.name,
+        related=definitions(resolved, "set"),
+    )
+
+def check_resolved(rule: Rule, model: FileModel, value: cst.BaseExpression, scope: Scope) -> Iterator[Finding]:
+    """A name, attribute, subscript or helper call: what it resolves to."""
+    resolved = value_of(model, value, scope)
+    text = code_of(value)
+    if not resolved.known:
+        # An indexed device string that some assignment gives it (`self.device = "cuda:0"` when CUDA is
+        # there, the argument otherwise): wrong on that path.
+        literal = next((a for a in resolved.indexed() if a.kind is Kind.STRING and isinstance(a.literal, str)), None)
+        if literal is not None:
+            yield rule.finding(
+                value,
+                f"device_type `{short(value)}` is `{literal.literal}` on some paths, with a device index; "
+                f"autocast wants the device type, `torch.device({text}).type`",
+                confidence=Confidence.MEDIUM,
+                assumption="assumes a path that sets the indexed value runs",
+                context=scope.name,
+                related=(("set", literal.defined_at),) if literal.defined_at is not None else (),
+            )
+        return
+    if resolved.kind is Kind.DEVICE:
+        if resolved.certain:
+            yield rule.finding(
+                value,
+                f"device_type `{short(value)}` is a torch.device, not a string: ValueError; use `{text}.type`",
+                fix=replace_fix(model, value, f"{text}.type", Applicability.SAFE) if postfix_ok(value) else None,
+                context=scope.name,
+                related=definitions(resolved, "set"),
+            )
+        elif isinstance(value, cst.Attribute) and value.attr.value == "device":
+            yield rule.finding(
+                value,
+                f"device_type `{short(value)}` looks like a tensor's torch.device, not a string: "
+                f"ValueError; use `{text}.type`",
+                confidence=Confidence.MEDIUM,
+                context=scope.name,
+            )
+        return
+    if any(a.kind is not Kind.STRING for a in resolved.atoms):
+        return
+    indexed = resolved.indexed()
+    suspect = [a for a in resolved.atoms if a.stringified and a.index is Index.MAYBE]
+    if not indexed and not suspect:
+        return
+    torch_name = values.of(model.module).torch_name(scope.node)
+    fix = None
+    certain = bool(indexed) and all(a.certain for a in resolved.atoms)
+    # `dt = str(x.device)` of a tensor `x`, every definition so: proved as the direct form is.
+    tensor_strings = bool(suspect) and len(suspect) == len(resolved.atoms) and all(
+        _str_of_tensor_device(a.defined_at, scope) for a in suspect
+    )
+    if (certain or tensor_strings) and torch_name is not None and postfix_ok(value):
+        fix = replace_fix(model, value, f"{torch_name}.device({text}).type", Applicability.SAFE)
+    maybe = "" if len(resolved.atoms) == 1 else " on some paths"
+    if indexed and isinstance(indexed[0].literal, str):
+        what = f"is `{indexed[0].literal}`{maybe}, with a device index"
+    elif indexed:
+        what = f"carries a device index{maybe}"
+    else:
+        what = f"is str() of a device{maybe}: 'cuda:0' for an indexed device"
+    one_type = indexed and indexed[0].device_type and len(resolved.atoms) == 1
+    wanted = f"`{indexed[0].device_type}`" if one_type else f"`torch.device({text}).type`"
+    yield rule.finding(
+        value,
+        f"device_type `{short(value)}` {what}; autocast wants the device type, {wanted} "
+        "(with an index it skips CUDA's availability checks)",
+        fix=fix,
+        confidence=Confidence.HIGH if certain or tensor_strings else Confidence.MEDIUM,
+        context=scope.name,
+        related=definitions(Value(tuple(indexed or suspect)), "set"),
+    )
+
+
+def _str_of_tensor_device(node: Optional[cst.CSTNode], scope: Scope) -> bool:
+    """Is `node` (a definition: the value, or the statement that holds it) `str(x.device)` of a tensor `x`?"""
+    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
+        node = node.body[0]
+    if isinstance(node, (cst.Assign, cst.AnnAssign)):
+        node = node.value
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "str"
+        and len(node.args) == 1
+        and tensor_device(node.args[0].value, scope)
+    )
