@@ -283,7 +283,13 @@ def _make_folder(path: str) -> None:
         os.mkdir(path, _FOLDER_MODE)
     except FileExistsError:
         return
-    os.chmod(path, _FOLDER_MODE)  # a umask of 077 would leave it 0700: fine too, but be exact
+    except FileNotFoundError:  # the folders above too, each 0755 (`os.makedirs` gives them the umask's mode)
+        parent = os.path.dirname(path)
+        if parent == path:
+            raise
+        _make_folder(parent)
+        os.mkdir(path, _FOLDER_MODE)
+    os.chmod(path, _FOLDER_MODE)
 
 
 def _unsafe_folder(path: str):
