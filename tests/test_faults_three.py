@@ -383,3 +383,61 @@ def test_cache_prunes_old_entries_old_versions_and_deleted_files(tmp_path):
     assert not stale_entry.exists() and not old_version.exists()
     listed = [json.loads(p.read_text())["payload"]["files"] for p in _cache_entries(cache) if '"files"' in p.read_text()]
     assert len(listed) == 1 and sorted(Path(p).name for p in listed[0]) == ["plain1.py", "plain2.py"]
+
+
+# -- 10: memory is bounded per file, before any parse --------------------------------------------------
+
+
+def test_ten_megabyte_list_literal_is_refused_fast_and_in_little_memory(tmp_path):
+    import resource
+    import time
+
+    write(tmp_path / "data.py", BUGGY + "table = [" + "1, " * 3_500_000 + "]\n")  # 10 MB, 7 million tokens
+    write(tmp_path / "good.py", BUGGY)
+    script = (
+        "import resource, subprocess, sys;"
+        "r = subprocess.run([sys.executable, '-m', 'amp_lint', 'check', '--no-cache', 'data.py', 'good.py'], capture_output=True);"
+        "sys.stdout.write(r.stdout.decode() + r.stderr.decode());"
+        "print('PEAK_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+    )
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 2 and "Traceback" not in result.stdout, result.stdout
+    assert "data.py: error: not analysed: about 7,000,0" in result.stdout and "GB per file" in result.stdout
+    assert "good.py" + FINDING in result.stdout
+    peak_mb = int(result.stdout.rsplit("PEAK_KB", 1)[1].split()[0]) / 1024
+    assert peak_mb < 600, peak_mb  # was 3.45 GB in the prefilter's `ast.parse`
+    assert elapsed < 30
+
+
+# -- 5: an out-of-memory abort in LibCST's native parser does not end a serial run ---------------------
+
+_ABORTING_RUN = """
+import os, sys
+from amp_lint.engine import runner
+real_check_file = runner.check_file
+
+def check_file(path, config):
+    if path.endswith("huge.py"):
+        os.abort()  # what LibCST's native parser does when an allocation fails
+    return real_check_file(path, config)
+
+runner.check_file = check_file
+from amp_lint.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the isolated check is a forked process")
+@pytest.mark.parametrize("jobs", [(), ("-j", "1")], ids=["two-files", "j1"])
+def test_native_abort_on_a_big_file_does_not_end_a_serial_run(tmp_path, jobs):
+    write(tmp_path / "huge.py", BUGGY + "y = 1\n" * 40_000)  # 120,000 tokens: big enough to be checked apart
+    write(tmp_path / "good.py", BUGGY)
+    result = subprocess.run(
+        [sys.executable, "-c", _ABORTING_RUN, "check", "--no-cache", *jobs, "huge.py", "good.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)  # not 134
+    assert "huge.py: error: not analysed: the process checking this file died" in result.stdout + result.stderr
+    assert "good.py" + FINDING in result.stdout
