@@ -130,7 +130,7 @@ class Scheduler:
             for path, config, _, raw in self.waiting:
                 if raw is not None and _risky(raw):
                     # Checked here, an out-of-memory abort in LibCST's native parser would end the run.
-                    yield self._check_alone([(path, config)])[0] if self._can_isolate() else runner.check_file(path, config), raw
+                    yield self._check_isolated(path, config) if self._can_isolate() else runner.check_file(path, config), raw
                 else:
                     yield runner.check_file(path, config), raw
             if self.pool is None:
@@ -165,6 +165,16 @@ class Scheduler:
                 self.alone = None
                 outcomes.append(FileOutcome(path, errors=[FileError(path, _WORKER_DIED)]))
         return outcomes
+
+    def _check_isolated(self, path: str, config: CheckConfig) -> FileOutcome:
+        """A file of a serial run, checked in a process of its own (see `_risky`). Ctrl-C or SIGTERM does not
+        wait for it, as for a file checked here (`runner.check_in_progress`): the process is killed."""
+        try:
+            return self._check_alone([(path, config)])[0]
+        except BaseException:
+            if self.alone is not None:
+                _kill_idle_workers(self.alone)
+            raise
 
     def _can_isolate(self) -> bool:
         """Can a file be checked in a process of its own? Forked (Linux): it inherits what is loaded here."""
