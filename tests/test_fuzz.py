@@ -106,7 +106,7 @@ for data in loader:
 """
 
 
-@settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(hypothesmith.from_grammar(auto_target=False))
 def test_grammar_programs_inside_a_training_step_never_crash_the_checker(program):
     body = "".join("        " + line + "\n" for line in program.splitlines()) or "        pass\n"
