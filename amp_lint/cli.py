@@ -583,11 +583,14 @@ def _add_noqa(report) -> int:
 
 def _check_stdin(run: _RunSpec, root, options: dict) -> int:
     from amp_lint.diagnostics import FileError, Report
-    from amp_lint.files.sources import SourceError, decode_source
+    from amp_lint.files.sources import SourceError, decode_source, read_stream
     from amp_lint.engine.runner import check_text
 
     name = options["stdin_filename"] or "-"
-    raw = sys.stdin.buffer.read()
+    try:
+        raw = read_stream(sys.stdin.buffer, name)
+    except SourceError as error:
+        _fail(f"{name}: {error.message}")
     if name != "-" and _stdin_excluded(run, name, options):
         # As Ruff: an excluded file is not checked; with --fix its text comes back unchanged.
         if run.fix and not options["diff"]:
@@ -849,12 +852,12 @@ def server_command() -> None:
 @main.command("clean")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR")
 def clean_command(cache_dir: Optional[str]) -> None:
-    """Remove the result cache."""
-    from amp_lint.files.cache import ResultCache
+    """Remove the result cache (the project root's, as `check` uses it, also from a subfolder)."""
+    from amp_lint.files.cache import clean, default_cache_dir
 
-    directory = Path(cache_dir or ".amp_lint_cache")
-    removed = ResultCache.clean(directory)
-    click.echo(f"Removed {directory}" if removed else f"No cache at {directory}")
+    outcome, message = clean(cache_dir or default_cache_dir(os.getcwd()))
+    click.echo(message, err=outcome in ("refused", "failed"))
+    sys.exit(EXIT_ERROR if outcome == "failed" else EXIT_CLEAN)
 
 
 @main.command("generate-shell-completion")

@@ -1232,6 +1232,13 @@ class ScalingRow:
     seconds: float
     peak_mb: float
     returncode: int
+    input_mb: float = 0.0  # the file's size
+
+
+def memory_per_input_mb(rows: Sequence[ScalingRow]) -> float:
+    """MB of peak memory per MB of input, start-up excluded: the growth from the smallest file to the largest."""
+    grown = rows[-1].input_mb - rows[0].input_mb
+    return (rows[-1].peak_mb - rows[0].peak_mb) / grown if grown > 0 else float("nan")
 
 
 def measure_scaling(
@@ -1253,7 +1260,14 @@ def measure_scaling(
             label=f"scaling-{count}",
         )
         rows.append(
-            ScalingRow(count, text.count("\n"), measured.seconds, measured.peak_mb, -9 if measured.timed_out else measured.returncode)
+            ScalingRow(
+                count,
+                text.count("\n"),
+                measured.seconds,
+                measured.peak_mb,
+                -9 if measured.timed_out else measured.returncode,
+                len(text.encode("utf-8")) / 1e6,
+            )
         )
     return rows
 
@@ -1266,10 +1280,12 @@ def scaling_growth(rows: Sequence[ScalingRow]) -> float:
 def scaling_lines(rows: Sequence[ScalingRow], limit: float = SCALING_LIMIT) -> List[str]:
     """The scaling section as printed (and written into the results)."""
     lines = ["Scaling: one generated file of N training functions (amp-lint check --no-cache)", ""]
-    lines.append("| functions | lines | seconds | peak MB | exit |")
-    lines.append("|---:|---:|---:|---:|---:|")
+    lines.append("| functions | lines | input MB | seconds | peak MB | exit |")
+    lines.append("|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        lines.append(f"| {row.functions:,} | {row.lines:,} | {row.seconds:.2f} | {row.peak_mb:.0f} | {row.returncode} |")
+        lines.append(
+            f"| {row.functions:,} | {row.lines:,} | {row.input_mb:.2f} | {row.seconds:.2f} | {row.peak_mb:.0f} | {row.returncode} |"
+        )
     growth = scaling_growth(rows)
     ok = growth <= limit and all(row.returncode == 1 for row in rows)  # 1: the findings were found
     lines.append("")
@@ -1277,6 +1293,11 @@ def scaling_lines(rows: Sequence[ScalingRow], limit: float = SCALING_LIMIT) -> L
         f"{rows[-1].functions:,} functions took {growth:.1f}x the time of {rows[0].functions:,} "
         f"({rows[-1].functions / rows[0].functions:.0f}x the code; target: at most {limit:g}x): {'met' if ok else 'MISSED'}"
     )
+    if len(rows) > 1:
+        lines.append(
+            f"Memory: {memory_per_input_mb(rows):.0f} MB per MB of input (peak growth from the smallest file to the "
+            "largest; a file whose estimate exceeds amp_lint.parse.guard.MEMORY_LIMIT is refused before it is parsed)"
+        )
     return lines
 
 

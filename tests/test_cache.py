@@ -89,7 +89,7 @@ def test_layout_one_file_per_entry_under_the_version(tmp_path):
     cache = make_cache(cache_dir, version="0.1.0")
     cache.put(tmp_path / "train.py", SOURCE, PAYLOAD)
 
-    key = cache.key(tmp_path / "train.py", SOURCE)
+    key = cache._entry_key(tmp_path / "train.py")  # the path's entry: an edit replaces it (issue 29, item 13)
     assert entry_files(cache_dir) == [cache_dir / "0.1.0" / key[:2] / f"{key[2:]}.json"]
     assert not list(cache_dir.rglob(".tmp-*")), "no temporary files are left behind"
 

@@ -349,7 +349,8 @@ def test_worker_that_dies_is_that_files_error_and_the_run_goes_on(tmp_path, monk
         ("x = " + "f(" * 10_000 + ")" * 10_000, "syntax error: too many nested parentheses"),
         ("\n".join(["x = " + "[" * 199 + "]" * 199] * 200), "not analysed: brackets nested up to 199 deep"),
         ("x = [" + ", ".join(["1"] * 330_000) + "]", "not analysed: a statement of about 330,001 tokens"),
-        ("x = " + "+".join(["1"] * 5_000_000), "not analysed: a statement of about 5,000,000 tokens"),
+        # 10 million tokens: refused for its memory (issue 29, item 10) before the statement is looked at
+        ("x = " + "+".join(["1"] * 5_000_000), "not analysed: about 10,000,0"),
     ],
     ids=["3000-parens", "100000-lists", "10000-calls", "200-lines-of-199-deep", "1MB-list", "10MB-sum"],
 )

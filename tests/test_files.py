@@ -29,8 +29,11 @@ def write(path: Path, content="x = 1\n") -> Path:
     return path
 
 
-def found(paths, force_exclude=False, **settings):
-    files, errors = discover(paths, lambda _: Settings(**settings), force_exclude=force_exclude)
+def found(paths, force_exclude=False, warnings=None, **settings):
+    def warn(warning):
+        (warnings if warnings is not None else []).append((warning.filename, warning.message))
+
+    files, errors = discover(paths, lambda _: Settings(**settings), force_exclude=force_exclude, on_warning=warn)
     return [path.as_posix() for path in files], [(error.filename, error.message) for error in errors]
 
 
@@ -77,13 +80,13 @@ def test_missing_path_is_an_error_and_the_walk_goes_on(project):
     assert found(["missing.py", "a.py"]) == (["a.py"], [("missing.py", "No such file or directory")])
 
 
-def test_symlink_loop_is_reported_once_and_does_not_hang(project):
+def test_folder_symlink_loop_is_silent_and_does_not_hang(project):
+    """As Ruff: a link back to a folder of the walk is no mistake of the user's (issue 28, item 10)."""
     write(project / "pkg/a.py")
     (project / "pkg/loop").symlink_to(project / "pkg", target_is_directory=True)
-    assert found(["."]) == (
-        ["pkg/a.py"],
-        [("pkg/loop", "symbolic link loop (links to a folder that contains it); not followed")],
-    )
+    warnings = []
+    assert found(["."], warnings=warnings) == (["pkg/a.py"], [])
+    assert warnings == []
 
 
 def test_symlinked_folder_already_walked_is_not_walked_twice(project):
@@ -92,16 +95,20 @@ def test_symlinked_folder_already_walked_is_not_walked_twice(project):
     assert found(["."]) == (["alias/a.py"], [])
 
 
-def test_self_referencing_file_symlink_is_reported(project):
+def test_self_referencing_file_symlink_is_a_warning_when_walked(project):
     (project / "self.py").symlink_to(project / "self.py")
-    assert found(["."]) == ([], [("self.py", "symbolic link loop; not followed")])
+    warnings = []
+    assert found(["."], warnings=warnings) == ([], [])
+    assert warnings == [("self.py", "symbolic link loop; not followed; skipped")]
 
 
-def test_broken_symlink_is_reported_when_walked_and_when_named(project):
+def test_broken_symlink_is_a_warning_when_walked_and_an_error_when_named(project):
     (project / "gone.py").symlink_to(project / "nowhere.py")
     (project / "gone.txt").symlink_to(project / "nowhere.txt")  # not a Python file: not our business
     message = f"broken symbolic link (to {project / 'nowhere.py'})"
-    assert found(["."]) == ([], [("gone.py", message)])
+    warnings = []
+    assert found(["."], warnings=warnings) == ([], [])
+    assert warnings == [("gone.py", message + "; skipped")]
     assert found(["gone.py"]) == ([], [("gone.py", message)])
 
 

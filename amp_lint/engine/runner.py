@@ -142,6 +142,15 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     def work() -> None:
         try:
             with no_cyclic_gc():  # the prefilter's `ast` parse too, not only the checker's work
+                if not text_may_match(text, config):
+                    return  # most files: the first step alone decides
+                # Before any parse, `ast`'s included: memory follows tokens, not bytes.
+                from amp_lint.parse.guard import check_memory
+
+                refusal = check_memory(text, display_name)
+                if refusal is not None:
+                    box["refusal"] = refusal
+                    return
                 if not may_match(text, config):
                     return  # what the checker would decide first, decided without loading it
                 box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
@@ -151,6 +160,9 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
             box["error"] = f"internal error: {type(error).__name__}: {error}"
 
     _run_with_large_stack(work)
+    if "refusal" in box:
+        outcome.errors.append(box["refusal"])
+        return outcome
     if "error" in box:
         outcome.errors.append(FileError(display_name, box["error"]))
         return outcome
@@ -365,9 +377,7 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
             callers = _callers_key(outcome.path, raw.decode("utf-8", errors="replace"))
             cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies, callers)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
-        merged = {p: d for p, d in known_negatives.items() if p not in outcomes}
-        merged.update(negatives)
-        cache.put(_NEGATIVES_KEY, b"", {"files": merged})
+        cache.put(_NEGATIVES_KEY, b"", {"files": _merged_negatives(known_negatives, negatives, outcomes)})
     diffs = []
     for path in sorted(outcomes):
         outcome = outcomes[path]
@@ -434,6 +444,23 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
 
 # The cache entry that lists files the prefilter ruled out (one entry, replaced atomically).
 _NEGATIVES_KEY = Path("<files that cannot hold a finding>")
+
+
+# The most files the list of files the prefilter ruled out keeps (about 100 bytes each).
+_NEGATIVES_LIMIT = 200_000
+
+
+def _merged_negatives(known: Dict[str, str], found: Dict[str, str], outcomes: Dict[str, "FileOutcome"]) -> Dict[str, str]:
+    """The list of files the prefilter ruled out, as the next run should see it: this run's verdicts, and the
+    earlier ones about files this run did not check that still exist (a deleted file, or one of a checkout
+    that moved, is dropped); at most `_NEGATIVES_LIMIT`, this run's first."""
+    merged = dict(found)
+    for path, digest in known.items():
+        if len(merged) >= _NEGATIVES_LIMIT:
+            break
+        if path not in merged and path not in outcomes and os.path.isfile(path):
+            merged[path] = digest
+    return merged
 
 
 def _unique(errors: Sequence[FileError]) -> List[FileError]:

@@ -128,7 +128,11 @@ class Scheduler:
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
         try:
             for path, config, _, raw in self.waiting:
-                yield runner.check_file(path, config), raw
+                if raw is not None and _risky(raw):
+                    # Checked here, an out-of-memory abort in LibCST's native parser would end the run.
+                    yield self._check_isolated(path, config) if self._can_isolate() else runner.check_file(path, config), raw
+                else:
+                    yield runner.check_file(path, config), raw
             if self.pool is None:
                 return
             from concurrent.futures.process import BrokenProcessPool
@@ -150,7 +154,7 @@ class Scheduler:
 
         outcomes = []
         for path, config in items:
-            if self.stop.is_set():
+            if self.stop is not None and self.stop.is_set():
                 break
             if self.alone is None:
                 self.alone = self._new_pool(1)
@@ -162,22 +166,45 @@ class Scheduler:
                 outcomes.append(FileOutcome(path, errors=[FileError(path, _WORKER_DIED)]))
         return outcomes
 
+    def _check_isolated(self, path: str, config: CheckConfig) -> FileOutcome:
+        """A file of a serial run, checked in a process of its own (see `_risky`). Ctrl-C or SIGTERM does not
+        wait for it, as for a file checked here (`runner.check_in_progress`): the process is killed."""
+        try:
+            return self._check_alone([(path, config)])[0]
+        except BaseException:
+            if self.alone is not None:
+                _kill_idle_workers(self.alone)
+            raise
+
+    def _can_isolate(self) -> bool:
+        """Can a file be checked in a process of its own? Forked (Linux): it inherits what is loaded here."""
+        return sys.platform.startswith("linux")
+
     def close(self) -> None:
         """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped.
         Workers started early that never got a file are killed: they would still be loading the checker."""
         if self.pool is not None and not self.futures and self.alone is None:
             _kill_idle_workers(self.pool)
-        if self.pool is not None:
+        if self.stop is not None:
             self.stop.set()
-            for pool in (self.pool, self.alone):
-                if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = self.alone = None
+        for pool in (self.pool, self.alone):  # `alone` also serves a serial run (`_risky` files)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = self.alone = None
         if self.watchdog is not None:
             for end in self.watchdog:
                 with contextlib.suppress(OSError):
                     os.close(end)
             self.watchdog = None
+
+
+def _risky(raw: bytes) -> bool:
+    """Might checking these bytes take enough memory for an out-of-memory abort (`guard.ISOLATE_ABOVE`)?"""
+    from amp_lint.parse import guard
+
+    if len(raw) * guard.MEMORY_PER_TOKEN <= guard.ISOLATE_ABOVE:
+        return False  # fits even at one token per byte: most files, decided without counting
+    return guard.estimated_memory(raw) > guard.ISOLATE_ABOVE
 
 
 _WORKER_DIED = "not analysed: the process checking this file died (a crash in LibCST's native parser?); file left unchanged"

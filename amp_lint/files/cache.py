@@ -16,11 +16,24 @@ dependencies of an entry are read on a lookup, never the project's imports as a 
 The paths inside a payload are the ones of the run that stored it; whoever replays an entry names the
 file as the current run does (absolute in, absolute out), never as the stored payload did.
 
-Layout, one small file per entry:
+Layout, one small file per file checked (per settings), named by the digest of (version, settings, path)
+only: an edit replaces the file's entry instead of adding one, so the cache holds one entry per file:
 
     <cache_dir>/CACHEDIR.TAG            tells backup tools to skip the folder
     <cache_dir>/.gitignore              "*": the cache never shows up in `git status`
     <cache_dir>/<version>/ab/cdef....json
+    <cache_dir>/<version>/.last-pruned  when this version's entries were last pruned (its mtime)
+
+Pruning, at most once a day per version (`PRUNE_EVERY_SECONDS`), by the first run that stores something:
+entries not written for `ENTRY_LIFETIME_SECONDS` go (a deleted or renamed file's among them; an unchanged
+file's entry is rewritten by the next run after it goes), and so do other versions' folders that no run
+has used for that long.
+
+The cache is only used where only this user can write: the folder and the folders in it must be real
+folders (not symbolic links: a `.amp_lint_cache` link committed in a repository must not make amp-lint
+write elsewhere), owned by the user that runs amp-lint and not writable by every user; otherwise another
+local user could plant entries that hide every finding. A cache that fails these checks is not used
+(a warning says why) and the run goes on without one. Folders are created 0755 whatever the umask.
 
 Entries are written to a temporary file in their own folder and moved into place with `os.replace`,
 which is atomic: a concurrent run sees either no entry or a complete one. A corrupt or unreadable
@@ -47,6 +60,10 @@ CACHEDIR_TAG_CONTENT = (
     "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 )
 GITIGNORE_CONTENT = "# Automatically created by amp-lint.\n*\n"
+PRUNE_EVERY_SECONDS = 24 * 3600
+ENTRY_LIFETIME_SECONDS = 30 * 24 * 3600
+_PRUNE_STAMP = ".last-pruned"
+_FOLDER_MODE = 0o755
 # A dependency larger than this is not read (the project index does not read it either): its digest is "".
 DEPENDENCY_BYTES_LIMIT = 2_000_000
 
@@ -81,6 +98,7 @@ class ResultCache:
         version_folder = version.replace("/", "_").replace("\\", "_") or "unknown"
         self._entries_dir = os.path.join(self.cache_dir, version_folder)
         self._enabled = True
+        self._checked = False  # the folders' ownership and permissions (`_check_folders`), once a run
         self._prepared = False
         self._shard_dirs_made: Set[str] = set()
         self._file_settings: Dict[str, str] = {}
@@ -93,7 +111,7 @@ class ResultCache:
     @property
     def has_entries(self) -> bool:
         """Has a run of this amp-lint version stored results here (a warm run settles most files)?"""
-        return os.path.isdir(self._entries_dir)
+        return self._usable() and os.path.isdir(self._entries_dir)
 
     @property
     def enabled(self) -> bool:
@@ -121,15 +139,34 @@ class ResultCache:
         digest.update(content)
         return digest.hexdigest()
 
+    def _entry_key(self, path: Path) -> str:
+        """The name of a file's entry: (version, settings, absolute path), not its content."""
+        return self.key(path, b"", b"entry")
+
+    def _usable(self) -> bool:
+        if not self._checked:
+            self._checked = True
+            reason = _unsafe_folder(self.cache_dir) or _unsafe_folder(self._entries_dir)
+            if reason is not None:
+                self._disable(reason)
+        return self._enabled
+
+    def _disable(self, reason: str) -> None:
+        import sys
+
+        self._enabled = False
+        sys.stderr.write(f"amp-lint: warning: not using the cache: {reason}\n")
+
     def get(self, path: Path, content: bytes, extra: bytes = b"") -> Optional[dict]:
         """The payload stored for this file and content, or None on a miss (also when a file the stored
         result depends on has changed since)."""
-        if not self._enabled:
+        if not self._usable():
             return None
         key = self.key(path, content, extra)
-        try:
-            with open(self._entry_path(key), "rb") as entry_file:
-                raw = entry_file.read()
+        try:  # never through a symbolic link, never a FIFO
+            fd = os.open(self._entry_path(self._entry_key(path)), _ENTRY_READ_FLAGS)
+            with open(fd, "rb") as entry_file:
+                raw = entry_file.read(_ENTRY_BYTES_LIMIT + 1)
         except OSError:  # missing, unreadable, or a folder in the way: a miss all the same
             return None
         import json
@@ -151,7 +188,7 @@ class ResultCache:
     ) -> None:
         """Store the payload for this file and content, with the `(path, digest)` of every other file the
         result depends on; never raises for file-system trouble."""
-        if not self._enabled:
+        if not self._usable():
             return
         import json
 
@@ -160,12 +197,16 @@ class ResultCache:
         if dependencies:
             entry["depends"] = [[dependency, digest] for dependency, digest in dependencies]
         data = json.dumps(entry, separators=(",", ":")).encode("utf-8")
-        entry_path = self._entry_path(key)
+        entry_path = self._entry_path(self._entry_key(path))
         try:
             self._prepare()
             shard_dir = os.path.dirname(entry_path)
             if shard_dir not in self._shard_dirs_made:
-                os.makedirs(shard_dir, exist_ok=True)
+                _make_folder(shard_dir)
+                reason = _unsafe_folder(shard_dir)
+                if reason is not None:
+                    self._disable(reason)
+                    return
                 self._shard_dirs_made.add(shard_dir)
             temp_path = _write_temp_file(shard_dir, data)
         except OSError:
@@ -195,27 +236,18 @@ class ResultCache:
 
     @staticmethod
     def clean(cache_dir: Path) -> bool:
-        """Remove the cache folder. True if something was removed.
-
-        A folder without our CACHEDIR.TAG is left alone, so that a mistyped `--cache-dir` pointing
-        at real work is never deleted.
-        """
-        import shutil
-
-        cache_dir = os.path.abspath(cache_dir)
-        if not os.path.isfile(os.path.join(cache_dir, CACHEDIR_TAG_NAME)):
-            return False
-        shutil.rmtree(cache_dir, ignore_errors=True)
-        return True
+        """Remove the cache folder. True if something was removed (see `clean`)."""
+        return clean(cache_dir)[0] == "removed"
 
     def _entry_path(self, key: str) -> str:
         return os.path.join(self._entries_dir, key[:2], key[2:] + ".json")
 
     def _prepare(self) -> None:
-        """Create the cache folder with its tag and .gitignore, once per run."""
+        """Create the cache folder with its tag and .gitignore, once per run; prune once a day."""
         if self._prepared:
             return
-        os.makedirs(self._entries_dir, exist_ok=True)
+        _make_folder(self.cache_dir)
+        _make_folder(self._entries_dir)
         for name, content in (
             (CACHEDIR_TAG_NAME, CACHEDIR_TAG_CONTENT),
             (".gitignore", GITIGNORE_CONTENT),
@@ -225,6 +257,145 @@ class ResultCache:
                 # Atomic too: two first runs at once must not leave a half-written tag.
                 os.replace(_write_temp_file(self.cache_dir, content.encode("utf-8")), target)
         self._prepared = True
+        self._prune_if_due()
+
+    def _prune_if_due(self) -> None:
+        import time
+
+        stamp = os.path.join(self._entries_dir, _PRUNE_STAMP)
+        now = time.time()
+        try:
+            if now - os.lstat(stamp).st_mtime < PRUNE_EVERY_SECONDS:
+                return
+        except FileNotFoundError:
+            pass
+        os.replace(_write_temp_file(self._entries_dir, b""), stamp)  # first: a concurrent run need not prune too
+        prune(self.cache_dir, os.path.basename(self._entries_dir), now)
+
+
+_ENTRY_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_ENTRY_BYTES_LIMIT = 64 * 1024 * 1024
+
+
+def _make_folder(path: str) -> None:
+    """Create a folder 0755 whatever the umask (mkdir's mode is masked by it, never widened)."""
+    try:
+        os.mkdir(path, _FOLDER_MODE)
+    except FileExistsError:
+        return
+    except FileNotFoundError:  # the folders above too, each 0755 (`os.makedirs` gives them the umask's mode)
+        parent = os.path.dirname(path)
+        if parent == path:
+            raise
+        _make_folder(parent)
+        os.mkdir(path, _FOLDER_MODE)
+    os.chmod(path, _FOLDER_MODE)
+
+
+def _unsafe_folder(path: str):
+    """Why the folder `path` must not hold the cache, or None (also when it does not exist yet)."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link (to {os.readlink(path)}); amp-lint does not write through it"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a folder"
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        return f"{path} belongs to another user (uid {info.st_uid}); its entries could hide findings"
+    if info.st_mode & 0o002:
+        return f"{path} is writable by every user; its entries could hide findings"
+    return None
+
+
+def prune(cache_dir: str, current_version: str, now: float) -> int:
+    """Remove entries of `current_version` not written for `ENTRY_LIFETIME_SECONDS`, and the folders of other
+    versions not used for as long (their `.last-pruned` stamp, or the folder's own time). Returns the number
+    of entries removed. Never follows a symbolic link; never raises for file-system trouble."""
+    import shutil
+
+    removed = 0
+    oldest = now - ENTRY_LIFETIME_SECONDS
+    try:
+        versions = [entry for entry in os.scandir(cache_dir) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for version in versions:
+        if version.name != current_version:
+            try:
+                stamp = os.lstat(os.path.join(version.path, _PRUNE_STAMP)).st_mtime
+            except OSError:
+                stamp = version.stat(follow_symlinks=False).st_mtime
+            if stamp < oldest:
+                shutil.rmtree(version.path, ignore_errors=True)
+            continue
+        try:
+            shards = [entry for entry in os.scandir(version.path) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for shard in shards:
+            try:
+                entries = list(os.scandir(shard.path))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < oldest:
+                        os.unlink(entry.path)
+                        removed += 1
+                except OSError:
+                    continue
+    return removed
+
+
+def default_cache_dir(cwd: str) -> str:
+    """Where a run from `cwd` keeps its cache: the folder of the configuration file that applies there
+    (the project's root, also from a subfolder), else `cwd`."""
+    from pathlib import Path
+
+    from amp_lint.files.config import find_config
+
+    config = find_config(Path(cwd))
+    return os.path.join(os.path.dirname(str(config)) if config is not None else cwd, ".amp_lint_cache")
+
+
+def clean(cache_dir) -> Tuple[str, str]:
+    """Remove a cache folder: ("removed" | "absent" | "refused" | "failed", a sentence that says what happened).
+
+    Only a real folder with our CACHEDIR.TAG is removed, so that a mistyped `--cache-dir` pointing at real
+    work is never deleted; a symbolic link is neither followed nor removed. What could not be removed is
+    said, never reported as removed.
+    """
+    import shutil
+    import stat
+
+    shown = os.fspath(cache_dir)
+    cache_dir = os.path.abspath(cache_dir)
+    try:
+        info = os.lstat(cache_dir)
+    except FileNotFoundError:
+        return "absent", f"No cache at {shown}"
+    except OSError as exc:
+        return "failed", f"Cannot remove {shown}: {exc.strerror or exc}"
+    if stat.S_ISLNK(info.st_mode):
+        return "refused", (
+            f"Not removed: {shown} is a symbolic link (to {os.readlink(cache_dir)}), not a cache amp-lint made "
+            "(it never writes through one)"
+        )
+    if not stat.S_ISDIR(info.st_mode) or not os.path.isfile(os.path.join(cache_dir, CACHEDIR_TAG_NAME)):
+        return "refused", f"Not removed: {shown} is not an amp-lint cache (no {CACHEDIR_TAG_NAME})"
+    failures = []
+    shutil.rmtree(cache_dir, onerror=lambda function, path, info: failures.append((path, info[1])))
+    if os.path.lexists(cache_dir):
+        path, error = failures[0] if failures else (cache_dir, OSError("still there"))
+        reason = getattr(error, "strerror", None) or str(error)
+        return "failed", f"Could not remove all of {shown}: {path}: {reason}"
+    return "removed", f"Removed {shown}"
 
 
 def _write_temp_file(folder: str, data: bytes) -> str:

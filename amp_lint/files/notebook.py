@@ -54,6 +54,13 @@ class _CodeCell:
     magic_lines: Dict[int, Tuple[str, str]] = field(default_factory=dict)  # id -> (original, placeholder)
 
 
+def _parse_int(digits: str):
+    """An integer of the notebook's JSON. Python refuses to convert more than `sys.get_int_max_str_digits()`
+    digits (4,300 by default; a `ValueError` that would end the run): such a number (an output's data, say)
+    stays a string. Only the cells' sources are ever written back, so nothing else of the JSON changes."""
+    return int(digits) if len(digits) <= 4000 else digits
+
+
 class Notebook:
     """A parsed notebook; `source` is the program the checker sees."""
 
@@ -67,7 +74,7 @@ class Notebook:
     def parse(cls, text: str) -> "Notebook":
         """Read nbformat 4 JSON, raising `SourceError` (one line) for anything else."""
         try:
-            document = json.loads(text)
+            document = json.loads(text, parse_int=_parse_int)
         except json.JSONDecodeError as exc:
             raise SourceError(f"invalid notebook JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
         except RecursionError:  # `[[[[...` thousands deep: json's parser recurses

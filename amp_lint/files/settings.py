@@ -7,10 +7,11 @@ Configuration files (`[tool.amp-lint]`, `amp-lint.toml`) are read by `amp_lint.f
 from __future__ import annotations
 
 import os
-import re
 from functools import lru_cache
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from amp_lint.files.globs import compile_globs
 
 # The report formats `--output-format` and `output-format` accept (amp_lint.reports renders them).
 OUTPUT_FORMATS = ("full", "concise", "grouped", "json", "json-lines", "github", "sarif", "junit", "gitlab", "pylint")
@@ -172,61 +173,6 @@ class RuleSelection:
 # Ruff 0.17.6 (tests/test_daily_use.py runs Ruff on the same trees).
 
 
-def glob_regex(pattern: str) -> str:
-    """A regular expression (no anchors) for a globset glob with `*` and `?` crossing `/`."""
-    out: List[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char == "*":
-            if pattern.startswith("**", i):
-                before_ok = i == 0 or pattern[i - 1] == "/"
-                after = i + 2
-                if before_ok and after < n and pattern[after] == "/":
-                    out.append("(?:.*/)?")  # `**/`: zero or more folders
-                    i = after + 1
-                    continue
-                if before_ok and after == n:
-                    out.append(".*")
-                    i = after
-                    continue
-                i = after
-            else:
-                i += 1
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-            i += 1
-        elif char == "[":
-            end = pattern.find("]", i + 2 if pattern.startswith(("[!", "[^"), i) else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-                i += 1
-                continue
-            body = pattern[i + 1 : end]
-            negated = body[:1] in ("!", "^")
-            if negated:
-                body = body[1:]
-            body = body.replace("\\", "\\\\").replace("^", "\\^")
-            out.append(f"[{'^' if negated else ''}{body}]")
-            i = end + 1
-        elif char == "{":
-            end = pattern.find("}", i)
-            if end == -1:
-                out.append(re.escape(char))
-                i += 1
-                continue
-            out.append("(?:" + "|".join(glob_regex(part) for part in pattern[i + 1 : end].split(",")) + ")")
-            i = end + 1
-        elif char == "\\" and i + 1 < n:
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return "".join(out)
-
-
 def absolute_pattern(pattern: str, root: str) -> str:
     """`pattern` made absolute against `root`, normalized as Ruff does (`./`, `..` and a final `/` go)."""
     joined = os.path.join(root, pattern).replace(os.sep, "/")
@@ -242,14 +188,11 @@ def absolute_pattern(pattern: str, root: str) -> str:
 
 
 @lru_cache(maxsize=256)
-def _exclude_matchers(patterns: Tuple[str, ...], root: str) -> Tuple["re.Pattern", "re.Pattern"]:
-    """(absolute-path regex, bare-name regex) for a set of exclude patterns."""
-    absolute = [glob_regex(absolute_pattern(p, root)) for p in patterns]
-    names = [glob_regex(p) for p in patterns if "/" not in p]
-    never = r"(?!)"
+def _exclude_matchers(patterns: Tuple[str, ...], root: str) -> Tuple[Callable[[str], bool], Callable[[str], bool]]:
+    """(absolute-path test, bare-name test) for a set of exclude patterns; linear in the path (`globs`)."""
     return (
-        re.compile("|".join(f"(?:{r})" for r in absolute) or never, re.DOTALL),
-        re.compile("|".join(f"(?:{r})" for r in names) or never, re.DOTALL),
+        compile_globs([absolute_pattern(p, root) for p in patterns]),
+        compile_globs([p for p in patterns if "/" not in p]),
     )
 
 
@@ -268,21 +211,17 @@ def exclusion_test(patterns: Tuple[str, ...], root: str) -> Callable[[str], bool
         name = path.rsplit("/", 1)[-1]
         # Ruff also matches a pattern without `/` against the whole absolute path, so that `*test*` excludes
         # every file of a project that lives in /tmp/tests; we do not (a bare-name glob names a bare name).
-        return by_path.fullmatch(path) is not None or by_name.fullmatch(name) is not None
+        return by_path(path) or by_name(name)
 
     return excluded
 
 
 @lru_cache(maxsize=1024)
-def _per_file_matcher(pattern: str, root: str) -> Tuple[bool, "re.Pattern", "re.Pattern"]:
+def _per_file_matcher(pattern: str, root: str) -> Tuple[bool, Callable[[str], bool], Callable[[str], bool]]:
     negated = pattern.startswith("!")
     if negated:
         pattern = pattern[1:]
-    return (
-        negated,
-        re.compile(glob_regex(absolute_pattern(pattern, root)), re.DOTALL),
-        re.compile(glob_regex(pattern), re.DOTALL),
-    )
+    return negated, compile_globs([absolute_pattern(pattern, root)]), compile_globs([pattern])
 
 
 def path_matches(path: str, pattern: str, root: Optional[str] = None) -> bool:
@@ -291,7 +230,7 @@ def path_matches(path: str, pattern: str, root: Optional[str] = None) -> bool:
     `!pattern` applies to the files it does not match."""
     negated, by_path, by_name = _per_file_matcher(pattern, os.path.abspath(root) if root else os.getcwd())
     absolute = os.path.abspath(path).replace(os.sep, "/")
-    matched = by_name.fullmatch(absolute.rsplit("/", 1)[-1]) is not None or by_path.fullmatch(absolute) is not None
+    matched = by_name(absolute.rsplit("/", 1)[-1]) or by_path(absolute)
     return matched != negated
 
 

@@ -9,11 +9,9 @@ a file completely or leaves it exactly as it was.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import errno
 import io
 import os
-import re
 import stat
 import tokenize
 from dataclasses import dataclass
@@ -53,6 +51,7 @@ def discover(
     *,
     force_exclude: bool = False,
     on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None,
+    on_warning: Optional[Callable[[FileError], None]] = None,
 ) -> Tuple[List[Path], List[FileError]]:
     """Expand command-line paths into the files to check, sorted and without duplicates.
 
@@ -64,8 +63,13 @@ def discover(
     `settings_for` is called once per folder (and per named file); problems become `FileError`s
     and the walk goes on. `on_many_bytes`, (size, callback): the callback runs once, as soon as the files
     found add up to that many bytes (the runner starts its workers then, while the walk goes on).
+
+    What an editor or a checkout leaves behind in a walked folder is not the user's mistake, and, as with
+    Ruff, it does not fail the run: a broken `.py` symlink (Emacs' lock files `.#x.py`) or a file symlink
+    loop is a warning (`on_warning`; by default a line on stderr), and a folder symlink that leads back to
+    a folder being walked is skipped silently. Named on the command line, each is an error.
     """
-    walker = _Walker(settings_for, on_many_bytes)
+    walker = _Walker(settings_for, on_many_bytes, on_warning or _warn_on_stderr)
     for argument in paths:
         walker.add(Path(argument), force_exclude)
     return sorted(walker.files), walker.errors
@@ -82,13 +86,19 @@ _IgnoreRule = Tuple[Path, object]
 # The rules in force in a folder, shallowest first; None outside a git work tree.
 _IgnoreRules = Optional[Tuple[_IgnoreRule, ...]]
 _FileId = Tuple[int, int]  # (st_dev, st_ino): the same file reached by two paths is checked once
-# A folder still to walk: its path, its ignore rules, and the folders it sits in (to spot link loops).
-_PendingFolder = Tuple[Path, _IgnoreRules, Tuple[_FileId, ...]]
+# A folder still to walk, and its ignore rules.
+_PendingFolder = Tuple[Path, _IgnoreRules]
 
 
 class _Walker:
-    def __init__(self, settings_for: Callable[[Path], Settings], on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None) -> None:
+    def __init__(
+        self,
+        settings_for: Callable[[Path], Settings],
+        on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None,
+        on_warning: Optional[Callable[[FileError], None]] = None,
+    ) -> None:
         self._settings_for = settings_for
+        self._on_warning = on_warning or _warn_on_stderr
         self._on_many_bytes = on_many_bytes
         self._bytes_found = 0
         self._settings: Dict[Path, Settings] = {}
@@ -121,14 +131,18 @@ class _Walker:
             return
         self._walked_folders.add(_file_id(info))
         ignore_rules = self._gitignores_above(top)
-        pending: List[_PendingFolder] = [(top, ignore_rules, (_file_id(info),))]
+        pending: List[_PendingFolder] = [(top, ignore_rules)]
         while pending:
-            folder, ignore_rules, ancestors = pending.pop()
+            folder, ignore_rules = pending.pop()
             try:
                 with os.scandir(folder) as scan:
                     entries = sorted(scan, key=lambda entry: entry.name)
             except OSError as exc:
                 self._error(folder, exc.strerror or str(exc))
+                continue
+            if entries and not os.access(folder, os.X_OK):
+                # Readable but not searchable (mode 644): its names can be listed, nothing in it opened.
+                self._error(folder, "Permission denied (the folder can be listed but not searched)")
                 continue
             settings = self._settings_of(folder)
             if settings.respect_gitignore:
@@ -155,31 +169,31 @@ class _Walker:
                 except OSError:
                     is_file = False
                 if is_folder:
-                    subfolders.append(self._enter(path, entry, ancestors, ignore_rules))
+                    subfolders.append(self._enter(path, entry, ignore_rules))
                 else:
                     if is_file:
-                        self._add_file(path, entry.stat())
+                        try:
+                            self._add_file(path, entry.stat())
+                        except OSError as exc:
+                            self._error(path, exc.strerror or str(exc))
                     elif entry.is_symlink():
-                        self._error(path, _describe_unreachable(path))
+                        self._on_warning(FileError(str(path), _describe_unreachable(path) + "; skipped"))
             # Reversed so that the stack pops the subfolders in name order.
             pending.extend(reversed([item for item in subfolders if item is not None]))
 
     def _enter(
-        self, path: Path, entry: os.DirEntry, ancestors: Tuple[_FileId, ...], ignore_rules: _IgnoreRules
+        self, path: Path, entry: os.DirEntry, ignore_rules: _IgnoreRules
     ) -> Optional[_PendingFolder]:
-        """The stack item for a subfolder, or None where a symlink leads back to a walked folder."""
+        """The stack item for a subfolder, or None where a symlink leads to a folder of the walk (a loop)."""
         try:
             folder_id = _file_id(entry.stat())
         except OSError as exc:
             self._error(path, exc.strerror or str(exc))
             return None
-        if folder_id in ancestors:
-            self._error(path, "symbolic link loop (links to a folder that contains it); not followed")
-            return None
-        if folder_id in self._walked_folders:
+        if folder_id in self._walked_folders:  # a link back to a folder of the walk (a loop), or walked already
             return None
         self._walked_folders.add(folder_id)
-        return path, ignore_rules, ancestors + (folder_id,)
+        return path, ignore_rules
 
     def _add_file(self, path: Path, info: os.stat_result) -> None:
         file_id = _file_id(info)
@@ -265,13 +279,15 @@ class _Walker:
         return rules
 
     def _load_gitignore(self, ignore_file: Path, base: Path) -> Tuple[_IgnoreRule, ...]:
+        # As configuration files are read: without blocking (a FIFO), regular files only (`/dev/zero`), bounded.
         try:
-            lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except (FileNotFoundError, NotADirectoryError):  # `.git` is a file in submodules and worktrees
+            raw = read_bytes(str(ignore_file), _IGNORE_FILE_BYTES)
+        except SourceError as exc:
+            if isinstance(exc.__cause__, (FileNotFoundError, NotADirectoryError)):
+                return ()  # `.git` is a file in submodules and worktrees
+            self._error(ignore_file, f"{exc.message}; its patterns are not applied")
             return ()
-        except OSError as exc:
-            self._error(ignore_file, exc.strerror or str(exc))
-            return ()
+        lines = raw.decode("utf-8", errors="replace").splitlines()
         import pathspec  # only where a project has ignore files: keeps a plain run's start-up fast
 
         try:
@@ -280,6 +296,10 @@ class _Walker:
             # A line git accepts but pathspec refuses (`!` or `\` alone): git matches nothing with it.
             spec = pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid_gitignore_line(pathspec, line)])
         return ((self._absolute(base), spec),)
+
+
+# git reads ignore files of any size; one this big is not a list of patterns someone wrote.
+_IGNORE_FILE_BYTES = 4 * 1024 * 1024
 
 
 def _valid_gitignore_line(pathspec, line: str) -> bool:
@@ -298,6 +318,12 @@ def _gitignored(path: Path, is_folder: bool, ignore_rules: Sequence[_IgnoreRule]
         if verdict is not None:
             return verdict
     return False
+
+
+def _warn_on_stderr(warning: FileError) -> None:
+    import sys
+
+    sys.stderr.write(f"{warning.filename}: warning: {warning.message}\n")
 
 
 def _file_id(info: os.stat_result) -> _FileId:
@@ -328,6 +354,8 @@ class SourceText:
     raw: bytes  # exactly the bytes read
     encoding: str
     bom: bool
+    # (st_dev, st_ino) of the file read: a fix is written only to that same file (None: not known).
+    identity: Optional[Tuple[int, int]] = None
 
     def encode(self, new_text: str) -> bytes:
         """The bytes to write for `new_text`: the same encoding, and the BOM if there was one."""
@@ -362,10 +390,22 @@ def read_bytes(path: str, limit: Optional[int] = None) -> bytes:
     swapped for a FIFO or a device after discovery is refused too), and at most `limit` bytes are
     read (`/dev/zero` named `z.py` is not a regular file; a file that grows while read stops there).
     """
-    limit = read_limit(path) if limit is None else limit
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    return _read_regular_file(path, read_limit(path) if limit is None else limit)[0]
+
+
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[bytes, os.stat_result]:
+    """`read_bytes`, and the `fstat` of the file it read."""
     try:
-        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
+        fd = os.open(path, _READ_FLAGS | extra_flags)
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
     try:
@@ -392,7 +432,22 @@ def read_bytes(path: str, limit: Optional[int] = None) -> bytes:
         raise SourceError(exc.strerror or str(exc)) from exc
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), info
+
+
+def read_stream(stream, name: str) -> bytes:
+    """All of a binary stream (standard input), with the limit of a file of that name (`read_limit`):
+    an endless or huge input is refused (`SourceError`) after reading one byte more than the limit."""
+    limit = read_limit(name)
+    chunks: List[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = stream.read(min(1 << 20, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+    raise SourceError(_too_large(total, limit))
 
 
 def _too_large(size: int, limit: int) -> str:
@@ -401,7 +456,11 @@ def _too_large(size: int, limit: int) -> str:
 
 def read_source(path: Path) -> SourceText:
     """Read and decode a file, raising `SourceError` with a one-line reason when that is not possible."""
-    return decode_source(read_bytes(os.fspath(path)))
+    name = os.fspath(path)
+    raw, info = _read_regular_file(name, read_limit(name))
+    source = decode_source(raw)
+    source.identity = _file_id(info)
+    return source
 
 
 def decode_source(raw: bytes) -> SourceText:
@@ -452,135 +511,14 @@ def _position(text_before: str) -> Tuple[int, int]:
     return len(lines), len(lines[-1]) + 1
 
 
-# -- writing -----------------------------------------------------------------------------------
+# -- writing (amp_lint.files.writing; loaded only by a run that writes) ------------------------------
+
+_WRITING = ("write_atomic", "remove_stale_temporaries", "STALE_TEMPORARY_SECONDS")
 
 
-def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
-    """Replace the file with `new_text`, or raise and leave it exactly as it was.
+def __getattr__(name: str):
+    if name in _WRITING:
+        from amp_lint.files import writing
 
-    The text goes to a temporary file in the same folder (`.{name}.amp-lint-XXXX.tmp`) that gets
-    the original's permission bits and owner, is fsynced, and is renamed over the original, so a
-    crash, a full disk or Ctrl-C never leaves a half-written file. The write is refused
-    (`FileChangedError`) if the file on disk no longer holds exactly `original.raw`, checked just
-    before the rename. A symlink is written through: its target is replaced, the link stays.
-
-    A file with hard links (a second name for the same file) is written in place instead, as Ruff
-    and Black write every file: a rename would give this name a new file and leave the others with
-    the old text. The temporary copy is still written and read back first (a full disk fails there,
-    with the original untouched), and a failed in-place write puts the original bytes back.
-    """
-    data = original.encode(new_text)
-    if data == original.raw:
-        return
-    target = Path(os.path.realpath(path))
-    try:
-        info = os.stat(target)
-    except FileNotFoundError:
-        raise FileChangedError("file was removed after it was read; not written") from None
-    except OSError as exc:
-        raise SourceError(f"{exc.strerror or exc}; not written") from exc
-    # Root may write anywhere, so the permission bits are checked as well as access().
-    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
-        raise SourceError("file is read-only; not written")
-    try:
-        _replace(target, data, info, original.raw)
-    except OSError as exc:
-        raise SourceError(f"{exc.strerror or exc}; file left unchanged") from exc
-
-
-def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -> None:
-    import tempfile  # only a fix writes: a check run does not pay for this import
-
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
-    try:
-        try:
-            _keep_owner(temporary, fd, info)  # before chmod: chown clears setuid/setgid bits
-            os.chmod(temporary, stat.S_IMODE(info.st_mode))
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if _read_bytes(target) != expected:
-            raise FileChangedError("file changed on disk after it was read; not written")
-        if info.st_nlink > 1:
-            if _read_bytes(Path(temporary)) != data:
-                raise SourceError("the temporary copy does not read back as written; file left unchanged")
-            _write_in_place(target, data, expected)
-            os.unlink(temporary)
-        else:
-            os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _write_in_place(target: Path, data: bytes, original: bytes) -> None:
-    """Overwrite the file itself (its inode: every hard link sees the change); on failure, the original back."""
-    fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    try:
-        try:
-            _write_all(fd, data)
-            os.ftruncate(fd, len(data))
-            os.fsync(fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.lseek(fd, 0, os.SEEK_SET)
-                _write_all(fd, original)
-                os.ftruncate(fd, len(original))
-                os.fsync(fd)
-            raise
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    remaining = memoryview(data)
-    while remaining:
-        remaining = remaining[os.write(fd, remaining) :]
-
-
-# The temporary files `_replace` creates: `tempfile.mkstemp` puts 8 characters of its alphabet
-# between the prefix and the suffix.
-_TEMPORARY_NAME = re.compile(r"\.(?P<name>.+)\.amp-lint-[a-z0-9_]{8}\.tmp\Z")
-# A write takes milliseconds; a temporary file this much older than the run was left by a killed one.
-STALE_TEMPORARY_SECONDS = 60
-
-
-def remove_stale_temporaries(folder: str, started: float) -> List[str]:
-    """Remove the temporary files a killed `--fix` left in `folder` (`.name.py.amp-lint-XXXX.tmp`).
-
-    Only regular files with exactly our name pattern, last modified well before this run started (a
-    concurrent run's write in progress is left alone). Returns the paths removed.
-    """
-    removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return removed
-    for entry in entries:
-        if not entry.name.endswith(".tmp") or ".amp-lint-" not in entry.name or not _TEMPORARY_NAME.match(entry.name):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(info.st_mode) and info.st_mtime < started - STALE_TEMPORARY_SECONDS:
-                os.unlink(entry.path)
-                removed.append(entry.path)
-        except OSError:
-            continue
-    return removed
-
-
-def _keep_owner(temporary: str, fd: int, info: os.stat_result) -> None:
-    """When root fixes a user's file, the file must stay the user's; elsewhere this is a no-op."""
-    created = os.fstat(fd)
-    if (created.st_uid, created.st_gid) != (info.st_uid, info.st_gid) and hasattr(os, "chown"):
-        with contextlib.suppress(OSError):
-            os.chown(temporary, info.st_uid, info.st_gid)
-
-
-def _read_bytes(path: Path) -> Optional[bytes]:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+        return getattr(writing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
