@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import click
 
@@ -94,54 +94,6 @@ def main() -> None:
 
     `amp-lint [PATH]...` checks Python files and notebooks (same as `amp-lint check`).
     """
-
-
-def _target_torch(value: Optional[str]) -> Optional[str]:
-    from amp_lint.files.torch_version import is_version
-
-    if value is not None and not is_version(value):
-        raise click.BadParameter(f"{value!r} is not a torch release such as 2.3", param_hint="--target-torch")
-    return value
-
-
-def _codes(values: Sequence[str]) -> tuple:
-    return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
-
-
-def _cli_pattern(pattern: str) -> str:
-    """A glob given on the command line is relative to the working folder (as in Ruff), not to the
-    configuration file's folder: one with a `/` is made absolute here; a bare name matches names anyway."""
-    negated = pattern.startswith("!")
-    body = pattern[1:] if negated else pattern
-    if "/" in body and not os.path.isabs(body):
-        body = os.path.join(os.getcwd(), body)
-    return ("!" if negated else "") + body
-
-
-def _patterns(values: Sequence[str]) -> tuple:
-    """`--exclude a,b --exclude c` -> (a, b, c), each relative to the working folder."""
-    return tuple(_cli_pattern(item.strip()) for value in values for item in value.split(",") if item.strip())
-
-
-def _per_file_ignores(values: Sequence[str]) -> tuple:
-    """`--per-file-ignores 'tests/*:AMP001,AMP02'`, as Ruff spells it, -> ((pattern, codes), ...)."""
-    pairs: dict = {}
-    last = None
-    for value in values:
-        for item in value.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if ":" in item:
-                pattern, code = item.rsplit(":", 1)
-                last = _cli_pattern(pattern.strip())
-            elif last is not None:  # `a.py:AMP001,AMP002`: the next code belongs to the same pattern
-                code = item
-            else:
-                raise click.BadParameter(f"expected PATTERN:CODES, got {item!r}", param_hint="--per-file-ignores")
-            if code.strip():
-                pairs.setdefault(last, []).append(code.strip())
-    return tuple((pattern, tuple(codes)) for pattern, codes in pairs.items())
 
 
 @main.command("check", cls=_CheckCommand)
@@ -242,37 +194,15 @@ def _device_type(value: Optional[str]) -> Optional[str]:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
+    from amp_lint.engine.session import RunSpec
     from amp_lint.files.config import ConfigError, SettingsResolver
+    from amp_lint.files.overrides import config_options, settings_overrides
     from amp_lint.files.settings import RuleSelection, UnknownRuleError
 
-    overrides = {
-        key: value
-        for key, value in {
-            "select": _codes(options["select"]) or None,
-            "ignore": _codes(options["ignore"]) or None,
-            "extend_select": _codes(options["extend_select"]) or None,
-            "exclude": _patterns(options["exclude"]) or None,
-            "extend_exclude": _patterns(options["extend_exclude"]) or None,
-            "per_file_ignores": _per_file_ignores(options["per_file_ignores"]) or None,
-            "extend_per_file_ignores": _per_file_ignores(options["extend_per_file_ignores"]) or None,
-            "respect_gitignore": options["respect_gitignore"],
-            "fix": options["fix"],
-            "unsafe_fixes": options["unsafe_fixes"],
-            "show_assumed": options["show_assumed"],
-            "fixable": _codes(options["fixable"]) or None,
-            "unfixable": _codes(options["unfixable"]) or None,
-            "output_format": options["output_format"],
-            "fail_on": options["fail_on"],
-            "amp_dtype": options["amp_dtype"],
-            "amp_device": options["amp_device"],
-            "target_torch": _target_torch(options["target_torch"]),
-        }.items()
-        if value is not None
-    }
     try:
-        config_path, inline = _config_options(options["config_options"], registry.all_codes())
+        config_path, inline = config_options(options["config_options"], registry.all_codes())
         resolver = SettingsResolver(
-            overrides,
+            settings_overrides(options),
             config_path=config_path,
             isolated=options["isolated"],
             all_codes=registry.all_codes(),
@@ -285,14 +215,14 @@ def _run_check(paths: List[str], options: dict) -> int:
 
         if root.output_format not in FORMATS:
             raise click.UsageError(f"unknown output format {root.output_format!r} (choose from {', '.join(FORMATS)})")
-        selection = RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())
+        RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())  # unknown codes fail here
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     options["_fail_on"] = root.fail_on
     if options["fix_only"]:
         options["quiet"] = True  # the findings left are not reported
     fix = bool(root.fix or options["diff"] or options["fix_only"])
-    run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
+    run = RunSpec(resolver, registry, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
         if options["add_noqa"] or options["write_baseline_path"]:
             _fail("--add-noqa and --write-baseline edit files; they do not work on standard input")
@@ -302,71 +232,27 @@ def _run_check(paths: List[str], options: dict) -> int:
     if options["watch"]:
         if run.fix:
             _fail("--watch only checks; it does not work with --fix or --diff")
-        return _watch(run, root, selection, paths or ["."], options)
-    return _check_paths(run, root, selection, paths or ["."], options)
+        return _watch(run, root, paths or ["."], options)
+    return _check_paths(run, root, paths or ["."], options)
 
 
-def _watch(run: "_RunSpec", root, selection, paths: List[str], options: dict) -> int:
+def _watch(run, root, paths: List[str], options: dict) -> int:
     """`--watch`, as Ruff's: check, then check again each time a Python file or a configuration file under
-    the paths changes (polled twice a second: no dependency), until Ctrl-C."""
+    the paths changes, until Ctrl-C."""
     import time
 
-    def snapshot() -> dict:
-        from amp_lint.files.config import CONFIG_NAMES
-        from amp_lint.files.sources import PYTHON_SUFFIXES
-
-        stamps = {}
-        for path in paths:
-            for folder, names, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
-                names[:] = [n for n in names if not n.startswith(".") and n not in ("__pycache__", "node_modules")]
-                for name in files:
-                    if os.path.splitext(name)[1] in PYTHON_SUFFIXES or os.path.basename(name) in CONFIG_NAMES:
-                        full = os.path.join(folder, name)
-                        try:
-                            info = os.stat(full)
-                        except OSError:
-                            continue
-                        stamps[full] = (info.st_mtime_ns, info.st_size)
-        return stamps
+    from amp_lint.engine.session import wait_for_change, watched_files
 
     click.echo("Starting amp-lint in watch mode...", err=True)
     try:
         while True:
-            before = snapshot()
-            _check_paths(_fresh_run(run), root, selection, paths, options)
+            before = watched_files(paths)
+            _check_paths(run.fresh(), root, paths, options)
             sys.stdout.flush()
-            while snapshot() == before:
-                time.sleep(0.5)
+            wait_for_change(paths, before, time.sleep)
             click.echo("\nFile change detected...", err=True)
     except KeyboardInterrupt:
         return EXIT_CLEAN  # Ctrl-C is how a watch ends
-
-
-def _fresh_run(run: "_RunSpec") -> "_RunSpec":
-    """A run that reads the configuration files again (one may be what changed)."""
-    fresh = run.resolver.reloaded()
-    return _RunSpec(fresh, run.registry, run.options, run.fix, run.write)
-
-
-def _config_options(values: Sequence[str], all_codes) -> tuple:
-    """`--config PATH` (one at most) and `--config 'KEY = VALUE'` (any number), as Ruff reads them."""
-    from amp_lint.files.config import ConfigError, parse_inline_option
-
-    path = None
-    inline: dict = {}
-    for value in values:
-        if os.path.exists(value) and "=" not in value:  # a FIFO or folder is reported by the reader
-            if path is not None:
-                raise ConfigError("--config names two configuration files; give one (and KEY = VALUE pairs)")
-            path = Path(value)
-        elif "=" in value:
-            for key, item in parse_inline_option(value, all_codes).items():
-                inline[key] = inline.get(key, ()) + item if key in ("extend_select", "ignore", "extend_exclude") else item
-        else:
-            raise ConfigError(
-                f"--config {value!r}: no such configuration file, and not a TOML KEY = VALUE pair (for example: select = [\"AMP0\"])"
-            )
-    return path, inline
 
 
 def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
@@ -391,47 +277,7 @@ def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
     return EXIT_CLEAN
 
 
-class _RunSpec:
-    """The parts of a run shared by every file: how to turn a file's settings into a check config."""
-
-    def __init__(self, resolver, registry, options, fix: bool, write: bool) -> None:
-        self.resolver = resolver
-        self.registry = registry
-        self.options = options
-        self.fix = fix
-        self.write = write
-        self._configs = {}
-
-    def config_for(self, settings, path: str):
-        from amp_lint.engine.runner import CheckConfig
-        from amp_lint.files.settings import RuleSelection
-
-        key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
-        config = self._configs.get(key)
-        if config is None:
-            all_codes = self.registry.all_codes()
-            selection = RuleSelection.from_settings(settings, all_codes, self.registry.default_codes())
-            enabled = selection.for_path(path, settings, all_codes)
-            output_format = self.resolver.root_settings(Path.cwd()).output_format
-            config = CheckConfig(
-                unfixable=RuleSelection.unfixable(settings, all_codes),
-                enabled=enabled,
-                fix=self.fix,
-                unsafe_fixes=bool(settings.unsafe_fixes),
-                with_edits=output_format in ("json", "json-lines", "sarif"),
-                write=self.write,
-                rule_options=(
-                    ("amp_dtype", settings.amp_dtype),
-                    ("amp_device", settings.amp_device),
-                    ("show_assumed", settings.show_assumed),
-                    ("target_torch", settings.target_torch),
-                ),
-            )
-            self._configs[key] = config
-        return config
-
-
-def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
+def _check_paths(run, root, paths: List[str], options: dict) -> int:
     from amp_lint.engine.workers import Scheduler
 
     scheduler = Scheduler(options["jobs"])
@@ -441,33 +287,22 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         scheduler.close()
 
 
-def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, scheduler) -> int:
+def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int:
     from amp_lint.diagnostics import Report
-    from amp_lint.files.config import ConfigError
-    from amp_lint.files.sources import discover
+    from amp_lint.engine import session
     from amp_lint.engine.runner import RunPlan, execute
     from amp_lint.engine.workers import EARLY_START_BYTES
+    from amp_lint.files.config import ConfigError
     from amp_lint.files.settings import UnknownRuleError
 
     checks = not (options["show_files"] or options["prefilter_only"])
-    cache = None if options["no_cache"] or run.fix or not checks else _open_cache(options, root)
+    cache = None if options["no_cache"] or run.fix or not checks else session.open_cache(options["cache_dir"], root)
     # A cold walk that finds much source starts the workers while it goes on (they load LibCST meanwhile);
     # with stored results, most files will not need them.
     cold = cache is None or not cache.has_entries
     early = (EARLY_START_BYTES, scheduler.start_early) if checks and cold else None
     try:
-        files, errors = discover(
-            paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"], on_many_bytes=early
-        )
-        settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
-
-        def settings_of(path: Path):
-            folder = os.path.dirname(os.path.abspath(path))
-            if folder not in settings_by_folder:
-                settings_by_folder[folder] = run.resolver.for_path(path)
-            return settings_by_folder[folder]
-
-        planned = [(str(path), run.config_for(settings_of(path), str(path))) for path in files]
+        planned, errors = run.plan(paths, force_exclude=options["force_exclude"], on_many_bytes=early)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     if options["show_files"]:
@@ -479,7 +314,6 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
         return EXIT_ERROR if errors else EXIT_CLEAN
     if options["prefilter_only"]:
         from amp_lint.engine.runner import may_match
-
         from amp_lint.files.sources import SourceError, read_bytes
 
         for path, config in planned:
@@ -491,12 +325,7 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
                 click.echo(path)
         return EXIT_CLEAN
     if cache is not None:
-        file_settings = {path: _config_key(config) for path, config in planned}
-        cache.set_file_settings(file_settings)
-        # The run-wide entries (the files the prefilter ruled out) depend on every file's configuration.
-        import zlib
-
-        cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")
+        session.key_cache_by_files(cache, planned)
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache, scheduler=scheduler)
     if options["add_noqa"]:
         return _add_noqa(report)
@@ -509,13 +338,7 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
             _fail(str(error))
         click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
         return EXIT_ERROR if report.errors else EXIT_CLEAN
-    if options["baseline_path"]:
-        from amp_lint.files.baseline import BaselineError, load_baseline
-
-        try:
-            report = load_baseline(Path(options["baseline_path"])).filter(report)
-        except BaselineError as error:
-            _fail(str(error))
+    report = _apply_baseline(report, options)
     if options["diff"]:
         if not options["silent"]:
             for diff in diffs:
@@ -532,9 +355,20 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
     return _exit_code(report, options)
 
 
+def _apply_baseline(report, options: dict):
+    if not options["baseline_path"]:
+        return report
+    from amp_lint.files.baseline import BaselineError, load_baseline
+
+    try:
+        return load_baseline(Path(options["baseline_path"])).filter(report)
+    except BaselineError as error:
+        _fail(str(error))
+
+
 def _fix_only_result(report, options: dict) -> int:
-    """`--fix-only`, as Ruff: say what was fixed, never what is left; exit 0 unless a file could not be
-    checked (2) or, with --exit-non-zero-on-fix, something was fixed (1)."""
+    """`--fix-only`, as Ruff: say what was fixed, never what is left."""
+    from amp_lint.engine.session import fix_only_exit_code
     from amp_lint.reports.text import plural
 
     if not options["silent"]:
@@ -542,9 +376,7 @@ def _fix_only_result(report, options: dict) -> int:
             click.echo(f"Fixed {plural(report.fixed_count, 'error')}.")
         for line in _error_lines(report):
             click.echo(line, err=True)
-    if report.errors:
-        return EXIT_ERROR
-    return EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN
+    return fix_only_exit_code(report, exit_non_zero_on_fix=options["exit_non_zero_on_fix"])
 
 
 def _diff_summary(report, options: dict, any_diff: bool) -> None:
@@ -572,122 +404,50 @@ def _add_noqa(report) -> int:
     return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
 
 
-def _check_stdin(run: _RunSpec, root, options: dict) -> int:
-    from amp_lint.diagnostics import FileError, Report
-    from amp_lint.files.sources import SourceError, decode_source
-    from amp_lint.engine.runner import check_text
+def _check_stdin(run, root, options: dict) -> int:
+    from amp_lint.diagnostics import Report
+    from amp_lint.engine.session import StdinError, check_stdin, fix_only_exit_code, unified_diff
 
     name = options["stdin_filename"] or "-"
     raw = sys.stdin.buffer.read()
-    if name != "-" and _stdin_excluded(run, name, options):
+    try:
+        result = check_stdin(run, raw, name, force_exclude=options["force_exclude"])
+    except StdinError as error:
+        _fail(str(error))
+    if result.excluded:
         # As Ruff: an excluded file is not checked; with --fix its text comes back unchanged.
         if run.fix and not options["diff"]:
             sys.stdout.buffer.write(raw)
         elif not run.fix:
             _emit(Report(), root, options, fix_mode=False)
         return EXIT_CLEAN
-    try:
-        source = decode_source(raw)
-    except SourceError as error:
-        _fail(f"{name}: {error.message}")
-    config = run.config_for(run.resolver.for_path(Path(name).resolve() if name != "-" else Path.cwd()), name)
-    notebook = None
-    text = source.text
-    if name.endswith(".ipynb"):  # as Ruff does: the name says how to read standard input
-        from amp_lint.files.notebook import Notebook
-
-        try:
-            notebook = Notebook.parse(source.text)
-        except SourceError as error:
-            _fail(f"{name}: {error.message}")
-        text = notebook.source
-    outcome = check_text(text, name, config)
-    if notebook is not None:
-        outcome.diagnostics = [notebook.in_cell(d) for d in outcome.diagnostics]
-        outcome.errors = [notebook.error_in_cell(e) for e in outcome.errors]
-        if outcome.fixed_text is not None:
-            try:
-                outcome.fixed_text = notebook.updated_json(outcome.fixed_text)
-            except SourceError as error:
-                outcome.errors.append(FileError(name, f"fixes not applied: {error.message}"))
-                outcome.fixed_text, outcome.fixed = None, {}
-    report = Report(diagnostics=outcome.diagnostics, errors=outcome.errors, files_checked=1)
-    if outcome.fixed:
-        report.fixed[name] = outcome.fixed
-    report.unsafe_fixable = outcome.unsafe_fixable
-    report.sort()
-    if options["baseline_path"]:
-        from amp_lint.files.baseline import BaselineError, load_baseline
-
-        try:
-            report = load_baseline(Path(options["baseline_path"])).filter(report)
-        except BaselineError as error:
-            _fail(str(error))
+    report = _apply_baseline(result.report, options)
     if run.fix:
         # Like Ruff: with --fix on standard input, the (fixed) code goes to standard output.
-        fixed = outcome.fixed_text if outcome.fixed_text is not None else source.text
         if options["diff"]:
-            import difflib
-
-            diff = "".join(difflib.unified_diff(source.text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
+            diff = unified_diff(result.text, result.fixed_text, name)
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        sys.stdout.write(fixed)  # the code itself, even with --silent: it is the output, not a message
+        sys.stdout.write(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
         if not options["silent"]:
             for line in _error_lines(report):
                 click.echo(line, err=True)
         if options["fix_only"]:
-            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN)
+            return fix_only_exit_code(report, exit_non_zero_on_fix=options["exit_non_zero_on_fix"])
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
 
 
-def _stdin_excluded(run: "_RunSpec", name: str, options: dict) -> bool:
-    from amp_lint.files.sources import excluded_by_settings
-
-    path = Path(os.path.abspath(name))
-    settings = run.resolver.for_path(path)
-    if not (options["force_exclude"] or settings.force_exclude):
-        return False
-    return excluded_by_settings(path, run.resolver.for_path)
-
-
-def _open_cache(options: dict, root):
-    from amp_lint.files.cache import ResultCache
-
-    directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
-    return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
-
-
-def _config_key(config) -> str:
-    """What in a file's check configuration changes the stored result, in a stable order (for the cache)."""
-    return repr(
-        (sorted(config.enabled), sorted(config.unfixable), config.unsafe_fixes, config.with_edits, tuple(config.rule_options))
-    )
-
-
-def _code_fingerprint() -> str:
-    """Changes whenever amp-lint's own code does (an editable install keeps its version number)."""
-    import zlib
-
-    package = Path(__file__).parent
-    stamp = []
-    for path in sorted(package.rglob("*.py")):
-        info = path.stat()
-        stamp.append(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
-    return format(zlib.crc32("\n".join(stamp).encode()), "08x")
-
-
 def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
-    from amp_lint.reports import TEXT_FORMATS, RenderOptions, render
+    from amp_lint.reports import TEXT_FORMATS, RenderOptions, color_wanted, render
 
     if options["silent"] and not options["output_file"]:
         return  # -s: nothing at all; the exit code says it
     output_format = root.output_format
     to_file = options["output_file"]
-    color = _use_color(options["color"]) and not to_file
+    color = color_wanted(options["color"], os.environ, sys.stdout.isatty()) and not to_file
     render_options = RenderOptions(
         color=color,
         show_fixes=options["show_fixes"],
@@ -720,37 +480,14 @@ def _error_lines(report) -> List[str]:
 
 
 def _exit_code(report, options: dict) -> int:
-    if report.errors:
-        return EXIT_ERROR
-    if options["exit_non_zero_on_fix"] and report.fixed:
-        return EXIT_FINDINGS
-    if options["exit_zero"]:
-        return EXIT_CLEAN
-    if any(_fails(d.severity, options.get("_fail_on", "info")) for d in report.diagnostics):
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
+    from amp_lint.engine.session import exit_code
 
-
-_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
-
-
-def _fails(severity, fail_on: str) -> bool:
-    """Does a finding of this severity fail the run? `fail-on = "info"` (the default): every finding, as in
-    Ruff; "warning": info findings are shown and do not fail; "error": only errors fail."""
-    return _SEVERITY_RANK[severity.value] >= _SEVERITY_RANK[fail_on]
-
-
-def _use_color(choice: str) -> bool:
-    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    if os.environ.get("NO_COLOR"):
-        return False
-    return sys.stdout.isatty()
+    return exit_code(
+        report,
+        fail_on=options.get("_fail_on", "info"),
+        exit_zero=options["exit_zero"],
+        exit_non_zero_on_fix=options["exit_non_zero_on_fix"],
+    )
 
 
 def _fail(message: str) -> None:
@@ -758,7 +495,7 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-# --- rules ---------------------------------------------------------------------------------------
+# --- rules, server, cache, completion -------------------------------------------------------------
 
 
 @main.command("rule")
@@ -767,45 +504,13 @@ def _fail(message: str) -> None:
 def rule_command(code: str, output_format: str) -> None:
     """Explain one rule: what it finds, why it is wrong, what to write instead."""
     from amp_lint import rules as registry
+    from amp_lint.reports.rule_docs import rule_json, rule_text
 
     try:
         rule = registry.rule_by_code(code)
     except KeyError:
         _fail(f"unknown rule code {code!r}; `amp-lint rules` lists them")
-    if output_format == "json":
-        import json
-
-        click.echo(json.dumps(_rule_record(rule), indent=2))
-        return
-    click.echo(f"# {rule.name} ({rule.code})\n")
-    click.echo(f"{rule.summary}.\n")
-    click.echo(f"Severity: {rule.severity.value}")
-    click.echo(f"On by default: {'yes' if rule.default_enabled else 'no (select it with --select ' + rule.code + ')'}")
-    click.echo(f"Fix: {_fix_words(rule)}\n")
-    click.echo(rule.explanation())
-
-
-def _fix_words(rule) -> str:
-    if rule.fix_applicability is None:
-        return "none"
-    if rule.fix_applicability.value == "safe":
-        return "safe (applied by --fix)"
-    return "unsafe (applied by --fix --unsafe-fixes)"
-
-
-def _rule_record(rule) -> dict:
-    from amp_lint.rules.docs import rule_url
-
-    return {
-        "code": rule.code,
-        "name": rule.name,
-        "summary": rule.summary,
-        "severity": rule.severity.value,
-        "default_enabled": rule.default_enabled,
-        "fix": rule.fix_label(),
-        "url": rule_url(rule.code),
-        "explanation": rule.explanation(),
-    }
+    click.echo(rule_json(rule) if output_format == "json" else rule_text(rule), nl=False)
 
 
 @main.command("rules")
@@ -813,20 +518,9 @@ def _rule_record(rule) -> dict:
 def rules_command(output_format: str) -> None:
     """List every rule: code, name, on by default, fix safety, summary."""
     from amp_lint import rules as registry
+    from amp_lint.reports.rule_docs import rules_json, rules_text
 
-    if output_format == "json":
-        import json
-
-        click.echo(json.dumps([_rule_record(rule) for rule in registry.ALL_RULES], indent=2))
-        return
-    rows = [("code", "name", "default", "fix", "severity", "summary")]
-    for rule in registry.ALL_RULES:
-        rows.append(
-            (rule.code, rule.name, "on" if rule.default_enabled else "off", rule.fix_label(), rule.severity.value, rule.summary)
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5])
+    click.echo((rules_json if output_format == "json" else rules_text)(registry.ALL_RULES), nl=False)
 
 
 @main.command("server")

@@ -53,6 +53,9 @@ def render(report: Report, output_format: str, options: RenderOptions) -> str:
     """
     if output_format not in FORMATS:
         raise ValueError(f"unknown output format {output_format!r} (expected one of: {', '.join(FORMATS)})")
+    from amp_lint.reports.printable import printable_report
+
+    report = printable_report(report)
     if options.statistics:
         return _render_statistics(report, output_format, options)
     module_name, function_name = _RENDERERS[output_format]
@@ -63,9 +66,10 @@ def render(report: Report, output_format: str, options: RenderOptions) -> str:
 
 def error_lines(report: Report) -> List[str]:
     """One `path[:row:col]: error: message` line per file that could not be checked."""
+    from amp_lint.reports.printable import printable_report
     from amp_lint.reports.text import error_line
 
-    return [error_line(error, RenderOptions()) for error in report.errors]
+    return [error_line(error, RenderOptions()) for error in printable_report(report).errors]
 
 
 def _render_statistics(report: Report, output_format: str, options: RenderOptions) -> str:
@@ -78,3 +82,16 @@ def _render_statistics(report: Report, output_format: str, options: RenderOption
 
         return render_json_statistics(report, options)
     raise ValueError(f"--statistics is not supported with output format {output_format!r}")
+
+
+def color_wanted(choice: str, environ, isatty: bool) -> bool:
+    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if environ.get("FORCE_COLOR"):
+        return True
+    if environ.get("NO_COLOR"):
+        return False
+    return isatty
