@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import click
+from click.shell_completion import ShellComplete, add_completion_class
 
 from amp_lint import __version__
+from amp_lint.files.settings import OUTPUT_FORMATS
+from amp_lint.reports import error_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 _SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server", "generate-shell-completion")
@@ -87,6 +90,60 @@ class _CheckCommand(click.Command):
             raise
 
 
+def _completions(values, incomplete: str, helps=None) -> list:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(v, help=(helps or {}).get(v)) for v in values if v.startswith(incomplete)]
+
+
+def _complete_codes(ctx, param, incomplete: str) -> list:
+    """`--select AMP0<TAB>`: rule codes (with their summaries) and ALL; after a comma, the next one."""
+    from amp_lint import rules as registry
+
+    done, comma, last = incomplete.rpartition(",")
+    summaries = {rule.code: rule.summary for rule in registry.ALL_RULES}
+    items = _completions(["ALL", *sorted(summaries)], last.upper(), summaries)
+    for item in items:
+        item.value = done + comma + item.value
+    return items
+
+
+class _PowerShellComplete(ShellComplete):
+    """PowerShell, which click does not ship: `amp-lint generate-shell-completion powershell | Out-String |
+    Invoke-Expression` in $PROFILE. Paths are left to PowerShell's own completion."""
+
+    name = "powershell"
+    source_template = """Register-ArgumentCompleter -Native -CommandName %(prog_name)s -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+    $env:COMP_WORDS = $commandAst.ToString().Substring(0, [Math]::Min($cursorPosition - $commandAst.Extent.StartOffset, $commandAst.ToString().Length))
+    $env:COMP_CWORD = $wordToComplete
+    $env:%(complete_var)s = "powershell_complete"
+    (& %(prog_name)s) | ForEach-Object {
+        $value, $help = $_ -split "`t", 2
+        [System.Management.Automation.CompletionResult]::new($value, $value, 'ParameterValue', $(if ($help) { $help } else { $value }))
+    }
+    Remove-Item Env:%(complete_var)s, Env:COMP_WORDS, Env:COMP_CWORD
+}
+"""
+
+    def get_completion_args(self):
+        from click.parser import split_arg_string
+
+        words, incomplete = split_arg_string(os.environ.get("COMP_WORDS", "")), os.environ.get("COMP_CWORD", "")
+        args = words[1:]
+        if incomplete and args and args[-1] == incomplete:
+            args.pop()
+        return args, incomplete
+
+    def complete(self) -> str:
+        args, incomplete = self.get_completion_args()
+        items = [item for item in self.get_completions(args, incomplete) if item.type == "plain"]
+        return "\n".join(f"{item.value}\t{item.help or ''}" for item in items)
+
+
+add_completion_class(_PowerShellComplete)
+
+
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="amp-lint", message="%(prog)s %(version)s")
 def main() -> None:
@@ -94,6 +151,9 @@ def main() -> None:
 
     `amp-lint [PATH]...` checks Python files and notebooks (same as `amp-lint check`).
     """
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show `λ` gets `?`, not a traceback
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="replace")
 
 
 @main.command("check", cls=_CheckCommand)
@@ -107,13 +167,15 @@ def main() -> None:
     help="Also report findings that rest on an assumption (an unknown condition, callee or receiver).",
 )
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
-@click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
+@click.option("--show-fixes/--no-show-fixes", default=None, help="List the fixes that were applied.")
 @click.option("--fix-only/--no-fix-only", default=None, help="Apply fixes; do not report what is left (implies --fix).")
-@click.option("--fixable", multiple=True, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
-@click.option("--unfixable", multiple=True, help="Rule codes or prefixes reported without a fix.")
-@click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
-@click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
-@click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the selection.")
+@click.option("--fixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
+@click.option("--unfixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes reported without a fix.")
+@click.option("--extend-fixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes whose fixes may be applied, on top of --fixable.")
+@click.option("--select", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to enable (comma-separated; ALL).")
+@click.option("--ignore", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to disable.")
+@click.option("--extend-ignore", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to disable, on top of --ignore (Ruff's older name).")
+@click.option("--extend-select", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to enable on top of the selection.")
 @click.option("--exclude", multiple=True, help="Globs of files and folders to skip (replaces the defaults).")
 @click.option("--extend-exclude", multiple=True, help="Globs to skip on top of the defaults.")
 @click.option("--per-file-ignores", multiple=True, help="PATTERN:CODES pairs (comma-separated); replaces the configuration's.")
@@ -123,6 +185,7 @@ def main() -> None:
 @click.option(
     "--output-format",
     envvar="AMP_LINT_OUTPUT_FORMAT",
+    shell_complete=lambda ctx, param, incomplete: _completions(OUTPUT_FORMATS, incomplete),
     default=None,
     help="full, concise, grouped, json, json-lines, github, sarif, junit, gitlab, pylint.",
 )
@@ -169,10 +232,10 @@ def check(paths, **options) -> None:
     """Check PATHS (default: the current folder) for AMP mistakes."""
     try:
         code = _run_check(list(paths), options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         # Each file is written atomically: every file is either untouched or completely fixed.
         click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
-        code = 130
+        code = getattr(interrupt, "exit_code", 130)  # SIGTERM: 143
         from amp_lint.engine.runner import check_in_progress
 
         if check_in_progress():
@@ -257,23 +320,9 @@ def _watch(run, root, paths: List[str], options: dict) -> int:
 
 def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
     """Like Ruff: the settings for the first file the paths name (or the stdin file name, or the cwd)."""
-    from amp_lint.files.config import describe
-    from amp_lint.files.settings import RuleSelection
-    from amp_lint.files.sources import discover
+    from amp_lint.engine.session import describe_settings
 
-    if paths and paths != ["-"]:
-        files, _ = discover(paths[:1], resolver.for_path, force_exclude=options["force_exclude"])
-        target = files[0] if files else Path(paths[0])
-    elif options["stdin_filename"]:
-        target = Path(options["stdin_filename"])
-    else:
-        target = Path.cwd()
-    settings = resolver.for_path(target)
-    all_codes = registry.all_codes()
-    selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
-    enabled = sorted(selection.for_path(str(target), settings, all_codes))
-    header = f"# Resolved settings for: {os.path.abspath(target)}\n"
-    click.echo(header + describe(settings, enabled=enabled), nl=False)
+    click.echo(describe_settings(resolver, registry, paths, options["stdin_filename"], options["force_exclude"]), nl=False)
     return EXIT_CLEAN
 
 
@@ -305,24 +354,18 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
         planned, errors = run.plan(paths, force_exclude=options["force_exclude"], on_many_bytes=early)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    if not planned and not errors and not options["silent"]:
+        # As Ruff (0.17: on standard error, also with -q, exit 0): a typo in a path should not pass silently.
+        click.echo("amp-lint: warning: No Python files found under the given path(s)", err=True)
     if options["show_files"]:
         # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
         for path in sorted(os.path.abspath(p) for p, _ in planned):
             click.echo(path)
-        for line in _error_lines(Report(errors=errors)):
+        for line in error_lines(Report(errors=errors)):
             click.echo(line, err=True)
         return EXIT_ERROR if errors else EXIT_CLEAN
     if options["prefilter_only"]:
-        from amp_lint.engine.runner import may_match
-        from amp_lint.files.sources import SourceError, read_bytes
-
-        for path, config in planned:
-            try:
-                text = read_bytes(path).decode("utf-8", errors="replace")
-            except SourceError:
-                continue
-            if may_match(text, config):
-                click.echo(path)
+        click.echo("".join(path + "\n" for path in session.prefiltered(planned)), nl=False)
         return EXIT_CLEAN
     if cache is not None:
         session.key_cache_by_files(cache, planned)
@@ -344,7 +387,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
             for diff in diffs:
                 click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diffs))
-            for line in _error_lines(report):
+            for line in error_lines(report):
                 click.echo(line, err=True)
         if report.errors:
             return EXIT_ERROR
@@ -366,47 +409,41 @@ def _apply_baseline(report, options: dict):
         _fail(str(error))
 
 
-def _fix_only_result(report, options: dict) -> int:
-    """`--fix-only`, as Ruff: say what was fixed, never what is left."""
+def _fix_only_result(report, options: dict, err: bool = False) -> int:
+    """`--fix-only`, as Ruff: say what was fixed (on stderr when stdout carries the code), never what is left."""
     from amp_lint.engine.session import fix_only_exit_code
     from amp_lint.reports.text import plural
 
     if not options["silent"]:
         if report.fixed_count:
-            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.")
-        for line in _error_lines(report):
+            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.", err=err)
+        for line in error_lines(report):
             click.echo(line, err=True)
     return fix_only_exit_code(report, exit_non_zero_on_fix=options["exit_non_zero_on_fix"])
 
 
 def _diff_summary(report, options: dict, any_diff: bool) -> None:
     """After the diffs, as Ruff: `Would fix 2 errors.` (nothing when there is nothing to fix)."""
-    from amp_lint.reports.text import plural
+    from amp_lint.reports.text import would_fix_line
 
-    if options["quiet"] or options.get("silent") or not any_diff:
-        return
-    count = report.fixed_count
-    line = f"Would fix {plural(count, 'error')}." if count else "Would fix the files above."
-    hidden = report.unsafe_fixable
-    if hidden:
-        line += f" ({hidden} more with --unsafe-fixes.)"
-    click.echo("\n" + line)
+    if not (options["quiet"] or options.get("silent") or not any_diff):
+        click.echo("\n" + would_fix_line(report))
 
 
 def _add_noqa(report) -> int:
     from amp_lint.fixes.noqa import add_noqa
+    from amp_lint.reports.text import plural
 
     added, errors = add_noqa(report)
     for error in errors:
         click.echo(f"{error.filename}: error: {error.message}", err=True)
-    total = sum(added.values())
-    click.echo(f"Added {total} noqa directive{'s' if total != 1 else ''}.")
+    click.echo(f"Added {plural(sum(added.values()), 'noqa directive')}.")
     return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
 
 
 def _check_stdin(run, root, options: dict) -> int:
     from amp_lint.diagnostics import Report
-    from amp_lint.engine.session import StdinError, check_stdin, fix_only_exit_code, unified_diff
+    from amp_lint.engine.session import StdinError, check_stdin, unified_diff
 
     name = options["stdin_filename"] or "-"
     raw = sys.stdin.buffer.read()
@@ -429,28 +466,34 @@ def _check_stdin(run, root, options: dict) -> int:
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        sys.stdout.write(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
-        if not options["silent"]:
-            for line in _error_lines(report):
-                click.echo(line, err=True)
+        _write_code(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
         if options["fix_only"]:
-            return fix_only_exit_code(report, exit_non_zero_on_fix=options["exit_non_zero_on_fix"])
+            return _fix_only_result(report, options, err=True)
+        # As Ruff: the findings left (and the summary) go to standard error, or to --output-file.
+        _emit(report, root, options, fix_mode=True, err=True)
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
 
 
-def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
+def _write_code(text: str) -> None:
+    """Code to standard output as UTF-8 bytes, whatever the terminal's encoding (not a message to decode)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
+
+
+def _emit(report, root, options: dict, *, fix_mode: bool, err: bool = False) -> None:
     from amp_lint.reports import TEXT_FORMATS, RenderOptions, color_wanted, render
 
     if options["silent"] and not options["output_file"]:
         return  # -s: nothing at all; the exit code says it
     output_format = root.output_format
     to_file = options["output_file"]
-    color = color_wanted(options["color"], os.environ, sys.stdout.isatty()) and not to_file
+    color = color_wanted(options["color"], os.environ, (sys.stderr if err else sys.stdout).isatty()) and not to_file
     render_options = RenderOptions(
         color=color,
-        show_fixes=options["show_fixes"],
+        show_fixes=root.show_fixes,
         statistics=options["statistics"],
         unsafe_fixes=bool(root.unsafe_fixes),
         fix_mode=fix_mode,
@@ -463,20 +506,15 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
         _fail(str(error))
     if to_file:
         try:
+            Path(to_file).parent.mkdir(parents=True, exist_ok=True)  # as Ruff: `-o out/r.txt` makes out/
             Path(to_file).write_text(text, encoding="utf-8")
         except OSError as error:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
-        click.echo(text, nl=False, color=color)
+        click.echo(text, nl=False, color=color, err=err)
     if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
-        for line in _error_lines(report):
+        for line in error_lines(report):
             click.echo(line, err=True)
-
-
-def _error_lines(report) -> List[str]:
-    from amp_lint.reports import error_lines
-
-    return error_lines(report)
 
 
 def _exit_code(report, options: dict) -> int:
@@ -499,7 +537,7 @@ def _fail(message: str) -> None:
 
 
 @main.command("rule")
-@click.argument("code")
+@click.argument("code", shell_complete=_complete_codes)
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text")
 def rule_command(code: str, output_format: str) -> None:
     """Explain one rule: what it finds, why it is wrong, what to write instead."""
@@ -543,12 +581,13 @@ def clean_command(cache_dir: Optional[str]) -> None:
 
 
 @main.command("generate-shell-completion")
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish", "powershell"]))
 def completion_command(shell: str) -> None:
     """Print the shell completion script for SHELL (as `ruff generate-shell-completion` does).
 
     bash: `eval "$(amp-lint generate-shell-completion bash)"` in ~/.bashrc; zsh: the same with zsh in ~/.zshrc;
-    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`.
+    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`; PowerShell:
+    `amp-lint generate-shell-completion powershell | Out-String | Invoke-Expression` in $PROFILE.
     """
     from click.shell_completion import get_completion_class
 

@@ -461,7 +461,8 @@ def test_force_color_is_honoured_like_ruff(tmp_path):
     write(tmp_path, {"train.py": BUGGY})
     assert ANSI not in amp_lint("--no-cache", "train.py", cwd=tmp_path).stdout  # a pipe: no colour
     assert ANSI in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1"}).stdout
-    assert ANSI in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
+    # NO_COLOR beats FORCE_COLOR, as in Ruff 0.17.6 (issue 28, item 16; tests/test_daily_round3.py).
+    assert ANSI not in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
     assert ANSI not in amp_lint("--no-cache", "train.py", cwd=tmp_path, env={"FORCE_COLOR": ""}).stdout
     assert ANSI not in amp_lint("--no-cache", "--color", "never", "train.py", cwd=tmp_path, env={"FORCE_COLOR": "1"}).stdout
     if RUFF:  # Ruff 0.17.6 colours a pipe under FORCE_COLOR=1

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -326,10 +327,8 @@ class Checker:
             if fixed is None:
                 continue  # every fix of this pass was dropped; those that waited for them get their turn
             result.errors.extend(e for e in fixed.errors if e not in result.errors)
-            for fix in accepted:
-                for found in owners[id(fix)]:
-                    code = found.finding.rule.code
-                    result.fixed[code] = result.fixed.get(code, 0) + 1
+            for code, count in self._removed(current, fixed).items():
+                result.fixed[code] = result.fixed.get(code, 0) + count
             current = fixed
             result.fixed_source = current.code if current.code != source else None
         self._report_rejected(rejected, current, filename, result)
@@ -337,6 +336,13 @@ class Checker:
         findings = [current.findings[i].finding for i in enabled]
         positions = [current.positions[i] for i in enabled]
         return current.module, (findings, positions, current.locator, current.model)
+
+    def _removed(self, before: "_Analysed", after: "_Analysed") -> Counter:
+        """{rule code: findings of the enabled rules that a pass removed}: every finding its fixes made go
+        away counts, also one that shared a fix with another (two deprecated names of one import)."""
+        gone = Counter(f.key for f in before.findings if f.finding.rule.code in self.enabled_codes)
+        gone.subtract(Counter(f.key for f in after.findings))
+        return Counter(key[0] for key, count in gone.items() for _ in range(max(count, 0)))
 
     def _analysed(
         self, module: cst.Module, code: str, filename: str, errors: List[FileError], file_ignored: FrozenSet[str]

@@ -78,6 +78,22 @@ class RunSpec:
         return [(str(path), self.config_for(settings_of(path), str(path))) for path in files], errors
 
 
+def prefiltered(planned: Sequence[Tuple[str, CheckConfig]]) -> List[str]:
+    """The planned files that pass the prefilter (`--prefilter-only`, for the benchmarks)."""
+    from amp_lint.engine.runner import may_match
+    from amp_lint.files.sources import SourceError, read_bytes
+
+    passed = []
+    for path, config in planned:
+        try:
+            text = read_bytes(path).decode("utf-8", errors="replace")
+        except SourceError:
+            continue
+        if may_match(text, config):
+            passed.append(path)
+    return passed
+
+
 def open_cache(cache_dir: Optional[str], root):
     """The result cache of the project (`root`: its settings), keyed by every file's configuration."""
     from amp_lint.files.cache import ResultCache
@@ -138,6 +154,26 @@ def fix_only_exit_code(report: Report, *, exit_non_zero_on_fix: bool) -> int:
     if report.errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if exit_non_zero_on_fix and report.fixed else EXIT_CLEAN
+
+
+def describe_settings(resolver, registry, paths: Sequence[str], stdin_filename: Optional[str], force_exclude: bool) -> str:
+    """`--show-settings`, as Ruff: the settings for the first file the paths name (or the stdin file name,
+    or the working folder), with the rules that end up on for it."""
+    from amp_lint.files.config import describe
+    from amp_lint.files.sources import discover
+
+    if paths and list(paths) != ["-"]:
+        files, _ = discover(list(paths[:1]), resolver.for_path, force_exclude=force_exclude)
+        target = files[0] if files else Path(paths[0])
+    elif stdin_filename:
+        target = Path(stdin_filename)
+    else:
+        target = Path.cwd()
+    settings = resolver.for_path(target)
+    all_codes = registry.all_codes()
+    selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
+    enabled = sorted(selection.for_path(str(target), settings, all_codes))
+    return f"# Resolved settings for: {os.path.abspath(target)}\n" + describe(settings, enabled=enabled)
 
 
 # --- standard input ------------------------------------------------------------------------------

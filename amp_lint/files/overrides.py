@@ -15,7 +15,7 @@ from amp_lint.files.config import ConfigError, parse_inline_option
 from amp_lint.files.torch_version import is_version
 
 # Inline `--config` keys that add up over several pairs instead of replacing each other.
-_ADDITIVE_KEYS = ("extend_select", "ignore", "extend_exclude")
+_ADDITIVE_KEYS = ("extend_select", "ignore", "extend_ignore", "extend_exclude", "extend_fixable")
 
 
 def codes(values: Sequence[str]) -> Tuple[str, ...]:
@@ -71,6 +71,7 @@ def settings_overrides(options: Mapping[str, Any]) -> Dict[str, Any]:
         "select": codes(options["select"]) or None,
         "ignore": codes(options["ignore"]) or None,
         "extend_select": codes(options["extend_select"]) or None,
+        "extend_ignore": codes(options.get("extend_ignore", ())) or None,
         "exclude": patterns(options["exclude"]) or None,
         "extend_exclude": patterns(options["extend_exclude"]) or None,
         "per_file_ignores": per_file_ignores(options["per_file_ignores"]) or None,
@@ -81,6 +82,8 @@ def settings_overrides(options: Mapping[str, Any]) -> Dict[str, Any]:
         "show_assumed": options["show_assumed"],
         "fixable": codes(options["fixable"]) or None,
         "unfixable": codes(options["unfixable"]) or None,
+        "extend_fixable": codes(options.get("extend_fixable", ())) or None,
+        "show_fixes": options.get("show_fixes"),
         "output_format": options["output_format"],
         "fail_on": options["fail_on"],
         "amp_dtype": options["amp_dtype"],

@@ -85,13 +85,18 @@ def _render_statistics(report: Report, output_format: str, options: RenderOption
 
 
 def color_wanted(choice: str, environ, isatty: bool) -> bool:
-    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
-    if environ.get("FORCE_COLOR"):
-        return True
+    """`--color` first; then NO_COLOR (any non-empty value) over every request for colour, as in Ruff 0.17;
+    then FORCE_COLOR (non-empty; `0` or `false` turn colour off, as in Node's tools) and CLICOLOR_FORCE
+    (non-empty, not `0`); `CLICOLOR=0` turns colour off; then whether the output is a terminal."""
+    if choice in ("always", "never"):
+        return choice == "always"
     if environ.get("NO_COLOR"):
+        return False
+    force = environ.get("FORCE_COLOR", "")
+    if force:
+        return force.strip().lower() not in ("0", "false")
+    if environ.get("CLICOLOR_FORCE", "0") != "0":
+        return True
+    if environ.get("CLICOLOR") == "0":
         return False
     return isatty
