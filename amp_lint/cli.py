@@ -230,8 +230,11 @@ def main() -> None:
 @click.option("--prefilter-only", is_flag=True, hidden=True, help="Print the files that pass the prefilter (benchmarks).")
 def check(paths, **options) -> None:
     """Check PATHS (default: the current folder) for AMP mistakes."""
+    from amp_lint.engine.runner import terminate_as_interrupt
+
     try:
-        code = _run_check(list(paths), options)
+        with terminate_as_interrupt():  # SIGTERM stops the run as Ctrl-C does, and exits 143
+            code = _run_check(list(paths), options)
     except KeyboardInterrupt as interrupt:
         # Each file is written atomically: every file is either untouched or completely fixed.
         click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
@@ -314,7 +317,9 @@ def _watch(run, root, paths: List[str], options: dict) -> int:
             sys.stdout.flush()
             wait_for_change(paths, before, time.sleep)
             click.echo("\nFile change detected...", err=True)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        if hasattr(interrupt, "exit_code"):
+            raise  # SIGTERM: 143, not a normal end
         return EXIT_CLEAN  # Ctrl-C is how a watch ends
 
 
@@ -563,7 +568,7 @@ def rules_command(output_format: str) -> None:
 
 @main.command("server")
 def server_command() -> None:
-    """Run the language server for editors (LSP over stdio; needs `pip install 'amp-lint[lsp]'`)."""
+    """Run the language server for editors (LSP over stdio; needs pygls: `pip install '.[lsp]'` in a checkout)."""
     from amp_lint.server import serve
 
     sys.exit(serve())

@@ -313,8 +313,10 @@ class Checker:
                 fix = found.finding.fix
                 if found.finding.rule.code not in self.enabled_codes or not self._applicable(fix):
                     continue
-                if found.key in rejected:
-                    continue  # failed the check in an earlier pass: it would fail again
+                if found.key in rejected and rejected[found.key].on_code is current.code:
+                    continue  # failed the check on this very code: it would fail again
+                # A fix that failed on an earlier state of the code gets another try: the fixes applied
+                # since may be what it needed (an `unscale_` is safe once the clip moved into the boundary).
                 if id(fix) not in owners:
                     owners[id(fix)] = []
                     fixes.append(fix)
@@ -403,19 +405,19 @@ class Checker:
             elif len(group) == 1:
                 for found in owners[id(group[0])]:
                     position = current.positions[current.findings.index(found)]
-                    rejected.setdefault(found.key, _Rejected(found.finding.rule.code, position[0], outcome))
+                    rejected[found.key] = _Rejected(found.finding.rule.code, position[0], outcome, current.code)
             else:
                 half = len(group) // 2
                 settle(group[:half])
                 settle(group[half:])
 
-        failed_before = set(rejected)
+        failed_before = dict(rejected)
         settle(list(chosen))
         # A fix may need one that came after it in the pass (an `unscale_` before a clip, the `update()`
         # another finding adds): each dropped one gets one more try on top of all that was kept.
         for fix in chosen:
             keys = [found.key for found in owners[id(fix)]]
-            if fix in accepted or not any(k in rejected and k not in failed_before for k in keys) or not accepted:
+            if fix in accepted or not any(k in rejected and rejected[k] is not failed_before.get(k) for k in keys) or not accepted:
                 continue
             outcome = attempt(accepted + [fix])
             if isinstance(outcome, _Analysed):
@@ -484,6 +486,7 @@ class _Rejected:
     code: str
     location: Location
     reason: str
+    on_code: str = ""  # the text it failed on: tried again once other fixes changed it
 
 
 def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:

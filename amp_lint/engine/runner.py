@@ -321,7 +321,7 @@ def execute(
     SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
     are on, files not started are left alone.
     """
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
 
 
@@ -332,7 +332,7 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _terminate_as_interrupt():
+def terminate_as_interrupt():
     import signal
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
