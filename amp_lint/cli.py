@@ -275,8 +275,11 @@ def _run_check(paths: List[str], options: dict) -> int:
             inline_overrides=inline,
         )
         root = resolver.root_settings(Path.cwd())
-        if options["show_settings"]:
-            return _show_settings(resolver, registry, paths, options)
+        if options["show_settings"]:  # as Ruff: for the first file the paths name (or the stdin name, or the cwd)
+            from amp_lint.engine.session import describe_settings
+
+            click.echo(describe_settings(resolver, registry, paths, options["stdin_filename"], options["force_exclude"]), nl=False)
+            return EXIT_CLEAN
         from amp_lint.reports import FORMATS
 
         if root.output_format not in FORMATS:
@@ -303,32 +306,15 @@ def _run_check(paths: List[str], options: dict) -> int:
 
 
 def _watch(run, root, paths: List[str], options: dict) -> int:
-    """`--watch`, as Ruff's: check, then check again each time a Python file or a configuration file under
-    the paths changes, until Ctrl-C."""
-    import time
+    """`--watch`, as Ruff's: check, then again at each change of a Python or configuration file, until Ctrl-C."""
+    from amp_lint.engine.session import watch
 
-    from amp_lint.engine.session import wait_for_change, watched_files
-
-    click.echo("Starting amp-lint in watch mode...", err=True)
     try:
-        while True:
-            before = watched_files(paths)
-            _check_paths(run.fresh(), root, paths, options)
-            sys.stdout.flush()
-            wait_for_change(paths, before, time.sleep)
-            click.echo("\nFile change detected...", err=True)
+        watch(paths, lambda: _check_paths(run.fresh(), root, paths, options), lambda line: click.echo(line, err=True))
     except KeyboardInterrupt as interrupt:
         if hasattr(interrupt, "exit_code"):
             raise  # SIGTERM: 143, not a normal end
-        return EXIT_CLEAN  # Ctrl-C is how a watch ends
-
-
-def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
-    """Like Ruff: the settings for the first file the paths name (or the stdin file name, or the cwd)."""
-    from amp_lint.engine.session import describe_settings
-
-    click.echo(describe_settings(resolver, registry, paths, options["stdin_filename"], options["force_exclude"]), nl=False)
-    return EXIT_CLEAN
+    return EXIT_CLEAN  # Ctrl-C is how a watch ends
 
 
 def _check_paths(run, root, paths: List[str], options: dict) -> int:

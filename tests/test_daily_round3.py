@@ -55,6 +55,7 @@ def test_notebook_findings_name_their_cell_in_every_ci_format(tmp_path):
     [result] = sarif["runs"][0]["results"]
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     assert result["properties"]["cell"] == 3 and "(cell 3, line 5, column 5)" in result["message"]["text"]
+    _validate_sarif(sarif)
     if RUFF:  # Ruff 0.17.6: `::error title=ruff (F401),file=/abs/nb.ipynb,line=1,col=1,endLine=1,endColumn=1::...`
         write(tmp_path, {"r.ipynb": _notebook(["import os\n", "x = 1\nimport sys\n"])})
         theirs = ruff("check", "--no-cache", "--isolated", "--output-format", "github", "r.ipynb", cwd=tmp_path)
@@ -86,6 +87,7 @@ def test_edits_of_several_cells_each_name_their_cell(tmp_path):
     sarif = _json(amp_lint("--no-cache", "--select", "AMP072", "--output-format", "sarif", "nb.ipynb", cwd=tmp_path))
     [result] = sarif["runs"][0]["results"]
     assert "fixes" not in result  # rows of cells are no artifact change of the notebook's JSON
+    _validate_sarif(sarif)
     assert {edit["cell"] for edit in result["properties"]["fix"]["edits"]} == {1, 3}
     # The edits, applied cell by cell, give what --fix writes.
     fixed = amp_lint("--no-cache", "--select", "AMP072", "--fix", "nb.ipynb", cwd=tmp_path)

@@ -342,9 +342,11 @@ class Checker:
     def _removed(self, before: "_Analysed", after: "_Analysed") -> Counter:
         """{rule code: findings of the enabled rules that a pass removed}: every finding its fixes made go
         away counts, also one that shared a fix with another (two deprecated names of one import)."""
-        gone = Counter(f.key for f in before.findings if f.finding.rule.code in self.enabled_codes)
-        gone.subtract(Counter(f.key for f in after.findings))
-        return Counter(key[0] for key, count in gone.items() for _ in range(max(count, 0)))
+        # Counted per rule (a fix adds no finding: the check refuses it), so that a finding whose message
+        # changed with the code around it is not counted as removed.
+        gone = Counter(f.finding.rule.code for f in before.findings if f.finding.rule.code in self.enabled_codes)
+        gone.subtract(Counter(f.finding.rule.code for f in after.findings))
+        return Counter({code: count for code, count in gone.items() if count > 0})
 
     def _analysed(
         self, module: cst.Module, code: str, filename: str, errors: List[FileError], file_ignored: FrozenSet[str]

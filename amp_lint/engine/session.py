@@ -7,6 +7,7 @@ The command line (`amp_lint.cli`) reads options and prints; what a run does with
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +271,19 @@ def watched_files(paths: Sequence[str]) -> Dict[str, Tuple[int, int]]:
                         continue
                     stamps[full] = (info.st_mtime_ns, info.st_size)
     return stamps
+
+
+def watch(paths: Sequence[str], check_once: Callable[[], None], say: Callable[[str], None]) -> None:
+    """Check, then check again each time a watched file changes; until interrupted (`--watch`)."""
+    import time
+
+    say("Starting amp-lint in watch mode...")
+    while True:
+        before = watched_files(paths)
+        check_once()
+        sys.stdout.flush()
+        wait_for_change(paths, before, time.sleep)
+        say("\nFile change detected...")
 
 
 def wait_for_change(paths: Sequence[str], before: Dict[str, Tuple[int, int]], sleep: Callable[[float], None]) -> None:
