@@ -281,9 +281,12 @@ def test_notebook_fix_edits_use_cell_relative_rows(tmp_path, output_format):
     else:
         [run] = document["runs"]
         [sarif_result] = run["results"]
-        regions = [r["deletedRegion"] for fix in sarif_result["fixes"] for change in fix["artifactChanges"] for r in change["replacements"]]
+        # Rows of a cell are no lines of the .ipynb file (issue 28, items 1 and 3): the region is 1:1, the cell,
+        # row and the fix's edits (each naming its cell) are in the result's properties.
+        assert "fixes" not in sarif_result
+        regions = [edit["region"] for edit in sarif_result["properties"]["fix"]["edits"]]
         rows = [(region["startLine"], region.get("endLine", region["startLine"])) for region in regions]
-        assert sarif_result["locations"][0]["physicalLocation"]["region"]["startLine"] == 8
+        assert sarif_result["properties"]["row"] == 8 and sarif_result["properties"]["cell"] == 2
     # The backward moves out of the `with` block: the edit is in the finding's cell, around row 8.
     assert rows and all(7 <= start <= 9 and end <= 10 for start, end in rows), rows
 
