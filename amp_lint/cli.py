@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import click
+from click.shell_completion import ShellComplete, add_completion_class
 
 from amp_lint import __version__
+from amp_lint.files.settings import OUTPUT_FORMATS
+from amp_lint.reports import error_lines
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 _SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server", "generate-shell-completion")
@@ -87,6 +90,60 @@ class _CheckCommand(click.Command):
             raise
 
 
+def _completions(values, incomplete: str, helps=None) -> list:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(v, help=(helps or {}).get(v)) for v in values if v.startswith(incomplete)]
+
+
+def _complete_codes(ctx, param, incomplete: str) -> list:
+    """`--select AMP0<TAB>`: rule codes (with their summaries) and ALL; after a comma, the next one."""
+    from amp_lint import rules as registry
+
+    done, comma, last = incomplete.rpartition(",")
+    summaries = {rule.code: rule.summary for rule in registry.ALL_RULES}
+    items = _completions(["ALL", *sorted(summaries)], last.upper(), summaries)
+    for item in items:
+        item.value = done + comma + item.value
+    return items
+
+
+class _PowerShellComplete(ShellComplete):
+    """PowerShell, which click does not ship: `amp-lint generate-shell-completion powershell | Out-String |
+    Invoke-Expression` in $PROFILE. Paths are left to PowerShell's own completion."""
+
+    name = "powershell"
+    source_template = """Register-ArgumentCompleter -Native -CommandName %(prog_name)s -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+    $env:COMP_WORDS = $commandAst.ToString().Substring(0, [Math]::Min($cursorPosition - $commandAst.Extent.StartOffset, $commandAst.ToString().Length))
+    $env:COMP_CWORD = $wordToComplete
+    $env:%(complete_var)s = "powershell_complete"
+    (& %(prog_name)s) | ForEach-Object {
+        $value, $help = $_ -split "`t", 2
+        [System.Management.Automation.CompletionResult]::new($value, $value, 'ParameterValue', $(if ($help) { $help } else { $value }))
+    }
+    Remove-Item Env:%(complete_var)s, Env:COMP_WORDS, Env:COMP_CWORD
+}
+"""
+
+    def get_completion_args(self):
+        from click.parser import split_arg_string
+
+        words, incomplete = split_arg_string(os.environ.get("COMP_WORDS", "")), os.environ.get("COMP_CWORD", "")
+        args = words[1:]
+        if incomplete and args and args[-1] == incomplete:
+            args.pop()
+        return args, incomplete
+
+    def complete(self) -> str:
+        args, incomplete = self.get_completion_args()
+        items = [item for item in self.get_completions(args, incomplete) if item.type == "plain"]
+        return "\n".join(f"{item.value}\t{item.help or ''}" for item in items)
+
+
+add_completion_class(_PowerShellComplete)
+
+
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="amp-lint", message="%(prog)s %(version)s")
 def main() -> None:
@@ -94,54 +151,9 @@ def main() -> None:
 
     `amp-lint [PATH]...` checks Python files and notebooks (same as `amp-lint check`).
     """
-
-
-def _target_torch(value: Optional[str]) -> Optional[str]:
-    from amp_lint.files.torch_version import is_version
-
-    if value is not None and not is_version(value):
-        raise click.BadParameter(f"{value!r} is not a torch release such as 2.3", param_hint="--target-torch")
-    return value
-
-
-def _codes(values: Sequence[str]) -> tuple:
-    return tuple(code.strip() for value in values for code in value.split(",") if code.strip())
-
-
-def _cli_pattern(pattern: str) -> str:
-    """A glob given on the command line is relative to the working folder (as in Ruff), not to the
-    configuration file's folder: one with a `/` is made absolute here; a bare name matches names anyway."""
-    negated = pattern.startswith("!")
-    body = pattern[1:] if negated else pattern
-    if "/" in body and not os.path.isabs(body):
-        body = os.path.join(os.getcwd(), body)
-    return ("!" if negated else "") + body
-
-
-def _patterns(values: Sequence[str]) -> tuple:
-    """`--exclude a,b --exclude c` -> (a, b, c), each relative to the working folder."""
-    return tuple(_cli_pattern(item.strip()) for value in values for item in value.split(",") if item.strip())
-
-
-def _per_file_ignores(values: Sequence[str]) -> tuple:
-    """`--per-file-ignores 'tests/*:AMP001,AMP02'`, as Ruff spells it, -> ((pattern, codes), ...)."""
-    pairs: dict = {}
-    last = None
-    for value in values:
-        for item in value.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            if ":" in item:
-                pattern, code = item.rsplit(":", 1)
-                last = _cli_pattern(pattern.strip())
-            elif last is not None:  # `a.py:AMP001,AMP002`: the next code belongs to the same pattern
-                code = item
-            else:
-                raise click.BadParameter(f"expected PATTERN:CODES, got {item!r}", param_hint="--per-file-ignores")
-            if code.strip():
-                pairs.setdefault(last, []).append(code.strip())
-    return tuple((pattern, tuple(codes)) for pattern, codes in pairs.items())
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show `λ` gets `?`, not a traceback
+        if hasattr(stream, "reconfigure") and stream.errors == "strict":
+            stream.reconfigure(errors="replace")
 
 
 @main.command("check", cls=_CheckCommand)
@@ -160,13 +172,15 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
     help="Enable preview mode: rules and fixes marked preview (new, not yet proved on real code) run too.",
 )
 @click.option("--diff", is_flag=True, help="Show the diff --fix would apply, write nothing (exit 1 if any).")
-@click.option("--show-fixes", is_flag=True, help="List the fixes that were applied.")
+@click.option("--show-fixes/--no-show-fixes", default=None, help="List the fixes that were applied.")
 @click.option("--fix-only/--no-fix-only", default=None, help="Apply fixes; do not report what is left (implies --fix).")
-@click.option("--fixable", multiple=True, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
-@click.option("--unfixable", multiple=True, help="Rule codes or prefixes reported without a fix.")
-@click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma-separated; ALL).")
-@click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable.")
-@click.option("--extend-select", multiple=True, help="Rule codes or prefixes to enable on top of the selection.")
+@click.option("--fixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes whose fixes may be applied (default: ALL).")
+@click.option("--unfixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes reported without a fix.")
+@click.option("--extend-fixable", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes whose fixes may be applied, on top of --fixable.")
+@click.option("--select", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to enable (comma-separated; ALL).")
+@click.option("--ignore", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to disable.")
+@click.option("--extend-ignore", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to disable, on top of --ignore (Ruff's older name).")
+@click.option("--extend-select", multiple=True, shell_complete=_complete_codes, help="Rule codes or prefixes to enable on top of the selection.")
 @click.option("--exclude", multiple=True, help="Globs of files and folders to skip (replaces the defaults).")
 @click.option("--extend-exclude", multiple=True, help="Globs to skip on top of the defaults.")
 @click.option("--per-file-ignores", multiple=True, help="PATTERN:CODES pairs (comma-separated); replaces the configuration's.")
@@ -176,6 +190,7 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option(
     "--output-format",
     envvar="AMP_LINT_OUTPUT_FORMAT",
+    shell_complete=lambda ctx, param, incomplete: _completions(OUTPUT_FORMATS, incomplete),
     default=None,
     help="full, concise, grouped, json, json-lines, github, sarif, junit, gitlab, pylint.",
 )
@@ -220,12 +235,15 @@ def _per_file_ignores(values: Sequence[str]) -> tuple:
 @click.option("--prefilter-only", is_flag=True, hidden=True, help="Print the files that pass the prefilter (benchmarks).")
 def check(paths, **options) -> None:
     """Check PATHS (default: the current folder) for AMP mistakes."""
+    from amp_lint.engine.runner import terminate_as_interrupt
+
     try:
-        code = _run_check(list(paths), options)
-    except KeyboardInterrupt:
+        with terminate_as_interrupt():  # SIGTERM stops the run as Ctrl-C does, and exits 143
+            code = _run_check(list(paths), options)
+    except KeyboardInterrupt as interrupt:
         # Each file is written atomically: every file is either untouched or completely fixed.
         click.echo("amp-lint: interrupted; files already fixed are complete, the others untouched", err=True)
-        code = 130
+        code = getattr(interrupt, "exit_code", 130)  # SIGTERM: 143
         from amp_lint.engine.runner import check_in_progress
 
         if check_in_progress():
@@ -247,58 +265,38 @@ def _device_type(value: Optional[str]) -> Optional[str]:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
+    from amp_lint.engine.session import RunSpec
     from amp_lint.files.config import ConfigError, SettingsResolver
+    from amp_lint.files.overrides import config_options, settings_overrides
     from amp_lint.files.settings import RuleSelection, UnknownRuleError
 
-    overrides = {
-        key: value
-        for key, value in {
-            "select": _codes(options["select"]) or None,
-            "ignore": _codes(options["ignore"]) or None,
-            "extend_select": _codes(options["extend_select"]) or None,
-            "exclude": _patterns(options["exclude"]) or None,
-            "extend_exclude": _patterns(options["extend_exclude"]) or None,
-            "per_file_ignores": _per_file_ignores(options["per_file_ignores"]) or None,
-            "extend_per_file_ignores": _per_file_ignores(options["extend_per_file_ignores"]) or None,
-            "respect_gitignore": options["respect_gitignore"],
-            "fix": options["fix"],
-            "unsafe_fixes": options["unsafe_fixes"],
-            "show_assumed": options["show_assumed"],
-            "preview": options["preview"],
-            "fixable": _codes(options["fixable"]) or None,
-            "unfixable": _codes(options["unfixable"]) or None,
-            "output_format": options["output_format"],
-            "fail_on": options["fail_on"],
-            "amp_dtype": options["amp_dtype"],
-            "amp_device": options["amp_device"],
-            "target_torch": _target_torch(options["target_torch"]),
-        }.items()
-        if value is not None
-    }
     try:
-        config_path, inline = _config_options(options["config_options"], registry.all_codes())
+        config_path, inline = config_options(options["config_options"], registry.all_codes())
         resolver = SettingsResolver(
-            overrides,
+            settings_overrides(options),
             config_path=config_path,
             isolated=options["isolated"],
             all_codes=registry.all_codes(),
             inline_overrides=inline,
         )
         root = resolver.root_settings(Path.cwd())
-        if options["show_settings"]:
-            return _show_settings(resolver, registry, paths, options)
+        if options["show_settings"]:  # as Ruff: for the first file the paths name (or the stdin name, or the cwd)
+            from amp_lint.engine.session import describe_settings
+
+            click.echo(describe_settings(resolver, registry, paths, options["stdin_filename"], options["force_exclude"]), nl=False)
+            return EXIT_CLEAN
         from amp_lint.reports import FORMATS
 
         if root.output_format not in FORMATS:
             raise click.UsageError(f"unknown output format {root.output_format!r} (choose from {', '.join(FORMATS)})")
-        selection = RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())
+        RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())  # unknown codes fail here
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     options["_fail_on"] = root.fail_on
     if options["fix_only"]:
         options["quiet"] = True  # the findings left are not reported
     fix = bool(root.fix or options["diff"] or options["fix_only"])
-    run = _RunSpec(resolver, registry, options, fix, write=fix and not options["diff"])
+    run = RunSpec(resolver, registry, fix, write=fix and not options["diff"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
         if options["add_noqa"] or options["write_baseline_path"]:
             _fail("--add-noqa and --write-baseline edit files; they do not work on standard input")
@@ -308,139 +306,23 @@ def _run_check(paths: List[str], options: dict) -> int:
     if options["watch"]:
         if run.fix:
             _fail("--watch only checks; it does not work with --fix or --diff")
-        return _watch(run, root, selection, paths or ["."], options)
-    return _check_paths(run, root, selection, paths or ["."], options)
+        return _watch(run, root, paths or ["."], options)
+    return _check_paths(run, root, paths or ["."], options)
 
 
-def _watch(run: "_RunSpec", root, selection, paths: List[str], options: dict) -> int:
-    """`--watch`, as Ruff's: check, then check again each time a Python file or a configuration file under
-    the paths changes (polled twice a second: no dependency), until Ctrl-C."""
-    import time
+def _watch(run, root, paths: List[str], options: dict) -> int:
+    """`--watch`, as Ruff's: check, then again at each change of a Python or configuration file, until Ctrl-C."""
+    from amp_lint.engine.session import watch
 
-    def snapshot() -> dict:
-        from amp_lint.files.config import CONFIG_NAMES
-        from amp_lint.files.sources import PYTHON_SUFFIXES
-
-        stamps = {}
-        for path in paths:
-            for folder, names, files in os.walk(path) if os.path.isdir(path) else [("", [], [path])]:
-                names[:] = [n for n in names if not n.startswith(".") and n not in ("__pycache__", "node_modules")]
-                for name in files:
-                    if os.path.splitext(name)[1] in PYTHON_SUFFIXES or os.path.basename(name) in CONFIG_NAMES:
-                        full = os.path.join(folder, name)
-                        try:
-                            info = os.stat(full)
-                        except OSError:
-                            continue
-                        stamps[full] = (info.st_mtime_ns, info.st_size)
-        return stamps
-
-    click.echo("Starting amp-lint in watch mode...", err=True)
     try:
-        while True:
-            before = snapshot()
-            _check_paths(_fresh_run(run), root, selection, paths, options)
-            sys.stdout.flush()
-            while snapshot() == before:
-                time.sleep(0.5)
-            click.echo("\nFile change detected...", err=True)
-    except KeyboardInterrupt:
-        return EXIT_CLEAN  # Ctrl-C is how a watch ends
+        watch(paths, lambda: _check_paths(run.fresh(), root, paths, options), lambda line: click.echo(line, err=True))
+    except KeyboardInterrupt as interrupt:
+        if hasattr(interrupt, "exit_code"):
+            raise  # SIGTERM: 143, not a normal end
+    return EXIT_CLEAN  # Ctrl-C is how a watch ends
 
 
-def _fresh_run(run: "_RunSpec") -> "_RunSpec":
-    """A run that reads the configuration files again (one may be what changed)."""
-    fresh = run.resolver.reloaded()
-    return _RunSpec(fresh, run.registry, run.options, run.fix, run.write)
-
-
-def _config_options(values: Sequence[str], all_codes) -> tuple:
-    """`--config PATH` (one at most) and `--config 'KEY = VALUE'` (any number), as Ruff reads them."""
-    from amp_lint.files.config import ConfigError, parse_inline_option
-
-    path = None
-    inline: dict = {}
-    for value in values:
-        if os.path.exists(value) and "=" not in value:  # a FIFO or folder is reported by the reader
-            if path is not None:
-                raise ConfigError("--config names two configuration files; give one (and KEY = VALUE pairs)")
-            path = Path(value)
-        elif "=" in value:
-            for key, item in parse_inline_option(value, all_codes).items():
-                inline[key] = inline.get(key, ()) + item if key in ("extend_select", "ignore", "extend_exclude") else item
-        else:
-            raise ConfigError(
-                f"--config {value!r}: no such configuration file, and not a TOML KEY = VALUE pair (for example: select = [\"AMP0\"])"
-            )
-    return path, inline
-
-
-def _show_settings(resolver, registry, paths: List[str], options: dict) -> int:
-    """Like Ruff: the settings for the first file the paths name (or the stdin file name, or the cwd)."""
-    from amp_lint.files.config import describe
-    from amp_lint.files.settings import RuleSelection
-    from amp_lint.files.sources import discover
-
-    if paths and paths != ["-"]:
-        files, _ = discover(paths[:1], resolver.for_path, force_exclude=options["force_exclude"])
-        target = files[0] if files else Path(paths[0])
-    elif options["stdin_filename"]:
-        target = Path(options["stdin_filename"])
-    else:
-        target = Path.cwd()
-    settings = resolver.for_path(target)
-    all_codes = registry.all_codes()
-    selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
-    enabled = sorted(selection.for_path(str(target), settings, all_codes))
-    header = f"# Resolved settings for: {os.path.abspath(target)}\n"
-    click.echo(header + describe(settings, enabled=enabled), nl=False)
-    return EXIT_CLEAN
-
-
-class _RunSpec:
-    """The parts of a run shared by every file: how to turn a file's settings into a check config."""
-
-    def __init__(self, resolver, registry, options, fix: bool, write: bool) -> None:
-        self.resolver = resolver
-        self.registry = registry
-        self.options = options
-        self.fix = fix
-        self.write = write
-        self._configs = {}
-
-    def config_for(self, settings, path: str):
-        from amp_lint.engine.runner import CheckConfig
-        from amp_lint.files.settings import RuleSelection
-
-        key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
-        config = self._configs.get(key)
-        if config is None:
-            all_codes = self.registry.all_codes()
-            selection = RuleSelection.from_settings(settings, all_codes, self.registry.default_codes())
-            enabled = selection.for_path(path, settings, all_codes)
-            output_format = self.resolver.root_settings(Path.cwd()).output_format
-            config = CheckConfig(
-                unfixable=RuleSelection.unfixable(settings, all_codes),
-                enabled=enabled,
-                fix=self.fix,
-                unsafe_fixes=bool(settings.unsafe_fixes),
-                with_edits=output_format in ("json", "json-lines", "sarif"),
-                write=self.write,
-                rule_options=(
-                    ("amp_dtype", settings.amp_dtype),
-                    ("amp_device", settings.amp_device),
-                    ("show_assumed", settings.show_assumed),
-                    ("target_torch", settings.target_torch),
-                    ("preview", settings.preview),
-                    ("target_packages", settings.target_packages),
-                    ("assumed_shown_for", settings.assumed_shown_for(all_codes)),
-                ),
-            )
-            self._configs[key] = config
-        return config
-
-
-def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict) -> int:
+def _check_paths(run, root, paths: List[str], options: dict) -> int:
     from amp_lint.engine.workers import Scheduler
 
     scheduler = Scheduler(options["jobs"])
@@ -450,62 +332,39 @@ def _check_paths(run: _RunSpec, root, selection, paths: List[str], options: dict
         scheduler.close()
 
 
-def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, scheduler) -> int:
+def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int:
     from amp_lint.diagnostics import Report
-    from amp_lint.files.config import ConfigError
-    from amp_lint.files.sources import discover
+    from amp_lint.engine import session
     from amp_lint.engine.runner import RunPlan, execute
     from amp_lint.engine.workers import EARLY_START_BYTES
+    from amp_lint.files.config import ConfigError
     from amp_lint.files.settings import UnknownRuleError
 
     checks = not (options["show_files"] or options["prefilter_only"])
-    cache = None if options["no_cache"] or run.fix or not checks else _open_cache(options, root)
+    cache = None if options["no_cache"] or run.fix or not checks else session.open_cache(options["cache_dir"], root)
     # A cold walk that finds much source starts the workers while it goes on (they load LibCST meanwhile);
     # with stored results, most files will not need them.
     cold = cache is None or not cache.has_entries
     early = (EARLY_START_BYTES, scheduler.start_early) if checks and cold else None
     try:
-        files, errors = discover(
-            paths, lambda p: run.resolver.for_path(p), force_exclude=options["force_exclude"], on_many_bytes=early
-        )
-        settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
-
-        def settings_of(path: Path):
-            folder = os.path.dirname(os.path.abspath(path))
-            if folder not in settings_by_folder:
-                settings_by_folder[folder] = run.resolver.for_path(path)
-            return settings_by_folder[folder]
-
-        planned = [(str(path), run.config_for(settings_of(path), str(path))) for path in files]
+        planned, errors = run.plan(paths, force_exclude=options["force_exclude"], on_many_bytes=early)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    if not planned and not errors and not options["silent"]:
+        # As Ruff (0.17: on standard error, also with -q, exit 0): a typo in a path should not pass silently.
+        click.echo("amp-lint: warning: No Python files found under the given path(s)", err=True)
     if options["show_files"]:
         # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
         for path in sorted(os.path.abspath(p) for p, _ in planned):
             click.echo(path)
-        for line in _error_lines(Report(errors=errors)):
+        for line in error_lines(Report(errors=errors)):
             click.echo(line, err=True)
         return EXIT_ERROR if errors else EXIT_CLEAN
     if options["prefilter_only"]:
-        from amp_lint.engine.runner import may_match
-
-        from amp_lint.files.sources import SourceError, read_bytes
-
-        for path, config in planned:
-            try:
-                text = read_bytes(path).decode("utf-8", errors="replace")
-            except SourceError:
-                continue
-            if may_match(text, config):
-                click.echo(path)
+        click.echo("".join(path + "\n" for path in session.prefiltered(planned)), nl=False)
         return EXIT_CLEAN
     if cache is not None:
-        file_settings = {path: _config_key(config) for path, config in planned}
-        cache.set_file_settings(file_settings)
-        # The run-wide entries (the files the prefilter ruled out) depend on every file's configuration.
-        import zlib
-
-        cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")
+        session.key_cache_by_files(cache, planned)
     report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache, scheduler=scheduler)
     if options["add_noqa"]:
         return _add_noqa(report)
@@ -518,19 +377,13 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
             _fail(str(error))
         click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
         return EXIT_ERROR if report.errors else EXIT_CLEAN
-    if options["baseline_path"]:
-        from amp_lint.files.baseline import BaselineError, load_baseline
-
-        try:
-            report = load_baseline(Path(options["baseline_path"])).filter(report)
-        except BaselineError as error:
-            _fail(str(error))
+    report = _apply_baseline(report, options)
     if options["diff"]:
         if not options["silent"]:
             for diff in diffs:
                 click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diffs))
-            for line in _error_lines(report):
+            for line in error_lines(report):
                 click.echo(line, err=True)
         if report.errors:
             return EXIT_ERROR
@@ -541,168 +394,107 @@ def _check_planned(run: _RunSpec, root, paths: List[str], options: dict, schedul
     return _exit_code(report, options)
 
 
-def _fix_only_result(report, options: dict) -> int:
-    """`--fix-only`, as Ruff: say what was fixed, never what is left; exit 0 unless a file could not be
-    checked (2) or, with --exit-non-zero-on-fix, something was fixed (1)."""
+def _apply_baseline(report, options: dict):
+    if not options["baseline_path"]:
+        return report
+    from amp_lint.files.baseline import BaselineError, load_baseline
+
+    try:
+        return load_baseline(Path(options["baseline_path"])).filter(report)
+    except BaselineError as error:
+        _fail(str(error))
+
+
+def _fix_only_result(report, options: dict, err: bool = False) -> int:
+    """`--fix-only`, as Ruff: say what was fixed (on stderr when stdout carries the code), never what is left."""
+    from amp_lint.engine.session import fix_only_exit_code
     from amp_lint.reports.text import plural
 
     if not options["silent"]:
         if report.fixed_count:
-            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.")
-        for line in _error_lines(report):
+            click.echo(f"Fixed {plural(report.fixed_count, 'error')}.", err=err)
+        for line in error_lines(report):
             click.echo(line, err=True)
-    if report.errors:
-        return EXIT_ERROR
-    return EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN
+    return fix_only_exit_code(report, exit_non_zero_on_fix=options["exit_non_zero_on_fix"])
 
 
 def _diff_summary(report, options: dict, any_diff: bool) -> None:
     """After the diffs, as Ruff: `Would fix 2 errors.` (nothing when there is nothing to fix)."""
-    from amp_lint.reports.text import plural
+    from amp_lint.reports.text import would_fix_line
 
-    if options["quiet"] or options.get("silent") or not any_diff:
-        return
-    count = report.fixed_count
-    line = f"Would fix {plural(count, 'error')}." if count else "Would fix the files above."
-    hidden = report.unsafe_fixable
-    if hidden:
-        line += f" ({hidden} more with --unsafe-fixes.)"
-    click.echo("\n" + line)
+    if not (options["quiet"] or options.get("silent") or not any_diff):
+        click.echo("\n" + would_fix_line(report))
 
 
 def _add_noqa(report) -> int:
     from amp_lint.fixes.noqa import add_noqa
+    from amp_lint.reports.text import plural
 
     added, errors = add_noqa(report)
     for error in errors:
         click.echo(f"{error.filename}: error: {error.message}", err=True)
-    total = sum(added.values())
-    click.echo(f"Added {total} noqa directive{'s' if total != 1 else ''}.")
+    click.echo(f"Added {plural(sum(added.values()), 'noqa directive')}.")
     return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
 
 
-def _check_stdin(run: _RunSpec, root, options: dict) -> int:
-    from amp_lint.diagnostics import FileError, Report
-    from amp_lint.files.sources import SourceError, decode_source, read_stream
-    from amp_lint.engine.runner import check_text
+def _check_stdin(run, root, options: dict) -> int:
+    from amp_lint.diagnostics import Report
+    from amp_lint.engine.session import StdinError, check_stdin, unified_diff
+
+    from amp_lint.files.sources import SourceError, read_stream
 
     name = options["stdin_filename"] or "-"
     try:
         raw = read_stream(sys.stdin.buffer, name)
     except SourceError as error:
         _fail(f"{name}: {error.message}")
-    if name != "-" and _stdin_excluded(run, name, options):
+    try:
+        result = check_stdin(run, raw, name, force_exclude=options["force_exclude"])
+    except StdinError as error:
+        _fail(str(error))
+    if result.excluded:
         # As Ruff: an excluded file is not checked; with --fix its text comes back unchanged.
         if run.fix and not options["diff"]:
             sys.stdout.buffer.write(raw)
         elif not run.fix:
             _emit(Report(), root, options, fix_mode=False)
         return EXIT_CLEAN
-    try:
-        source = decode_source(raw)
-    except SourceError as error:
-        _fail(f"{name}: {error.message}")
-    config = run.config_for(run.resolver.for_path(Path(name).resolve() if name != "-" else Path.cwd()), name)
-    notebook = None
-    text = source.text
-    if name.endswith(".ipynb"):  # as Ruff does: the name says how to read standard input
-        from amp_lint.files.notebook import Notebook
-
-        try:
-            notebook = Notebook.parse(source.text)
-        except SourceError as error:
-            _fail(f"{name}: {error.message}")
-        text = notebook.source
-    outcome = check_text(text, name, config)
-    if notebook is not None:
-        outcome.diagnostics = [notebook.in_cell(d) for d in outcome.diagnostics]
-        outcome.errors = [notebook.error_in_cell(e) for e in outcome.errors]
-        if outcome.fixed_text is not None:
-            try:
-                outcome.fixed_text = notebook.updated_json(outcome.fixed_text)
-            except SourceError as error:
-                outcome.errors.append(FileError(name, f"fixes not applied: {error.message}"))
-                outcome.fixed_text, outcome.fixed = None, {}
-    report = Report(diagnostics=outcome.diagnostics, errors=outcome.errors, files_checked=1)
-    if outcome.fixed:
-        report.fixed[name] = outcome.fixed
-    report.unsafe_fixable = outcome.unsafe_fixable
-    report.sort()
-    if options["baseline_path"]:
-        from amp_lint.files.baseline import BaselineError, load_baseline
-
-        try:
-            report = load_baseline(Path(options["baseline_path"])).filter(report)
-        except BaselineError as error:
-            _fail(str(error))
+    report = _apply_baseline(result.report, options)
     if run.fix:
         # Like Ruff: with --fix on standard input, the (fixed) code goes to standard output.
-        fixed = outcome.fixed_text if outcome.fixed_text is not None else source.text
         if options["diff"]:
-            import difflib
-
-            diff = "".join(difflib.unified_diff(source.text.splitlines(True), fixed.splitlines(True), f"a/{name}", f"b/{name}"))
+            diff = unified_diff(result.text, result.fixed_text, name)
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        sys.stdout.write(fixed)  # the code itself, even with --silent: it is the output, not a message
-        if not options["silent"]:
-            for line in _error_lines(report):
-                click.echo(line, err=True)
+        _write_code(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
         if options["fix_only"]:
-            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if options["exit_non_zero_on_fix"] and report.fixed else EXIT_CLEAN)
+            return _fix_only_result(report, options, err=True)
+        # As Ruff: the findings left (and the summary) go to standard error, or to --output-file.
+        _emit(report, root, options, fix_mode=True, err=True)
         return _exit_code(report, options)
     _emit(report, root, options, fix_mode=False)
     return _exit_code(report, options)
 
 
-def _stdin_excluded(run: "_RunSpec", name: str, options: dict) -> bool:
-    from amp_lint.files.sources import excluded_by_settings
-
-    path = Path(os.path.abspath(name))
-    settings = run.resolver.for_path(path)
-    if not (options["force_exclude"] or settings.force_exclude):
-        return False
-    return excluded_by_settings(path, run.resolver.for_path)
+def _write_code(text: str) -> None:
+    """Code to standard output as UTF-8 bytes, whatever the terminal's encoding (not a message to decode)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
 
 
-def _open_cache(options: dict, root):
-    from amp_lint.files.cache import ResultCache
-
-    directory = options["cache_dir"] or os.path.join(root.root or os.getcwd(), ".amp_lint_cache")
-    return ResultCache(Path(directory), root.cache_key(), f"{__version__}-{_code_fingerprint()}")
-
-
-def _config_key(config) -> str:
-    """What in a file's check configuration changes the stored result, in a stable order (for the cache)."""
-    return repr(
-        (sorted(config.enabled), sorted(config.unfixable), config.unsafe_fixes, config.with_edits, tuple(config.rule_options))
-    )
-
-
-def _code_fingerprint() -> str:
-    """Changes whenever amp-lint's own code does (an editable install keeps its version number)."""
-    import zlib
-
-    package = Path(__file__).parent
-    stamp = []
-    for path in sorted(package.rglob("*.py")):
-        info = path.stat()
-        stamp.append(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
-    return format(zlib.crc32("\n".join(stamp).encode()), "08x")
-
-
-def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
-    from amp_lint.reports import TEXT_FORMATS, RenderOptions, render
+def _emit(report, root, options: dict, *, fix_mode: bool, err: bool = False) -> None:
+    from amp_lint.reports import TEXT_FORMATS, RenderOptions, color_wanted, render
 
     if options["silent"] and not options["output_file"]:
         return  # -s: nothing at all; the exit code says it
     output_format = root.output_format
     to_file = options["output_file"]
-    color = _use_color(options["color"]) and not to_file
+    color = color_wanted(options["color"], os.environ, (sys.stderr if err else sys.stdout).isatty()) and not to_file
     render_options = RenderOptions(
         color=color,
-        show_fixes=options["show_fixes"],
+        show_fixes=root.show_fixes,
         statistics=options["statistics"],
         unsafe_fixes=bool(root.unsafe_fixes),
         fix_mode=fix_mode,
@@ -715,54 +507,26 @@ def _emit(report, root, options: dict, *, fix_mode: bool) -> None:
         _fail(str(error))
     if to_file:
         try:
+            Path(to_file).parent.mkdir(parents=True, exist_ok=True)  # as Ruff: `-o out/r.txt` makes out/
             Path(to_file).write_text(text, encoding="utf-8")
         except OSError as error:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
-        click.echo(text, nl=False, color=color)
+        click.echo(text, nl=False, color=color, err=err)
     if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
-        for line in _error_lines(report):
+        for line in error_lines(report):
             click.echo(line, err=True)
 
 
-def _error_lines(report) -> List[str]:
-    from amp_lint.reports import error_lines
-
-    return error_lines(report)
-
-
 def _exit_code(report, options: dict) -> int:
-    if report.errors:
-        return EXIT_ERROR
-    if options["exit_non_zero_on_fix"] and report.fixed:
-        return EXIT_FINDINGS
-    if options["exit_zero"]:
-        return EXIT_CLEAN
-    if any(_fails(d.severity, options.get("_fail_on", "info")) for d in report.diagnostics):
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
+    from amp_lint.engine.session import exit_code
 
-
-_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
-
-
-def _fails(severity, fail_on: str) -> bool:
-    """Does a finding of this severity fail the run? `fail-on = "info"` (the default): every finding, as in
-    Ruff; "warning": info findings are shown and do not fail; "error": only errors fail."""
-    return _SEVERITY_RANK[severity.value] >= _SEVERITY_RANK[fail_on]
-
-
-def _use_color(choice: str) -> bool:
-    """`--color` first; then FORCE_COLOR (any non-empty value) over NO_COLOR, as in Ruff; then the terminal."""
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    if os.environ.get("NO_COLOR"):
-        return False
-    return sys.stdout.isatty()
+    return exit_code(
+        report,
+        fail_on=options.get("_fail_on", "info"),
+        exit_zero=options["exit_zero"],
+        exit_non_zero_on_fix=options["exit_non_zero_on_fix"],
+    )
 
 
 def _fail(message: str) -> None:
@@ -770,54 +534,22 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-# --- rules ---------------------------------------------------------------------------------------
+# --- rules, server, cache, completion -------------------------------------------------------------
 
 
 @main.command("rule")
-@click.argument("code")
+@click.argument("code", shell_complete=_complete_codes)
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text")
 def rule_command(code: str, output_format: str) -> None:
     """Explain one rule: what it finds, why it is wrong, what to write instead."""
     from amp_lint import rules as registry
+    from amp_lint.reports.rule_docs import rule_json, rule_text
 
     try:
         rule = registry.rule_by_code(code)
     except KeyError:
         _fail(f"unknown rule code {code!r}; `amp-lint rules` lists them")
-    if output_format == "json":
-        import json
-
-        click.echo(json.dumps(_rule_record(rule), indent=2))
-        return
-    click.echo(f"# {rule.name} ({rule.code})\n")
-    click.echo(f"{rule.summary}.\n")
-    click.echo(f"Severity: {rule.severity.value}")
-    click.echo(f"On by default: {'yes' if rule.default_enabled else 'no (select it with --select ' + rule.code + ')'}")
-    click.echo(f"Fix: {_fix_words(rule)}\n")
-    click.echo(rule.explanation())
-
-
-def _fix_words(rule) -> str:
-    if rule.fix_applicability is None:
-        return "none"
-    if rule.fix_applicability.value == "safe":
-        return "safe (applied by --fix)"
-    return "unsafe (applied by --fix --unsafe-fixes)"
-
-
-def _rule_record(rule) -> dict:
-    from amp_lint.rules.docs import rule_url
-
-    return {
-        "code": rule.code,
-        "name": rule.name,
-        "summary": rule.summary,
-        "severity": rule.severity.value,
-        "default_enabled": rule.default_enabled,
-        "fix": rule.fix_label(),
-        "url": rule_url(rule.code),
-        "explanation": rule.explanation(),
-    }
+    click.echo(rule_json(rule) if output_format == "json" else rule_text(rule), nl=False)
 
 
 @main.command("rules")
@@ -825,25 +557,14 @@ def _rule_record(rule) -> dict:
 def rules_command(output_format: str) -> None:
     """List every rule: code, name, on by default, fix safety, summary."""
     from amp_lint import rules as registry
+    from amp_lint.reports.rule_docs import rules_json, rules_text
 
-    if output_format == "json":
-        import json
-
-        click.echo(json.dumps([_rule_record(rule) for rule in registry.ALL_RULES], indent=2))
-        return
-    rows = [("code", "name", "default", "fix", "severity", "summary")]
-    for rule in registry.ALL_RULES:
-        rows.append(
-            (rule.code, rule.name, "on" if rule.default_enabled else "off", rule.fix_label(), rule.severity.value, rule.summary)
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5])
+    click.echo((rules_json if output_format == "json" else rules_text)(registry.ALL_RULES), nl=False)
 
 
 @main.command("server")
 def server_command() -> None:
-    """Run the language server for editors (LSP over stdio; needs `pip install 'amp-lint[lsp]'`)."""
+    """Run the language server for editors (LSP over stdio; needs pygls: `pip install '.[lsp]'` in a checkout)."""
     from amp_lint.server import serve
 
     sys.exit(serve())
@@ -861,12 +582,13 @@ def clean_command(cache_dir: Optional[str]) -> None:
 
 
 @main.command("generate-shell-completion")
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish", "powershell"]))
 def completion_command(shell: str) -> None:
     """Print the shell completion script for SHELL (as `ruff generate-shell-completion` does).
 
     bash: `eval "$(amp-lint generate-shell-completion bash)"` in ~/.bashrc; zsh: the same with zsh in ~/.zshrc;
-    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`.
+    fish: `amp-lint generate-shell-completion fish > ~/.config/fish/completions/amp-lint.fish`; PowerShell:
+    `amp-lint generate-shell-completion powershell | Out-String | Invoke-Expression` in $PROFILE.
     """
     from click.shell_completion import get_completion_class
 

@@ -49,6 +49,8 @@ class Edit:
     location: Location
     end_location: Location
     content: str
+    # Jupyter notebooks: the 1-based cell the edit's rows count in (a fix may edit several cells).
+    cell: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class RelatedLocation:
     location: Location
     end_location: Location
     filename: Optional[str] = None  # another file's place (a helper module the proof went through)
+    cell: Optional[int] = None  # Jupyter notebooks: the 1-based cell the location counts in
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class FileError:
     filename: str
     message: str
     location: Optional[Location] = None
+    cell: Optional[int] = None  # Jupyter notebooks: the cell `location` counts rows in (the message names it)
 
 
 @dataclass
@@ -154,14 +158,19 @@ def diagnostic_to_record(diagnostic: Diagnostic) -> dict:
         else {
             "applicability": fix.applicability.value,
             "message": fix.message,
-            "edits": [[e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content] for e in fix.edits],
+            "edits": [
+                [e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content]
+                + ([e.cell] if e.cell is not None else [])
+                for e in fix.edits
+            ],
         },
         "source_line": diagnostic.source_line,
         "context": diagnostic.context,
         "cell": diagnostic.cell,
         "related": [
             [r.message, r.location.row, r.location.column, r.end_location.row, r.end_location.column]
-            + ([r.filename] if r.filename is not None else [])
+            + ([r.filename] if r.filename is not None or r.cell is not None else [])
+            + ([r.cell] if r.cell is not None else [])
             for r in diagnostic.related
         ],
     }
@@ -183,13 +192,13 @@ def diagnostic_from_record(record: dict) -> Diagnostic:
         else FixSummary(
             Applicability(fix["applicability"]),
             fix["message"],
-            tuple(Edit(Location(a, b), Location(c, d), text) for a, b, c, d, text in fix["edits"]),
+            tuple(Edit(Location(a, b), Location(c, d), text, *cell) for a, b, c, d, text, *cell in fix["edits"]),
         ),
         source_line=record.get("source_line", ""),
         context=record.get("context", ""),
         cell=record.get("cell"),
         related=tuple(
-            RelatedLocation(entry[0], Location(entry[1], entry[2]), Location(entry[3], entry[4]), *entry[5:6])
+            RelatedLocation(entry[0], Location(entry[1], entry[2]), Location(entry[3], entry[4]), *entry[5:7])
             for entry in record.get("related", ())
         ),
     )

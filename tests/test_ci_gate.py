@@ -471,7 +471,9 @@ def test_action_metadata():
     assert runs["using"] == "composite"
     assert all(step.get("shell") == "bash" for step in runs["steps"])
     scripts = "\n".join(step["run"] for step in runs["steps"])
-    assert "github.action_path" in json.dumps(runs) and "amp-lint==" in scripts
+    # amp-lint is on no package index: `version` is a git ref of the action's own repository (issue 28, item 19).
+    assert "github.action_path" in json.dumps(runs) and "amp-lint==" not in scripts
+    assert "git+https://github.com/$AMP_LINT_ACTION_REPOSITORY@$AMP_LINT_VERSION" in scripts
     assert "amp-lint --output-format" in scripts and "inputs.args" in scripts
 
 

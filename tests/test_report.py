@@ -379,8 +379,9 @@ def test_json_round_trips_every_diagnostic():
     report = sample_report()
     report.diagnostics.append(backward_in_autocast(filename="nb.ipynb", cell=4))
     items = json.loads(text(report, "json"))
-    rebuilt = [diagnostic_from_json(item) for item in items]
+    rebuilt = [diagnostic_from_json(item) for item in items[: len(report.diagnostics)]]
     assert rebuilt == [dataclasses.replace(d, source_line="") for d in report.diagnostics]
+    assert [item["filename"] for item in items[len(report.diagnostics) :]] == [e.filename for e in report.errors]
 
 
 def test_json_fields():
@@ -397,8 +398,11 @@ def test_json_fields():
     assert json.loads(text(Report(diagnostics=[unfixable()]), "json"))[0]["fix"] is None
 
 
-def test_json_leaves_file_errors_out():
-    assert text(Report(errors=[FileError("gone.py", "No such file")]), "json") == "[]\n"
+def test_json_reports_file_errors_as_records():
+    # As Ruff's `invalid-syntax` (issue 28, item 5): a file that could not be checked is a record too.
+    [record] = json.loads(text(Report(errors=[FileError("gone.py", "No such file")]), "json"))
+    assert record["code"] == "file-error" and record["filename"] == "gone.py" and record["fix"] is None
+    assert record["location"] == {"row": 1, "column": 1}
 
 
 def test_json_lines_has_one_compact_object_per_line():

@@ -19,7 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-MISSING_EXTRA = "amp-lint server needs the lsp extra: pip install 'amp-lint[lsp]'"
+# amp-lint is on no package index: the hint names pygls itself, which installs wherever amp-lint came from.
+MISSING_EXTRA = (
+    "amp-lint server needs pygls (the lsp extra): pip install 'pygls>=2.1,<3' in amp-lint's environment "
+    "(a tool install: uv tool install --with 'pygls>=2.1,<3' <amp-lint checkout>, or pipx inject amp-lint pygls)"
+)
 
 # A module-level import blocker: the interpreter sees no pygls, as in an install without the extra.
 BLOCK_PYGLS = """

@@ -368,7 +368,7 @@ def test_the_missing_plot_says_how_to_get_it(tmp_path, monkeypatch):
                             output_dir=tmp_path / "out")  # fmt: skip
 
     assert reporting.MATPLOTLIB_MISSING in report.notes
-    assert "pip install 'amp-lint[plot]'" in runner.format_text(report)
+    assert "pip install matplotlib" in runner.format_text(report)  # works however amp-lint was installed
 
 
 def _record(losses, **fields):

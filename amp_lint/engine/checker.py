@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -324,8 +325,10 @@ class Checker:
                 fix = found.finding.fix
                 if found.finding.rule.code not in self.enabled_codes or not self._applicable(fix):
                     continue
-                if found.key in rejected:
-                    continue  # failed the check in an earlier pass: it would fail again
+                if found.key in rejected and rejected[found.key].on_code is current.code:
+                    continue  # failed the check on this very code: it would fail again
+                # A fix that failed on an earlier state of the code gets another try: the fixes applied
+                # since may be what it needed (an `unscale_` is safe once the clip moved into the boundary).
                 if id(fix) not in owners:
                     owners[id(fix)] = []
                     fixes.append(fix)
@@ -338,10 +341,8 @@ class Checker:
             if fixed is None:
                 continue  # every fix of this pass was dropped; those that waited for them get their turn
             result.errors.extend(e for e in fixed.errors if e not in result.errors)
-            for fix in accepted:
-                for found in owners[id(fix)]:
-                    code = found.finding.rule.code
-                    result.fixed[code] = result.fixed.get(code, 0) + 1
+            for code, count in self._removed(current, fixed).items():
+                result.fixed[code] = result.fixed.get(code, 0) + count
             current = fixed
             result.fixed_source = current.code if current.code != source else None
         self._report_rejected(rejected, current, filename, result)
@@ -349,6 +350,15 @@ class Checker:
         findings = [current.findings[i].finding for i in enabled]
         positions = [current.positions[i] for i in enabled]
         return current.module, (findings, positions, current.locator, current.model)
+
+    def _removed(self, before: "_Analysed", after: "_Analysed") -> Counter:
+        """{rule code: findings of the enabled rules that a pass removed}: every finding its fixes made go
+        away counts, also one that shared a fix with another (two deprecated names of one import)."""
+        # Counted per rule (a fix adds no finding: the check refuses it), so that a finding whose message
+        # changed with the code around it is not counted as removed.
+        gone = Counter(f.finding.rule.code for f in before.findings if f.finding.rule.code in self.enabled_codes)
+        gone.subtract(Counter(f.finding.rule.code for f in after.findings))
+        return Counter({code: count for code, count in gone.items() if count > 0})
 
     def _analysed(
         self, module: cst.Module, code: str, filename: str, errors: List[FileError], file_ignored: FrozenSet[str]
@@ -409,19 +419,19 @@ class Checker:
             elif len(group) == 1:
                 for found in owners[id(group[0])]:
                     position = current.positions[current.findings.index(found)]
-                    rejected.setdefault(found.key, _Rejected(found.finding.rule.code, position[0], outcome))
+                    rejected[found.key] = _Rejected(found.finding.rule.code, position[0], outcome, current.code)
             else:
                 half = len(group) // 2
                 settle(group[:half])
                 settle(group[half:])
 
-        failed_before = set(rejected)
+        failed_before = dict(rejected)
         settle(list(chosen))
         # A fix may need one that came after it in the pass (an `unscale_` before a clip, the `update()`
         # another finding adds): each dropped one gets one more try on top of all that was kept.
         for fix in chosen:
             keys = [found.key for found in owners[id(fix)]]
-            if fix in accepted or not any(k in rejected and k not in failed_before for k in keys) or not accepted:
+            if fix in accepted or not any(k in rejected and rejected[k] is not failed_before.get(k) for k in keys) or not accepted:
                 continue
             outcome = attempt(accepted + [fix])
             if isinstance(outcome, _Analysed):
@@ -490,6 +500,7 @@ class _Rejected:
     code: str
     location: Location
     reason: str
+    on_code: str = ""  # the text it failed on: tried again once other fixes changed it
 
 
 def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:

@@ -333,12 +333,18 @@ def execute(
     SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
     are on, files not started are left alone.
     """
-    with _terminate_as_interrupt():
+    with terminate_as_interrupt():
         return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a run: stopped as Ctrl-C stops it, and the process exits 143 (128 + 15), the convention."""
+
+    exit_code = 143
+
+
 @contextlib.contextmanager
-def _terminate_as_interrupt():
+def terminate_as_interrupt():
     import signal
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
@@ -346,7 +352,7 @@ def _terminate_as_interrupt():
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -519,9 +525,9 @@ def _diagnostic_from_cache(record: object) -> Optional[Diagnostic]:
         if not isinstance(edits, list) or not isinstance(fix.get("message"), str):
             return None
         for edit in edits:
-            if not isinstance(edit, list) or len(edit) != 5 or not isinstance(edit[4], str):
+            if not isinstance(edit, list) or len(edit) not in (5, 6) or not isinstance(edit[4], str):
                 return None
-            positions += [edit[0:2], edit[2:4]]
+            positions += [edit[0:2], edit[2:4]] + ([[edit[5], 1]] if len(edit) == 6 else [])
     if not all(isinstance(p, list) and len(p) == 2 and all(_is_count(n) for n in p) for p in positions):
         return None
     if record.get("cell") is not None and not _is_count(record["cell"]):

@@ -7,6 +7,9 @@ baselined:
 
     (file path, rule code, enclosing function, the finding's source line normalised)
 
+The file path is relative to the baseline file's folder, so that a run from a subfolder or with
+absolute paths matches a baseline written at the project root.
+
 The source line is normalised by collapsing whitespace and dropping a trailing `# noqa` comment, so
 re-indenting or reformatting a line does not make it new. Each fingerprint carries a count: a second
 identical finding in the same function (the same mistake copied once more) is a new finding.
@@ -23,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Report
 from amp_lint.files.sources import SourceError, SourceText, read_bytes, write_atomic
@@ -54,9 +57,14 @@ def _normalise_path(filename: str) -> str:
     return PurePath(os.path.normpath(filename)).as_posix()
 
 
-def fingerprint(diagnostic: Diagnostic) -> Fingerprint:
+def fingerprint(diagnostic: Diagnostic, base: Optional[str] = None) -> Fingerprint:
+    """The finding's identity; with `base` (the baseline file's folder) its path is relative to that folder,
+    so that a run from a subfolder or with absolute paths names the file as the baseline does."""
+    filename = diagnostic.filename
+    if base is not None and filename != "-":
+        filename = os.path.relpath(os.path.abspath(filename), base)
     return (
-        _normalise_path(diagnostic.filename),
+        _normalise_path(filename),
         diagnostic.code,
         diagnostic.context,
         normalise_source_line(diagnostic.source_line),
@@ -68,10 +76,11 @@ class Baseline:
     """How many findings of each fingerprint were accepted when the baseline was written."""
 
     counts: Dict[Fingerprint, int]
+    base: Optional[str] = None  # the folder the recorded paths are relative to (the baseline file's)
 
     @classmethod
-    def from_diagnostics(cls, diagnostics: Iterable[Diagnostic]) -> "Baseline":
-        return cls(dict(Counter(fingerprint(d) for d in diagnostics)))
+    def from_diagnostics(cls, diagnostics: Iterable[Diagnostic], base: Optional[str] = None) -> "Baseline":
+        return cls(dict(Counter(fingerprint(d, base) for d in diagnostics)), base)
 
     def filter(self, report: Report) -> Report:
         """A copy of `report` without the baselined findings; file errors are always kept.
@@ -83,7 +92,7 @@ class Baseline:
         kept = []
         removed_unsafe = 0
         for diagnostic in report.diagnostics:
-            key = fingerprint(diagnostic)
+            key = fingerprint(diagnostic, self.base)
             if remaining.get(key, 0) > 0:
                 remaining[key] -= 1
                 if diagnostic.fix is not None and diagnostic.fix.applicability is Applicability.UNSAFE:
@@ -107,13 +116,18 @@ class Baseline:
 
 def write_baseline(path: Path, report: Report) -> None:
     """Record the report's findings in `path` (replaced atomically), or raise `BaselineError`."""
-    text = Baseline.from_diagnostics(report.diagnostics).to_json()
+    text = Baseline.from_diagnostics(report.diagnostics, _folder_of(path)).to_json()
     try:
         _write_text(Path(path), text)
     except SourceError as error:
         raise BaselineError(f"cannot write baseline {path}: {error.message}") from None
     except OSError as error:
         raise BaselineError(f"cannot write baseline {path}: {error.strerror or error}") from None
+
+
+def _folder_of(path: Path) -> str:
+    """The folder paths in the baseline `path` are relative to: its own (absolute)."""
+    return os.path.dirname(os.path.abspath(path))
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -171,7 +185,7 @@ def load_baseline(path: Path) -> Baseline:
     for index, record in enumerate(findings):
         key, count = _read_record(record, path, index)
         counts[key] = counts.get(key, 0) + count
-    return Baseline(counts)
+    return Baseline(counts, _folder_of(path))
 
 
 def _read_record(record: object, path: Path, index: int) -> Tuple[Fingerprint, int]:

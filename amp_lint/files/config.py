@@ -107,7 +107,7 @@ def load_config(path: Path, all_codes: Iterable[str], _extending: Tuple[str, ...
     all_codes = list(all_codes)
     changes: Dict[str, Any] = {}
     base = Settings()
-    for key, value in table.items():
+    for key, value in _with_lint_section(table, path, where):
         if key == "extend":
             base = _extended(path, value, all_codes, _extending)
             continue
@@ -117,6 +117,17 @@ def load_config(path: Path, all_codes: Iterable[str], _extending: Tuple[str, ...
         changes[field_name] = convert(value, _Context(path, key, all_codes))
     settings = merge_settings(base, changes).with_changes(root=str(path.parent), source=str(path))
     return with_project_torch(settings, str(path.parent))
+
+
+def _with_lint_section(table: dict, path: Path, where: str) -> List[Tuple[str, Any]]:
+    """The table's keys, those of its `lint` section (Ruff's `[tool.ruff.lint]`) after the others, so that
+    they win: `[tool.amp-lint.lint]` (or `[lint]` in amp-lint.toml) holds the same keys as the top level."""
+    lint = table.get("lint", {})
+    if not isinstance(lint, dict):
+        raise ConfigError(f"{path}: 'lint' must be a table{where}, got {_type_name(lint)}")
+    if "extend" in lint:
+        raise ConfigError(f"{path}: 'extend' belongs at the top level{where}, not in 'lint'")
+    return [(k, v) for k, v in table.items() if k != "lint"] + list(lint.items())
 
 
 def _extended(path: Path, value: Any, all_codes: List[str], extending: Tuple[str, ...]) -> Settings:
@@ -160,7 +171,7 @@ def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
     if "tool" in table and isinstance(table["tool"], dict) and "amp-lint" in table["tool"]:
         table = table["tool"]["amp-lint"]  # `tool.amp-lint.select = [...]`, copied from a pyproject.toml
     changes: Dict[str, Any] = {}
-    for key, value in table.items():
+    for key, value in _with_lint_section(table, Path("--config"), ""):
         if key not in _KEYS:
             raise ConfigError(f"--config {text!r}: unknown key {key!r}{_suggestion(key)}")
         field_name, convert = _KEYS[key]
@@ -307,6 +318,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "select": ("select", _codes),
     "ignore": ("ignore", _codes),
     "extend-select": ("extend_select", _codes),
+    "extend-ignore": ("extend_ignore", _codes),
     "per-file-ignores": ("per_file_ignores", _per_file_ignores),
     "extend-per-file-ignores": ("extend_per_file_ignores", _per_file_ignores),
     "exclude": ("exclude", _strings),
@@ -319,6 +331,8 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
     "preview": ("preview", _boolean),
     "fixable": ("fixable", _codes),
     "unfixable": ("unfixable", _codes),
+    "extend-fixable": ("extend_fixable", _codes),
+    "show-fixes": ("show_fixes", _boolean),
     "output-format": ("output_format", _one_of(OUTPUT_FORMATS)),
     "fail-on": ("fail_on", _one_of(("info", "warning", "error"))),
     "amp-dtype": ("amp_dtype", _one_of(AMP_DTYPES)),
@@ -330,7 +344,7 @@ _KEYS: Dict[str, Tuple[str, Callable[[Any, _Context], Any]]] = {
 # --- resolving ---------------------------------------------------------------------------------
 
 # Command-line options that add to the configuration's lists rather than replace them.
-_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_exclude", "extend_per_file_ignores")
+_ADDITIVE_FIELDS = ("extend_select", "ignore", "extend_ignore", "extend_exclude", "extend_per_file_ignores", "extend_fixable")
 
 
 def merge_settings(settings: Settings, overrides: Dict[str, Any]) -> Settings:
@@ -346,7 +360,7 @@ def apply_cli_overrides(settings: Settings, overrides: Dict[str, Any]) -> Settin
     """
     changes = dict(overrides)
     if "select" in changes:
-        settings = settings.with_changes(extend_select=(), ignore=())
+        settings = settings.with_changes(extend_select=(), ignore=(), extend_ignore=())
     for name in _ADDITIVE_FIELDS:
         if name in changes:
             changes[name] = getattr(settings, name) + tuple(changes[name])

@@ -22,7 +22,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from amp_lint.diagnostics import Diagnostic, Edit, FileError, Location
+from amp_lint.diagnostics import Diagnostic, Edit, FileError, Location, RelatedLocation
 from amp_lint.files.sources import SourceError
 from amp_lint.files.lines import lines_with_ends
 
@@ -120,30 +120,50 @@ class Notebook:
         return cell.index, max(row - cell.first_row + 1, 1), column
 
     def in_cell(self, diagnostic: Diagnostic) -> Diagnostic:
-        """The diagnostic with its location, end and fix edits relative to its cell, as Ruff reports them.
-
-        An edit outside the diagnostic's cell (an import added at the top of the first code cell) keeps
-        the row within its own cell; JSON and SARIF readers apply edits to the cell the row names.
-        """
+        """The diagnostic with its location, end, fix edits and related places relative to their cells, as
+        Ruff reports them; each edit and related place names its own cell (a fix may add an import at the
+        top of the first code cell), and the message names a line of the notebook by cell and row."""
         cell, row, column = self.locate(diagnostic.location.row, diagnostic.location.column)
         _, end_row, end_column = self.locate(diagnostic.end_location.row, diagnostic.end_location.column)
         fix = diagnostic.fix
         if fix is not None and fix.edits:
             fix = replace(fix, edits=tuple(self._edit_in_cell(edit) for edit in fix.edits))
+        related = tuple(self._related_in_cell(place) for place in diagnostic.related)
+        message = diagnostic.message
+        for before, after in zip(diagnostic.related, related):
+            if after.cell is not None:
+                # The checker says "(scaler created at line 7)", counting rows of the joined cells.
+                message = message.replace(
+                    f"{before.message} at line {before.location.row}",
+                    f"{after.message} at cell {after.cell}, line {after.location.row}",
+                )
         return replace(
-            diagnostic, cell=cell, location=Location(row, column), end_location=Location(end_row, end_column), fix=fix
+            diagnostic,
+            message=message,
+            cell=cell,
+            location=Location(row, column),
+            end_location=Location(end_row, end_column),
+            fix=fix,
+            related=related,
         )
 
     def _edit_in_cell(self, edit: Edit) -> Edit:
-        _, row, column = self.locate(edit.location.row, edit.location.column)
+        cell, row, column = self.locate(edit.location.row, edit.location.column)
         _, end_row, end_column = self.locate(edit.end_location.row, edit.end_location.column)
-        return replace(edit, location=Location(row, column), end_location=Location(end_row, end_column))
+        return replace(edit, location=Location(row, column), end_location=Location(end_row, end_column), cell=cell)
+
+    def _related_in_cell(self, place: RelatedLocation) -> RelatedLocation:
+        if place.filename is not None or place.cell is not None:
+            return place  # a place in another file
+        cell, row, column = self.locate(place.location.row, place.location.column)
+        _, end_row, end_column = self.locate(place.end_location.row, place.end_location.column)
+        return replace(place, location=Location(row, column), end_location=Location(end_row, end_column), cell=cell)
 
     def error_in_cell(self, error: FileError) -> FileError:
         if error.location is None:
             return error
         cell, row, column = self.locate(error.location.row, error.location.column)
-        return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column))
+        return FileError(error.filename, f"cell {cell}: {error.message}", Location(row, column), cell)
 
     def updated_json(self, new_source: str) -> str:
         """The notebook JSON with the cells of a fixed program put back; unchanged cells keep every byte.

@@ -52,6 +52,7 @@ class Settings:
     select: Tuple[str, ...] = ()  # empty: the rules on by default
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
+    extend_ignore: Tuple[str, ...] = ()  # Ruff's older spelling: adds to `ignore`
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # (glob, codes)
     extend_per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()  # on top of per_file_ignores
     exclude: Tuple[str, ...] = DEFAULT_EXCLUDES
@@ -65,6 +66,8 @@ class Settings:
     preview: bool = False
     fixable: Tuple[str, ...] = ("ALL",)  # codes or prefixes whose fixes may be applied (Ruff's `fixable`)
     unfixable: Tuple[str, ...] = ()  # codes or prefixes reported without a fix (Ruff's `unfixable`)
+    extend_fixable: Tuple[str, ...] = ()  # added to `fixable` (Ruff's `extend-fixable`)
+    show_fixes: bool = False  # list the fixes applied (Ruff's `show-fixes`)
     output_format: str = "full"
     fail_on: str = "info"  # the lowest severity that fails the run: info (every finding), warning, error
     amp_dtype: str = "float16"  # AMP100 conversion: float16 (autocast + GradScaler) or bfloat16
@@ -90,6 +93,7 @@ class Settings:
                 self.select,
                 self.ignore,
                 self.extend_select,
+                self.extend_ignore,
                 self.per_file_ignores,
                 self.extend_per_file_ignores,
                 self.amp_dtype,
@@ -142,17 +146,22 @@ class RuleSelection:
 
     @classmethod
     def from_settings(cls, settings: Settings, all_codes: Iterable[str], default_codes: Iterable[str]) -> "RuleSelection":
-        all_codes = list(all_codes)
-        base = expand_codes(settings.select, all_codes) if settings.select else frozenset(default_codes)
-        base |= expand_codes(settings.extend_select, all_codes)
-        base -= expand_codes(settings.ignore, all_codes)
-        return cls(enabled=frozenset(base))
+        """As Ruff resolves them: `select` (or the default rules) is the start; then the selectors of
+        `select`, `extend-select` and `ignore` apply from the least specific to the most (`ALL`, `AMP`,
+        `AMP0`, ... `AMP070`), an ignore after a select of the same specificity. So `select = ["AMP070"]`
+        with `ignore = ["AMP0"]` keeps AMP070 on, as Ruff keeps F401 for `--select F401 --ignore F`."""
+        start = frozenset() if settings.select else frozenset(default_codes)
+        on = settings.select + settings.extend_select
+        return cls(enabled=_by_specificity(start, on, settings.ignore + settings.extend_ignore, list(all_codes)))
 
     @staticmethod
     def unfixable(settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
-        """The codes whose fixes are off: those `fixable` leaves out, and those `unfixable` names."""
+        """The codes whose fixes are off: those `fixable` and `extend-fixable` leave out or `unfixable`
+        names, the more specific selector winning (as Ruff: `unfixable = ["AMP0"]` with `extend-fixable =
+        ["AMP070"]` leaves AMP070's fix on)."""
         all_codes = list(all_codes)
-        return (frozenset(all_codes) - expand_codes(settings.fixable, all_codes)) | expand_codes(settings.unfixable, all_codes)
+        fixable = _by_specificity(frozenset(), settings.fixable + settings.extend_fixable, settings.unfixable, all_codes)
+        return frozenset(all_codes) - fixable
 
     def for_path(self, path: str, settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
         ignored = set()
@@ -160,6 +169,23 @@ class RuleSelection:
             if path_matches(path, pattern, settings.root):
                 ignored |= expand_codes(codes, all_codes)
         return self.enabled - ignored
+
+
+def _by_specificity(start: FrozenSet[str], on: Iterable[str], off: Iterable[str], all_codes: List[str]) -> FrozenSet[str]:
+    """`start` with the codes of the `on` selectors added and those of the `off` ones removed, from the least
+    specific selector to the most, `off` after `on` at the same specificity (Ruff's order)."""
+    result = set(start)
+    selectors = [(pattern, True) for pattern in on] + [(pattern, False) for pattern in off]
+    for pattern, turn_on in sorted(selectors, key=lambda item: (_specificity(item[0]), not item[1])):
+        codes = expand_codes([pattern], all_codes)
+        result = result | codes if turn_on else result - codes
+    return frozenset(result)
+
+
+def _specificity(pattern: str) -> int:
+    """How specific a rule selector is: `ALL` least, then the longer the prefix the more specific."""
+    pattern = pattern.strip().upper()
+    return 0 if pattern == "ALL" else len(pattern)
 
 
 # --- globs, as Ruff matches them ------------------------------------------------------------------

@@ -53,6 +53,9 @@ def render(report: Report, output_format: str, options: RenderOptions) -> str:
     """
     if output_format not in FORMATS:
         raise ValueError(f"unknown output format {output_format!r} (expected one of: {', '.join(FORMATS)})")
+    from amp_lint.reports.printable import printable_report
+
+    report = printable_report(report)
     if options.statistics:
         return _render_statistics(report, output_format, options)
     module_name, function_name = _RENDERERS[output_format]
@@ -63,9 +66,10 @@ def render(report: Report, output_format: str, options: RenderOptions) -> str:
 
 def error_lines(report: Report) -> List[str]:
     """One `path[:row:col]: error: message` line per file that could not be checked."""
+    from amp_lint.reports.printable import printable_report
     from amp_lint.reports.text import error_line
 
-    return [error_line(error, RenderOptions()) for error in report.errors]
+    return [error_line(error, RenderOptions()) for error in printable_report(report).errors]
 
 
 def _render_statistics(report: Report, output_format: str, options: RenderOptions) -> str:
@@ -78,3 +82,21 @@ def _render_statistics(report: Report, output_format: str, options: RenderOption
 
         return render_json_statistics(report, options)
     raise ValueError(f"--statistics is not supported with output format {output_format!r}")
+
+
+def color_wanted(choice: str, environ, isatty: bool) -> bool:
+    """`--color` first; then NO_COLOR (any non-empty value) over every request for colour, as in Ruff 0.17;
+    then FORCE_COLOR (non-empty; `0` or `false` turn colour off, as in Node's tools) and CLICOLOR_FORCE
+    (non-empty, not `0`); `CLICOLOR=0` turns colour off; then whether the output is a terminal."""
+    if choice in ("always", "never"):
+        return choice == "always"
+    if environ.get("NO_COLOR"):
+        return False
+    force = environ.get("FORCE_COLOR", "")
+    if force:
+        return force.strip().lower() not in ("0", "false")
+    if environ.get("CLICOLOR_FORCE", "0") != "0":
+        return True
+    if environ.get("CLICOLOR") == "0":
+        return False
+    return isatty

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Dict
 
-from amp_lint.diagnostics import Diagnostic, Location, Report, Severity
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
+from amp_lint.files.locations import repository_path
 from amp_lint.reports import RenderOptions
-from amp_lint.reports.text import rule_statistics
+from amp_lint.reports.text import row_column, rule_statistics
 from amp_lint.rules.docs import rule_url
 
 # --- json, json-lines --------------------------------------------------------------------------
@@ -24,11 +25,7 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
             "applicability": diagnostic.fix.applicability.value,
             "message": diagnostic.fix.message,
             "edits": [
-                {
-                    "content": edit.content,
-                    "location": _location_dict(edit.location),
-                    "end_location": _location_dict(edit.end_location),
-                }
+                _edit_dict(edit)
                 for edit in diagnostic.fix.edits
             ],
         }
@@ -51,6 +48,13 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
     }
 
 
+def _edit_dict(edit) -> dict:
+    out = {"content": edit.content, "location": _location_dict(edit.location), "end_location": _location_dict(edit.end_location)}
+    if edit.cell is not None:
+        out["cell"] = edit.cell  # a notebook: the rows count in this cell (one fix may edit several)
+    return out
+
+
 def _related_dict(related) -> dict:
     out = {
         "message": related.message,
@@ -59,21 +63,58 @@ def _related_dict(related) -> dict:
     }
     if related.filename is not None:
         out["filename"] = related.filename
+    if related.cell is not None:
+        out["cell"] = related.cell
     return out
+
+
+def error_code(error: FileError) -> str:
+    """The code a file error is reported under in the machine formats (Ruff's `invalid-syntax` for one)."""
+    message = error.message.split(": ", 1)[1] if error.cell is not None and ": " in error.message else error.message
+    if message.startswith("syntax error"):
+        return "invalid-syntax"
+    if message.startswith(("not fixed", "fixes not")):
+        return "not-fixed"
+    return "file-error"
+
+
+def error_dict(error: FileError) -> dict:
+    """A file that could not be checked (or fixed), as a diagnostic of the `json` formats, as Ruff reports a
+    syntax error: code `invalid-syntax`, `not-fixed` or `file-error`, no rule, no fix."""
+    location = _location_dict(error.location or Location(1, 1))
+    code = error_code(error)
+    return {
+        "code": code,
+        "message": error.message,
+        "filename": error.filename,
+        "location": location,
+        "end_location": location,
+        "fix": None,
+        "severity": "error",
+        "confidence": "high",
+        "rule_name": code,
+        "url": None,
+        "help": None,
+        "noqa_row": None,
+        "cell": error.cell,
+        "related": [],
+    }
+
+
+def _records(report: Report) -> list:
+    return [diagnostic_dict(d) for d in report.diagnostics] + [error_dict(e) for e in report.errors]
 
 
 def render_json(report: Report, options: RenderOptions) -> str:
     import json
 
-    return json.dumps([diagnostic_dict(d) for d in report.diagnostics], indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(_records(report), indent=2, ensure_ascii=False) + "\n"
 
 
 def render_json_lines(report: Report, options: RenderOptions) -> str:
     import json
 
-    return "".join(
-        json.dumps(diagnostic_dict(d), ensure_ascii=False, separators=(",", ":")) + "\n" for d in report.diagnostics
-    )
+    return "".join(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n" for record in _records(report))
 
 
 def render_json_statistics(report: Report, options: RenderOptions) -> str:
@@ -103,22 +144,26 @@ def render_github(report: Report, options: RenderOptions) -> str:
     """GitHub Actions workflow commands, which become annotations on the pull request."""
     lines = []
     for d in report.diagnostics:
+        # GitHub places an annotation by the path from the repository root, at a line of the file: a
+        # notebook's cell rows are no lines of its JSON, so its annotations go to 1:1 (as Ruff's) and the
+        # message says the cell.
+        start, end = (Location(1, 1), Location(1, 1)) if d.cell is not None else (d.location, d.end_location)
         properties = {
-            "file": d.filename,
-            "line": d.location.row,
-            "col": d.location.column,
-            "endLine": d.end_location.row,
-            "endColumn": d.end_location.column,
+            "file": repository_path(d.filename),
+            "line": start.row,
+            "col": start.column,
+            "endLine": end.row,
+            "endColumn": end.column,
             "title": f"amp-lint ({d.code})",
         }
         joined = ",".join(f"{key}={_escape_github_property(str(value))}" for key, value in properties.items())
         # GitHub shows only the message, so it repeats where the finding is, as Ruff does.
-        message = f"{d.filename}:{d.location.row}:{d.location.column}: {d.code} {d.message}"
+        message = f"{d.filename}:{row_column(d.location, d.cell)}: {d.code} {d.message}"
         lines.append(f"::{_GITHUB_LEVELS[d.severity]} {joined}::{_escape_github_data(message)}")
     for error in report.errors:
         # A file that could not be read or parsed fails the job: it must show on the pull request too.
-        properties = {"file": error.filename}
-        if error.location is not None:
+        properties = {"file": repository_path(error.filename)}
+        if error.location is not None and error.cell is None:
             properties.update(line=error.location.row, col=error.location.column)
         properties["title"] = "amp-lint (file error)"
         joined = ",".join(f"{key}={_escape_github_property(str(value))}" for key, value in properties.items())
@@ -140,6 +185,12 @@ def _fingerprint(diagnostic: Diagnostic, occurrence: int) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
 
 
+def _gitlab_lines(diagnostic: Diagnostic) -> dict:
+    if diagnostic.cell is not None:  # a notebook's cell rows are no lines of its JSON: line 1, as Ruff
+        return {"begin": 1, "end": 1}
+    return {"begin": diagnostic.location.row, "end": diagnostic.end_location.row}
+
+
 def render_gitlab(report: Report, options: RenderOptions) -> str:
     """GitLab Code Quality report (a JSON list of issues)."""
     import json
@@ -153,11 +204,11 @@ def render_gitlab(report: Report, options: RenderOptions) -> str:
         seen[identity] = occurrence + 1
         issues.append(
             {
-                "description": f"{d.code}: {d.message}",
+                "description": f"{d.code}: {d.message}" + (f" (cell {d.cell}, line {d.location.row})" if d.cell is not None else ""),
                 "check_name": d.code,
                 "fingerprint": _fingerprint(d, occurrence),
                 "severity": _GITLAB_SEVERITIES[d.severity],
-                "location": {"path": d.filename, "lines": {"begin": d.location.row, "end": d.end_location.row}},
+                "location": {"path": repository_path(d.filename), "lines": _gitlab_lines(d)},
             }
         )
     return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"
@@ -179,7 +230,7 @@ def render_junit(report: Report, options: RenderOptions) -> str:
         return suites[filename]
 
     for d in report.diagnostics:
-        where = f"{d.location.row}:{d.location.column}"
+        where = row_column(d.location, d.cell)
         case = ET.SubElement(suite_for(d.filename), "testcase", name=f"{d.code} {where}", classname=d.filename)
         failure = ET.SubElement(case, "failure", message=d.message, type=d.code)
         failure.text = f"{d.filename}:{where}: {d.code} {d.message}"

@@ -136,6 +136,15 @@ def _fixable_lines(report: Report, options: RenderOptions) -> List[str]:
     return lines
 
 
+def would_fix_line(report: Report) -> str:
+    """The line after `--diff`'s diffs, as Ruff's: `Would fix 2 errors.`"""
+    count = report.fixed_count
+    line = f"Would fix {plural(count, 'error')}." if count else "Would fix the files above."
+    if report.unsafe_fixable:
+        line += f" ({report.unsafe_fixable} more with --unsafe-fixes.)"
+    return line
+
+
 def _fixed_listing(report: Report) -> List[str]:
     lines = []
     for filename in sorted(report.fixed):

@@ -4,7 +4,7 @@ Stage 10, server. Documents are checked in-process by the engine (`amp_lint.engi
 the settings of the document's folder (`amp_lint.files.config`). `documents` turns a text document or an LSP
 notebook into the program the checker sees and maps positions and edits back; `settings` resolves and reloads
 the configuration; `lsp` is the pygls server. Importing this package does not import pygls: it is an extra
-(`pip install 'amp-lint[lsp]'`), and `serve` says so in one line when it is missing.
+(`pip install '.[lsp]'` in a checkout, or pygls itself), and `serve` says so in one line when it is missing.
 
 May import: `amp_lint.engine`, `amp_lint.reports` and every stage below them; never `amp_lint.verify` or the cli.
 """
@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import sys
 
-MISSING_EXTRA = "amp-lint server needs the lsp extra: pip install 'amp-lint[lsp]'"
+MISSING_EXTRA = (
+    "amp-lint server needs pygls (the lsp extra): pip install 'pygls>=2.1,<3' in amp-lint's environment "
+    "(a tool install: uv tool install --with 'pygls>=2.1,<3' <amp-lint checkout>, or pipx inject amp-lint pygls)"
+)
 
 
 def serve() -> int:

@@ -55,6 +55,10 @@ class DocumentView:
     def text_of(self, uri: str) -> str:
         raise NotImplementedError
 
+    def message_of(self, finding) -> str:
+        """The finding's message as the editor shows it (a notebook's names lines by cell)."""
+        return finding.message
+
 
 class TextView(DocumentView):
     def __init__(self, uri: str, path: str, text: str, version: object) -> None:
@@ -99,6 +103,9 @@ class NotebookView(DocumentView):
 
     def uris(self) -> List[str]:
         return [cell.uri for cell in self.cells if cell.is_python_code]
+
+    def message_of(self, finding) -> str:
+        return self.notebook.in_cell(finding).message  # "(scaler created at cell 2, line 3)"
 
     def text_of(self, uri: str) -> str:
         return next(cell.text for cell in self.cells if cell.uri == uri)

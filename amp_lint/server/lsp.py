@@ -261,7 +261,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         tags = [types.DiagnosticTag.Deprecated] if "deprecated" in finding.rule_name else None
         return uri, types.Diagnostic(
             range=types.Range(types.Position(line, character), types.Position(end_line, end_character)),
-            message=finding.message,
+            message=view.message_of(finding),
             severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
             code=finding.code,
             code_description=_code_description(finding.code),

@@ -11,7 +11,7 @@ import click
 TORCH_MISSING = (
     "amp-lint verify needs PyTorch: for the CPU-only build (about 200 MB) run "
     "`pip install torch --index-url https://download.pytorch.org/whl/cpu`; "
-    "`pip install 'amp-lint[verify]'` installs the default build, with the CUDA libraries (about 3 GB)"
+    "`pip install torch` installs the default build, with the CUDA libraries (about 3 GB)"
 )
 
 _SCRIPT_ARGS = "amp_lint.verify.script_args"

@@ -12,7 +12,7 @@ from pathlib import Path
 from amp_lint.verify.results import EXIT_CODES, ScriptResult, VerifyReport
 
 #: Printed (as a report note) when the plot cannot be drawn.
-MATPLOTLIB_MISSING = "No loss plots: they need matplotlib (pip install 'amp-lint[plot]'); the CSVs are written."
+MATPLOTLIB_MISSING = "No loss plots: they need matplotlib (pip install matplotlib); the CSVs are written."
 
 
 def importlib_missing(name: str) -> bool:
