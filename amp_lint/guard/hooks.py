@@ -258,15 +258,20 @@ def _is_none_test(frame: Any) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _none_test_at(code: Any, offset: int) -> bool:
+    """Whether the instruction after ``offset`` (the ``.grad`` load) tests the value against None: a jump on None
+    (``if p.grad is not None``, compiled so since Python 3.11) or ``LOAD_CONST None`` and an ``is`` / ``==``."""
     import dis
 
-    instructions = [instruction for instruction in dis.get_instructions(code) if instruction.opname != "CACHE"]
-    for index, instruction in enumerate(instructions):
-        if instruction.offset >= offset:
-            following = instructions[index + 1 : index + 3] if instruction.offset == offset else instructions[index : index + 2]
-            names = [(item.opname, item.argval) for item in following]
-            return bool(names) and names[0] == ("LOAD_CONST", None) and len(names) > 1 and names[1][0] in ("IS_OP", "COMPARE_OP")
-    return False
+    following = [instruction for instruction in dis.get_instructions(code) if instruction.offset > offset][:2]
+    if not following:
+        return False
+    if following[0].opname.endswith(("IF_NONE", "IF_NOT_NONE")):
+        return True
+    return (
+        len(following) == 2
+        and (following[0].opname, following[0].argval) == ("LOAD_CONST", None)
+        and following[1].opname in ("IS_OP", "COMPARE_OP")
+    )
 
 
 __all__ = ["SCALE_CHECK_EVERY", "install", "installed_report", "protocol", "uninstall", "user_site", "wrap"]

@@ -123,7 +123,8 @@ class ProtocolMonitor:
         if optimizer_state is not None and optimizer_state.zeroed is not None:
             backwards, zero_site = optimizer_state.zeroed
             if backwards == self.backwards:
-                self._breach(protocol.ZERO_GRAD_BEFORE_STEP, site, state, previous=zero_site, scaler_site=site)
+                self._breach(protocol.ZERO_GRAD_BEFORE_STEP, site, state, previous=zero_site, scaler_site=site,
+                             backward=source_of(state.last_scale_site) or "the scaled backward")  # fmt: skip
         self._optimizer_call(scaler, optimizer, protocol.STEP, site)
         state.state = protocol.STEPPED_SOME
 
@@ -153,7 +154,7 @@ class ProtocolMonitor:
         """A backward pass; ``autocast`` describes the enabled autocast it runs in (None: none)."""
         self.backwards += 1
         if autocast is not None:
-            self._breach(protocol.BACKWARD_IN_AUTOCAST, site, None, autocast=autocast)
+            self._breach(protocol.BACKWARD_IN_AUTOCAST, site, None, autocast=autocast, where="the block of")
 
     def on_clip(self, parameters: Iterable[Any], site: Site) -> None:
         self._gradient_access(protocol.CLIP, parameters, site)
@@ -217,7 +218,8 @@ class ProtocolMonitor:
         if isinstance(outcome, Breach):
             names_site = optimizer_site or optimizer_state.last_site
             self._breach(outcome, site, state, scaler_site=names_site or state.last_scale_site,
-                         optimizer=_argument(names_site) or "optimizer")  # fmt: skip
+                         optimizer=_argument(names_site) or "optimizer",
+                         what="clips" if call == protocol.CLIP else "reads")  # fmt: skip
 
     def _check_rebuilt(self, scaler: Any, state: _ScalerState, optimizer: Any) -> None:
         try:
@@ -227,7 +229,8 @@ class ProtocolMonitor:
             return
         earlier_scaler = earlier() if earlier is not None else None
         if earlier is not None and earlier_scaler is not scaler and not state.loaded and state.updates == 0:
-            self._breach(protocol.SCALER_REBUILT, state.built_at, state, scaler_site=state.built_at)
+            self._breach(protocol.SCALER_REBUILT, state.built_at, state, scaler_site=state.built_at,
+                         where="for an optimizer that an earlier GradScaler already stepped")  # fmt: skip
 
     def _breach(self, breach: Breach, site: Site, state: _ScalerState | None, *, previous: Site = None,
                 scaler_site: Site = None, **names: Any) -> None:  # fmt: skip
@@ -235,6 +238,7 @@ class ProtocolMonitor:
         names.setdefault("previous", source_of(previous) or "the earlier call")
         names.setdefault("scaler", _receiver(scaler_site) or _receiver(state.last_scale_site if state else None) or "scaler")
         names.setdefault("optimizer", _argument(scaler_site) or "optimizer")
+        names.setdefault("where", "in this loop")  # AMP021: the step() of one iteration, the next one's call
         self._report(breach, site, names)
 
 

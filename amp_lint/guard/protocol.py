@@ -49,7 +49,8 @@ class Breach:
     """A call the protocol forbids: the static rule's ID and its message, with ``{placeholders}`` for names.
 
     Placeholders: ``call`` (the source of the offending call), ``previous`` (the call it conflicts with),
-    ``scaler`` (the scaler's name in the caller's code when it can be read, else ``scaler``), ``optimizer``.
+    ``scaler`` (the scaler's name in the caller's code when it can be read, else ``scaler``), ``optimizer``, and
+    ``what`` (``clips`` or ``reads``, for a gradient access), ``where`` (what the run showed of the place).
     """
 
     rule: str
@@ -70,21 +71,18 @@ _UNSCALE_AFTER_STEP = Breach(
 )
 _MISSING_UPDATE = Breach(
     "AMP021",
-    "`{previous}` is never followed by `{scaler}.update()` in this loop; the next `{scaler}.step()` raises RuntimeError",
+    "`{previous}` is never followed by `{scaler}.update()` {where}; the next `{scaler}.step()` raises RuntimeError",
 )
-_CLIP_SCALED = Breach(
-    "AMP030", "`{call}` clips gradients still scaled by `{scaler}`; call `{scaler}.unscale_({optimizer})` first"
-)
-_READ_SCALED = Breach(
-    "AMP030", "`{call}` reads gradients still scaled by `{scaler}`; call `{scaler}.unscale_({optimizer})` first"
+_SCALED_GRADIENTS = Breach(
+    "AMP030", "`{call}` {what} gradients still scaled by `{scaler}`; call `{scaler}.unscale_({optimizer})` first"
 )
 
 #: (state, call[, fact]) -> next state | Breach | None. A key without the fact applies whatever the fact is.
 OPTIMIZER_TRANSITIONS: dict[tuple[str, ...], Transition] = {
     (READY, UNSCALE): UNSCALED,
     (READY, STEP): STEPPED,
-    (READY, CLIP): _CLIP_SCALED,  # only while a scaled backward has run since the last update()
-    (READY, READ_GRAD): _READ_SCALED,  # likewise
+    (READY, CLIP): _SCALED_GRADIENTS,  # only while a scaled backward has run since the last update()
+    (READY, READ_GRAD): _SCALED_GRADIENTS,  # likewise
     (UNSCALED, UNSCALE, SAME_ITERATION): _UNSCALE_TWICE,
     (UNSCALED, UNSCALE, NEW_ITERATION): _MISSING_UPDATE,
     (UNSCALED, STEP): STEPPED,
@@ -102,8 +100,7 @@ SCALER_TRANSITIONS: dict[tuple[str, str], Transition] = {
     (STEPPED_SOME, UPDATE): UPDATED,
     (IDLE, UPDATE): Breach(
         "AMP022",
-        "`{call}` runs before any `{scaler}.step()` of the iteration; update() must come after every step() of the "
-        "iteration",
+        "`{call}` runs before `{scaler}.step()`; update() must come after every step() of the iteration",
     ),
     (UPDATED, UPDATE): Breach(
         "AMP023", "`{call}` runs again later in the same iteration; update() once, after the last step()"
@@ -112,23 +109,23 @@ SCALER_TRANSITIONS: dict[tuple[str, str], Transition] = {
 
 #: A backward pass while autocast is enabled (AMP001).
 BACKWARD_IN_AUTOCAST = Breach(
-    "AMP001", "`{call}` runs inside the block of `{autocast}`; run the backward pass after leaving autocast"
+    "AMP001", "`{call}` runs inside {where} `{autocast}`; run the backward pass after leaving autocast"
 )
 
 #: ``zero_grad()`` between a scaled backward and the step that reads its gradients (AMP043): reported when the
 #: optimizer steps with no backward since it was zeroed.
 ZERO_GRAD_BEFORE_STEP = Breach(
     "AMP043",
-    "`{previous}` clears the gradients of the scaled backward before `{call}` reads them: 'No inf checks were "
-    "recorded' (or a step on zero gradients); zero them after `{scaler}.update()`",
+    "`{previous}` clears the gradients of `{backward}` before `{call}` reads them: 'No inf checks were recorded' (or "
+    "a step on zero gradients); zero them after `{scaler}.update()`",
 )
 
 #: A GradScaler built again for an optimizer an earlier GradScaler already stepped, without loading its state
 #: (AMP013).
 SCALER_REBUILT = Breach(
     "AMP013",
-    "`{call}` builds a new GradScaler for an optimizer that an earlier GradScaler already stepped: the scale "
-    "restarts at its initial value and never calibrates; build it once, before the loop",
+    "`{call}` builds a new GradScaler {where}: the scale restarts at its initial value and never calibrates; build it "
+    "once, before the loop",
 )
 
 #: No static rule can see this: the scale fell below :data:`COLLAPSED_SCALE`, so float16 overflows (inf/NaN) even
