@@ -22,9 +22,12 @@ from amp_lint.verify.results import (
 
 #: Fewer compared steps (after the warm-up) than this: the comparison says nothing.
 MIN_COMPARED_STEPS = 10
-#: The smallest noise band, relative to the fp32 loss: seeds that do not change the run (a script that ignores
-#: them, a deterministic data set and initialisation) still leave float16 rounding room.
-NOISE_FLOOR = 0.01
+#: The smallest noise, relative to the fp32 loss, per AMP dtype: its unit roundoff (2^-11 for float16, 2^-8 for
+#: bfloat16). A right conversion that keeps seed i's AMP run on seed i's fp32 run differs from it by rounding; the
+#: band is --tolerance times this at least (0.15% of the loss for float16, 1.2% for bfloat16 at the default 3).
+ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: fp32 must fall by more than twice its own noise, at least this fraction of its loss, to have learnt.
+LEARN_FLOOR = 0.01
 #: AMP steps with a non-finite loss (after the GradScaler's first calibration steps) tolerated, as a fraction.
 MAX_NONFINITE_FRACTION = 0.1
 #: Timed windows per run for the speed-up.
@@ -39,11 +42,13 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     Both sides run with the same seeds, so they are compared **pairwise**: after the warm-up, each run's loss curve is
     smoothed (moving average over a tenth of the compared steps), and seed *i*'s AMP curve is subtracted from seed
     *i*'s fp32 curve. The mean of these paired differences over the seeds is the gap; its noise is their
-    seed-to-seed standard error, ``sd(paired differences) / sqrt(n)``, at least :data:`NOISE_FLOOR` of the fp32
-    loss. A right conversion's paired differences are float16 rounding: tiny while the runs stay together, and of
-    either sign once a chaotic run (a GAN) drifts apart, which the standard error then measures. A wrong one moves
-    every seed the same way. The sides are *not equivalent* when the mean gap over the compared curve exceeds
-    ``tolerance`` times the mean noise (the allowed band), when the AMP run scaled an already scaled value, or when
+    seed-to-seed standard error, ``sd(paired differences) / sqrt(n)``, counted only as far as the pairs have come
+    apart (``sd(paired differences) / (sqrt(2) x fp32's seed-to-seed sd)``, at most 1: pairs as far apart as two
+    seeds), and at least the AMP dtype's rounding (:data:`ROUNDING`) of the fp32 loss. A right conversion's paired
+    differences are rounding: tiny while the runs stay together, and of either sign once a chaotic run (a GAN)
+    drifts apart, which the weighted standard error then admits. A wrong one (clipping before ``unscale_``) keeps
+    the pairs together and moves every seed the same way. The sides are *not equivalent* when the mean gap over the
+    compared curve exceeds ``tolerance`` times the mean noise (the allowed band), when the AMP run scaled an already scaled value, or when
     the AMP loss is non-finite in more than :data:`MAX_NONFINITE_FRACTION` of the steps. Otherwise they are
     *equivalent*, unless the evidence is too thin: *inconclusive* when fewer than :data:`MIN_COMPARED_STEPS` steps
     follow the warm-up, or when the fp32 curve did not fall beyond its own seed-to-seed noise (agreeing curves that
@@ -119,9 +124,14 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     amp_mean = [statistics.fmean(curve[t] for curve in amp_curves) for t in range(points)]
     paired = [[a[t] - f[t] for f, a in zip(fp32_curves, amp_curves)] for t in range(points)]
     gap = [statistics.fmean(differences) for differences in paired]
-    paired_error = [statistics.stdev(d) / math.sqrt(seeds) if seeds > 1 else 0.0 for d in paired]
-    noise = [max(paired_error[t], NOISE_FLOOR * abs(fp32_mean[t])) for t in range(points)]
+    paired_sd = [statistics.stdev(d) if seeds > 1 else 0.0 for d in paired]
     spread = [statistics.stdev(curve[t] for curve in fp32_curves) if seeds > 1 else 0.0 for t in range(points)]
+    # Chaos: how far the pairs have come apart, from 0 (seed i's AMP run still tracks seed i's fp32 run) to 1 (as
+    # far apart as two different seeds). Only that part of the paired differences' spread is drift that a right
+    # conversion may show; a wrong one keeps the pairs together and moves them all one way.
+    chaos = [min(1.0, paired_sd[t] / (math.sqrt(2) * spread[t])) if spread[t] > 0 else 1.0 for t in range(points)]
+    floor = ROUNDING[dtype]
+    noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t])) for t in range(points)]
     scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
     mean_gap = statistics.fmean(abs(value) for value in gap)
     allowed = tolerance * statistics.fmean(noise)
@@ -138,7 +148,8 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         largest_gap_step=steps[largest],
         parted_at=steps[parted] if parted is not None else None,
         fp32_drop=(start - end) / abs(start) if start else 0.0,
-        paired_spread=statistics.fmean(paired_error) * math.sqrt(seeds) / scale,
+        paired_spread=statistics.fmean(paired_sd) / scale,
+        chaos=statistics.fmean(chaos),
         skipped_steps=[len(record.skipped_steps) for record in result.amp],
     )
     result.curves = JudgedCurves(steps, fp32_mean, amp_mean, [tolerance * value for value in noise])
@@ -148,11 +159,11 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         direction = "above" if statistics.fmean(gap) > 0 else "below"
         reasons.append(
             f"the AMP curve is {mean_gap / scale:.1%} {direction} the fp32 curve of the same seed on average, beyond "
-            f"the allowed band of {allowed / scale:.1%} ({tolerance:g} x the seed-to-seed error of the paired "
-            f"differences, at least {NOISE_FLOOR:.0%} of the loss{where})"
+            f"the allowed band of {allowed / scale:.2%} ({tolerance:g} x the drift of the paired runs, at least "
+            f"{dtype}'s rounding{where})"
         )
         return
-    learn_noise = [max(spread[t] * math.sqrt(2 / seeds), NOISE_FLOOR * abs(fp32_mean[t])) for t in range(points)]
+    learn_noise = [max(spread[t] * math.sqrt(2 / seeds), LEARN_FLOOR * abs(fp32_mean[t])) for t in range(points)]
     edge = max(1, points // 10)
     if start - end <= 2 * statistics.fmean(learn_noise[:edge] + learn_noise[-edge:]):
         result.status = INCONCLUSIVE
@@ -166,6 +177,8 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
 
 def _paired(fp32: Sequence[RunRecord], amp: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
     """The runs of the seeds both sides have, in seed order, fp32 and AMP side by side."""
+    if len({record.seed for record in fp32}) < len(fp32) or len({record.seed for record in amp}) < len(amp):
+        return list(fp32), list(amp)  # seeds not told apart (records made by hand): in run order
     amp_by_seed = {record.seed: record for record in amp}
     pairs = [(record, amp_by_seed[record.seed]) for record in sorted(fp32, key=lambda r: r.seed) if record.seed in amp_by_seed]
     return [pair[0] for pair in pairs], [pair[1] for pair in pairs]

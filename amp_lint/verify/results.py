@@ -48,6 +48,8 @@ class Judgement:
     """How much the fp32 curve fell from the first to the last compared step, relative to its start."""
     paired_spread: float = 0.0
     """Mean seed-to-seed standard deviation of the paired (AMP - fp32, same seed) differences, relative."""
+    chaos: float = 1.0
+    """How far apart the paired runs came, 0 (together) to 1 (as far apart as two seeds), averaged over the steps."""
     skipped_steps: list[int] = field(default_factory=list)
     """Steps the GradScaler skipped in each AMP run (overflow), in seed order."""
 
