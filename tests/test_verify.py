@@ -146,12 +146,13 @@ def test_bootstrap_records_one_summed_loss_per_round_of_optimizers_and_stops_at_
     assert record.losses == pytest.approx(logged, rel=1e-6)
     assert record.skipped_steps[:2] == [0, 1]  # the scale starts at 2**20: float16 gradients overflow
     assert len(record.skipped_steps) < 12
-    assert record.autocast == [{"device_type": "cpu", "dtype": "float16", "enabled": True}]
+    assert record.autocast == [{"device_type": "cpu", "dtype": "float16", "enabled": True, "site": {
+        "file": str(script), "line": 13, "code": 'with torch.autocast("cpu", dtype=torch.float16):'}}]  # fmt: skip
     assert record.device == "cpu"
     assert record.grad_scalers == 1 and record.optimizers == 2  # one scaler for the run, two optimizers
     assert record.seconds_per_step is not None and record.seconds_per_step > 0
     assert record.peak_memory_bytes and record.memory_source == "peak RSS"
-    assert "step 12/12" in child.stderr
+    assert "step 12/12 seed 0" in child.stderr
 
 
 @needs_torch
@@ -166,8 +167,12 @@ def test_bootstrap_reports_a_crash_and_autocast_disabling_itself(tmp_path):
     assert record.status == "crashed"
     assert record.error["type"] == "ValueError" and record.error["message"] == "deliberate failure"
     assert any("deliberate failure" in line for line in record.error["traceback_tail"])
-    assert record.autocast == [{"device_type": "cpu", "dtype": "float32", "enabled": False}]
+    [entry] = record.autocast
+    assert entry["site"]["line"] == 4 and entry["site"]["code"].startswith('with torch.autocast("cpu"')
+    assert {key: entry[key] for key in ("device_type", "dtype", "enabled")} == {
+        "device_type": "cpu", "dtype": "float32", "enabled": False}  # fmt: skip
     assert len(record.disabling_warnings) == 1 and "Disabling autocast" in record.disabling_warnings[0]
+    assert record.disabling_sites == [entry["site"]]  # the line that asked for it
     assert record.losses == [] and not record.reached_step_limit
 
 

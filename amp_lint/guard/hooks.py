@@ -42,6 +42,13 @@ class _Installed:
 
 _installed: _Installed | None = None
 
+#: The training scripts bundled with amp-lint (for `amp-lint verify`) are user code, though inside the package.
+_BUNDLED_SCRIPTS = os.path.join(_AMP_LINT_DIR, "verify", "scripts")
+
+
+def _is_own(filename: str) -> bool:
+    return filename.startswith(_AMP_LINT_DIR) and not filename.startswith(_BUNDLED_SCRIPTS)
+
 
 def installed_report() -> GuardReport | None:
     return _installed.report if _installed is not None else None
@@ -53,7 +60,7 @@ def user_site(depth: int = 2) -> Site:
     torch_dir = _torch_dir()
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith(torch_dir) or filename.startswith(_AMP_LINT_DIR) or filename.startswith("<frozen")):
+        if not (filename.startswith((torch_dir, "<frozen")) or _is_own(filename)):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None
@@ -243,7 +250,7 @@ def _patch_grad_reads(torch: Any, monitor: ProtocolMonitor, restore: list[tuple[
         if monitor.wants_grad_reads() and self.requires_grad:
             frame = sys._getframe(1)
             filename = frame.f_code.co_filename
-            if not (filename.startswith(torch_dir) or filename.startswith(_AMP_LINT_DIR)) and not _is_none_test(frame):
+            if not (filename.startswith(torch_dir) or _is_own(filename)) and not _is_none_test(frame):
                 monitor.on_grad_read(self, (filename, frame.f_lineno))
         return base.__get__(self)
 
