@@ -132,11 +132,16 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     chaos = [min(1.0, paired_sd[t] / (math.sqrt(2) * spread[t])) if spread[t] > 0 else 1.0 for t in range(points)]
     floor = ROUNDING[dtype]
     noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t])) for t in range(points)]
+    # A step the GradScaler skipped applied no update, so that AMP run lags its fp32 run by the steps skipped so
+    # far: the band also admits what fp32's own curve moves in that many steps (a GAN that skips 3 steps while its
+    # scale calibrates is 3 steps behind, all along; a wrong conversion that skips nothing gets no such room).
+    lag = [statistics.fmean(_lagged(curve, record, t, warmup, window) for curve, record in zip(fp32_curves, amp))
+           for t in range(points)]  # fmt: skip
     scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
     mean_gap = statistics.fmean(abs(value) for value in gap)
-    allowed = tolerance * statistics.fmean(noise)
+    allowed = tolerance * statistics.fmean(noise) + statistics.fmean(lag)
     largest = max(range(points), key=lambda t: abs(gap[t]))
-    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t]), None)
+    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t] + lag[t]), None)
     start, end = fp32_mean[0], fp32_mean[-1]
     result.judgement = Judgement(
         compared_steps=compared,
@@ -152,7 +157,7 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         chaos=statistics.fmean(chaos),
         skipped_steps=[len(record.skipped_steps) for record in result.amp],
     )
-    result.curves = JudgedCurves(steps, fp32_mean, amp_mean, [tolerance * value for value in noise])
+    result.curves = JudgedCurves(steps, fp32_mean, amp_mean, [tolerance * noise[t] + lag[t] for t in range(points)])
     if mean_gap > allowed:
         result.status = NOT_EQUIVALENT
         where = f", the curves part at step {steps[parted]}" if parted is not None else ""
@@ -228,6 +233,14 @@ def _amp_did_not_run(amp: Sequence[RunRecord], dtype: str, own_amp: bool) -> lis
         for warning, site in zip(record.disabling_warnings, sites)
     ]
     return reasons
+
+
+def _lagged(curve: Sequence[float], record: RunRecord, t: int, warmup: int, window: int) -> float:
+    """How much the smoothed fp32 ``curve`` moves between point ``t`` and the point as many steps earlier as the AMP
+    run ``record`` had skipped by then (0 when it skipped none)."""
+    step = warmup + window - 1 + t
+    behind = sum(1 for skipped in record.skipped_steps if skipped <= step)
+    return abs(curve[t] - curve[max(0, t - behind)])
 
 
 def _calibration(record: RunRecord) -> int:
