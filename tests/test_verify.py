@@ -295,7 +295,8 @@ def test_verify_compares_the_runs_of_one_seed_pairwise(amp_versions, case, statu
     result = results[case]
 
     assert result.status == status, result.reasons
-    assert [record.seed for record in result.fp32] == [0, 1, 2] == [record.seed for record in result.amp][:3]
+    assert [record.seed for record in result.fp32] == [0, 1, 2]
+    assert [record.seed for record in result.amp] == ([0] if case == "sgd_never_updated" else [0, 1, 2])
     judgement = result.judgement
     if status == EQUIVALENT:
         assert result.reasons == [] and result.guard == []
@@ -389,7 +390,7 @@ def test_converted_run_keeps_the_device_expression_and_builds_one_grad_scaler(tm
     assert code.count("GradScaler(") == 1 and "torch.amp.GradScaler(device.type)" in code
     assert [record.grad_scalers for record in result.amp] == [1, 1]
     assert all(record.optimizers == 1 for record in result.amp)
-    assert result.warnings == []
+    assert [warning for warning in result.warnings if not warning.startswith("the speed-up varied")] == []
     assert result.status == EQUIVALENT, result.reasons
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "out" / "train" / "losses.png").read_bytes().startswith(b"\x89PNG")
@@ -412,7 +413,7 @@ def test_a_grad_scaler_re_created_every_epoch_is_reported(tmp_path):
 
     [result] = report.results
     assert [record.grad_scalers for record in result.amp] == [5]
-    assert result.warnings and result.warnings[0].startswith("5 GradScalers were built in one AMP run (seed 0)")
+    assert any(warning.startswith("5 GradScalers were built in one AMP run (seed 0)") for warning in result.warnings)
     assert "! 5 GradScalers were built" in runner.format_text(report)
 
 

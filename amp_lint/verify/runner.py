@@ -5,8 +5,8 @@ Each side runs in a fresh interpreter (``python -m amp_lint.verify.bootstrap``) 
 seed (default 3), with the same deterministic settings, arguments and device: the fp32 side as written, the AMP side
 as :func:`amp_lint.engine.convert.convert_source` rewrites it (the same code ``amp-lint --select AMP100 --fix
 --unsafe-fixes`` writes, with the local modules the script imports converted too), or as the user's own AMP version
-(``amp_script``). The bootstrap records the loss of every training step; :func:`judge` compares the two sides against
-the fp32 side's own seed-to-seed spread. This parent process never imports torch; even whether CUDA is available is
+(``amp_script``). The bootstrap records the loss of every training step (the AMP side under the runtime guard);
+:func:`judge` compares the two sides pairwise, seed for seed. This parent process never imports torch; even whether CUDA is available is
 asked of a child, so that ``amp-lint`` itself stays light.
 
 The steps, one module each: this one runs the sides (:class:`_ScriptVerifier`: convert, run the children, read their
