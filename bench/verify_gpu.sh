@@ -11,8 +11,13 @@
 # pass's table (verify-<dtype>.txt), JSON report (verify-<dtype>.json), loss CSVs and plots (files-<dtype>/) and
 # converted scripts (converted-<dtype>/) are written there. bfloat16 is skipped, with a note, on a GPU without it.
 #
+# QUICK=1: the short check (under 5 minutes on one GPU): verify's CUDA path on two bundled scripts (mlp_regression,
+# conditional_gan; float16, 60 steps x 2 seeds, VERIFY_SCALE 4), then the runtime guard on CUDA: a right and a
+# broken (clip before unscale_) GradScaler("cuda") loop under `python -m amp_lint.guard` (exit 0 and 1, AMP030
+# named), and the guard's overhead on a CUDA training step (bench/guard_overhead.py --device cuda).
+#
 # Exit status: the worst pass's verdict code (0 equivalent, 1 not equivalent, 3 inconclusive, 4 not run); 2 when
-# the script cannot run (no CUDA, no torch, a bad path or option).
+# the script cannot run (no CUDA, no torch, a bad path or option); with QUICK=1, 5 when a guard check fails.
 set -uo pipefail
 
 caller=$(pwd)
@@ -26,6 +31,12 @@ command -v "$PYTHON" >/dev/null 2>&1 || { echo "verify_gpu.sh: no Python at $PYT
 export VERIFY_SCALE=${VERIFY_SCALE:-8}
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 
+if [[ "${QUICK:-0}" == 1 ]]; then
+  export VERIFY_SCALE=${VERIFY_SCALE_QUICK:-4} STEPS=${STEPS:-60} SEEDS=${SEEDS:-2} DTYPES=${DTYPES:-float16} WARMUP=${WARMUP:-10}
+  if [[ $# -eq 0 ]]; then
+    set -- "$repo/amp_lint/verify/scripts/mlp_regression.py" "$repo/amp_lint/verify/scripts/conditional_gan.py"
+  fi
+fi
 out=${OUT:-}
 if [[ -n "$out" && "$out" != /* ]]; then out="$caller/$out"; fi
 paths=()
@@ -38,6 +49,7 @@ for number in "${STEPS:-300}" "${WARMUP:-20}" "${SEEDS:-3}"; do
   [[ "$number" =~ ^[0-9]+$ ]] || { echo "verify_gpu.sh: STEPS, WARMUP and SEEDS must be whole numbers, got '$number'" >&2; exit 2; }
 done
 
+verdicts=0
 "$PYTHON" - "${STEPS:-300}" "${WARMUP:-20}" "${SEEDS:-3}" "${DTYPES:-float16 bfloat16}" "$out" "${paths[@]}" <<'PY'
 import json
 import os
@@ -98,3 +110,35 @@ for dtype in dtypes:
     worst = code if worst is None else min(worst, code, key=severity.index)
 sys.exit(worst or 0)
 PY
+verdicts=$?
+[[ "${QUICK:-0}" == 1 && $verdicts -ne 2 ]] || exit $verdicts
+
+echo
+echo "== the runtime guard on CUDA =="
+work=$(mktemp -d) || exit 2
+trap 'rm -rf "$work"' EXIT
+cat > "$work/train.py" <<'TRAIN'
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler("cuda")
+x, y = torch.randn(256, 512, device="cuda"), torch.randint(0, 10, (256,), device="cuda")
+for _ in range(50):
+    opt.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)  # UNSCALE
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+TRAIN
+grep -v "# UNSCALE" "$work/train.py" > "$work/broken.py"
+guard_failed=0
+(cd "$work" && "$PYTHON" -m amp_lint.guard --mode record --report right.json train.py) || { echo "guard: the right loop was flagged"; guard_failed=1; }
+(cd "$work" && "$PYTHON" -m amp_lint.guard --mode record --report broken.json broken.py)
+[[ $? -eq 1 ]] && grep -q AMP030 "$work/broken.json" || { echo "guard: the broken loop was not flagged AMP030"; guard_failed=1; }
+"$PYTHON" "$repo/bench/guard_overhead.py" --device cuda --rounds 10 --steps 20 || guard_failed=1
+[[ $guard_failed -eq 0 ]] || exit 5
+exit $verdicts

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "amp_lint"
 # Lower number = lower stage. A module may import its own stage or a lower one.
 STAGES = {
     "diagnostics": 0,
+    "guard": 0,
     "files": 1,
     "parse": 2,
     "analysis": 3,

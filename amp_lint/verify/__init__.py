@@ -1,8 +1,9 @@
 """``amp-lint verify``: check that an fp32 -> AMP conversion of a training script still trains alike.
 
 Each script runs on both sides in child processes, several seeds each: as written (fp32) and as converted (amp-lint's
-conversion, or the user's own AMP version); the loss curves are judged against fp32's own seed-to-seed spread, and
-speed and memory compared. The steps, one module each: :mod:`~amp_lint.verify.runner` runs the sides,
+conversion, or the user's own AMP version), with the same seeds on both sides; the loss curves are compared
+pairwise (seed i's AMP run against seed i's fp32 run), and speed and memory compared. Every AMP run runs under the
+runtime guard (:mod:`amp_lint.guard`), whose breaches explain a failure. The steps, one module each: :mod:`~amp_lint.verify.runner` runs the sides,
 :mod:`~amp_lint.verify.judging` gives the verdict, :mod:`~amp_lint.verify.reporting` writes the CSV, the plot and
 the text report, :mod:`~amp_lint.verify.results` holds the verdicts and result classes. The children run under
 :mod:`amp_lint.verify.bootstrap`, which records every training step without editing the script. Importing this

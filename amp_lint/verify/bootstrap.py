@@ -47,29 +47,23 @@ CUDA the device is synchronised for the timing only at the end of step W and of 
 from __future__ import annotations
 
 import argparse
-import builtins
 import functools
-import importlib.abc
-import importlib.util
 import json
 import math
 import os
-import random
 import runpy
 import sys
 import time
 import traceback
-import types
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amp_lint.verify.launch import restore_seeders, run_script, script_site, seed_everything
+
 #: Prefix of the progress lines written to stderr; the runner relays them and keeps the rest as script output.
 PROGRESS_PREFIX = "[amp-lint verify] step "
-
-#: Both runs of a script start from this seed (the scripts usually seed themselves as well).
-SEED = 0
 
 #: Attribute set on the tensor ``GradScaler.scale`` returns, so its ``backward()`` is not recorded twice.
 _SCALED_MARK = "_amp_lint_verify_scaled"
@@ -109,6 +103,12 @@ class RunRecord:
     optimizers: int = 0
     """Distinct optimizers stepped during the run."""
     disabling_warnings: list[str] = field(default_factory=list)
+    disabling_sites: list[dict[str, Any] | None] = field(default_factory=list)
+    """Where each disabling warning was triggered in the script (``file``, ``line``, ``code``), or None."""
+    double_scaled: dict[str, Any] | None = None
+    """Where ``GradScaler.scale`` was first given a tensor it had itself returned (a loss scaled twice)."""
+    guard: list[dict[str, Any]] = field(default_factory=list)
+    """The runtime guard's breaches (``--guard``): rule, message, file, line, count."""
     error: dict[str, Any] | None = None
     """For a crash: ``type``, ``message`` and ``traceback_tail`` (list of lines)."""
 
@@ -183,12 +183,18 @@ class TrainingRecorder:
 
     def on_autocast(self, device_type: str, dtype: Any, enabled: bool) -> None:
         entry = {"device_type": device_type, "dtype": str(dtype).removeprefix("torch."), "enabled": bool(enabled)}
-        if entry not in self.record.autocast:
+        if not any(all(known.get(key) == value for key, value in entry.items()) for known in self.record.autocast):
+            entry["site"] = script_site()
             self.record.autocast.append(entry)
 
     def on_warning(self, message: str) -> None:
         if "Disabling" in message and message not in self.record.disabling_warnings:
             self.record.disabling_warnings.append(message)
+            self.record.disabling_sites.append(script_site())
+
+    def on_double_scale(self) -> None:
+        if self.record.double_scaled is None:
+            self.record.double_scaled = script_site() or {}
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -200,7 +206,7 @@ class TrainingRecorder:
             self._synchronize()
         self._step_times.append(time.perf_counter())
         if done % self._progress_every == 0 or done == self._step_limit:
-            print(f"{PROGRESS_PREFIX}{done}/{self._step_limit}", file=sys.__stderr__, flush=True)
+            print(f"{PROGRESS_PREFIX}{done}/{self._step_limit} seed {self.record.seed}", file=sys.__stderr__, flush=True)
         if done == self._step_limit:
             self.record.reached_step_limit = True
             raise _StopTraining
@@ -257,10 +263,29 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
 
     original_backward = torch.autograd.backward
 
+    scaled_nodes: list[Any] = []  # the autograd nodes of the scaled losses not yet backpropagated
+
+    def derived_from_scaled(tensor: Any) -> bool:
+        # Computed from a scaled loss (`scaler.scale(loss) / n`): its value is scaled, and the loss it holds was
+        # recorded already by `scale`.
+        if not scaled_nodes or tensor.grad_fn is None:
+            return False
+        pending, seen = [tensor.grad_fn], 0
+        while pending and seen < 64:
+            node = pending.pop()
+            seen += 1
+            if any(node is scaled for scaled in scaled_nodes):
+                return True
+            pending += [parent for parent, _ in node.next_functions if parent is not None]
+        return False
+
     def record_scalars(tensors: Any) -> None:
         for tensor in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
-            if isinstance(tensor, torch.Tensor) and tensor.numel() == 1 and not getattr(tensor, _SCALED_MARK, False):
+            if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
+                continue
+            if not getattr(tensor, _SCALED_MARK, False) and not derived_from_scaled(tensor):
                 recorder.on_loss(tensor)
+        scaled_nodes.clear()
 
     @functools.wraps(original_backward)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
@@ -280,9 +305,14 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
     @functools.wraps(original_scale)
     def scale(self: Any, outputs: Any) -> Any:
         scaled = original_scale(self, outputs)
-        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
-            recorder.on_loss(outputs)
+        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 and self.is_enabled():
+            if getattr(outputs, _SCALED_MARK, False) or derived_from_scaled(outputs):
+                recorder.on_double_scale()  # not a loss: the loss inside it was recorded by the first scale()
+            else:
+                recorder.on_loss(outputs)
             setattr(scaled, _SCALED_MARK, True)
+            if scaled.grad_fn is not None:
+                scaled_nodes.append(scaled.grad_fn)
         return scaled
 
     original_step = grad_scaler.step
@@ -334,113 +364,6 @@ def install_hooks(torch: Any, recorder: TrainingRecorder) -> None:
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: recorder.on_optimizer_step(optimizer))
 
 
-def run_script(script: str, origin: str, script_args: list[str], modules: dict[str, str] | None = None) -> None:
-    """Run ``script``'s code as ``python origin args`` would run ``origin``, from ``origin``'s folder."""
-    origin_path = Path(origin).resolve()
-    os.chdir(origin_path.parent)
-    sys.argv = [str(origin_path), *script_args]
-    sys.path[0] = str(origin_path.parent)
-    if modules:
-        _install_module_overrides(modules, origin_path.parent)
-    source = Path(script).read_text(encoding="utf-8")
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=str(origin_path), __builtins__=builtins, __spec__=None, __package__=None)
-    saved_main = sys.modules.get("__main__")
-    sys.modules["__main__"] = main
-    try:
-        exec(compile(source, str(origin_path), "exec"), main.__dict__)
-    finally:
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-
-
-class _ConvertedModuleLoader(importlib.abc.SourceLoader):
-    """Loads a module's converted code while the module keeps its original file name."""
-
-    def __init__(self, origin: str, code_path: str) -> None:
-        self.origin, self.code_path = origin, code_path
-
-    def get_filename(self, fullname: str) -> str:
-        return self.origin
-
-    def get_data(self, path: str) -> bytes:
-        return Path(self.code_path).read_bytes()
-
-    def path_stats(self, path: str) -> Any:  # no bytecode cache for converted code
-        raise OSError
-
-
-class _ConvertedModuleFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, modules: dict[str, str], root: Path) -> None:
-        self.modules, self.root = modules, root
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        code_path = self.modules.get(fullname)
-        if code_path is None:
-            return None
-        relative = Path(*fullname.split("."))
-        package = (self.root / relative / "__init__.py").exists()
-        origin = self.root / relative / "__init__.py" if package else self.root / relative.with_suffix(".py")
-        return importlib.util.spec_from_file_location(
-            fullname,
-            origin,
-            loader=_ConvertedModuleLoader(str(origin), code_path),
-            submodule_search_locations=[str(origin.parent)] if package else None,
-        )
-
-
-def _install_module_overrides(modules: dict[str, str], root: Path) -> None:
-    if not any(isinstance(finder, _ConvertedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ConvertedModuleFinder(modules, root))
-
-
-def seed_everything(torch: Any, seed: int) -> None:
-    """Seed random, numpy and torch; offset the script's own seeding by ``seed`` (seed 0 changes nothing)."""
-    random.seed(SEED + seed)
-    torch.manual_seed(SEED + seed)
-    try:
-        import numpy
-    except ImportError:
-        numpy = None
-    if numpy is not None:
-        numpy.random.seed(SEED + seed)
-    if seed == 0:
-        return
-
-    def offset(original: Any) -> Any:
-        @functools.wraps(original)
-        def seeded(value: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = (value + seed) % 2**32
-            return original(value, *args, **kwargs)
-
-        return seeded
-
-    random.seed = offset(_ORIGINAL_SEEDERS.setdefault("random", random.seed))
-    torch.manual_seed = offset(_ORIGINAL_SEEDERS.setdefault("torch", torch.manual_seed))
-    torch.random.manual_seed = torch.manual_seed
-    for name in ("manual_seed", "manual_seed_all"):
-        original = _ORIGINAL_SEEDERS.setdefault(f"cuda.{name}", getattr(torch.cuda, name))
-        setattr(torch.cuda, name, offset(original))
-    if numpy is not None:
-        numpy.random.seed = offset(_ORIGINAL_SEEDERS.setdefault("numpy", numpy.random.seed))
-
-
-def restore_seeders(torch: Any) -> None:
-    random.seed = _ORIGINAL_SEEDERS.get("random", random.seed)
-    torch.manual_seed = _ORIGINAL_SEEDERS.get("torch", torch.manual_seed)
-    torch.random.manual_seed = torch.manual_seed
-    for name in ("manual_seed", "manual_seed_all"):
-        setattr(torch.cuda, name, _ORIGINAL_SEEDERS.get(f"cuda.{name}", getattr(torch.cuda, name)))
-    if "numpy" in _ORIGINAL_SEEDERS:
-        import numpy
-
-        numpy.random.seed = _ORIGINAL_SEEDERS["numpy"]
-
-
-_ORIGINAL_SEEDERS: dict[str, Any] = {}
-
-
 def _parameter_device(optimizer: Any) -> str | None:
     for group in optimizer.param_groups:
         for parameter in group["params"]:
@@ -467,6 +390,12 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 
 def _is_bootstrap_frame(filename: str) -> bool:
     return filename in (__file__, runpy.__file__) or filename.startswith("<frozen runpy")
+
+
+def _install_guard() -> tuple[Any, Any]:
+    import amp_lint.guard as guard_module
+
+    return guard_module, guard_module.install("record")
 
 
 def _positive_int(text: str) -> int:
@@ -497,6 +426,7 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--steps", type=_positive_int, required=True, help="stop after this many training steps")
     parser.add_argument("--warmup", type=_positive_int, required=True, help="steps left out of the timing (>= 1)")
     parser.add_argument("--out", required=True, help="where to write the RunRecord JSON (a list, one per seed)")
+    parser.add_argument("--guard", action="store_true", help="run amp_lint.guard (record mode) and keep its breaches")
     return parser.parse_args(own), script_args
 
 
@@ -517,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     install_hooks(torch, current)  # type: ignore[arg-type]
     for seed in args.seeds:
         recorder = TrainingRecorder(torch, steps=args.steps, warmup=args.warmup)
+        recorder.record.seed = seed
         current.recorder = recorder
+        guard = _install_guard() if args.guard else None
         seed_everything(torch, seed)
         if torch.cuda.is_initialized():
             torch.cuda.reset_peak_memory_stats()
@@ -536,7 +468,10 @@ def main(argv: list[str] | None = None) -> int:
             os.chdir(start_dir)
             sys.path[:] = start_path
         record = recorder.finish(error)
-        record.seed = seed
+        if guard is not None:
+            guard_module, report = guard
+            guard_module.uninstall()
+            record.guard = [violation.to_dict() for violation in report.violations]
         records.append(record)
         if record.status != "ok":
             break  # a crash is the result: the other seeds would crash alike

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -65,11 +66,19 @@ class _CommandWithScriptArgs(click.Command):
 )
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per side, one per seed.")
 @click.option(
+    "--first-seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="The first run's seed; the others follow it (0: the first run is the script exactly as written).",
+)
+@click.option(
     "--tolerance",
     type=click.FloatRange(min=0, min_open=True),
     default=3.0,
     show_default=True,
-    help="How many times fp32's own seed-to-seed noise the mean AMP-vs-fp32 gap may reach.",
+    help="The band: how many times the seed-to-seed error of the paired (same seed) AMP - fp32 differences the mean "
+    "gap may reach (at least 1% of the loss).",
 )
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
@@ -96,6 +105,7 @@ def verify(
     steps: int,
     warmup: int,
     seeds: int,
+    first_seed: int,
     tolerance: float,
     output_format: str,
     output_dir: Path,
@@ -104,12 +114,17 @@ def verify(
 ) -> None:
     """Train scripts as written (fp32) and converted to AMP, several seeds each, and judge whether they train alike.
 
+    This RUNS the scripts it is given (and the modules they import), on both sides, as `python SCRIPT` would: only
+    verify code you would run yourself.
+
     Each SCRIPT_OR_DIR (a folder means its *.py files; default: the scripts bundled with amp-lint) runs from its
-    own folder on both sides for --steps training steps, --seeds times each. The AMP side is the code `amp-lint
-    --select AMP100 --fix --unsafe-fixes` would write (with the local modules the script imports converted too),
-    or --amp-script. After the warm-up, the smoothed AMP loss curve is compared with fp32's, against fp32's own
-    seed-to-seed spread; the table shows the gap, the spread, the largest gap, the step where the curves part and
-    AMP's speed-up. Arguments after -- are passed to every script.
+    own folder on both sides for --steps training steps, --seeds times each, with the same seeds on both sides. The
+    AMP side is the code `amp-lint --select AMP100 --fix --unsafe-fixes` would write (with the local modules the
+    script imports converted too), or --amp-script, and runs under the runtime guard (amp_lint.guard), whose
+    findings explain a failure. After the warm-up, seed i's smoothed AMP curve is compared with seed i's fp32
+    curve; the table shows the mean gap, the allowed band, how much fp32 fell, the steps the GradScaler skipped,
+    the step where the curves part and AMP's speed-up. Arguments after -- are passed to every script. Progress
+    goes to stderr: every tenth of each seed's steps on a terminal, one line per phase otherwise.
 
     Exit status: 0 equivalent, 1 not equivalent (the curves disagree beyond the noise, or AMP crashed), 3
     inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed
@@ -132,9 +147,11 @@ def verify(
             steps=steps,
             warmup=warmup,
             seeds=seeds,
+            first_seed=first_seed,
             tolerance=tolerance,
             script_args=ctx.meta.get(_SCRIPT_ARGS, ()),
             progress=lambda message: click.echo(message, err=True),
+            progress_steps=_is_terminal(sys.stderr),
             keep_converted=keep_converted,
             output_dir=None if no_files else output_dir.resolve(),
         )
@@ -147,3 +164,11 @@ def verify(
     else:
         click.echo(format_text(report))
     ctx.exit(report.exit_code)
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stream
+        return False

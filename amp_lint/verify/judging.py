@@ -1,11 +1,13 @@
-"""Judging two sides' runs: the verdict from the loss curves against fp32's own seed-to-seed spread, whether AMP
-really ran, how many GradScalers a run built, and the speed-up from timed windows."""
+"""Judging two sides' runs: the verdict from the paired loss curves (seed i's AMP run against seed i's fp32 run),
+whether AMP really ran, how many GradScalers a run built, and the speed-up from timed windows."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from amp_lint.verify.bootstrap import RunRecord
 from amp_lint.verify.results import (
@@ -13,44 +15,64 @@ from amp_lint.verify.results import (
     INCONCLUSIVE,
     NOT_EQUIVALENT,
     NOT_RUN,
+    JudgedCurves,
     Judgement,
     ScriptResult,
 )
 
 #: Fewer compared steps (after the warm-up) than this: the comparison says nothing.
 MIN_COMPARED_STEPS = 10
-#: The smallest noise band, relative to the fp32 loss: seeds that do not change the run (a script that ignores
-#: them, a deterministic data set and initialisation) still leave float16 rounding room.
-NOISE_FLOOR = 0.01
+#: The smallest noise, relative to the fp32 loss, per AMP dtype: its unit roundoff (2^-11 for float16, 2^-8 for
+#: bfloat16). A right conversion that keeps seed i's AMP run on seed i's fp32 run differs from it by rounding; the
+#: band is --tolerance times this at least (0.15% of the loss for float16, 1.2% for bfloat16 at the default 3).
+ROUNDING = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: fp32 must fall by more than twice its own noise, at least this fraction of its loss, to have learnt.
+LEARN_FLOOR = 0.01
 #: AMP steps with a non-finite loss (after the GradScaler's first calibration steps) tolerated, as a fraction.
 MAX_NONFINITE_FRACTION = 0.1
 #: Timed windows per run for the speed-up.
 SPEED_WINDOWS = 5
+#: A speed-up whose quartile range spans more than this factor (high / low) is said to vary widely.
+WIDE_SPEEDUP_RANGE = 1.5
 
 
 def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, own_amp: bool = False) -> None:
-    """Set ``result``'s verdict from its completed runs (several seeds per side).
+    """Set ``result``'s verdict from its completed runs (several seeds per side, the same seeds on both).
 
-    After the warm-up, each run's loss curve is smoothed (moving average over a tenth of the compared steps); the
-    gap between the AMP and fp32 seed-mean curves is compared with the noise of a difference of two seed means,
-    ``spread x sqrt(1/n_fp32 + 1/n_amp)`` where spread is the fp32 curves' seed-to-seed standard deviation at each
-    step (at least :data:`NOISE_FLOOR` of the fp32 loss). The sides are *not equivalent* when the mean gap over the
-    whole compared curve exceeds ``tolerance`` times the mean noise, or when the AMP loss is non-finite in more than
-    :data:`MAX_NONFINITE_FRACTION` of the steps. Otherwise they are *equivalent*, unless the evidence is too thin:
-    *inconclusive* when fewer than :data:`MIN_COMPARED_STEPS` steps follow the warm-up, or when the fp32 curve did
-    not fall beyond its own noise (agreeing curves that do not learn say nothing). *Not run* when AMP never really
-    ran (no enabled autocast, autocast on another device than the parameters', or AMP switching itself off) or no
-    training step was recorded at all.
+    Both sides run with the same seeds, so they are compared **pairwise**: after the warm-up, each run's loss curve is
+    smoothed (moving average over a tenth of the compared steps), and seed *i*'s AMP curve is subtracted from seed
+    *i*'s fp32 curve. The mean of these paired differences over the seeds is the gap; its noise is their
+    seed-to-seed standard error, ``sd(paired differences) / sqrt(n)``, counted only as far as the pairs have come
+    apart (``sd(paired differences) / (sqrt(2) x fp32's seed-to-seed sd)``, at most 1: pairs as far apart as two
+    seeds), and at least the AMP dtype's rounding (:data:`ROUNDING`) of the fp32 loss. A right conversion's paired
+    differences are rounding: tiny while the runs stay together, and of either sign once a chaotic run (a GAN)
+    drifts apart, which the weighted standard error then admits. A wrong one (clipping before ``unscale_``) keeps
+    the pairs together and moves every seed the same way. The sides are *not equivalent* when the mean gap over the
+    compared curve exceeds ``tolerance`` times the mean noise (the allowed band), when the AMP run scaled an already scaled value, or when
+    the AMP loss is non-finite in more than :data:`MAX_NONFINITE_FRACTION` of the steps. Otherwise they are
+    *equivalent*, unless the evidence is too thin: *inconclusive* when fewer than :data:`MIN_COMPARED_STEPS` steps
+    follow the warm-up, or when the fp32 curve did not fall beyond its own seed-to-seed noise (agreeing curves that
+    do not learn say nothing). *Not run* when AMP never really ran (no enabled autocast, autocast on another device
+    than the parameters', or AMP switching itself off) or no training step was recorded at all.
     """
     reasons = result.reasons
-    fp32, amp = result.fp32, result.amp
-    fp32_length = min(len(record.losses) for record in fp32)
+    fp32, amp = _paired(result.fp32, result.amp)
+    fp32_length = min(len(record.losses) for record in result.fp32)
     # No fp32 step at all (training in subprocesses, like mnist_hogwild) explains an AMP side without autocast too.
-    not_run = _amp_did_not_run(amp, dtype, own_amp) if fp32_length else []
+    not_run = _amp_did_not_run(result.amp, dtype, own_amp) if fp32_length else []
     if not_run:
         result.status, reasons[:] = NOT_RUN, not_run
         return
-    length = min(len(record.losses) for record in [*fp32, *amp])
+    double = next((record for record in result.amp if record.double_scaled), None)
+    if double is not None:
+        result.status = NOT_EQUIVALENT
+        reasons.append(
+            f"a scaled value where a loss is expected: `scaler.scale()` was given a tensor it had already scaled "
+            f"({_site_text(double.double_scaled)}), so the loss and its gradients are scaled twice (the scale "
+            "squared) and the steps overflow; scale the loss once"
+        )
+        return
+    length = min(len(record.losses) for record in [*result.fp32, *result.amp])
     if length == 0:
         side = "fp32" if fp32_length == 0 else "AMP"
         result.status = NOT_RUN
@@ -67,7 +89,7 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
             f"(at least {MIN_COMPARED_STEPS} are needed)"
         )
         return
-    fp32_nonfinite = max(sum(1 for loss in record.losses[:length] if loss is None) for record in fp32)
+    fp32_nonfinite = max(sum(1 for loss in record.losses[:length] if loss is None) for record in result.fp32)
     if fp32_nonfinite > MAX_NONFINITE_FRACTION * length:
         # Judged before AMP's: an AMP run as broken as fp32's says nothing about the conversion.
         result.status = INCONCLUSIVE
@@ -78,7 +100,7 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         return
     nonfinite = [
         sum(1 for step, loss in enumerate(record.losses[:length]) if loss is None and step >= _calibration(record))
-        for record in amp
+        for record in result.amp
     ]
     if max(nonfinite) > MAX_NONFINITE_FRACTION * length:
         result.status = NOT_EQUIVALENT
@@ -96,18 +118,30 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         reasons.append("the AMP run's loss is not finite")
         return
     points = len(fp32_curves[0])
+    seeds = len(fp32_curves)
+    steps = list(range(warmup + window - 1, warmup + window - 1 + points))  # the step each smoothed point ends at
     fp32_mean = [statistics.fmean(curve[t] for curve in fp32_curves) for t in range(points)]
     amp_mean = [statistics.fmean(curve[t] for curve in amp_curves) for t in range(points)]
-    factor = math.sqrt(1 / len(fp32_curves) + 1 / len(amp_curves))
-    spread = [statistics.stdev(curve[t] for curve in fp32_curves) if len(fp32_curves) > 1 else 0.0 for t in range(points)]
-    noise = [max(spread[t] * factor, NOISE_FLOOR * abs(fp32_mean[t])) for t in range(points)]
-    gap = [amp_mean[t] - fp32_mean[t] for t in range(points)]
+    paired = [[a[t] - f[t] for f, a in zip(fp32_curves, amp_curves)] for t in range(points)]
+    gap = [statistics.fmean(differences) for differences in paired]
+    paired_sd = [statistics.stdev(d) if seeds > 1 else 0.0 for d in paired]
+    spread = [statistics.stdev(curve[t] for curve in fp32_curves) if seeds > 1 else 0.0 for t in range(points)]
+    # Chaos: how far the pairs have come apart, from 0 (seed i's AMP run still tracks seed i's fp32 run) to 1 (as
+    # far apart as two different seeds). Only that part of the paired differences' spread is drift that a right
+    # conversion may show; a wrong one keeps the pairs together and moves them all one way.
+    chaos = [min(1.0, paired_sd[t] / (math.sqrt(2) * spread[t])) if spread[t] > 0 else 1.0 for t in range(points)]
+    floor = ROUNDING[dtype]
+    noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t])) for t in range(points)]
+    # A step the GradScaler skipped applied no update, so that AMP run lags its fp32 run by the steps skipped so
+    # far: the band also admits what fp32's own curve moves in that many steps (a GAN that skips 3 steps while its
+    # scale calibrates is 3 steps behind, all along; a wrong conversion that skips nothing gets no such room).
+    lag = [statistics.fmean(_lagged(curve, record, t, warmup, window) for curve, record in zip(fp32_curves, amp))
+           for t in range(points)]  # fmt: skip
     scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
     mean_gap = statistics.fmean(abs(value) for value in gap)
-    allowed = tolerance * statistics.fmean(noise)
+    allowed = tolerance * statistics.fmean(noise) + statistics.fmean(lag)
     largest = max(range(points), key=lambda t: abs(gap[t]))
-    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t]), None)
-    first_step = warmup + window - 1  # the step the first smoothed point ends at
+    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t] + lag[t]), None)
     start, end = fp32_mean[0], fp32_mean[-1]
     result.judgement = Judgement(
         compared_steps=compared,
@@ -116,19 +150,27 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         spread=statistics.fmean(spread) / scale,
         allowed=allowed / scale,
         largest_gap=abs(gap[largest]) / scale,
-        largest_gap_step=first_step + largest,
-        parted_at=first_step + parted if parted is not None else None,
+        largest_gap_step=steps[largest],
+        parted_at=steps[parted] if parted is not None else None,
         fp32_drop=(start - end) / abs(start) if start else 0.0,
+        paired_spread=statistics.fmean(paired_sd) / scale,
+        chaos=statistics.fmean(chaos),
+        skipped_steps=[len(record.skipped_steps) for record in result.amp],
     )
+    result.curves = JudgedCurves(steps, fp32_mean, amp_mean, [tolerance * noise[t] + lag[t] for t in range(points)])
     if mean_gap > allowed:
         result.status = NOT_EQUIVALENT
-        where = f", the curves part at step {first_step + parted}" if parted is not None else ""
+        where = f", the curves part at step {steps[parted]}" if parted is not None else ""
+        direction = "above" if statistics.fmean(gap) > 0 else "below"
         reasons.append(
-            f"the AMP curve is {mean_gap / scale:.1%} away from fp32's on average, beyond the noise "
-            f"({allowed / scale:.1%}: {tolerance:g} x fp32's seed-to-seed spread{where})"
+            f"the AMP curve is {mean_gap / scale:.1%} {direction} the fp32 curve of the same seed on average, beyond "
+            f"the allowed band of {allowed / scale:.2%} ({tolerance:g} x the drift of the paired runs, at least "
+            f"{dtype}'s rounding{where})"
         )
         return
-    if start - end <= 2 * statistics.fmean(noise[: max(1, points // 10)] + noise[-max(1, points // 10) :]):
+    learn_noise = [max(spread[t] * math.sqrt(2 / seeds), LEARN_FLOOR * abs(fp32_mean[t])) for t in range(points)]
+    edge = max(1, points // 10)
+    if start - end <= 2 * statistics.fmean(learn_noise[:edge] + learn_noise[-edge:]):
         result.status = INCONCLUSIVE
         reasons.append(
             f"fp32 itself did not learn: its loss went from {start:.4g} to {end:.4g} after the warm-up, within its "
@@ -138,15 +180,46 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     result.status = EQUIVALENT
 
 
+def _paired(fp32: Sequence[RunRecord], amp: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
+    """The runs of the seeds both sides have, in seed order, fp32 and AMP side by side."""
+    if len({record.seed for record in fp32}) < len(fp32) or len({record.seed for record in amp}) < len(amp):
+        return list(fp32), list(amp)  # seeds not told apart (records made by hand): in run order
+    amp_by_seed = {record.seed: record for record in amp}
+    pairs = [(record, amp_by_seed[record.seed]) for record in sorted(fp32, key=lambda r: r.seed) if record.seed in amp_by_seed]
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+
+
+def _at(site: dict[str, Any] | None) -> str:
+    """`` at train.py:42 (`the line`)``, or nothing when the place is unknown."""
+    if not site:
+        return ""
+    code = f" (`{site['code']}`)" if site.get("code") else ""
+    return f" at {Path(site['file']).name}:{site['line']}{code}"
+
+
+def _site_text(site: dict[str, Any] | None) -> str:
+    """``train.py:42: `scaler.scale(loss)``` for a call site the bootstrap recorded."""
+    if not site:
+        return "where it was called is unknown"
+    text = f"{Path(site['file']).name}:{site['line']}"
+    return f"{text}: `{site['code']}`" if site.get("code") else text
+
+
 def _amp_did_not_run(amp: Sequence[RunRecord], dtype: str, own_amp: bool) -> list[str]:
+    """Why AMP did not really run, each reason naming the line that set it up (the converted line, for a
+    conversion): the code that asked for a device the run does not have is the code to fix."""
     reasons = []
     record = amp[0]
     enabled = [entry for entry in record.autocast if entry["enabled"]]
     parameters = (record.device or "").split(":")[0]
     if not enabled:
-        reasons.append("AMP did not run: the AMP script never entered an enabled autocast region")
+        disabled = [entry for entry in record.autocast if not entry["enabled"]]
+        where = "; ".join(f"autocast for {entry['device_type']} was off{_at(entry.get('site'))}" for entry in disabled)
+        reasons.append(
+            "AMP did not run: the AMP script never entered an enabled autocast region" + (f" ({where})" if where else "")
+        )
     elif parameters and all(entry["device_type"] != parameters for entry in enabled):
-        used = ", ".join(sorted({entry["device_type"] for entry in enabled}))
+        used = "; ".join(f"{entry['device_type']}{_at(entry.get('site'))}" for entry in enabled)
         reasons.append(
             f"AMP did not run: autocast was entered for {used}, but the parameters are on {parameters}, "
             "so everything ran in fp32"
@@ -154,8 +227,20 @@ def _amp_did_not_run(amp: Sequence[RunRecord], dtype: str, own_amp: bool) -> lis
     elif not own_amp and all(entry["dtype"] != dtype for entry in enabled):
         used = ", ".join(sorted({entry["dtype"] for entry in enabled}))
         reasons.append(f"AMP did not run as asked: autocast ran with {used}, not {dtype}")
-    reasons += [f"AMP did not run: it switched itself off: {warning.splitlines()[0]}" for warning in record.disabling_warnings]
+    sites = record.disabling_sites + [None] * (len(record.disabling_warnings) - len(record.disabling_sites))
+    reasons += [
+        f"AMP did not run: it switched itself off{_at(site)}: {warning.splitlines()[0]}"
+        for warning, site in zip(record.disabling_warnings, sites)
+    ]
     return reasons
+
+
+def _lagged(curve: Sequence[float], record: RunRecord, t: int, warmup: int, window: int) -> float:
+    """How much the smoothed fp32 ``curve`` moves between point ``t`` and the point as many steps earlier as the AMP
+    run ``record`` had skipped by then (0 when it skipped none)."""
+    step = warmup + window - 1 + t
+    behind = sum(1 for skipped in record.skipped_steps if skipped <= step)
+    return abs(curve[t] - curve[max(0, t - behind)])
 
 
 def _calibration(record: RunRecord) -> int:
@@ -185,6 +270,35 @@ def _smooth(losses: Sequence[float | None], warmup: int, window: int) -> list[fl
     return [statistics.fmean(tail[t - window + 1 : t + 1]) for t in range(window - 1, len(tail))]
 
 
+def merge_guard_reports(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """The guard's breaches over every AMP run, one per rule and place, with their counts added up."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        for violation in record.guard:
+            key = (violation["rule"], violation["file"], violation["line"])
+            if key in merged:
+                merged[key]["count"] += violation["count"]
+            else:
+                merged[key] = dict(violation)
+    return list(merged.values())
+
+
+def explain_with_guard(result: ScriptResult) -> None:
+    """The guard's breaches say why an AMP run went wrong: they lead the reasons of a verdict that is not
+    equivalent (curves apart, a crash); beside any other verdict they are warnings, which do not change it."""
+    lines = [
+        f"the runtime guard saw {entry['rule']} at {Path(entry['file']).name if entry['file'] else '?'}:{entry['line']}"
+        f" ({entry['count']}x): {entry['message']}"
+        for entry in result.guard
+    ]
+    if not lines:
+        return
+    if result.status == NOT_EQUIVALENT:
+        result.reasons[:0] = lines
+    else:
+        result.warnings += lines
+
+
 def scaler_warnings(result: ScriptResult) -> list[str]:
     """A run that built more GradScalers than it stepped optimizers re-creates one during the run (per epoch, per
     call of a step function): each new one starts again at scale 65536 and forgets what it learnt."""
@@ -211,7 +325,15 @@ def measure_speed(result: ScriptResult) -> None:
     if len(fp32) >= 2 and len(amp) >= 2:
         fp32_q = statistics.quantiles(fp32, n=4)
         amp_q = statistics.quantiles(amp, n=4)
-        result.speedup_range = (fp32_q[0] / amp_q[2], fp32_q[2] / amp_q[0])
+        low, high = fp32_q[0] / amp_q[2], fp32_q[2] / amp_q[0]
+        result.speedup_range = (low, high)
+        if high > WIDE_SPEEDUP_RANGE * low:
+            result.speedup_varied = True
+            result.warnings.append(
+                f"the speed-up varied widely between timed windows ({low:.2f}x to {high:.2f}x): the machine was "
+                "busy or the runs were too short, so {:.2f}x is not a reliable figure; measure on an idle machine "
+                "with more --steps".format(result.speedup)
+            )
 
 
 def _windows(records: Sequence[RunRecord]) -> list[float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
-import statistics
 from pathlib import Path
 
 from amp_lint.verify.results import EXIT_CODES, ScriptResult, VerifyReport
@@ -40,32 +39,34 @@ def write_result_files(result: ScriptResult, folder: Path, warmup: int) -> list[
 
 
 def _plot(result: ScriptResult, path: Path, warmup: int) -> Path:
+    """Top: every run's raw loss (thin) and the smoothed seed-mean curves the verdict was reached on (thick).
+    Bottom: the judged gap (AMP - fp32, same seeds, smoothed) and the allowed band around zero."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, (curves, difference) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=[3, 1])
-    means = {}
-    for name, records, style in (("fp32", result.fp32, "-"), ("AMP", result.amp, "--")):
-        series = [[math.nan if loss is None else loss for loss in record.losses] for record in records]
-        if not series:
-            continue
-        length = min(len(s) for s in series)
-        mean = [statistics.fmean(s[t] for s in series) for t in range(length)]
-        low = [min(s[t] for s in series) for t in range(length)]
-        high = [max(s[t] for s in series) for t in range(length)]
-        line = curves.plot(mean, style, label=f"{name} (mean of {len(series)} seeds)")[0]
-        curves.fill_between(range(length), low, high, color=line.get_color(), alpha=0.2)
-        means[name] = mean
-    if "fp32" in means and "AMP" in means:
-        length = min(len(means["fp32"]), len(means["AMP"]))
-        difference.plot([means["AMP"][t] - means["fp32"][t] for t in range(length)], color="black")
-        difference.axhline(0, color="grey", linewidth=0.5)
+    colors = {"fp32": "tab:blue", "AMP": "tab:orange"}
+    for name, records in (("fp32", result.fp32), ("AMP", result.amp)):
+        for index, record in enumerate(records):
+            raw = [math.nan if loss is None else loss for loss in record.losses]
+            curves.plot(raw, color=colors[name], alpha=0.25, linewidth=0.7,
+                        label=f"{name}, each seed (raw)" if index == 0 else None)  # fmt: skip
+    judged = result.curves
+    if judged is not None:
+        curves.plot(judged.steps, judged.fp32, color=colors["fp32"], linewidth=2, label="fp32, judged (smoothed mean)")
+        curves.plot(judged.steps, judged.amp, "--", color=colors["AMP"], linewidth=2, label="AMP, judged (smoothed mean)")
+        gap = [amp - fp32 for fp32, amp in zip(judged.fp32, judged.amp)]
+        difference.plot(judged.steps, gap, color="black", label="AMP - fp32 (paired)")
+        difference.fill_between(judged.steps, [-b for b in judged.band], judged.band, color="grey", alpha=0.3,
+                                label="allowed band")  # fmt: skip
+        difference.legend(fontsize="small")
+    difference.axhline(0, color="grey", linewidth=0.5)
     for axes in (curves, difference):
         axes.axvline(warmup, color="grey", linestyle=":", linewidth=0.8)
     curves.set(ylabel="loss", title=f"{result.script.name}: {result.status}")
-    curves.legend()
+    curves.legend(fontsize="small")
     difference.set(xlabel="training step", ylabel="AMP - fp32")
     figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
@@ -77,8 +78,8 @@ def _plot(result: ScriptResult, path: Path, warmup: int) -> Path:
 
 def format_text(report: VerifyReport) -> str:
     """The verdict table, then why each script got its verdict, then the notes and where the files are."""
-    header = ["script", "device/dtype", "steps x seeds", "gap", "spread", "largest gap", "parted at", "speed-up",
-              "verdict"]  # fmt: skip
+    header = ["script", "device/dtype", "steps x seeds", "gap", "allowed", "fp32 fell", "skipped", "parted at",
+              "speed-up", "verdict"]  # fmt: skip
     names = display_names([result.script for result in report.results])
     rows = [header] + [[name, *_table_row(result, report)[1:]] for name, result in zip(names, report.results)]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
@@ -95,12 +96,24 @@ def format_text(report: VerifyReport) -> str:
             details.append(f"  AMP version: {result.amp_source}")
         if details:
             lines += ["", f"{name}: {result.status} (exit {EXIT_CODES[result.status]})", *details]
+    lines += ["", _LEGEND.format(tolerance=report.tolerance)]
     if report.output_dir is not None:
         lines += ["", f"Per-step losses (CSV) and plots: {report.output_dir}"]
     if report.notes:
         lines.append("")
         lines += [f"Note: {note}" for note in report.notes]
     return "\n".join(lines)
+
+
+_LEGEND = (
+    "gap: AMP minus fp32 of the same seed, smoothed, averaged over the seeds, then over the steps after the warm-up "
+    "(relative to the fp32 loss); allowed: the band it must stay within ({tolerance:g} x the seed-to-seed error of "
+    "those paired differences, as far as the pairs came apart, at least the AMP dtype's rounding, plus fp32's own "
+    "movement over the steps AMP skipped); fp32 fell: how "
+    "much fp32's own loss fell over those steps; "
+    "skipped: steps the GradScaler skipped (overflow) in each AMP run; parted at: the first step the gap leaves "
+    "the band."
+)
 
 
 def display_names(scripts: list[Path]) -> list[str]:
@@ -129,13 +142,16 @@ def _table_row(result: ScriptResult, report: VerifyReport) -> list[str]:
         speed = f"{result.speedup:.2f}x"
         if result.speedup_range is not None:
             speed += f" ({result.speedup_range[0]:.2f}-{result.speedup_range[1]:.2f})"
+        if result.speedup_varied:
+            speed += " varied"
     return [
         result.script.name,
         f"{device}/{enabled[0] if enabled else report.dtype}",
         f"{steps} x {len(result.amp)}" if result.amp else "-",
         _format(judgement.gap if judgement else None, ".1%"),
-        _format(judgement.spread if judgement else None, ".1%"),
-        f"{judgement.largest_gap:.1%} @{judgement.largest_gap_step}" if judgement else "-",
+        _format(judgement.allowed if judgement else None, ".1%"),
+        _format(judgement.fp32_drop if judgement else None, ".0%"),
+        "/".join(str(n) for n in judgement.skipped_steps) if judgement and judgement.skipped_steps else "-",
         str(judgement.parted_at) if judgement and judgement.parted_at is not None else "-",
         speed,
         result.status,

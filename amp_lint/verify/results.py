@@ -33,17 +33,36 @@ class Judgement:
     smoothing: int
     """Steps per moving-average window."""
     gap: float
-    """Mean |AMP - fp32| of the seed-mean curves, relative to the mean fp32 loss."""
+    """Mean over the steps of |mean over the seeds of (AMP - fp32 of the same seed)|, relative to the mean fp32
+    loss."""
     spread: float
     """Mean seed-to-seed standard deviation of the fp32 curves, relative to the mean fp32 loss."""
     allowed: float
-    """The largest mean gap still within the noise (tolerance x the noise of a difference of seed means)."""
+    """The band: the largest mean gap still within the noise (tolerance x the seed-to-seed standard error of the
+    paired differences, at least the noise floor)."""
     largest_gap: float
     largest_gap_step: int
     parted_at: int | None
     """The first step where the gap leaves the noise band (None: never)."""
     fp32_drop: float
     """How much the fp32 curve fell from the first to the last compared step, relative to its start."""
+    paired_spread: float = 0.0
+    """Mean seed-to-seed standard deviation of the paired (AMP - fp32, same seed) differences, relative."""
+    chaos: float = 1.0
+    """How far apart the paired runs came, 0 (together) to 1 (as far apart as two seeds), averaged over the steps."""
+    skipped_steps: list[int] = field(default_factory=list)
+    """Steps the GradScaler skipped in each AMP run (overflow), in seed order."""
+
+
+@dataclass
+class JudgedCurves:
+    """The smoothed seed-mean curves the verdict was reached on, for the plot (not written to JSON)."""
+
+    steps: list[int]
+    fp32: list[float]
+    amp: list[float]
+    band: list[float]
+    """The allowed paired gap at each step (tolerance x noise), in loss units."""
 
 
 @dataclass
@@ -64,11 +83,16 @@ class ScriptResult:
     """Median fp32 time per step / median AMP time per step, over timed windows of every seed."""
     speedup_range: tuple[float, float] | None = None
     """The speed-up from the windows' quartiles: (slow AMP quartile, fast AMP quartile)."""
+    speedup_varied: bool = False
+    """The quartile range is wide (see judging.WIDE_SPEEDUP_RANGE): the figure is not reliable."""
     warnings: list[str] = field(default_factory=list)
     """What is wrong with the AMP run without deciding the verdict (a GradScaler re-created during the run)."""
     converted_modules: list[str] = field(default_factory=list)
     amp_source: str = "amp-lint's conversion"
     files: list[str] = field(default_factory=list)
+    curves: JudgedCurves | None = None
+    guard: list[dict[str, Any]] = field(default_factory=list)
+    """What the runtime guard (amp_lint.guard) saw in the AMP runs: rule, message, file, line, count."""
 
 
 @dataclass
@@ -98,6 +122,7 @@ class VerifyReport:
         scripts = []
         for result in self.results:
             entry = asdict(result)
+            entry.pop("curves", None)
             entry["script"] = str(result.script)
             entry["exit_code"] = EXIT_CODES[result.status]
             scripts.append(entry)

@@ -5,8 +5,8 @@ Each side runs in a fresh interpreter (``python -m amp_lint.verify.bootstrap``) 
 seed (default 3), with the same deterministic settings, arguments and device: the fp32 side as written, the AMP side
 as :func:`amp_lint.engine.convert.convert_source` rewrites it (the same code ``amp-lint --select AMP100 --fix
 --unsafe-fixes`` writes, with the local modules the script imports converted too), or as the user's own AMP version
-(``amp_script``). The bootstrap records the loss of every training step; :func:`judge` compares the two sides against
-the fp32 side's own seed-to-seed spread. This parent process never imports torch; even whether CUDA is available is
+(``amp_script``). The bootstrap records the loss of every training step (the AMP side under the runtime guard);
+:func:`judge` compares the two sides pairwise, seed for seed. This parent process never imports torch; even whether CUDA is available is
 asked of a child, so that ``amp-lint`` itself stays light.
 
 The steps, one module each: this one runs the sides (:class:`_ScriptVerifier`: convert, run the children, read their
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_lint.verify.bootstrap import PROGRESS_PREFIX, RunRecord, describe_exception, read_records
-from amp_lint.verify.judging import judge, measure_speed, scaler_warnings
+from amp_lint.verify.judging import explain_with_guard, judge, measure_speed, merge_guard_reports, scaler_warnings
 from amp_lint.verify import reporting
 from amp_lint.verify.reporting import format_text, write_result_files
 from amp_lint.verify.results import (
@@ -116,9 +116,11 @@ def verify_scripts(
     steps: int,
     warmup: int,
     seeds: int = 3,
+    first_seed: int = 0,
     tolerance: float = 3.0,
     script_args: Sequence[str] = (),
     progress: Progress | None = None,
+    progress_steps: bool = True,
     converter: Converter | None = None,
     keep_converted: Path | None = None,
     amp_script: Path | None = None,
@@ -132,12 +134,17 @@ def verify_scripts(
     AMP version of the one script named, run instead of a conversion. ``converter`` replaces
     :func:`amp_lint.engine.convert.convert_source` (tests feed ready-made AMP programs through it);
     ``keep_converted`` is a folder to save the converted scripts in; ``output_dir`` gets per-script loss CSVs and
-    plots (None: no files).
+    plots (None: no files). ``progress`` receives one line per phase (converting, each side's run) and, with
+    ``progress_steps``, a line per tenth of each seed's steps. ``first_seed`` is the first run's seed (both sides run
+    seeds ``first_seed`` ... ``first_seed + seeds - 1``). Every AMP run runs under :mod:`amp_lint.guard` (record
+    mode): its breaches of the GradScaler protocol go into the result.
     """
     if not 1 <= warmup < steps:
         raise VerifyError(f"--warmup must be at least 1 and below --steps ({steps}), got {warmup}")
     if seeds < 1:
         raise VerifyError(f"--seeds must be at least 1, got {seeds}")
+    if first_seed < 0:
+        raise VerifyError(f"--first-seed must be 0 or more, got {first_seed}")
     if dtype not in (None, "float16", "bfloat16"):
         raise VerifyError(f"unsupported AMP dtype {dtype!r}: use float16 or bfloat16")
     dtype = dtype or "float16"
@@ -172,8 +179,10 @@ def verify_scripts(
                 steps=steps,
                 warmup=warmup,
                 seeds=seeds,
+                first_seed=first_seed,
                 script_args=list(script_args),
                 progress=progress,
+                progress_steps=progress_steps,
                 amp_script=Path(amp_script).resolve() if amp_script is not None else None,
             )
             result = verifier.run(converter)
@@ -183,6 +192,7 @@ def verify_scripts(
                     target.write_text(code, encoding="utf-8")
             if result.status is None:  # both sides ran: judge them
                 judge(result, warmup=warmup, tolerance=tolerance, dtype=dtype, own_amp=amp_script is not None)
+            explain_with_guard(result)
             if result.fp32 or result.amp:
                 measure_speed(result)
             result.warnings += scaler_warnings(result)
@@ -207,8 +217,10 @@ class _ScriptVerifier:
     steps: int
     warmup: int
     seeds: int
+    first_seed: int
     script_args: list[str]
     progress: Progress | None
+    progress_steps: bool = True
     amp_script: Path | None = None
     converted_files: dict[str, str] = field(default_factory=dict)
 
@@ -236,7 +248,7 @@ class _ScriptVerifier:
             if "__main__" not in self.converted_files:
                 amp_program = self.script
 
-        seeds = ",".join(str(seed) for seed in range(self.seeds))
+        seeds = ",".join(str(seed) for seed in range(self.first_seed, self.first_seed + self.seeds))
         result.fp32, crash = self._run_child(self.script, self.script, "fp32", seeds, {})
         if crash is None:
             result.amp, crash = self._run_child(amp_program, amp_origin, "AMP", seeds, modules)
@@ -244,6 +256,7 @@ class _ScriptVerifier:
                 side = "AMP"
         else:
             side = "fp32"
+        result.guard = merge_guard_reports(result.amp)
         if crash is not None:
             result.crash = crash
             records = result.fp32 if side == "fp32" else result.amp
@@ -289,9 +302,11 @@ class _ScriptVerifier:
             "--script", str(program), "--origin", str(origin), "--seeds", seeds,
             "--steps", str(self.steps), "--warmup", str(self.warmup), "--out", str(out),
             *[f"--module={name}={path}" for name, path in sorted(modules.items())],
+            *(["--guard"] if phase == "AMP" else []),
             "--", *self.script_args,
         ]  # fmt: skip
-        self._report(f"{phase} run")
+        first, last = seeds.split(",")[0], seeds.split(",")[-1]
+        self._report(f"{phase} run, seed{'s' if first != last else ''} {first}{'-' + last if first != last else ''}")
         output_tail: deque[str] = deque(maxlen=_OUTPUT_TAIL_LINES)
         with subprocess.Popen(
             command,
@@ -305,7 +320,9 @@ class _ScriptVerifier:
             assert child.stdout is not None
             for line in child.stdout:
                 if line.startswith(PROGRESS_PREFIX):
-                    self._report(f"{phase} run, step {line[len(PROGRESS_PREFIX) :].strip()}")
+                    if self.progress_steps:
+                        step, _, seed = line[len(PROGRESS_PREFIX) :].strip().partition(" seed ")
+                        self._report(f"{phase} run, seed {seed or '?'}, step {step}")
                 else:
                     output_tail.append(line.rstrip("\n"))
         if not out.exists():
@@ -374,12 +391,20 @@ def _resolve_device(device: str) -> str:
 
 
 def _cuda_available() -> bool:
-    """Ask a child interpreter, so this process never imports torch or creates a CUDA context."""
-    probe = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-        capture_output=True,
-        text=True,
-    )
+    """Ask a child interpreter, so this process never imports torch or creates a CUDA context.
+
+    The child runs in an empty folder of its own, and with ``PYTHONSAFEPATH``: a ``torch.py`` in the current folder
+    is not imported (nor executed) in torch's place.
+    """
+    with tempfile.TemporaryDirectory(prefix="amp-lint-probe-") as neutral:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+            capture_output=True,
+            text=True,
+            cwd=neutral,
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
+            check=False,
+        )
     if probe.returncode != 0:
         raise VerifyError(f"could not import torch: {probe.stderr.strip().splitlines()[-1:]}")
     return probe.stdout.strip() == "True"
