@@ -13,7 +13,7 @@ from amp_lint.analysis.file_model import Scope
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
-from amp_lint.conversion.devices import DeviceExpression, DeviceResolver
+from amp_lint.conversion.devices import DEVICE_NAME, DeviceExpression, DeviceResolver
 from amp_lint.conversion.file_context import FileContext
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.scaler_placement import ScalerPlacement
@@ -423,6 +423,9 @@ class EditPlanner:
                 orelse = node.orelse
                 is_block = isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock)
                 container = orelse.body if is_block else None
+                if orelse is None:
+                    # `if i > n: break` (or `continue`, `return`): what follows the `if` is its false branch.
+                    container = self.tree.block_of(node)
         elif iteration.step.loop is not None:
             body = iteration.step.loop.body
             container = body if isinstance(body, cst.IndentedBlock) else None
@@ -433,7 +436,9 @@ class EditPlanner:
             else:
                 container = scope_node.body if isinstance(scope_node.body, cst.IndentedBlock) else None
         if container is None:
-            raise Refusal("the optimizer steps sit in a one-line block; put them on lines of their own")
+            raise Refusal(
+                f"`{short_code(last)}` sits in a one-line block (`if ...: {short_code(last)}`); put it on a line of its own"
+            )
         lifted = self.tree.child_in(anchor, container)
         if lifted is None:
             raise Refusal("could not find where `scaler.update()` belongs after the optimizer steps")
@@ -503,6 +508,8 @@ class EditPlanner:
                         names.add(key)
                     elif isinstance(func, cst.Attribute) and func.attr.value == "to" and arg.keyword is None:
                         names.add(key)
+                    elif DEVICE_NAME.search(key.split(".")[-1]):
+                        names.add(key)  # handed on to a helper that moves the batch: `calc_loss(x, y, model, device)`
 
         visit_read_only(node, Transfers())
         return names
