@@ -347,6 +347,10 @@ class EditPlanner:
     def _gradient_consumers(self, iteration: Iteration) -> List[cst.CSTNode]:
         """Clipping calls and statements that read `.grad`, inside the iteration (nodes, source order)."""
         consumers: List[cst.CSTNode] = [e.call for e in own_events(iteration.step, EventKind.CLIP)]
+        effects = self.ctx.helper_effects
+        for call in own_events(iteration.step, EventKind.CALL):
+            if effects.of_call(call).reads_gradients:  # `clip_gradients(model, 1.0)`: clipping in a helper
+                consumers.append(call.call)
         root = iteration.step.loop if iteration.step.loop is not None else iteration.scope.node
         tree = self.tree
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -14,6 +14,9 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.syntax import SyntaxTree, statement_facts, unwrap_method_chain
+
+if TYPE_CHECKING:
+    from amp_lint.conversion.helper_effects import HelperEffects
 
 BACKWARD_KINDS = (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)
 # Events that end a forward slice: nothing before them belongs to the next loss's forward pass.
@@ -83,6 +86,12 @@ class FileContext:
     @functools.cached_property
     def tree(self) -> "SyntaxTree":
         return SyntaxTree(self.module)
+
+    @functools.cached_property
+    def helper_effects(self) -> "HelperEffects":
+        from amp_lint.conversion.helper_effects import HelperEffects
+
+        return HelperEffects(self.model)
 
     # names
     @functools.cached_property

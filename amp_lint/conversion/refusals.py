@@ -100,6 +100,16 @@ def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
                 "pattern written by hand (scale the outputs, divide the gradients by the scale)"
             )
         return "`torch.autograd.grad(...)` gradients would be scaled; convert this step by hand"
+    for call in own_events(iteration.step, EventKind.CALL):
+        effect = ctx.helper_effects.of_call(call)
+        if effect.gradient_penalty:
+            called = code_of(call.call.func)
+            inside = f" (in `{effect.where}`)" if effect.where and effect.where.split(".")[-1] != called.split(".")[-1] else ""
+            return (
+                f"`{called}(...)` runs `{effect.gradient_penalty}`{inside}, "
+                "a gradient penalty: it needs the scaled-gradient pattern written by hand (scale the outputs, "
+                "divide the gradients by the scale)"
+            )
     for step in iteration.optimizer_steps:
         closure = passed_closure(step.call)
         if closure is not None:
