@@ -15,6 +15,7 @@ from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.devices import DEVICE_NAME, DeviceExpression, DeviceResolver
 from amp_lint.conversion.file_context import FileContext
+from amp_lint.conversion.float32_islands import keep_in_float32, products_through_calls, self_products
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.scaler_placement import ScalerPlacement
 from amp_lint.conversion.syntax import (
@@ -103,6 +104,7 @@ class EditPlanner:
         for iteration in self.iterations:
             self._wrap_forward(iteration, autocast)
         if fp16:
+            self._keep_self_products_in_float32()
             scaler = ScalerPlacement(self, self.ctx.fresh_name(self.scaler_candidates)).plan()
             for iteration in self.iterations:
                 self._scale(iteration, scaler)
@@ -304,6 +306,27 @@ class EditPlanner:
 
         self.builder.replace(last, wrap)
         self.wrapped_first[id(members[0])] = last
+
+    # --- products float16 cannot hold (float16) ---
+    def _keep_self_products_in_float32(self) -> None:
+        """A Gram matrix in the forward slice: in a helper, it is kept in float32; inline, the conversion is refused."""
+        wrapped = [s for piece in self.slices for s in piece.block.body[piece.start : piece.end + 1]]
+        inline = self_products(self.scope, wrapped, self.tree)
+        if inline:
+            raise Refusal(
+                f"`{code_of(inline[0].node)}` multiplies `{inline[0].base}` by its own transpose (a Gram matrix): a sum "
+                "that overflows float16 on large feature maps; move it into a function (the conversion then keeps it "
+                "in float32) or convert by hand"
+            )
+        done: Set[int] = set()
+        for product in products_through_calls(self.ctx, self.scope, wrapped):
+            if id(product.statement) in done or self.tree.block_of(product.statement) is None:
+                continue
+            done.add(id(product.statement))
+            torch_name = self._torch(product.scope)
+            self.builder.replace(
+                product.statement, lambda node, product=product, torch_name=torch_name: keep_in_float32(node, product, torch_name)
+            )
 
     # --- scaling (float16) ---
     def _scale(self, iteration: Iteration, scaler: str) -> None:
