@@ -41,7 +41,11 @@ def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
             if receiver.func.attr.value not in ("to", "cuda", "cpu", "float", "type", "train", "eval"):
                 break
             receiver = receiver.func.value  # `Net().cuda().double()`
-        if isinstance(receiver, cst.Call):
+        if isinstance(receiver, cst.Call):  # `nn.Linear(4, 2).double()`, `Net().double()`
+            qualified = model.scopes[0].names.qualify(receiver.func) or ""
+            last = qualified.split(".")[-1]
+            if qualified.startswith("torch.nn.") and last[:1].isupper():
+                return True
             return ctx.call_tier(model.scopes[0], receiver) == 2 or dotted_name(receiver.func) in ctx.local_module_classes
         key = dotted_name(receiver)
         return key is not None and (key in ctx.module_like or ctx.is_module_like(key))
@@ -106,7 +110,7 @@ def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
             called = code_of(call.call.func)
             inside = f" (in `{effect.where}`)" if effect.where and effect.where.split(".")[-1] != called.split(".")[-1] else ""
             return (
-                f"`{called}(...)` runs `{effect.gradient_penalty}`{inside}, "
+                f"`{called}(...)` runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
                 "a gradient penalty: it needs the scaled-gradient pattern written by hand (scale the outputs, "
                 "divide the gradients by the scale)"
             )
