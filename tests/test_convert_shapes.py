@@ -323,25 +323,6 @@ def test_each_run_of_a_hyperparameter_loop_gets_its_own_scaler():
     assert lines[made - 1].strip().startswith("optimizer = torch.optim.SGD")
 
 
-def test_a_one_pass_trainer_called_from_another_file_is_not_given_a_scaler_per_call():
-    result = convert(
-        """
-        import torch.nn.functional as F
-
-        def train_one_epoch(model, loader, optimizer, device):
-            model.train()
-            for x, y in loader:
-                x, y = x.to(device), y.to(device)
-                optimizer.zero_grad()
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                optimizer.step()
-        """
-    )
-    assert not result.converted
-    assert "`train_one_epoch` receives its optimizer" in result.reasons[0]
-
-
 # --- 4. refusals for the right reasons only ---------------------------------------------------------------
 
 BOOKKEEPING = """

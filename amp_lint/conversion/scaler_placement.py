@@ -186,13 +186,6 @@ class ScalerPlacement:
             return False
         sites, complete = references(self.ctx, function)
         name = function.name.value
-        if depth == 0 and not sites and not step_function and self._single_pass():
-            raise Refusal(
-                f"`{name}` receives its optimizer and makes one pass over the data, and it is called from outside "
-                "this file (once per epoch, if it is what its name says): a GradScaler created in it would be rebuilt "
-                f"on every call. Create the GradScaler beside the optimizer, pass it to `{name}` as `scaler`, "
-                "and convert the step by hand"
-            )
         if not complete:
             if step_function:
                 raise Refusal(
@@ -253,10 +246,6 @@ class ScalerPlacement:
                 continue
             self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
-
-    def _single_pass(self) -> bool:
-        """Every backward of the step sits in one loop only: one pass over the data per call."""
-        return all(len(b.loops) == 1 for it in self.planner.iterations for b in it.backwards)
 
     def _device_variable_in(self, scope: Scope) -> Optional[str]:
         """The parameter of `scope` that the step's device expression reads (`device` in `device.type`)."""
