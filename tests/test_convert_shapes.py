@@ -323,6 +323,33 @@ def test_each_run_of_a_hyperparameter_loop_gets_its_own_scaler():
     assert lines[made - 1].strip().startswith("optimizer = torch.optim.SGD")
 
 
+def test_a_trainer_called_once_per_fresh_optimizer_keeps_its_scaler_inside():
+    result = convert(
+        """
+        import torch
+        import torch.nn as nn
+
+        def train_model(model, loader, optimizer, device, epochs):
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+                    loss.backward()
+                    optimizer.step()
+
+        def search(loader, device):
+            for lr in [1e-3, 1e-4]:
+                model = nn.Linear(4, 2).to(device)
+                optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+                train_model(model, loader, optimizer, device, 2)
+        """
+    )
+    lines = result.code.splitlines()
+    made = lines.index("    scaler = torch.amp.GradScaler(torch.device(device).type)")
+    assert lines[made - 1].startswith("def train_model(")
+    assert "scaler=scaler" not in result.code
+
+
 # --- 4. refusals for the right reasons only ---------------------------------------------------------------
 
 BOOKKEEPING = """

@@ -196,6 +196,8 @@ class ScalerPlacement:
         in_loops = [call for call, _ in sites if self.tree.loops_around(call)]
         if not step_function and not in_loops:
             return False  # called once per run: the scaler it creates lives as long as the run
+        if not step_function and all(self._optimizer_made_per_call(function, call, caller, optimizer) for call, caller in sites):
+            return False  # `for config in configs: optimizer = ...; train(model, optimizer)`: one call per optimizer
         if step_function and len(in_loops) < len(sites):
             call = next(call for call, _ in sites if not self.tree.loops_around(call))
             raise Refusal(
@@ -246,6 +248,22 @@ class ScalerPlacement:
                 continue
             self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
+
+    def _optimizer_made_per_call(
+        self, function: cst.FunctionDef, call: cst.Call, caller: Optional[Scope], optimizer: str
+    ) -> bool:
+        """Is the optimizer passed at `call` created in the innermost loop around the call (a fresh optimizer for
+        each call, as in a hyperparameter sweep)? Then each call is a whole run, and its scaler lives in it."""
+        loops = self.tree.loops_around(call)
+        if caller is None or not loops:
+            return not loops
+        arg = argument_for(function, call, optimizer.split(".")[0])
+        key = dotted_name(arg.value) if arg is not None else None
+        if key is None or "." in key:
+            return False
+        values = caller.assignments.get(key, [])
+        innermost = loops[-1] if len(loops) > 0 else None
+        return bool(values) and all(st is not None and self.tree.is_inside(st, innermost) for _, st in values)
 
     def _device_variable_in(self, scope: Scope) -> Optional[str]:
         """The parameter of `scope` that the step's device expression reads (`device` in `device.type`)."""
