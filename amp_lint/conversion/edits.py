@@ -314,7 +314,8 @@ class EditPlanner:
         inline = self_products(self.scope, wrapped, self.tree)
         if inline:
             raise Refusal(
-                f"`{code_of(inline[0].node)}` multiplies `{inline[0].base}` by its own transpose (a Gram matrix): a sum "
+                f"`{code_of(inline[0].node)}` ({self.ctx.where(inline[0].node)}) multiplies `{inline[0].base}` by its "
+                "own transpose (a Gram matrix): a sum "
                 "that overflows float16 on large feature maps; move it into a function (the conversion then keeps it "
                 "in float32) or convert by hand"
             )

@@ -87,6 +87,15 @@ class FileContext:
     def tree(self) -> "SyntaxTree":
         return SyntaxTree(self.module)
 
+    def where(self, node: cst.CSTNode) -> str:
+        """"line N" for a node of the module (refusal messages name the line that makes them), or ""."""
+        if not hasattr(self, "_locator"):
+            from amp_lint.parse.positions import NodeLocator
+
+            self._locator = NodeLocator(self.module)
+        found = self._locator.range_of(id(node))
+        return f"line {found.start.line}" if found is not None else ""
+
     @functools.cached_property
     def helper_effects(self) -> "HelperEffects":
         from amp_lint.conversion.helper_effects import HelperEffects

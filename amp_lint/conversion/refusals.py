@@ -68,25 +68,25 @@ def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
             if isinstance(func, cst.Attribute) and qualified is None:
                 method = func.attr.value
                 if method == "double" and weights(func.value):
-                    problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
+                    problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
                 elif method in ("to", "type") and float64_in(node, scope) and weights(func.value):
-                    problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
+                    problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
             if qualified in ("torch.set_default_dtype", "torch.set_default_tensor_type"):
                 text = code_of(node)
                 if "64" in text or "double" in text.lower():
-                    problems.append(f"`{text}`: {FLOAT64_REASON}")
+                    problems.append(f"`{text}` ({ctx.where(node)}): {FLOAT64_REASON}")
             elif qualified is not None and qualified.startswith("torch.nn.") and qualified.split(".")[-1][:1].isupper():
                 for arg in node.args:  # `nn.Linear(4, 2, dtype=torch.float64)`
                     if arg.keyword is not None and arg.keyword.value == "dtype":
                         if scope.names.qualify(arg.value) in FLOAT64_NAMES:
-                            problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
+                            problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
             if device_may_be_cuda and qualified in (
                 "torch.nn.BCELoss",
                 "torch.nn.modules.loss.BCELoss",
                 "torch.nn.functional.binary_cross_entropy",
             ):
                 problems.append(
-                    f"`{code_of(node.func)}` raises an error under CUDA autocast; use `nn.BCEWithLogitsLoss` "
+                    f"`{code_of(node.func)}` ({ctx.where(node)}) raises an error under CUDA autocast; use `nn.BCEWithLogitsLoss` "
                     "(or `F.binary_cross_entropy_with_logits`) on the logits, without the sigmoid, then convert"
                 )
 
@@ -110,7 +110,7 @@ def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
             called = code_of(call.call.func)
             inside = f" (in `{effect.where}`)" if effect.where and effect.where.split(".")[-1] != called.split(".")[-1] else ""
             return (
-                f"`{called}(...)` runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
+                f"`{called}(...)` ({ctx.where(call.call)}) runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
                 "a gradient penalty: it needs the scaled-gradient pattern written by hand (scale the outputs, "
                 "divide the gradients by the scale)"
             )
