@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import Callable, List, Optional, Set
 
 import libcst as cst
 
@@ -67,9 +67,14 @@ LOW_PRECISION_DTYPES = frozenset(
 LOW_PRECISION_METHODS = frozenset({"half", "bfloat16"})
 
 
-def already_mixed_precision(model: FileModel) -> Optional[str]:
-    """Why the file does not train in plain fp32 (the first sign found), or None."""
-    cast = low_precision_cast(model)
+def already_mixed_precision(
+    model: FileModel, after_training: Optional[Callable[[cst.CSTNode], bool]] = None
+) -> Optional[str]:
+    """Why the file does not train in plain fp32 (the first sign found), or None.
+
+    `after_training(cast)` says a cast runs only once training is over (`model.half(); torch.save(...)` after the
+    loop, to export a smaller file): it does not make the training half precision."""
+    cast = low_precision_cast(model, after_training)
     if cast is not None:
         return f"`{cast}` casts to a low-precision dtype: the file does not train in fp32"
     names: Set[str] = set()
@@ -100,7 +105,7 @@ def already_mixed_precision(model: FileModel) -> Optional[str]:
     return None
 
 
-def low_precision_cast(model: FileModel) -> Optional[str]:
+def low_precision_cast(model: FileModel, after_training: Optional[Callable[[cst.CSTNode], bool]] = None) -> Optional[str]:
     """The first `x.half()`, `x.bfloat16()`, `x.to(torch.float16)`, `x.to(dtype=torch.bfloat16)` or
     `x.type(torch.HalfTensor)` of the file (a module or tensor made half precision), as code, or None.
 
@@ -125,11 +130,11 @@ def low_precision_cast(model: FileModel) -> Optional[str]:
             method = node.func.attr.value
             if names.qualify(node.func) is not None:
                 return  # `torch.half(...)`, `np.float16(...)`: not a cast of the user's tensor or module
-            if method in LOW_PRECISION_METHODS and not node.args:
+            cast = method in LOW_PRECISION_METHODS and not node.args
+            if method in ("to", "type"):
+                cast = any(names.qualify(arg.value) in LOW_PRECISION_DTYPES for arg in node.args)
+            if cast and not (after_training is not None and after_training(node)):
                 found.append(code_of(node))
-            elif method in ("to", "type"):
-                if any(names.qualify(arg.value) in LOW_PRECISION_DTYPES for arg in node.args):
-                    found.append(code_of(node))
 
     visit_read_only(model.module, Casts())
     if not found:

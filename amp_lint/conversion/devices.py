@@ -76,8 +76,34 @@ class DeviceResolver:
         self.builder_string: Callable[[str], str] = lambda s: f'"{s}"'
 
     def literal(self) -> DeviceExpression:
-        kind = self.explicit or self.ctx.literal_device or "cuda"
+        kind = self.explicit or self.ctx.literal_device or self.default_kind()
         return DeviceExpression(self.builder_string(kind))
+
+    def default_kind(self) -> str:
+        return default_device_kind(self.ctx)
+
+    def conditional(self, scope: Scope) -> Optional[DeviceExpression]:
+        """`if args.cuda: model.cuda()` (every accelerator literal under one test): `"cuda" if args.cuda else "cpu"`,
+        when the test's name is visible in `scope`."""
+        guard = self.ctx.device_survey.only_under()
+        if guard is None:
+            return None
+        root = guard.split(".")[0]
+        if root == "self" or not any(root in outer.params or root in outer.assignments for outer in scope.chain()):
+            return None
+        kind = next(k for k in self.ctx.device_survey.guards if k != "cpu")
+        code = f"{self.builder_string(kind)} if {guard} else {self.builder_string('cpu')}"
+        return DeviceExpression(code, root, "conditional")
+
+    def dotted(self, scope: Scope, transfers: Set[str]) -> Optional[DeviceExpression]:
+        """`model.to(args.device)`, `device=cfg.device`: `torch.device(args.device).type`, when `args` is visible."""
+        for key in sorted(transfers):
+            root, _, rest = key.partition(".")
+            if not rest or root == "self" or not DEVICE_NAME.search(key.split(".")[-1]):
+                continue
+            if any(root in outer.params or root in outer.assignments for outer in scope.chain()):
+                return DeviceExpression(f"{self.torch_name(scope)}.device({key}).type", root, "unknown")
+        return None
 
     def for_variable(self, name: str, kind: str, literals: Sequence[str], scope: Scope) -> DeviceExpression:
         if kind == "torch.device":
@@ -91,6 +117,10 @@ class DeviceResolver:
         if self.explicit:
             return self.literal()
         found = self.variable(scope, before, transfers)
+        if found is None:
+            found = self.dotted(scope, transfers)
+        if found is None:
+            found = self.conditional(scope)
         return found if found is not None else self.literal()
 
     def variable(self, scope: Scope, before: Optional[int], transfers: Set[str]) -> Optional[DeviceExpression]:
@@ -193,6 +223,14 @@ class DeviceResolver:
             else:
                 return []
         return kinds
+
+
+def default_device_kind(ctx: FileContext) -> str:
+    """No device literal in the file: a script that builds its network and never moves anything trains on the CPU;
+    otherwise (a model from elsewhere, or moved by an expression AMP100 cannot read) CUDA is assumed."""
+    if not ctx.device_survey.dynamic and ctx.constructs_models:
+        return "cpu"
+    return "cuda"
 
 
 def _defaults_to_none(scope: Scope, param: str) -> bool:

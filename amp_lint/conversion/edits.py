@@ -13,8 +13,9 @@ from amp_lint.analysis.file_model import Scope
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
-from amp_lint.conversion.devices import DeviceExpression, DeviceResolver
+from amp_lint.conversion.devices import DEVICE_NAME, DeviceExpression, DeviceResolver
 from amp_lint.conversion.file_context import FileContext
+from amp_lint.conversion.float32_islands import keep_in_float32, products_through_calls, self_products
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.scaler_placement import ScalerPlacement
 from amp_lint.conversion.syntax import (
@@ -103,6 +104,7 @@ class EditPlanner:
         for iteration in self.iterations:
             self._wrap_forward(iteration, autocast)
         if fp16:
+            self._keep_self_products_in_float32()
             scaler = ScalerPlacement(self, self.ctx.fresh_name(self.scaler_candidates)).plan()
             for iteration in self.iterations:
                 self._scale(iteration, scaler)
@@ -305,6 +307,28 @@ class EditPlanner:
         self.builder.replace(last, wrap)
         self.wrapped_first[id(members[0])] = last
 
+    # --- products float16 cannot hold (float16) ---
+    def _keep_self_products_in_float32(self) -> None:
+        """A Gram matrix in the forward slice: in a helper, it is kept in float32; inline, the conversion is refused."""
+        wrapped = [s for piece in self.slices for s in piece.block.body[piece.start : piece.end + 1]]
+        inline = self_products(self.scope, wrapped, self.tree)
+        if inline:
+            raise Refusal(
+                f"`{code_of(inline[0].node)}` ({self.ctx.where(inline[0].node)}) multiplies `{inline[0].base}` by its "
+                "own transpose (a Gram matrix): a sum "
+                "that overflows float16 on large feature maps; move it into a function (the conversion then keeps it "
+                "in float32) or convert by hand"
+            )
+        done: Set[int] = set()
+        for product in products_through_calls(self.ctx, self.scope, wrapped):
+            if id(product.statement) in done or self.tree.block_of(product.statement) is None:
+                continue
+            done.add(id(product.statement))
+            torch_name = self._torch(product.scope)
+            self.builder.replace(
+                product.statement, lambda node, product=product, torch_name=torch_name: keep_in_float32(node, product, torch_name)
+            )
+
     # --- scaling (float16) ---
     def _scale(self, iteration: Iteration, scaler: str) -> None:
         for backward in iteration.backwards:
@@ -347,6 +371,10 @@ class EditPlanner:
     def _gradient_consumers(self, iteration: Iteration) -> List[cst.CSTNode]:
         """Clipping calls and statements that read `.grad`, inside the iteration (nodes, source order)."""
         consumers: List[cst.CSTNode] = [e.call for e in own_events(iteration.step, EventKind.CLIP)]
+        effects = self.ctx.helper_effects
+        for call in own_events(iteration.step, EventKind.CALL):
+            if effects.of_call(call).reads_gradients:  # `clip_gradients(model, 1.0)`: clipping in a helper
+                consumers.append(call.call)
         root = iteration.step.loop if iteration.step.loop is not None else iteration.scope.node
         tree = self.tree
 
@@ -423,6 +451,9 @@ class EditPlanner:
                 orelse = node.orelse
                 is_block = isinstance(orelse, cst.Else) and isinstance(orelse.body, cst.IndentedBlock)
                 container = orelse.body if is_block else None
+                if orelse is None:
+                    # `if i > n: break` (or `continue`, `return`): what follows the `if` is its false branch.
+                    container = self.tree.block_of(node)
         elif iteration.step.loop is not None:
             body = iteration.step.loop.body
             container = body if isinstance(body, cst.IndentedBlock) else None
@@ -433,7 +464,9 @@ class EditPlanner:
             else:
                 container = scope_node.body if isinstance(scope_node.body, cst.IndentedBlock) else None
         if container is None:
-            raise Refusal("the optimizer steps sit in a one-line block; put them on lines of their own")
+            raise Refusal(
+                f"`{short_code(last)}` sits in a one-line block (`if ...: {short_code(last)}`); put it on a line of its own"
+            )
         lifted = self.tree.child_in(anchor, container)
         if lifted is None:
             raise Refusal("could not find where `scaler.update()` belongs after the optimizer steps")
@@ -503,6 +536,8 @@ class EditPlanner:
                         names.add(key)
                     elif isinstance(func, cst.Attribute) and func.attr.value == "to" and arg.keyword is None:
                         names.add(key)
+                    elif DEVICE_NAME.search(key.split(".")[-1]):
+                        names.add(key)  # handed on to a helper that moves the batch: `calc_loss(x, y, model, device)`
 
         visit_read_only(node, Transfers())
         return names

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable, List, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -14,6 +14,9 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.syntax import SyntaxTree, statement_facts, unwrap_method_chain
+
+if TYPE_CHECKING:
+    from amp_lint.conversion.helper_effects import HelperEffects
 
 BACKWARD_KINDS = (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)
 # Events that end a forward slice: nothing before them belongs to the next loss's forward pass.
@@ -84,6 +87,21 @@ class FileContext:
     def tree(self) -> "SyntaxTree":
         return SyntaxTree(self.module)
 
+    def where(self, node: cst.CSTNode) -> str:
+        """"line N" for a node of the module (refusal messages name the line that makes them), or ""."""
+        if not hasattr(self, "_locator"):
+            from amp_lint.parse.positions import NodeLocator
+
+            self._locator = NodeLocator(self.module)
+        found = self._locator.range_of(id(node))
+        return f"line {found.start.line}" if found is not None else ""
+
+    @functools.cached_property
+    def helper_effects(self) -> "HelperEffects":
+        from amp_lint.conversion.helper_effects import HelperEffects
+
+        return HelperEffects(self.model)
+
     # names
     @functools.cached_property
     def identifiers(self) -> Set[str]:
@@ -118,13 +136,18 @@ class FileContext:
 
     # modules (networks and loss functions)
     @functools.cached_property
-    def module_like(self) -> Set[str]:
-        names: Set[str] = set()
-        local_modules = {
+    def local_module_classes(self) -> Set[str]:
+        """The file's own `nn.Module` classes."""
+        return {
             name
             for name, cls in self.model.classes.items()
             if any("Module" in code_of(base.value) or "nn." in code_of(base.value) for base in cls.bases)
         }
+
+    @functools.cached_property
+    def module_like(self) -> Set[str]:
+        names: Set[str] = set()
+        local_modules = self.local_module_classes
         for scope in self.model.scopes:
             for key, values in scope.assignments.items():
                 for value, _ in values:
@@ -167,10 +190,13 @@ class FileContext:
             return 2
         if key is not None and self.is_module_like(key):
             return 2
+        if (isinstance(func, cst.Attribute) and func.attr.value not in PLAIN_METHODS
+                and dotted_name(func.value) in self.module_like):
+            return 2  # a network's own method: `actor.get_action(obs)`, `model.encode(x)`, `net.forward(x)`
         if isinstance(func, cst.Attribute) and func.attr.value == "forward" and self.is_module_like(
             dotted_name(func.value)
         ):
-            return 2
+            return 2  # fmt: skip
         for arg in call.args:
             if self.is_module_like(dotted_name(arg.value)):
                 return 2
@@ -221,22 +247,38 @@ class FileContext:
 
     # devices
     @functools.cached_property
-    def literal_device(self) -> Optional[str]:
-        """The device type the file's literals point at: the first non-CPU one, else "cpu", else None."""
-        seen: List[str] = []
+    def device_survey(self) -> "DeviceSurvey":
+        """Every device the file's literals name, and under which condition (`if args.cuda: model.cuda()`)."""
+        survey = DeviceSurvey()
         model = self.model
         tree = self.tree
+        scopes = {id(s.node): s for s in model.scopes}
 
-        def note(node: Optional[cst.BaseExpression]) -> None:
+        def condition_of(node: cst.CSTNode) -> Optional[str]:
+            """The test (a plain name or attribute) of the innermost `if` / conditional expression around `node`,
+            when `node` sits in its true branch; "" when nothing guards it; None for any other guard."""
+            child = node
+            for ancestor in tree.ancestors(node):
+                if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                    return ""
+                if isinstance(ancestor, cst.IfExp) and child is ancestor.body:
+                    return dotted_name(ancestor.test)
+                if isinstance(ancestor, cst.If) and child is ancestor.body:
+                    return dotted_name(ancestor.test)
+                child = ancestor
+            return ""
+
+        def note(node: Optional[cst.BaseExpression], where: cst.CSTNode) -> None:
             if isinstance(node, cst.IfExp):
-                note(node.body)
-                note(node.orelse)
+                # `"cuda" if use_cuda else "cpu"`: the choice itself, not a guard
+                note(node.body, where)
+                note(node.orelse, where)
             elif isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
                 kind = node.evaluated_value.split(":")[0]
                 if kind in DEVICE_TYPES:
-                    seen.append(kind)
-
-        scopes = {id(s.node): s for s in model.scopes}
+                    survey.add(kind, condition_of(where) if kind != "cpu" else "")
+            elif node is not None:
+                survey.dynamic = True
 
         class Literals(cst.CSTVisitor):
             def visit_Call(self, node: cst.Call) -> None:
@@ -245,26 +287,76 @@ class FileContext:
                 scope = scopes.get(id(function)) if function is not None else model.scopes[0]
                 qualified = scope.names.qualify(func) if scope is not None else None
                 if qualified == "torch.device" and node.args:
-                    note(node.args[0].value)
+                    note(node.args[0].value, node)
                 elif isinstance(func, cst.Attribute) and func.attr.value == "cuda" and not qualified:
-                    seen.append("cuda")
+                    survey.add("cuda", condition_of(node))
                 elif isinstance(func, cst.Attribute) and func.attr.value == "to":
                     for arg in node.args:
                         if arg.keyword is None or arg.keyword.value == "device":
-                            note(arg.value)
+                            if not (isinstance(arg.value, (cst.Attribute, cst.Name)) and scope is not None
+                                    and scope.names.qualify(arg.value) is not None):  # `.to(torch.float32)`
+                                note(arg.value, node)
                 for arg in node.args:
                     if arg.keyword is not None and arg.keyword.value == "device":
-                        note(arg.value)
+                        note(arg.value, node)
+        # fmt: skip
 
         visit_read_only(self.module, Literals())
-        for kind in seen:
-            if kind != "cpu":
-                return kind
-        if seen:
-            return "cpu"
         for region in model.regions:
             if region.spec.device:
-                return region.spec.device.split(":")[0]
-        return None
+                survey.add(region.spec.device.split(":")[0], "")
+        return survey
+
+    @functools.cached_property
+    def literal_device(self) -> Optional[str]:
+        """The device type the file's literals point at: the first non-CPU one, else "cpu", else None."""
+        return self.device_survey.literal()
+
+    @functools.cached_property
+    def constructs_models(self) -> bool:
+        """Does the file build a network itself (`nn.Linear(...)`, an instance of its own `nn.Module` class)?"""
+        local_modules = self.local_module_classes
+        for scope in self.model.scopes:
+            for values in scope.assignments.values():
+                for value, _ in values:
+                    call = unwrap_method_chain(value)
+                    if not isinstance(call, cst.Call):
+                        continue
+                    qualified = scope.names.qualify(call.func) or ""
+                    last = qualified.split(".")[-1]
+                    if qualified.startswith("torch.nn.") and last[:1].isupper():
+                        return True
+                    if dotted_name(call.func) in local_modules:
+                        return True
+        return False
 
 
+class DeviceSurvey:
+    """The device types a file names in its literals, each with the condition guarding it."""
+
+    def __init__(self) -> None:
+        self.kinds: List[str] = []  # in source order
+        self.guards: Dict[str, Set[Optional[str]]] = {}  # kind -> guards ("": none; None: an unreadable guard)
+        self.dynamic = False  # a device given by a variable or expression (`.to(device)`, `device=args.device`)
+
+    def add(self, kind: str, guard: Optional[str]) -> None:
+        self.kinds.append(kind)
+        self.guards.setdefault(kind, set()).add(guard)
+
+    def literal(self) -> Optional[str]:
+        for kind in self.kinds:
+            if kind != "cpu":
+                return kind
+        return "cpu" if self.kinds else None
+
+    def only_under(self) -> Optional[str]:
+        """The one condition every accelerator literal sits under (`if args.cuda: model.cuda()`), or None when some
+        accelerator literal is unconditional, guarded otherwise, or there are several accelerators."""
+        accelerators = [k for k in self.guards if k != "cpu"]
+        if len(accelerators) != 1:
+            return None
+        guards = self.guards[accelerators[0]]
+        if len(guards) != 1:
+            return None
+        guard = next(iter(guards))
+        return guard or None

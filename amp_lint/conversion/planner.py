@@ -22,10 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+import libcst as cst
+
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.conversion.call_sites import call_sites
 from amp_lint.conversion.already_mixed import already_mixed_precision, is_unit_test
-from amp_lint.conversion.devices import has_run_time_device
+from amp_lint.conversion.devices import default_device_kind, has_run_time_device
 from amp_lint.conversion.edits import BFLOAT16, FLOAT16, EditPlanner
 from amp_lint.conversion.file_context import FileContext
 from amp_lint.conversion.refusals import (
@@ -59,6 +62,40 @@ class Outcome:
 
 
 
+def runs_after_training(ctx: FileContext, iterations: List[Iteration], node: cst.CSTNode) -> bool:
+    """Does `node` (a cast to half precision) run only after every training loop of the file is over?
+
+    Each training loop (or the call of the function that holds it) must sit in the cast's own scope, before it, and
+    no loop may hold both (a cast in the epoch loop would run before the next epoch trains)."""
+    tree = ctx.tree
+    function = tree.enclosing_function(node)
+    where = ctx.model.scope_of(function) if function is not None else ctx.model.scopes[0]
+    if where is None:
+        return False
+    position = tree.position(node)
+    for iteration in iterations:
+        backward = iteration.backwards[0]
+        if iteration.scope is where:
+            outer: Optional[cst.CSTNode] = backward.loops[0] if backward.loops else None
+            if outer is None:
+                return False
+            ends_before = [outer]
+        else:
+            scope_node = iteration.scope.node
+            if not isinstance(scope_node, cst.FunctionDef):
+                return False
+            sites = [call for call, caller in call_sites(ctx, scope_node) if caller is where]
+            if not sites or len(sites) != len(call_sites(ctx, scope_node)):
+                return False
+            ends_before = sites
+        for before in ends_before:
+            if tree.position(before) >= position or tree.is_inside(node, before):
+                return False
+            if any(tree.is_inside(node, loop) for loop in tree.loops_around(before)):
+                return False
+    return True
+
+
 # --- entry point --------------------------------------------------------------------------------------
 
 
@@ -68,12 +105,12 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
     iterations = find_iterations(model)
     if not iterations:
         return []
-    if already_mixed_precision(model) is not None:
+    ctx = FileContext(model)
+    if already_mixed_precision(model, lambda cast: runs_after_training(ctx, iterations, cast)) is not None:
         return []
     iterations = [it for it in iterations if not is_unit_test(it.scope)]
     if not iterations:
         return []
-    ctx = FileContext(model)
     outcomes: List[Outcome] = []
     stepping = [it for it in iterations if it.optimizer_steps]
     steps_elsewhere = [
@@ -123,7 +160,7 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
         if device:
             device_may_be_cuda = device.split(":")[0] != "cpu"
         else:
-            device_may_be_cuda = ctx.literal_device != "cpu" or has_run_time_device(model)
+            device_may_be_cuda = (ctx.literal_device or default_device_kind(ctx)) != "cpu" or has_run_time_device(model)
         file_reason = file_refusal(ctx, device_may_be_cuda)
     for group in by_scope.values():
         step_function = group[0].is_step_function

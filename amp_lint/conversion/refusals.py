@@ -25,6 +25,7 @@ class Refusal(Exception):
 
 
 FLOAT64_REASON = "the script trains in float64 on purpose; AMP would drop that precision"
+FLOAT64_NAMES = ("torch.float64", "torch.double", "torch.DoubleTensor", "torch.cuda.DoubleTensor")
 
 
 def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
@@ -33,6 +34,24 @@ def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
     scopes = {id(s.node): s for s in model.scopes}
     problems: List[str] = []
     tree = ctx.tree
+
+    def weights(receiver: cst.BaseExpression) -> bool:
+        """Is `receiver` a network (whose weights a cast changes), not a tensor of bookkeeping?"""
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            if receiver.func.attr.value not in ("to", "cuda", "cpu", "float", "type", "train", "eval"):
+                break
+            receiver = receiver.func.value  # `Net().cuda().double()`
+        if isinstance(receiver, cst.Call):  # `nn.Linear(4, 2).double()`, `Net().double()`
+            qualified = model.scopes[0].names.qualify(receiver.func) or ""
+            last = qualified.split(".")[-1]
+            if qualified.startswith("torch.nn.") and last[:1].isupper():
+                return True
+            return ctx.call_tier(model.scopes[0], receiver) == 2 or dotted_name(receiver.func) in ctx.local_module_classes
+        key = dotted_name(receiver)
+        return key is not None and (key in ctx.module_like or ctx.is_module_like(key))
+
+    def float64_in(node: cst.Call, scope) -> bool:
+        return any(scope.names.qualify(arg.value) in FLOAT64_NAMES for arg in node.args)
 
     class Scan(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
@@ -43,34 +62,33 @@ def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
             func = node.func
             qualified = scope.names.qualify(func)
             # (`.half()` / `.to(torch.float16)` never get here: a half-precision model is not fp32 training, and
-            # AMP100 is silent on it, see `already_mixed`.)
+            # AMP100 is silent on it, see `already_mixed`.)  Float64 training means float64 *weights*: a network
+            # cast to double, or float64 made the default dtype. `(pred == y).double().mean()` or
+            # `running_corrects.double() / n` is bookkeeping of the accuracy, not training precision.
             if isinstance(func, cst.Attribute) and qualified is None:
                 method = func.attr.value
-                if method == "double":
-                    problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
-                elif method in ("to", "type"):
-                    for arg in node.args:
-                        if scope.names.qualify(arg.value) in ("torch.float64", "torch.double"):
-                            problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
+                if method == "double" and weights(func.value):
+                    problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
+                elif method in ("to", "type") and float64_in(node, scope) and weights(func.value):
+                    problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
             if qualified in ("torch.set_default_dtype", "torch.set_default_tensor_type"):
                 text = code_of(node)
                 if "64" in text or "double" in text.lower():
-                    problems.append(f"`{text}`: {FLOAT64_REASON}")
+                    problems.append(f"`{text}` ({ctx.where(node)}): {FLOAT64_REASON}")
+            elif qualified is not None and qualified.startswith("torch.nn.") and qualified.split(".")[-1][:1].isupper():
+                for arg in node.args:  # `nn.Linear(4, 2, dtype=torch.float64)`
+                    if arg.keyword is not None and arg.keyword.value == "dtype":
+                        if scope.names.qualify(arg.value) in FLOAT64_NAMES:
+                            problems.append(f"`{code_of(node)}` ({ctx.where(node)}): {FLOAT64_REASON}")
             if device_may_be_cuda and qualified in (
                 "torch.nn.BCELoss",
                 "torch.nn.modules.loss.BCELoss",
                 "torch.nn.functional.binary_cross_entropy",
             ):
                 problems.append(
-                    f"`{code_of(node.func)}` raises an error under CUDA autocast; use `nn.BCEWithLogitsLoss` "
+                    f"`{code_of(node.func)}` ({ctx.where(node)}) raises an error under CUDA autocast; use `nn.BCEWithLogitsLoss` "
                     "(or `F.binary_cross_entropy_with_logits`) on the logits, without the sigmoid, then convert"
                 )
-
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            function = tree.enclosing_function(node)
-            scope = scopes.get(id(function)) if function is not None else model.scopes[0]
-            if scope is not None and scope.names.qualify(node) in ("torch.float64", "torch.double"):
-                problems.append(f"`{code_of(node)}`: {FLOAT64_REASON}")
 
     visit_read_only(ctx.module, Scan())
     return problems[0] if problems else None
@@ -86,6 +104,16 @@ def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
                 "pattern written by hand (scale the outputs, divide the gradients by the scale)"
             )
         return "`torch.autograd.grad(...)` gradients would be scaled; convert this step by hand"
+    for call in own_events(iteration.step, EventKind.CALL):
+        effect = ctx.helper_effects.of_call(call)
+        if effect.gradient_penalty:
+            called = code_of(call.call.func)
+            inside = f" (in `{effect.where}`)" if effect.where and effect.where.split(".")[-1] != called.split(".")[-1] else ""
+            return (
+                f"`{called}(...)` ({ctx.where(call.call)}) runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
+                "a gradient penalty: it needs the scaled-gradient pattern written by hand (scale the outputs, "
+                "divide the gradients by the scale)"
+            )
     for step in iteration.optimizer_steps:
         closure = passed_closure(step.call)
         if closure is not None:

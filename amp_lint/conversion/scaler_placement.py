@@ -147,6 +147,10 @@ class ScalerPlacement:
         return self.tree.child_in(node, body)
 
     def _create_before(self, scope: Scope, loops: List[cst.CSTNode], optimizer: Optional[str]) -> None:
+        per_run = self._beside_a_per_run_optimizer(scope, loops, optimizer)
+        if per_run is not None:
+            self.creations.append(_Creation(scope, per_run, True, optimizer, self._hints))
+            return
         if loops:
             anchor = self.planner._before_all(loops)
         elif scope is self.planner.scope:
@@ -154,6 +158,25 @@ class ScalerPlacement:
         else:
             raise Refusal("could not place the GradScaler before the training loop")
         self.creations.append(_Creation(scope, anchor, False, optimizer, self._hints))
+
+    def _beside_a_per_run_optimizer(
+        self, scope: Scope, loops: List[cst.CSTNode], optimizer: Optional[str]
+    ) -> Optional[cst.CSTNode]:
+        """`for lr in lrs: optimizer = SGD(...); for x, y in loader: ...`: a loop builds an optimizer per run, so
+        each run gets its own scaler, right after its optimizer (one above the loop would carry one run's scale
+        into the next). Returns the statement to create the scaler after, or None."""
+        if not optimizer or "." in optimizer or not loops:
+            return None
+        values = scope.assignments.get(optimizer, [])
+        inside = [st for _, st in values if st is not None and any(self.tree.is_inside(st, loop) for loop in loops)]
+        if not inside:
+            return None
+        if len(inside) != 1 or len(values) != 1 or self.tree.block_of(inside[0]) is None:
+            raise Refusal(
+                f"`{optimizer}` is created in several places inside the loop that trains; "
+                "create it once per run to convert"
+            )
+        return inside[0]
 
     # --- passing the scaler in ---
     def _pass_in(self, scope: Scope, optimizer: str, depth: int, step_function: bool, loops: List[cst.CSTNode]) -> bool:
@@ -173,6 +196,8 @@ class ScalerPlacement:
         in_loops = [call for call, _ in sites if self.tree.loops_around(call)]
         if not step_function and not in_loops:
             return False  # called once per run: the scaler it creates lives as long as the run
+        if not step_function and all(self._optimizer_made_per_call(function, call, caller, optimizer) for call, caller in sites):
+            return False  # `for config in configs: optimizer = ...; train(model, optimizer)`: one call per optimizer
         if step_function and len(in_loops) < len(sites):
             call = next(call for call, _ in sites if not self.tree.loops_around(call))
             raise Refusal(
@@ -223,6 +248,22 @@ class ScalerPlacement:
                 continue
             self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
+
+    def _optimizer_made_per_call(
+        self, function: cst.FunctionDef, call: cst.Call, caller: Optional[Scope], optimizer: str
+    ) -> bool:
+        """Is the optimizer passed at `call` created in the innermost loop around the call (a fresh optimizer for
+        each call, as in a hyperparameter sweep)? Then each call is a whole run, and its scaler lives in it."""
+        loops = self.tree.loops_around(call)
+        if caller is None or not loops:
+            return not loops
+        arg = argument_for(function, call, optimizer.split(".")[0])
+        key = dotted_name(arg.value) if arg is not None else None
+        if key is None or "." in key:
+            return False
+        values = caller.assignments.get(key, [])
+        innermost = loops[-1] if len(loops) > 0 else None
+        return bool(values) and all(st is not None and self.tree.is_inside(st, innermost) for _, st in values)
 
     def _device_variable_in(self, scope: Scope) -> Optional[str]:
         """The parameter of `scope` that the step's device expression reads (`device` in `device.type`)."""
@@ -320,40 +361,56 @@ class ScalerPlacement:
                 return "a local variable"
         return None
 
-    def _state_calls(self, scope: Scope, optimizer: str) -> Tuple[List[cst.DictElement], List[cst.SimpleStatementLine]]:
-        """`"optimizer": optimizer.state_dict()` dict entries and `optimizer.load_state_dict(...)` statements."""
-        saves: List[cst.DictElement] = []
-        loads: List[cst.SimpleStatementLine] = []
+    def _state_calls(self, scope: Scope, optimizer: str) -> "_StateCalls":
+        """Where `scope` saves and loads the optimizer's state: `{"optimizer": optimizer.state_dict()}`,
+        `dict(optimizer=optimizer.state_dict())`, `state["optimizer"] = optimizer.state_dict()`, and
+        `optimizer.load_state_dict(checkpoint["optimizer"])`."""
+        found = _StateCalls()
         root = scope.node
+
+        def is_state_dict(value: cst.BaseExpression) -> bool:
+            return (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value == "state_dict" and dotted_name(value.func.value) == optimizer)
 
         class Find(cst.CSTVisitor):
             def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
                 return node is root
 
             def visit_DictElement(self, node: cst.DictElement) -> None:
-                value = node.value
-                if (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-                        and value.func.attr.value == "state_dict" and dotted_name(value.func.value) == optimizer):
-                    saves.append(node)
+                if is_state_dict(node.value):
+                    found.saves.append(node)
+
+            def visit_Call(self, node: cst.Call) -> None:
+                if isinstance(node.func, cst.Name) and node.func.value == "dict":
+                    found.saves.extend(a for a in node.args if a.keyword is not None and is_state_dict(a.value))
+                elif is_state_dict(node):
+                    found.state_dict_calls += 1
 
             def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-                if len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
-                    call = node.body[0].value
+                if len(node.body) != 1:
+                    return
+                small = node.body[0]
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 and is_state_dict(small.value):
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Subscript) and dotted_name(target.value) is not None:
+                        found.assigned.append(node)  # `state["optimizer"] = optimizer.state_dict()`
+                if isinstance(small, cst.Expr):
+                    call = small.value
                     if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
                             and call.func.attr.value == "load_state_dict"
-                            and dotted_name(call.func.value) == optimizer and len(call.args) == 1
-                            and isinstance(call.args[0].value, cst.Subscript)):
-                        loads.append(node)
+                            and dotted_name(call.func.value) == optimizer):
+                        if len(call.args) == 1 and isinstance(call.args[0].value, cst.Subscript):
+                            found.loads.append(node)
         # fmt: skip
 
         visit_read_only(root, Find())
-        return saves, loads
+        return found
 
     def _keep_before_checkpoint_loads(self, creation: _Creation) -> None:
         """A scaler created before the training loop may come after the optimizer's state is loaded: move it up."""
         if creation.after or not creation.optimizer:
             return
-        _, loads = self._state_calls(creation.scope, creation.optimizer)
+        loads = self._state_calls(creation.scope, creation.optimizer).loads
         if not loads or min(self.tree.position(load) for load in loads) > self.tree.position(creation.anchor):
             return
         values = creation.scope.assignments.get(creation.optimizer, [])
@@ -368,11 +425,24 @@ class ScalerPlacement:
         creation.anchor, creation.after = top, True
 
     def _checkpoint_edits(self, creation: _Creation, target: str) -> None:
+        """The scaler's state goes where the optimizer's is saved and loaded: both, or neither (a load with no save
+        of the scaler could never run; a save that nothing loads would be a new format for nothing)."""
         assert creation.optimizer is not None
-        saves, loads = self._state_calls(creation.scope, creation.optimizer)
+        calls = self._state_calls(creation.scope, creation.optimizer)
+        if not calls.loads or not (calls.saves or calls.assigned):
+            return
         key = self.builder.string("scaler")
-        for element in saves:
-            def add(node: cst.CSTNode, element: cst.DictElement = element) -> cst.CSTNode:
+        for element in calls.saves:
+            def add(node: cst.CSTNode, element: cst.CSTNode = element) -> cst.CSTNode:
+                if isinstance(node, cst.Call):  # `dict(optimizer=optimizer.state_dict(), ...)`
+                    new_arg = cst.Arg(cst.parse_expression(f"{target}.state_dict()"), keyword=cst.Name("scaler"),
+                                      equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+                    args = list(node.args)
+                    index = next(i for i, a in enumerate(args) if a is element)
+                    if index + 1 < len(args):
+                        args.insert(index + 1, new_arg.with_changes(comma=args[index].comma))
+                        return node.with_changes(args=args)
+                    return node.with_changes(args=append_with_comma(args, new_arg))
                 assert isinstance(node, cst.Dict)
                 new = cst.DictElement(cst.parse_expression(key), cst.parse_expression(f"{target}.state_dict()"))
                 elements = list(node.elements)
@@ -383,14 +453,26 @@ class ScalerPlacement:
                 return node.with_changes(elements=append_with_comma(elements, new))
 
             parent = self.tree.parent_of(element)
-            if isinstance(parent, cst.Dict):
+            if isinstance(parent, (cst.Dict, cst.Call)):
                 self.builder.replace(parent, add)
-        for load in loads:
+        for statement in calls.assigned:
+            subscript = statement.body[0].targets[0].target  # type: ignore[attr-defined]
+            holder = code_of(subscript.value)
+            self.builder.insert_after(statement, self.builder.statement(f"{holder}[{key}] = {target}.state_dict()\n"))
+        for load in calls.loads:
             call = load.body[0].value  # type: ignore[attr-defined]
             checkpoint = code_of(call.args[0].value.value)
             self.builder.insert_after(load, self.builder.statement(
                 f"if {key} in {checkpoint}:\n    {target}.load_state_dict({checkpoint}[{key}])\n"
             ))  # fmt: skip
+
+
+@dataclass
+class _StateCalls:
+    saves: List[cst.CSTNode] = field(default_factory=list)  # dict entries / `dict(...)` keywords
+    assigned: List[cst.SimpleStatementLine] = field(default_factory=list)  # `state["optimizer"] = ...state_dict()`
+    loads: List[cst.SimpleStatementLine] = field(default_factory=list)
+    state_dict_calls: int = 0
 
 
 def _pass_attribute(node: cst.CSTNode, name: str, attribute: Optional[str]) -> cst.CSTNode:

@@ -401,6 +401,8 @@ def _runs_with(model: FileModel, cast: HalfCast, step: CallSite, optimizer, bind
         if condition is False:
             continue
         cast_conditions = [b.condition for b in cast.site.branches]
+        if cast.site.scope is step.scope and step.loops and step.loops[0] not in cast.site.loops and cast.site.order > step.order:
+            continue  # `model.half(); torch.save(...)` after the training loop: an export, not what the loop steps
         if cast.site.scope is step.scope:
             if not sites_in_one_pass(model, cast.site, step):
                 continue

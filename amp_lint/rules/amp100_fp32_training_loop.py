@@ -72,8 +72,22 @@ class Fp32TrainingLoop(Rule):
     state is saved beside it and loaded after `optimizer.load_state_dict(...)` when present. The device
     follows the script's own expression: `device.type` for a `torch.device` (including
     `torch.accelerator.current_accelerator()` with a CPU fallback), `torch.device(device).type` where
-    `device` may be a string; checks that depend on the device (BCELoss under CUDA) assume CUDA whenever
-    the device is chosen at run time.
+    `device` may be a string (also a `device` parameter that the function only hands on to a helper),
+    `torch.device(args.device).type` for `model.to(args.device)`, `"cuda" if cuda else "cpu"` where every
+    `.cuda()` sits under `if cuda:`; a literal only where the script names no other device (a script that
+    builds its network and never moves anything converts for `"cpu"`). Checks that depend on the device
+    (BCELoss under CUDA) assume CUDA whenever the device is chosen at run time.
+
+    Gradient code in the file's helpers counts as if inline: `scaler.unscale_(optimizer)` goes before a call
+    of a helper that clips or reads `.grad` (`clip_gradients(model, t)`), and a helper running
+    `torch.autograd.grad(..., create_graph=True)` is refused like the inline gradient penalty. A loop that
+    builds an optimizer per run (a hyperparameter sweep) gets its scaler right after that optimizer. The
+    scaler's state is checkpointed only where the optimizer's is both saved (`{...}`, `dict(...)`,
+    `state["optimizer"] = ...`) and loaded, or not at all. A Gram-like product (`torch.mm(f, f.t())`,
+    `x.bmm(x_t)` with `x_t = x.transpose(1, 2)`) in a helper of the forward pass is kept in float32
+    (`with torch.amp.autocast(f.device.type, enabled=False):` and `.float()` inputs); written inline in the
+    loop, the conversion is refused with that reason. `.double()` on accuracy bookkeeping and a
+    `model.half()` that runs only after training (to save a smaller file) do not block the conversion.
 
     Silent (not fp32 training, or not training): code that already uses mixed or low precision (apex
     `amp.scale_loss`, DeepSpeed, ColossalAI, Megatron and fp16/bf16 optimizer wrappers, half or bf16
@@ -82,8 +96,9 @@ class Fp32TrainingLoop(Rule):
     int8 models, a GradScaler anywhere in the file) and unit tests (`test_*`, `Test*`) that take an
     optimizer step.
 
-    No fix (the finding says why) for: closure optimizers (`LBFGS`, `step(closure)`), float64 training, `torch.autograd.grad(..., create_graph=True)` (a gradient penalty, convert it by
-    hand), `nn.BCELoss` / `F.binary_cross_entropy` when the device may be CUDA (banned under CUDA
+    No fix (the finding says why) for: closure optimizers (`LBFGS`, `step(closure)`), float64 training
+    (a network cast to double, float64 the default dtype), `torch.autograd.grad(..., create_graph=True)`
+    (a gradient penalty, inline or in a helper: convert it by hand), an inline Gram matrix, `nn.BCELoss` / `F.binary_cross_entropy` when the device may be CUDA (banned under CUDA
     autocast: use `BCEWithLogitsLoss`), backward and step in different functions, parameters updated
     by hand without an optimizer (or in a branch beside it), a loss computed without any model call (the
     forward pass ran elsewhere, as in REINFORCE), a `device` parameter defaulting to None, and a step
