@@ -292,7 +292,8 @@ def test_config_option_applies_to_every_file(project, tmp_path_factory):
 
 def test_isolated_ignores_every_config_file(project):
     resolver = SettingsResolver({"ignore": ("AMP001",)}, isolated=True, all_codes=CODES)
-    assert resolver.for_path(project / "sub" / "x.py") == Settings(ignore=("AMP001",))
+    settings = resolver.for_path(project / "sub" / "x.py")
+    assert settings == Settings(ignore=("AMP001",), selection_layers=((None, (), ("AMP001",)),))
     assert resolver.root_settings(project).output_format == "full"
 
 

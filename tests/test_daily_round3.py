@@ -327,6 +327,17 @@ def test_the_more_specific_selector_wins(tmp_path):
     assert codes("--select", "AMP070", "--ignore", "AMP070") == []  # the same specificity: ignore wins
     write(tmp_path, {"pyproject.toml": "[tool.amp-lint]\nignore = [\"AMP07\"]\nextend-select = [\"AMP070\"]\n"})
     assert codes() == ["AMP070"]
+    # Across layers the later one works on the earlier one's result (Ruff's rule_selections): the option's
+    # ignore drops what the configuration's more specific extend-select added, and a --select starts afresh.
+    assert codes("--ignore", "AMP07") == []
+    assert codes("--extend-select", "AMP072") == ["AMP070", "AMP072"]
+    write(tmp_path, {"pyproject.toml": "[tool.amp-lint]\nextend-select = [\"AMP070\"]\n"})
+    assert codes("--ignore", "AMP07") == []
+    assert codes("--select", "AMP07", "--ignore", "AMP072") == ["AMP070"]
+    if RUFF:  # the same across layers: a config extend-select of F401, then --ignore F, drops F401
+        write(tmp_path, {"l/pyproject.toml": "[tool.ruff.lint]\nextend-select = [\"F401\"]\n", "l/r.py": "import os\n"})
+        assert ruff("check", "--no-cache", "--ignore", "F", "r.py", cwd=tmp_path / "l").returncode == 0
+        assert "F401" in ruff("check", "--no-cache", "r.py", cwd=tmp_path / "l").stdout
     if RUFF:  # Ruff 0.17.6 keeps F401 for --select F401 --ignore F, drops it for --select F --ignore F401
         write(tmp_path, {"r.py": "import os\n"})
         keep = ruff("check", "--no-cache", "--isolated", "--select", "F401", "--ignore", "F", "r.py", cwd=tmp_path)

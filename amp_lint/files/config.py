@@ -359,6 +359,13 @@ def apply_cli_overrides(settings: Settings, overrides: Dict[str, Any]) -> Settin
     `ignore` no longer apply), while `--extend-select`, `--ignore` and `--extend-exclude` add to it.
     """
     changes = dict(overrides)
+    if any(name in changes for name in ("select", "extend_select", "ignore", "extend_ignore")):
+        layers = settings.selection_layers
+        if not layers and (settings.select or settings.extend_select or settings.ignore or settings.extend_ignore):
+            layers = (settings.own_selection_layer(),)
+        select = tuple(changes["select"]) if changes.get("select") else None
+        ignore = tuple(changes.get("ignore", ())) + tuple(changes.get("extend_ignore", ()))
+        changes["selection_layers"] = layers + ((select, tuple(changes.get("extend_select", ())), ignore),)
     if "select" in changes:
         settings = settings.with_changes(extend_select=(), ignore=(), extend_ignore=())
     for name in _ADDITIVE_FIELDS:

@@ -78,6 +78,11 @@ class Settings:
     # The same for the other packages whose deprecations the rules know: ((package, "2.9"), ...), from the
     # project's own requirements (`transformer-engine>=2.9`, `accelerate>=1.4`).
     target_packages: Tuple[Tuple[str, str], ...] = ()
+    # Each layer's own rule selection, in the order the layers apply (a configuration file, the file that
+    # extends it, `--config KEY=VALUE`, the options): (select or None, extend-select, ignore + extend-ignore).
+    # Ruff resolves select/ignore by specificity inside a layer, and a later layer works on the result of the
+    # earlier ones (its `select` starts afresh). The fields above are the layers merged, for display.
+    selection_layers: Tuple[Tuple[Optional[Tuple[str, ...]], Tuple[str, ...], Tuple[str, ...]], ...] = ()
     # Where the settings came from (a config file path), for --show-settings and error messages.
     source: Optional[str] = None
     # The folder that relative globs (exclude, per-file-ignores) are resolved against.
@@ -102,8 +107,13 @@ class Settings:
                 self.target_torch,
                 self.target_packages,
                 self.preview,
+                self.selection_layers,
             )
         )
+
+    def own_selection_layer(self) -> Tuple[Optional[Tuple[str, ...]], Tuple[str, ...], Tuple[str, ...]]:
+        """These settings' select fields as one layer (settings made without layers, as in tests)."""
+        return (self.select or None, self.extend_select, self.ignore + self.extend_ignore)
 
     def assumed_shown_for(self, all_codes: Iterable[str]) -> FrozenSet[str]:
         """The rules whose assumed findings are reported without `show-assumed`: those selected by their own
@@ -150,9 +160,12 @@ class RuleSelection:
         `select`, `extend-select` and `ignore` apply from the least specific to the most (`ALL`, `AMP`,
         `AMP0`, ... `AMP070`), an ignore after a select of the same specificity. So `select = ["AMP070"]`
         with `ignore = ["AMP0"]` keeps AMP070 on, as Ruff keeps F401 for `--select F401 --ignore F`."""
-        start = frozenset() if settings.select else frozenset(default_codes)
-        on = settings.select + settings.extend_select
-        return cls(enabled=_by_specificity(start, on, settings.ignore + settings.extend_ignore, list(all_codes)))
+        all_codes = list(all_codes)
+        enabled = frozenset(default_codes)
+        for select, extend_select, ignore in settings.selection_layers or (settings.own_selection_layer(),):
+            start = frozenset() if select else enabled
+            enabled = _by_specificity(start, (select or ()) + extend_select, ignore, all_codes)
+        return cls(enabled=enabled)
 
     @staticmethod
     def unfixable(settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
