@@ -293,7 +293,7 @@ def test_config_option_applies_to_every_file(project, tmp_path_factory):
 def test_isolated_ignores_every_config_file(project):
     resolver = SettingsResolver({"ignore": ("AMP001",)}, isolated=True, all_codes=CODES)
     settings = resolver.for_path(project / "sub" / "x.py")
-    assert settings == Settings(ignore=("AMP001",), selection_layers=((None, (), ("AMP001",)),))
+    assert settings == Settings(ignore=("AMP001",))
     assert resolver.root_settings(project).output_format == "full"
 
 

@@ -458,7 +458,7 @@ def describe(settings: Settings, enabled: Optional[List[str]] = None) -> str:
     if enabled is not None:
         lines.append(f"# Enabled rules ({len(enabled)}): {', '.join(enabled) if enabled else 'none'}")
     for name in (f.name for f in fields(Settings)):
-        if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores"):
+        if name in ("source", "root", "per_file_ignores", "extend_per_file_ignores", "selection_layers"):
             continue
         if name == "target_packages":  # read from the project's requirements, not a key of its own
             if settings.target_packages:

@@ -82,7 +82,10 @@ class Settings:
     # extends it, `--config KEY=VALUE`, the options): (select or None, extend-select, ignore + extend-ignore).
     # Ruff resolves select/ignore by specificity inside a layer, and a later layer works on the result of the
     # earlier ones (its `select` starts afresh). The fields above are the layers merged, for display.
-    selection_layers: Tuple[Tuple[Optional[Tuple[str, ...]], Tuple[str, ...], Tuple[str, ...]], ...] = ()
+    # Not compared: two settings with the same merged fields are equal (the cache key holds the layers).
+    selection_layers: Tuple[Tuple[Optional[Tuple[str, ...]], Tuple[str, ...], Tuple[str, ...]], ...] = field(
+        default=(), compare=False
+    )
     # Where the settings came from (a config file path), for --show-settings and error messages.
     source: Optional[str] = None
     # The folder that relative globs (exclude, per-file-ignores) are resolved against.
