@@ -111,10 +111,16 @@ def main(argv=None) -> int:
     wanted = pages()
     stale = [name for name, content in wanted.items() if not (docs / name).is_file() or (docs / name).read_text(encoding="utf-8") != content]
     extra = sorted(p.name for p in docs.glob("*.md") if p.name not in wanted) if docs.is_dir() else []
+    # The rule pages also ship in the package (the editor's hover and links, for a wheel install too).
+    shipped = root / "amp_lint" / "server" / "rule_pages"
+    rule_pages = {name: content for name, content in wanted.items() if name != "README.md"}
+    shipped_stale = [n for n, c in rule_pages.items() if not (shipped / n).is_file() or (shipped / n).read_text(encoding="utf-8") != c]
+    shipped_extra = sorted(p.name for p in shipped.glob("*.md") if p.name not in rule_pages) if shipped.is_dir() else []
     table = registry_table()
     table_stale = table != TABLE_PATH.read_text(encoding="utf-8")
     if "--check" in argv:
         problems = (["README.md's rules table"] if new != text else []) + [f"{DOCS_FOLDER}/{n}" for n in stale + extra]
+        problems += [f"amp_lint/server/rule_pages/{n}" for n in shipped_stale + shipped_extra]
         problems += ["amp_lint/rules/_table.py"] if table_stale else []
         if problems:
             print(f"out of date: {', '.join(problems)}: run `python -m amp_lint.rules.docs`", file=sys.stderr)
@@ -129,6 +135,11 @@ def main(argv=None) -> int:
         (docs / name).write_text(wanted[name], encoding="utf-8")
     for name in extra:
         (docs / name).unlink()
+    shipped.mkdir(parents=True, exist_ok=True)
+    for name in shipped_stale:
+        (shipped / name).write_text(rule_pages[name], encoding="utf-8")
+    for name in shipped_extra:
+        (shipped / name).unlink()
     return 0
 
 
