@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from inject_ops import Mutant, function_span
 
+FIX_CLASSES = ("restored", "fixed otherwise", "refused", "not fixed", "broken")
 NEAR = 6  # lines either side of a module-level site that count as "at the site"
 
 

@@ -6,6 +6,7 @@ import sys
 from collections import Counter, defaultdict
 from typing import Dict, List, Sequence
 
+from inject_compare import FIX_CLASSES
 from inject_ops import EXPECTED, PRINCIPLE
 
 PRINCIPLES = {
@@ -14,7 +15,6 @@ PRINCIPLES = {
     3: "3. open world (what a caller completes / unresolved calls)",
     4: "4. values followed everywhere",
 }
-FIX_CLASSES = ("restored", "fixed otherwise", "refused", "not fixed", "broken")
 
 
 def _pct(a: int, b: int) -> str:

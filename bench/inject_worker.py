@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 
-def _run(cwd: str, args: list) -> dict:
+def _run(cwd: str, args: list, after: str = "") -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         pid = os.fork()
         if pid == 0:  # the child: never returns
@@ -30,6 +30,8 @@ def _run(cwd: str, args: list) -> dict:
                     code = 0
                 except SystemExit as exit_:
                     code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+                if after:
+                    exec(after, {})
             except BaseException as error:  # a crash of amp-lint itself: what the benchmark reports
                 import traceback
 
@@ -49,14 +51,32 @@ def _run(cwd: str, args: list) -> dict:
         return {"rc": rc, "stdout": out.read().decode("utf-8", "replace"), "stderr": err.read().decode("utf-8", "replace")}
 
 
-def main() -> None:
-    import amp_lint.cli  # noqa: F401  (warm: every child inherits the imported modules)
+_WARM_UP = "import torch\n\ndef f(model, opt, x):\n    scaler = torch.amp.GradScaler()\n    for _ in range(2):\n        with torch.autocast('cuda'):\n            loss = model(x)\n        scaler.scale(loss).backward()\n        scaler.step(opt)\n        scaler.update()\n"
 
-    try:  # what a check imports lazily, imported once here
-        import amp_lint.engine.checker  # noqa: F401
-        import amp_lint.rules  # noqa: F401
-    except ImportError:
-        pass
+
+def _warm() -> None:
+    """Import what a check imports lazily, once, here: a first check runs in a child, which names the
+    modules it loaded (only the names: no state of that check reaches this process)."""
+    import importlib
+
+    import amp_lint.cli  # noqa: F401
+
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "warm.py"), "w") as file:
+            file.write(_WARM_UP)
+        before = set(sys.modules)
+        probe = "import sys; sys.stderr.write(chr(10).join(sorted(sys.modules)))"
+        result = _run(folder, ["--no-cache", "--isolated", "--exit-zero", "--output-format", "json", "warm.py"], probe)
+    for name in result["stderr"].splitlines():
+        if name.startswith(("amp_lint", "libcst", "click", "pathspec")) and name not in before:
+            try:
+                importlib.import_module(name)
+            except Exception:  # an optional module that does not import here: the child imports it itself
+                pass
+
+
+def main() -> None:
+    _warm()
     stdout = sys.stdout
     for line in sys.stdin:
         if not line.strip():
