@@ -95,8 +95,9 @@ def find_mutants(projects: Dict[str, Path], operators: Sequence[str], cap: int, 
     return chosen
 
 
-def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix_back: bool, log) -> List[dict]:
-    """Check `todo` (mutants of one project) in a temporary copy of the project, one at a time."""
+def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix_back: bool, log, earlier=None) -> List[dict]:
+    """Check `todo` (mutants of one project) in a temporary copy of the project, one at a time. `earlier`:
+    {key: record} of a previous run whose verdicts are kept (only the fix-back of its caught ones runs)."""
     results = []
     with tempfile.TemporaryDirectory(prefix=f"inject-{name}-") as tmp:
         root = Path(tmp) / name
@@ -116,7 +117,13 @@ def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix
             for mutant in file_mutants:
                 try:
                     path.write_text(mutant.text, encoding="utf-8")
-                    results.append(_one(worker, root, file, path, original, before, mutant, fix_back))
+                    record = (earlier or {}).get(key(_record(mutant, project=name)))
+                    if record is None:
+                        results.append(_one(worker, root, file, path, original, before, mutant, fix_back))
+                    else:
+                        if record.get("caught") and "fix_back" not in record:
+                            record["fix_back"] = fix_back_one(worker, root, file, path, original, before, mutant, record)
+                        results.append(record)
                 finally:
                     path.write_text(original, encoding="utf-8")
                 log(results[-1])
@@ -144,6 +151,8 @@ def fix_back_one(worker, root, file, path, original, before, mutant, verdict) ->
     fixed = path.read_text(encoding="utf-8")
     if run["rc"] not in (0, 1, 2):
         return {"class": "broken", "why": f"amp-lint --fix exited {run['rc']}: {run['stderr'][-300:]}", "flags": flags}
+    if _same_tree(fixed, original):
+        return {"class": "restored", "why": "", "flags": flags}
     recheck = check(worker, root, file)
     after_fix = recheck["findings"] or []
     outcome = classify_fix(mutant, original, fixed, before, after_fix, run["stderr"])
@@ -151,6 +160,19 @@ def fix_back_one(worker, root, file, path, original, before, mutant, verdict) ->
         outcome["why"] = "no fix offered" + (f" ({outcome['why']})" if outcome.get("why") and "no fix applied" not in outcome["why"] else "")
     outcome["flags"] = flags
     return outcome
+
+
+def _same_tree(a: str, b: str) -> bool:
+    import ast
+
+    try:
+        return ast.dump(ast.parse(a)) == ast.dump(ast.parse(b))
+    except (SyntaxError, ValueError):
+        return False
+
+
+def key(record: dict) -> str:
+    return f"{record['project']}/{record['file']}:{record['line']} {record['operator']}: {record['mutation']}"
 
 
 def _record(mutant: Mutant, **fields) -> dict:
@@ -179,6 +201,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--fix-back", action="store_true", help="fix every caught mutant and compare with the original")
     parser.add_argument("--no-download", action="store_true", help="do not download missing corpus packages")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--resume", action="store_true", help="keep the verdicts already in OUT.partial.jsonl (an interrupted run)")
+    parser.add_argument("--fix-back-from", default="", help="keep an earlier run's verdicts (its JSON); run the fix-back of its caught mutants")
+    parser.add_argument("--from-json", default="", help="render the report of an earlier run's JSON (causes re-read)")
     parser.add_argument("--out", default="", help="markdown report (the JSON details go beside it, .json)")
     args = parser.parse_args(argv)
 
@@ -186,6 +211,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = [o for o in operators if o not in OPERATORS]
     if unknown:
         parser.error(f"unknown operator(s): {', '.join(unknown)}; known: {', '.join(OPERATORS)}")
+    if args.from_json:
+        raw = Path(args.from_json).read_text(encoding="utf-8")
+        results = [json.loads(l) for l in raw.splitlines() if l.strip()] if args.from_json.endswith(".jsonl") else json.loads(raw)
+        attach_causes(results, HERE / "inject-causes.json")
+        summary = inject_report.render(results, operators, 0.0, args)
+        if args.out:
+            Path(args.out).write_text(summary, encoding="utf-8")
+        print(summary)
+        return 0
     if not args.no_download:
         inject_corpus.ensure()
     projects = inject_corpus.projects()
@@ -203,9 +237,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{m.project}/{m.file}:{m.line} {m.operator}: {m.description}")
         print(f"{len(todo)} mutants in {len({m.project for m in todo})} projects")
         return 0
+    wanted = {key(_record(m, project=m.project)) for m in todo}
+    earlier = None
+    partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
+    if args.resume and partial is not None and partial.exists():
+        earlier = {key(r): r for r in map(json.loads, partial.read_text(encoding="utf-8").splitlines()) if not r.get("error")}
+        if not args.fix_back:  # nothing left to do for these
+            done_keys = set(earlier)
+            todo = [m for m in todo if key(_record(m, project=m.project)) not in done_keys]
+    elif partial is not None and partial.exists():
+        partial.unlink()
+    if args.fix_back_from:
+        earlier = {key(r): r for r in json.loads(Path(args.fix_back_from).read_text(encoding="utf-8")) if not r.get("error")}
+        todo = [m for m in todo if earlier.get(key(_record(m, project=m.project)), {}).get("caught")]
+        args.fix_back = True
     started = time.time()
-    results = run_all(todo, projects, args)
+    results = run_all(todo, projects, args, earlier)
+    if earlier is not None:  # the earlier run's other verdicts, unchanged
+        done = {key(r) for r in results}
+        results += [r for k, r in earlier.items() if k not in done]
+        if args.resume and not args.fix_back_from:
+            results = [r for r in results if key(r) in wanted]
     elapsed = time.time() - started
+    attach_causes(results, HERE / "inject-causes.json")
     summary = inject_report.render(results, operators, elapsed, args)
     print(summary)
     if args.out:
@@ -214,7 +268,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def run_all(todo: List[Mutant], projects: Dict[str, Path], args) -> List[dict]:
+def attach_causes(results: List[dict], path: Path) -> None:
+    """The causes of misses, read by hand (bench/inject-causes.json: {"project/file:line operator":
+    {"principle": N, "cause": "..."}}), attached to the misses they name."""
+    if not path.exists():
+        return
+    causes = json.loads(path.read_text(encoding="utf-8"))
+    for record in results:
+        note = causes.get(f"{record['project']}/{record['file']}:{record['line']} {record['operator']}")
+        if note and not record.get("caught"):
+            record["principle"] = note.get("principle")
+            record["cause"] = note.get("cause", "")
+
+
+def run_all(todo: List[Mutant], projects: Dict[str, Path], args, earlier=None) -> List[dict]:
     by_project: Dict[str, List[Mutant]] = defaultdict(list)
     for mutant in todo:
         by_project[mutant.project].append(mutant)
@@ -223,8 +290,13 @@ def run_all(todo: List[Mutant], projects: Dict[str, Path], args) -> List[dict]:
     results: List[dict] = []
     done = [0]
 
+    partial = Path(args.out).with_suffix(".partial.jsonl") if args.out else None
+
     def log(record: dict) -> None:
         with lock:
+            if partial is not None:
+                with partial.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(record, sort_keys=True) + "\n")
             done[0] += 1
             mark = "caught" if record.get("caught") else "ERROR" if record.get("error") else "MISSED"
             fix = record.get("fix_back", {}).get("class", "")
@@ -238,7 +310,7 @@ def run_all(todo: List[Mutant], projects: Dict[str, Path], args) -> List[dict]:
                     if not queue:
                         return
                     name = queue.pop(0)
-                found = run_project(worker, name, projects[name], by_project[name], args.fix_back, log)
+                found = run_project(worker, name, projects[name], by_project[name], args.fix_back, log, earlier)
                 with lock:
                     results.extend(found)
         finally:

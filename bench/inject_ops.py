@@ -318,9 +318,10 @@ def op_zero_grad_between(module: Module) -> Iterator[Site]:
             s for c in module.calls() if _method(c) == "zero_grad" and module.function_of(c) is function
             for s in [module.statement_of(c)] if isinstance(s, ast.Expr) and s.value is c and module.alone(s)
         ]
-        if zeros:
-            text, at = _move_after(module, zeros[0], backward)
-            yield zeros[0].lineno, at, f"`{_text(zeros[0].value)}` moved after the scaled backward (line {backward.lineno})", text
+        if zeros:  # the one nearest to the backward (the iteration's own, not one before the epochs)
+            zero = min(zeros, key=lambda s: abs(s.lineno - backward.lineno))
+            text, at = _move_after(module, zero, backward)
+            yield zero.lineno, at, f"`{_text(zero.value)}` moved after the scaled backward (line {backward.lineno})", text
         else:
             lines = list(module.lines)
             added = f"{_text(later[0].args[0])}.zero_grad()"
