@@ -204,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--resume", action="store_true", help="keep the verdicts already in OUT.partial.jsonl (an interrupted run)")
     parser.add_argument("--fix-back-from", default="", help="keep an earlier run's verdicts (its JSON); run the fix-back of its caught mutants")
     parser.add_argument("--from-json", default="", help="render the report of an earlier run's JSON (causes re-read)")
+    parser.add_argument("--fix-back-json", default="", help="with --from-json: take the fix-back classes from this run's JSON")
     parser.add_argument("--out", default="", help="markdown report (the JSON details go beside it, .json)")
     args = parser.parse_args(argv)
 
@@ -214,6 +215,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.from_json:
         raw = Path(args.from_json).read_text(encoding="utf-8")
         results = [json.loads(l) for l in raw.splitlines() if l.strip()] if args.from_json.endswith(".jsonl") else json.loads(raw)
+        if args.fix_back_json:  # the fix-back classes of another run (--fix-back-from), by mutant
+            extra = Path(args.fix_back_json).read_text(encoding="utf-8")
+            fixes = {key(r): r["fix_back"] for r in map(json.loads, extra.splitlines()) if r.get("fix_back")} if args.fix_back_json.endswith(".jsonl") else {key(r): r["fix_back"] for r in json.loads(extra) if r.get("fix_back")}
+            for r in results:
+                if r.get("caught") and key(r) in fixes:
+                    r["fix_back"] = fixes[key(r)]
+        results = refresh(results, inject_corpus.projects())
         attach_causes(results, HERE / "inject-causes.json")
         summary = inject_report.render(results, operators, 0.0, args)
         if args.out:
@@ -248,7 +256,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif partial is not None and partial.exists():
         partial.unlink()
     if args.fix_back_from:
-        earlier = {key(r): r for r in json.loads(Path(args.fix_back_from).read_text(encoding="utf-8")) if not r.get("error")}
+        raw = Path(args.fix_back_from).read_text(encoding="utf-8")
+        loaded = [json.loads(l) for l in raw.splitlines() if l.strip()] if args.fix_back_from.endswith(".jsonl") else json.loads(raw)
+        earlier = {key(r): r for r in loaded if not r.get("error")}
         todo = [m for m in todo if earlier.get(key(_record(m, project=m.project)), {}).get("caught")]
         args.fix_back = True
     started = time.time()
@@ -266,6 +276,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         Path(args.out).write_text(summary, encoding="utf-8")
         Path(args.out).with_suffix(".json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return 0
+
+
+def refresh(results: List[dict], projects: Dict[str, Path]) -> List[dict]:
+    """An earlier run's records under the current operators: records of mutants they no longer produce
+    are dropped (a fixed site finder), and a miss whose new default finding (`other_changes`) in the site's
+    function is of a rule now expected for its operator counts as caught."""
+    from inject_ops import EXPECTED, function_span
+
+    produced: Dict[tuple, set] = {}
+    kept = []
+    for r in results:
+        place = (r["project"], r["file"])
+        if place not in produced:
+            try:
+                text = (projects[r["project"]] / r["file"]).read_text(encoding="utf-8")
+            except (KeyError, OSError, UnicodeDecodeError):
+                text = ""
+            produced[place] = {(m.operator, m.line, m.description) for m in mutants(text, r["file"])} if text else set()
+            produced[place].add(("text", 0, text))
+        if (r["operator"], r["line"], r["mutation"]) not in produced[place]:
+            print(f"dropped (no longer a site): {key(r)}", file=sys.stderr)
+            continue
+        if not r.get("caught") and not r.get("error"):
+            text = next(d for o, _, d in produced[place] if o == "text")
+            span = function_span(text, r["function"]) or (r["line"] - 6, r["line"] + 6)
+            hits = [c for c in r["other_changes"] if c[0] == "+" and c[1:].split("@")[0] in EXPECTED[r["operator"]]
+                    and span[0] <= int(c.split("@")[1]) <= span[1]]
+            if hits:
+                r.update(caught=True, assumed_only=False, elsewhere=False, caught_by=hits[0][1:].split("@")[0])
+                r["other_changes"] = [c for c in r["other_changes"] if c != hits[0]]
+        kept.append(r)
+    return kept
 
 
 def attach_causes(results: List[dict], path: Path) -> None:

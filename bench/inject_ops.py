@@ -9,7 +9,7 @@ does not parse is dropped. The rule catalog (`shared/amp-reference/rules.md`) na
     update_before_step    scaler.update() moved to just before scaler.step(opt)   AMP022
     unscale_dropped       scaler.unscale_(opt) deleted before a clip              AMP030
     unscale_doubled       scaler.unscale_(opt) written twice                      AMP024
-    step_direct           scaler.step(opt) -> opt.step()                          AMP020
+    step_direct           scaler.step(opt) -> opt.step()                          AMP020 (or AMP022)
     zero_grad_between     opt.zero_grad() moved (or added) after the scaled backward, before the step   AMP043
     backward_in_autocast  the statement holding the backward moved into the autocast block before it    AMP001
     unscaled_backward     scaler.scale(loss).backward() -> loss.backward()        AMP011
@@ -29,7 +29,7 @@ EXPECTED: Dict[str, Tuple[str, ...]] = {
     "update_before_step": ("AMP022",),
     "unscale_dropped": ("AMP030",),
     "unscale_doubled": ("AMP024",),
-    "step_direct": ("AMP020",),
+    "step_direct": ("AMP020", "AMP022"),  # AMP022: the update() after it has no step before it
     "zero_grad_between": ("AMP043",),
     "backward_in_autocast": ("AMP001",),
     "unscaled_backward": ("AMP011",),
@@ -74,11 +74,25 @@ class Module:
         self._calls: List[ast.Call] = []
         self._index(self.tree, "")
         self._calls.sort(key=lambda c: (c.lineno, c.col_offset))
-        receivers = {_text(c.func.value) for c in self.calls() if _method(c) in ("scale", "unscale_")}
-        self.scalers = {r for r in receivers if r} | {
+        # A scaler: what `unscale_` is called on, what scales a loss that is then backpropagated, what is
+        # built by a `...GradScaler(...)` call, or a name that says so (`self.scaler`, `loss_scaler`).
+        # Not any `.scale(...)` receiver: boxes and images have `.scale` methods too.
+        scalers = {_text(c.func.value) for c in self.calls() if _method(c) == "unscale_"}
+        scalers |= {
+            _text(c.func.value.func.value) for c in self.calls()
+            if _method(c) == "backward" and isinstance(c.func.value, ast.Call) and _method(c.func.value) == "scale"
+        }
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+                callee = _text(node.value.func).split(".")[-1]
+                if callee.endswith("GradScaler"):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    scalers |= {_text(t) for t in targets}
+        scalers |= {
             _text(c.func.value) for c in self.calls()
             if isinstance(c.func, ast.Attribute) and "scaler" in _text(c.func.value).split(".")[-1].lower()
         }
+        self.scalers = {s for s in scalers if s}
 
     def _index(self, node: ast.AST, prefix: str) -> None:
         for field in ("body", "orelse", "finalbody"):
