@@ -31,7 +31,7 @@ def render(results: List[dict], operators: Sequence[str], elapsed: float, args) 
         "",
         f"{len(ok)} mutants in {len(projects)} projects ({', '.join(projects)}); "
         f"**{caught} caught ({_pct(caught, len(ok))})**; {len(errors)} could not be checked; "
-        (f"{elapsed / 60:.1f} min with --jobs {args.jobs}; " if elapsed else "")
+        + (f"{elapsed / 60:.1f} min with --jobs {args.jobs}; " if elapsed else "")
         + f"seed {args.seed}, at most {args.per_operator} sites per project and operator.",
         "",
         "Command: `" + " ".join(["python", "bench/inject.py", *sys.argv[1:]]) + "`",
