@@ -385,13 +385,18 @@ def op_backward_in_autocast(module: Module) -> Iterator[Site]:
         if not any(_is_autocast(item.context_expr) for item in node.items) or not module.alone(node):
             continue
         body, i = module.block[node]
-        for later in body[i + 1 :]:
+        for j, later in enumerate(body[i + 1 :], i + 1):
+            if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return)) or not module.alone(later):
+                break
             if any(isinstance(c, ast.Call) and _method(c) == "backward" for c in ast.walk(later)):
-                if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return)) or not module.alone(later):
-                    break
-                last = node.body[-1]
-                text, at = _move_after(module, later, last, module.indent(node.body[0]))
-                yield later.lineno, at, f"line {later.lineno} (the backward) moved into the autocast block of line {node.lineno}", text
+                # The backward and what it needs (the statements between the block and it) go into the block.
+                outer, inner = module.indent(node), module.indent(node.body[0])
+                lines = list(module.lines)
+                for n in range(node.end_lineno, later.end_lineno):
+                    if lines[n].strip() and lines[n].startswith(outer):
+                        lines[n] = inner + lines[n][len(outer) :]
+                moved = f"lines {body[i + 1].lineno}-{later.end_lineno}" if j > i + 1 else f"line {later.lineno}"
+                yield later.lineno, later.lineno, f"{moved} (the backward) moved into the autocast block of line {node.lineno}", "".join(lines)
                 break
 
 
