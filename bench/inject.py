@@ -226,6 +226,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         summary = inject_report.render(results, operators, 0.0, args)
         if args.out:
             Path(args.out).write_text(summary, encoding="utf-8")
+            if Path(args.out).with_suffix(".json") != Path(args.from_json):
+                Path(args.out).with_suffix(".json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         print(summary)
         return 0
     if not args.no_download:
