@@ -1,0 +1,132 @@
+"""Deciding what a mutant's check means: caught or missed, which other findings changed, how a fix ended.
+
+Standard library only. Findings are amp-lint's JSON records; "default" findings are the ones amp-lint
+reports without `--show-assumed` (confidence "high").
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from inject_ops import Mutant, function_span
+
+FIX_CLASSES = ("restored", "fixed otherwise", "refused", "not fixed", "broken")
+NEAR = 6  # lines either side of a module-level site that count as "at the site"
+
+
+def parse_findings(stdout: str) -> Optional[List[dict]]:
+    try:
+        records = json.loads(stdout)
+    except ValueError:
+        return None
+    return records if isinstance(records, list) else None
+
+
+def row(record: dict) -> int:
+    return int((record.get("location") or {}).get("row") or 0)
+
+
+def is_default(record: dict) -> bool:
+    return record.get("confidence", "high") == "high"
+
+
+def line_map(old: str, new: str) -> Callable[[int], int]:
+    """Maps a line of `new` to the line of `old` it came from (an inserted line: the one before it)."""
+    a, b = old.splitlines(), new.splitlines()
+    table: Dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for k in range(j2 - j1):
+            table[j1 + k + 1] = (i1 + k + 1) if tag in ("equal", "replace") and i1 + k < i2 else max(i1, 1)
+    return lambda line: table.get(line, line)
+
+
+def _span(text: str, function: str, line: int) -> Tuple[int, int]:
+    return function_span(text, function) or (line - NEAR, line + NEAR)
+
+
+def _count(records: Sequence[dict], codes: Sequence[str], span: Tuple[int, int], default_only: bool) -> int:
+    return sum(
+        1 for r in records
+        if r.get("code") in codes and span[0] <= row(r) <= span[1] and (is_default(r) or not default_only)
+    )
+
+
+def judge_catch(mutant: Mutant, original: str, before: Sequence[dict], after: Sequence[dict]) -> dict:
+    """caught: a default finding of an expected rule in the site's function that the original did not have;
+    assumed: only with --show-assumed; elsewhere: a new one of an expected rule somewhere else in the file."""
+    codes = mutant.expected
+    span_after = _span(mutant.text, mutant.function, mutant.mutant_line)
+    span_before = _span(original, mutant.function, mutant.line)
+    caught = _count(after, codes, span_after, True) > _count(before, codes, span_before, True)
+    assumed = not caught and _count(after, codes, span_after, False) > _count(before, codes, span_before, False)
+    whole = (1, 10**9)
+    elsewhere = not caught and _count(after, codes, whole, True) > _count(before, codes, whole, True)
+    to_original = line_map(original, mutant.text)
+    old = Counter((r["code"], row(r)) for r in before if is_default(r))
+    new = Counter((r["code"], to_original(row(r))) for r in after if is_default(r))
+    added = [f"+{c}@{n}" for (c, n), k in sorted((new - old).items()) for _ in range(k)]
+    removed = [f"-{c}@{n}" for (c, n), k in sorted((old - new).items()) for _ in range(k)]
+    if caught:  # the catch itself is not "another finding that changed"
+        in_site = [f"+{c}@{n}" for (c, n) in (new - old) if c in codes and span_before[0] - NEAR <= n <= span_before[1] + NEAR]
+        added = [a for a in added if a not in in_site]
+    fix = None
+    for r in after:
+        if caught and r.get("code") in codes and is_default(r) and span_after[0] <= row(r) <= span_after[1]:
+            fix = (r.get("fix") or {}).get("applicability") if r.get("fix") else fix
+    hit = next(
+        (r for r in after if r.get("code") in codes and is_default(r) and span_after[0] <= row(r) <= span_after[1]), None
+    )
+    return {
+        "caught": caught,
+        "assumed_only": assumed,
+        "elsewhere": elsewhere,
+        "other_changes": added + removed,
+        "fix_applicability": fix,
+        "message": hit.get("message") if caught and hit else None,
+    }
+
+
+def classify_fix(
+    mutant: Mutant, original: str, fixed: str, before: Sequence[dict], after_fix: Sequence[dict], fix_stderr: str
+) -> dict:
+    """restored / fixed-otherwise / refused / not-fixed / broken, with why."""
+    try:
+        fixed_tree = ast.dump(ast.parse(fixed))
+    except (SyntaxError, ValueError) as error:
+        return {"class": "broken", "why": f"does not parse: {error}"}
+    if fixed_tree == ast.dump(ast.parse(original)):
+        return {"class": "restored", "why": ""}
+    to_original = line_map(original, fixed)
+    old = Counter((r["code"], row(r)) for r in before if is_default(r))
+    new = Counter((r["code"], to_original(row(r))) for r in after_fix if is_default(r))
+    new_codes = Counter(r["code"] for r in after_fix if is_default(r)) - Counter(r["code"] for r in before if is_default(r))
+    still = _count(after_fix, mutant.expected, _span(fixed, mutant.function, mutant.mutant_line), True) > _count(
+        before, mutant.expected, _span(original, mutant.function, mutant.line), True
+    )
+    if fixed == mutant.text:
+        return {"class": "refused", "why": _reason(fix_stderr) or "no fix applied, no reason given"}
+    extra = [f"{c}@{n}" for (c, n) in (new - old) if c not in mutant.expected and new_codes.get(c)]
+    if extra:
+        return {"class": "broken", "why": "new findings: " + ", ".join(sorted(extra)), "diff": short_diff(original, fixed)}
+    if still:
+        return {"class": "not fixed", "why": _reason(fix_stderr) or "changed, the finding remains", "diff": short_diff(original, fixed)}
+    return {"class": "fixed otherwise", "why": "", "diff": short_diff(original, fixed)}
+
+
+def _reason(stderr: str) -> str:
+    lines = [l.strip() for l in stderr.splitlines() if l.strip() and not l.startswith("Traceback")]
+    interesting = [l for l in lines if any(w in l.lower() for w in ("not fixed", "refus", "would", "fix", "error"))]
+    return " | ".join((interesting or lines)[-2:])[:300]
+
+
+def short_diff(old: str, new: str, limit: int = 8) -> str:
+    lines = [
+        l.rstrip("\n") for l in difflib.unified_diff(old.splitlines(True), new.splitlines(True), n=0)
+        if (l.startswith("+") or l.startswith("-")) and not l.startswith(("+++", "---"))
+    ]
+    more = f" (+{len(lines) - limit} more)" if len(lines) > limit else ""
+    return " / ".join(" ".join(l.split()) for l in lines[:limit]) + more

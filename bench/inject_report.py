@@ -1,0 +1,135 @@
+"""The markdown report of bench/inject.py: caught/total per operator, fix-back classes, misses by principle."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from typing import Dict, List, Sequence
+
+from inject_compare import FIX_CLASSES
+from inject_ops import EXPECTED, PRINCIPLE
+
+PRINCIPLES = {
+    1: "1. one protocol with the gradients' state",
+    2: "2. an iteration is not only a loop body",
+    3: "3. open world (what a caller completes / unresolved calls)",
+    4: "4. values followed everywhere",
+}
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100.0 * a / b:.0f}%" if b else "-"
+
+
+def render(results: List[dict], operators: Sequence[str], elapsed: float, args) -> str:
+    ok = [r for r in results if not r.get("error")]
+    errors = [r for r in results if r.get("error")]
+    projects = sorted({r["project"] for r in ok})
+    caught = sum(1 for r in ok if r["caught"])
+    out = [
+        "# Bug injection on real code (bench/inject.py)",
+        "",
+        f"{len(ok)} mutants in {len(projects)} projects ({', '.join(projects)}); "
+        f"**{caught} caught ({_pct(caught, len(ok))})**; {len(errors)} could not be checked; "
+        + (f"{elapsed / 60:.1f} min with --jobs {args.jobs}; " if elapsed else "")
+        + f"seed {args.seed}, at most {args.per_operator} sites per project and operator.",
+        "",
+        "Command: `" + " ".join(["python", "bench/inject.py", *sys.argv[1:]]) + "`",
+        "",
+        "Caught: a default finding (no `--show-assumed`) of the expected rule in the site's function that the "
+        "original file does not have. *assumed*: caught only with `--show-assumed`; *elsewhere*: a new finding of "
+        "the rule elsewhere in the file, not at the site. *other changes*: mutants where other default findings "
+        "of the file appeared or disappeared.",
+        "",
+        "| operator | rule | caught / total | % | assumed only | elsewhere | other changes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in operators:
+        mine = [r for r in ok if r["operator"] == op]
+        if not mine:
+            out.append(f"| {op} | {', '.join(EXPECTED[op])} | 0 / 0 | - | | | |")
+            continue
+        c = sum(1 for r in mine if r["caught"])
+        out.append(
+            f"| {op} | {', '.join(EXPECTED[op])} | {c} / {len(mine)} | {_pct(c, len(mine))} | "
+            f"{sum(1 for r in mine if r['assumed_only'])} | {sum(1 for r in mine if r['elsewhere'])} | "
+            f"{sum(1 for r in mine if r['other_changes'])} |"
+        )
+    out.append(f"| **all** | | **{caught} / {len(ok)}** | **{_pct(caught, len(ok))}** | | | |")
+    out += ["", "## Per project", "", "| project | caught / total |", "| --- | --- |"]
+    for project in projects:
+        mine = [r for r in ok if r["project"] == project]
+        out.append(f"| {project} | {sum(1 for r in mine if r['caught'])} / {len(mine)} |")
+    fixed = [r for r in ok if r.get("fix_back")]
+    if fixed:
+        out += _fix_table(fixed, operators)
+    out += _misses(ok)
+    if errors:
+        out += ["", "## Not checked (amp-lint failed)", ""]
+        out += [f"- {r['project']}/{r['file']}:{r['line']} {r['operator']}: {r['error'][:300]}" for r in errors]
+    changed = [r for r in ok if r["other_changes"]]
+    if changed:
+        out += ["", "## Other findings that changed (original line numbers)", ""]
+        out += [
+            f"- {r['project']}/{r['file']}:{r['line']} {r['operator']}: {' '.join(r['other_changes'][:8])}"
+            for r in changed
+        ]
+    return "\n".join(out) + "\n"
+
+
+def _fix_table(fixed: List[dict], operators: Sequence[str]) -> List[str]:
+    out = [
+        "",
+        "## Fix-back (issue 27): `--fix --select RULE` on each caught mutant",
+        "",
+        "| operator | caught | " + " | ".join(FIX_CLASSES) + " | restored % |",
+        "| --- | --- | " + " | ".join("---" for _ in FIX_CLASSES) + " | --- |",
+    ]
+    total: Counter = Counter()
+    for op in operators:
+        mine = [r for r in fixed if r["operator"] == op]
+        if not mine:
+            continue
+        classes = Counter(r["fix_back"]["class"] for r in mine)
+        total.update(classes)
+        out.append(
+            f"| {op} | {len(mine)} | " + " | ".join(str(classes.get(c, 0)) for c in FIX_CLASSES)
+            + f" | {_pct(classes.get('restored', 0), len(mine))} |"
+        )
+    out.append(
+        f"| **all** | {len(fixed)} | " + " | ".join(str(total.get(c, 0)) for c in FIX_CLASSES)
+        + f" | {_pct(total.get('restored', 0), len(fixed))} |"
+    )
+    rest = [r for r in fixed if r["fix_back"]["class"] != "restored"]
+    if rest:
+        out += ["", "### Not restored", ""]
+        for r in sorted(rest, key=lambda r: (r["fix_back"]["class"], r["operator"])):
+            fb = r["fix_back"]
+            detail = "; ".join(x for x in (fb.get("why", ""), fb.get("diff", "")) if x)
+            out.append(f"- **{fb['class']}** {r['operator']} {r['project']}/{r['file']}:{r['line']}: {detail[:400]}")
+    return out
+
+
+def _misses(ok: List[dict]) -> List[str]:
+    missed = [r for r in ok if not r["caught"]]
+    if not missed:
+        return []
+    groups: Dict[int, List[dict]] = defaultdict(list)
+    for r in missed:
+        groups[r.get("principle") or PRINCIPLE[r["operator"]]].append(r)
+    out = ["", "## Misses, grouped by the principle of issue 26 they break", ""]
+    out.append(
+        "The group is the operator's principle unless the run's notes (bench/inject-causes.json) name another "
+        "for that site; each line: file:line (function) the mutation, then what was reported instead."
+    )
+    for principle in sorted(groups):
+        out += ["", f"### {PRINCIPLES[principle]} ({len(groups[principle])})", ""]
+        for r in sorted(groups[principle], key=lambda r: (r["operator"], r["project"], r["file"], r["line"])):
+            extra = " (caught with --show-assumed)" if r["assumed_only"] else ""
+            extra += " (reported elsewhere in the file)" if r["elsewhere"] else ""
+            cause = f" — {r['cause']}" if r.get("cause") else ""
+            out.append(
+                f"- {r['operator']}: {r['project']}/{r['file']}:{r['line']} ({r['function'] or 'module'}) "
+                f"{r['mutation']}{extra}{cause}"
+            )
+    return out
