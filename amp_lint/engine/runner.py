@@ -97,12 +97,16 @@ _PREFILTERS: Dict[FrozenSet[str], object] = {}
 def _prefilter(config: CheckConfig):
     """The prefilter of the enabled rules, from the registry's table: deciding that a file cannot hold a
     finding imports no rule and not LibCST (most files of a pre-commit run are decided so)."""
-    prefilter = _PREFILTERS.get(config.enabled)
+    from amp_lint import rules as registry
+
+    codes = config.enabled
+    if not dict(config.rule_options).get("preview"):  # a preview rule does not run: its words gate nothing
+        codes = codes - frozenset(registry.preview_codes())
+    prefilter = _PREFILTERS.get(codes)
     if prefilter is None:
-        from amp_lint import rules as registry
         from amp_lint.parse.prefilter import Prefilter
 
-        prefilter = _PREFILTERS[config.enabled] = Prefilter(registry.entries(config.enabled))
+        prefilter = _PREFILTERS[codes] = Prefilter(registry.entries(codes))
     return prefilter
 
 
