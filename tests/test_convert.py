@@ -481,8 +481,10 @@ def script_runs(tmp_path_factory) -> Dict[str, dict]:
 
 
 def _check_run(record: dict, mode: str) -> None:
-    if mode == "float16" and record["error"] and _NO_CPU_FP16_KERNEL in record["error"]:
-        pytest.skip("this CPU has no float16 LSTM kernel (oneDNN): CPU float16 autocast cannot run an LSTM")
+    if mode in ("float16", "bfloat16") and record["error"] and _NO_CPU_FP16_KERNEL in record["error"]:
+        # The kernel is the CPU's (oneDNN builds a low-precision LSTM only where the instruction set has it;
+        # this AMD EPYC machine has no bfloat16 one), not the conversion's: the code is the same on any CPU.
+        pytest.skip(f"this CPU has no {mode} LSTM kernel (oneDNN): CPU {mode} autocast cannot run an LSTM")
     assert record["error"] is None, record["stdout"][-2000:] + "\n" + record["error"]
     disabling = [w for w in record["warnings"] if "Disabling" in w or "disabling" in w]
     assert disabling == [], disabling
