@@ -27,9 +27,10 @@ import hashlib
 import re
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
 
 _WORD = re.compile(r"\w+")
@@ -48,6 +49,9 @@ class UnitFacts:
     relevant: bool  # holds a name some rule's findings need, or a `# noqa` / `amp-lint` comment
     only_imports: bool  # import statements: users of what they bind do not join the core through them
     parse_refused: bool  # the parse guard refuses it (then the whole file is checked, for the same refusal)
+    # The lines (as written) that hold such a name or comment: an edit that changes none of them cannot
+    # change what the rules ask of the file as a whole (see `UnitChecker.check`).
+    relevant_lines: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,14 +75,22 @@ class UnitChecker:
     def __init__(self, config: CheckConfig) -> None:
         self.config = config
         self.patterns = _needs_patterns(config)
+        # One search for any of them, or a `# noqa` / `amp-lint` comment.
+        self.any_pattern = re.compile("|".join(["noqa", "amp-lint"] + [f"(?:{p.pattern})" for p in self.patterns]))
+        self._groups_of: "OrderedDict[tuple, List[List[int]]]" = OrderedDict()  # unit digests -> groups
         self.facts: "OrderedDict[str, UnitFacts]" = OrderedDict()
         self.results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> core digest -> outcome
-        self.stats = {"reused": 0, "core": 0, "whole": 0}
+        self.stats = {"reused": 0, "core": 0, "whole": 0, "groups": 0, "verified": 0}
+        self.group_results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> group text digest -> outcome
+        # document -> (signature, whether the groups' union was the whole core's findings) (`check`)
         self.previous: Dict[str, Tuple[List[str], List[Unit]]] = {}  # document -> its last lines and units
+        self.verified: Dict[str, Tuple[tuple, bool]] = {}
 
     def forget(self, document: str) -> None:
         self.results.pop(document, None)
         self.previous.pop(document, None)
+        self.group_results.pop(document, None)
+        self.verified.pop(document, None)
 
     # --- units ---------------------------------------------------------------------------------------
 
@@ -161,13 +173,20 @@ class UnitChecker:
         binds = set()
         for statement in statements:
             _visible_bindings(statement, binds, in_function=False)
-        relevant = (
-            "noqa" in unit_text
-            or "amp-lint" in unit_text
-            or any(pattern.search(unit_text) is not None for pattern in self.patterns)
-        )
+        relevant = self.any_pattern.search(unit_text) is not None
         only_imports = all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
-        return UnitFacts(frozenset(binds), frozenset(_WORD.findall(unit_text)), relevant, only_imports, _refused(unit_text))
+        relevant_lines: Tuple[str, ...] = ()
+        if relevant:
+            search = self.any_pattern.search
+            relevant_lines = tuple(line for line in unit_text.split("\n") if search(line) is not None)
+        return UnitFacts(
+            frozenset(binds),
+            frozenset(_WORD.findall(unit_text)),
+            relevant,
+            only_imports,
+            _refused(unit_text),
+            relevant_lines,
+        )
 
     def core(self, units: Sequence[Unit]) -> List[bool]:
         """Which units the rules can see: the relevant ones, and what binds a name they use or uses a name
@@ -215,11 +234,148 @@ class UnitChecker:
                     lines[index] = ""
         return "\n".join(lines)
 
+    def groups(self, units: Sequence[Unit]) -> List[List[int]]:
+        """The core split into groups the rules can see apart: two units are in one group when one binds a
+        name the other uses (a called helper, a module-level binding); an import joins every group that uses
+        what it binds without joining them together (`torch` links nothing). Each group holds at least one
+        relevant unit; units no group reaches are outside the core. Indices in file order."""
+        key = tuple(unit.digest for unit in units)  # what the groups depend on: the units' texts, in order
+        known = self._groups_of.get(key)
+        if known is None:
+            known = self._groups_of[key] = self._grouped(units)
+            if len(self._groups_of) > 16:
+                self._groups_of.popitem(last=False)
+        return [list(group) for group in known]
+
+    def _grouped(self, units: Sequence[Unit]) -> List[List[int]]:
+        count = len(units)
+        parent = list(range(count))
+
+        def root(index: int) -> int:
+            while parent[index] != index:
+                parent[index] = parent[parent[index]]
+                index = parent[index]
+            return index
+
+        inside = self.core(units)
+        members = [i for i in range(count) if inside[i] and not units[i].facts.only_imports]
+        binders: Dict[str, List[int]] = {}
+        for index in members:
+            for name in units[index].facts.binds:
+                binders.setdefault(name, []).append(index)
+        for index in members:
+            for word in units[index].facts.words:
+                for other in binders.get(word, ()):
+                    if other != index:
+                        parent[root(other)] = root(index)
+        by_root: Dict[int, List[int]] = {}
+        for index in members:
+            by_root.setdefault(root(index), []).append(index)
+        groups = [group for group in by_root.values() if any(units[i].facts.relevant for i in group)]
+        imports = [i for i in range(count) if inside[i] and units[i].facts.only_imports]
+        attached = set()
+        for group in groups:
+            words = frozenset().union(*(units[i].facts.words for i in group))
+            for index in imports:
+                if not units[index].facts.binds.isdisjoint(words):
+                    group.append(index)
+                    attached.add(index)
+        for index in imports:  # a relevant import nothing uses (`from torch.cuda.amp import autocast`)
+            if index not in attached and units[index].facts.relevant:
+                groups.append([index])
+        for group in groups:
+            group.sort()
+        groups.sort(key=lambda group: group[0])
+        return groups
+
     def check(self, text: str, display_name: str, document: str) -> FileOutcome:
-        """The engine's findings for `text` (identical to `check_text` of the whole text)."""
-        core = self.core_text(text, document)
-        if core is None or core == text:
-            core = text  # checked whole (the checker reports what made us unsure)
+        """The engine's findings for `text` (identical to `check_text` of the whole text).
+
+        The core is checked group by group (`groups`), each group as a text of the file's lines with every
+        other line left empty, keyed by that text: an edit inside one function checks that function's
+        group again and reuses the others' results. That the union of the groups' findings is the whole
+        file's is verified, against a check of the whole core, whenever the file's *signature* changes
+        (the groups, and in each the lines that hold a name the rules look for): a rule may ask a question
+        of the whole file ("a GradScaler anywhere?"), and only such a line can change its answer. When
+        the union differs, the document is checked whole until its signature changes again."""
+        units = self.units(text, document)
+        if (
+            units is None
+            or any(unit.facts.parse_refused for unit in units)
+            or _file_noqa(text)
+        ):
+            self.verified.pop(document, None)
+            return self._check_core(text, display_name, document, text)
+        groups = self.groups(units)
+        signature = tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups)
+        known = self.verified.get(document)
+        if known is not None and known[0] == signature and not known[1]:
+            return self._check_core(text, display_name, document, self._core_of(text, units))
+        split = self._check_groups(text, display_name, document, units, groups)
+        if known is not None and known[0] == signature and split is not None:
+            return split
+        whole = self._check_core(text, display_name, document, self._core_of(text, units))
+        self.stats["verified"] += 1
+        agrees = split is not None and _seen(split) == _seen(whole)
+        self.verified[document] = (signature, agrees)
+        return whole
+
+    def _core_of(self, text: str, units: Sequence[Unit]) -> str:
+        lines = text.split("\n")
+        for unit, is_in in zip(units, self.core(units)):
+            if not is_in:
+                for index in range(unit.first, unit.last + 1):
+                    lines[index] = ""
+        return "\n".join(lines)
+
+    def _check_groups(self, text, display_name, document, units, groups) -> Optional[FileOutcome]:
+        """The union of the groups' findings; None when a group's check said something other than findings.
+
+        A group is checked as its units' lines alone, one after the other (`ast` parsed each as whole
+        statements, so they parse the same together), and its findings are moved back to the file's rows.
+        The result is keyed by that text: an edit above a function moves its group's findings, it does not
+        check it again."""
+        lines = text.split("\n")
+        kept = self.group_results.setdefault(document, OrderedDict())
+        diagnostics: List[Diagnostic] = []
+        seen = set()
+        for group in groups:
+            rows: List[int] = []  # the file's 1-based row of each line of the group's text
+            for index in group:
+                unit = units[index]
+                rows.extend(range(unit.first + 1, unit.last + 2))
+            digest = hashlib.blake2b(
+                "\0".join(units[i].digest for i in group).encode("ascii"), digest_size=20
+            ).hexdigest()
+            outcome = kept.get(digest)
+            if outcome is None or outcome.path != display_name:
+                self.stats["core"] += 1
+                self.stats["groups"] += 1
+                group_text = "\n".join(lines[row - 1] for row in rows) + "\n"
+                outcome = check_text(group_text, display_name, self.config)
+                if outcome.errors:
+                    return None
+                kept[digest] = outcome
+            else:
+                kept.move_to_end(digest)
+                self.stats["reused"] += 1
+            for diagnostic in outcome.diagnostics:
+                moved = _moved(diagnostic, rows)
+                if moved is None:
+                    return None
+                if moved not in seen:  # a finding in an import two groups share
+                    seen.add(moved)
+                    diagnostics.append(moved)
+        while len(kept) > max(len(groups) * 2, _RESULTS_PER_DOCUMENT):
+            kept.popitem(last=False)
+        diagnostics.sort(key=lambda d: (d.location, d.code))
+        unsafe = 0
+        if not self.config.unsafe_fixes:
+            unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
+        return FileOutcome(display_name, diagnostics=diagnostics, unsafe_fixable=unsafe)
+
+    def _check_core(self, text: str, display_name: str, document: str, core: str) -> FileOutcome:
+        if core == text:
             self.stats["whole"] += 1
         digest = hashlib.blake2b(core.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
         kept = self.results.setdefault(document, OrderedDict())
@@ -235,6 +391,54 @@ class UnitChecker:
             while len(kept) > _RESULTS_PER_DOCUMENT:
                 kept.popitem(last=False)
         return outcome
+
+
+_AT_LINE = re.compile(r"\bat line (\d+)\b")
+
+
+def _moved(diagnostic: Diagnostic, rows: Sequence[int]) -> Optional[Diagnostic]:
+    """A group's finding at the file's rows (`rows[i]`: the file's row of the group text's row i + 1);
+    None when it names a row outside the group's lines (then the groups are not used)."""
+    def row(number: int) -> int:
+        if not 1 <= number <= len(rows):
+            raise LookupError(number)
+        return rows[number - 1]
+
+    def place(location: Location) -> Location:
+        return Location(row(location.row), location.column)
+
+    try:
+        message = _AT_LINE.sub(lambda match: f"at line {row(int(match.group(1)))}", diagnostic.message)
+        related = tuple(
+            r if r.filename is not None else replace(r, location=place(r.location), end_location=place(r.end_location))
+            for r in diagnostic.related
+        )
+        fix = diagnostic.fix
+        if fix is not None and fix.edits:
+            fix = replace(
+                fix, edits=tuple(replace(e, location=place(e.location), end_location=place(e.end_location)) for e in fix.edits)
+            )
+        return replace(
+            diagnostic,
+            message=message,
+            location=place(diagnostic.location),
+            end_location=place(diagnostic.end_location),
+            related=related,
+            fix=fix,
+        )
+    except LookupError:
+        return None
+
+
+def _file_noqa(text: str) -> bool:
+    from amp_lint.parse.noqa_comments import file_level_noqa
+
+    return file_level_noqa(text) is not None
+
+
+def _seen(outcome: FileOutcome):
+    """What a user sees of an outcome (the verification's comparison)."""
+    return (outcome.diagnostics, [(e.message, e.location) for e in outcome.errors], outcome.unsafe_fixable)
 
 
 def _visible_bindings(node: ast.AST, binds: set, in_function: bool) -> None:
