@@ -60,10 +60,121 @@ def test_every_result_is_identical_to_a_full_check_of_the_edited_text(path):
     rng = random.Random(seed)
     checker = UnitChecker(CONFIG)
     lines = path.read_text(encoding="utf-8").split("\n")
-    for step in range(3):
+    for step in range(10):
         kind = _edit(lines, rng)
         text = "\n".join(lines)
         assert _seen(checker.check(text, "t.py", "doc")) == _seen(check_text(text, "t.py", CONFIG)), (seed, step, kind)
+
+
+def _training_files():
+    """Real training files (the pinned corpora) and the benchmark's generated training script."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_latency import training_script
+
+    extra = Path.home() / ".cache" / "amp-lint-extra" / "src"
+    names = [
+        extra / "yolov5/yolov5/classify/train.py",
+        extra / "yolov5/yolov5/train.py",
+        REAL / "composer/composer/algorithms/selective_backprop/selective_backprop.py",
+    ]
+    found = [(p.name, p.read_text(encoding="utf-8")) for p in names if p.is_file()]
+    return found + [("bench_600.py", training_script(600))]
+
+
+def _edit_inside(lines, rng):
+    """An edit inside a function: a line of its body changed, duplicated, deleted, or an AMP call typed."""
+    bodies = [i for i, line in enumerate(lines) if line.startswith("        ") and line.strip() and not line.strip().startswith(("'", '"'))]
+    index = rng.choice(bodies)
+    indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+    kind = rng.choice(["number", "duplicate", "delete", "amp", "rename"])
+    if kind == "number":
+        lines[index] = lines[index] + f"  # {rng.randrange(100)}"
+    elif kind == "duplicate":
+        lines.insert(index, lines[index])
+    elif kind == "delete":
+        del lines[index]
+    elif kind == "amp":
+        lines.insert(index, indent + rng.choice(["scaler.update()", "loss.backward()", "optimizer.step()", "x = 1"]))
+    else:
+        lines[index] = lines[index].replace("self", "this", 1)
+    return kind
+
+
+@pytest.mark.parametrize("name, text", _training_files(), ids=[name for name, _ in _training_files()])
+def test_edits_inside_functions_of_training_files_publish_what_a_full_check_finds(name, text):
+    """Issue 31: random edits inside the functions of real training files. Every result (group by group,
+    reused or verified) is the full check's: findings, positions, messages, fixes and errors."""
+    seed = sum(name.encode())
+    rng = random.Random(seed)
+    checker = UnitChecker(CONFIG)
+    lines = text.split("\n")
+    for step in range(12):
+        kind = _edit_inside(lines, rng)
+        edited = "\n".join(lines)
+        assert _seen(checker.check(edited, "t.py", "doc")) == _seen(check_text(edited, "t.py", CONFIG)), (seed, step, kind)
+    assert checker.stats["groups"] > 0
+
+
+def test_an_edit_in_one_training_function_checks_that_function_alone():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_latency import _inside_line, training_script
+
+    text = training_script(600)
+    checker = UnitChecker(CONFIG)
+    first = checker.check(text, "t.py", "doc")
+    assert checker.verified["doc"][1]  # the groups' union is the whole file's
+    lines = text.split("\n")
+    line = _inside_line(text)
+    lines[line] += " * 2"
+    before = dict(checker.stats)
+    edited = "\n".join(lines)
+    again = checker.check(edited, "t.py", "doc")
+    assert checker.stats["groups"] == before["groups"] + 1 and checker.stats["verified"] == before["verified"]
+    assert checker.stats["whole"] == before["whole"] and _seen(again) == _seen(check_text(edited, "t.py", CONFIG))
+    assert {d.code for d in first.diagnostics} == {d.code for d in again.diagnostics}
+    # A line inserted above every function moves their findings; no group is checked again.
+    moved = "# a comment\n" + edited
+    before = dict(checker.stats)
+    assert _seen(checker.check(moved, "t.py", "doc")) == _seen(check_text(moved, "t.py", CONFIG))
+    assert checker.stats["groups"] == before["groups"]
+
+
+def test_a_question_of_the_whole_file_keeps_it_checked_whole():
+    """AMP080 asks whether the file builds a GradScaler anywhere: `save` alone says no, the file says yes.
+    The verification sees the groups' union differ, and the document is checked whole."""
+    options = (("show_assumed", True),)
+    config = CheckConfig(frozenset(registry.default_codes()) | {"AMP080"}, False, False, False, False, options)
+    text = textwrap.dedent(
+        """\
+        import torch
+
+        scaler = torch.amp.GradScaler("cuda")
+
+
+        def save(model, optimizer, path):
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+        """
+    )
+    checker = UnitChecker(config)
+    outcome = checker.check(text, "t.py", "doc")
+    assert "AMP080" in {d.code for d in outcome.diagnostics}
+    assert checker.verified["doc"] == (checker.verified["doc"][0], False)
+    edited = text.replace("(model, optimizer, path)", "(model, optimizer, path, extra=None)")
+    assert _seen(checker.check(edited, "t.py", "doc")) == _seen(check_text(edited, "t.py", config))
+
+
+def test_the_server_mode_publishes_the_whole_check_first_and_verifies_step_by_step():
+    checker = UnitChecker(CONFIG, eager=False)
+    checked = checker.check(TRAINING, "t.py", "doc")
+    assert _seen(checked) == _seen(check_text(TRAINING, "t.py", CONFIG)) and "doc" in checker.pending
+    steps = 0
+    while checker.settle("doc"):
+        steps += 1
+    assert steps >= 1 and "doc" not in checker.pending and checker.verified["doc"][1]
 
 
 TRAINING = textwrap.dedent(
@@ -103,11 +214,12 @@ def test_an_edit_outside_the_core_reuses_the_result_and_one_inside_checks_again(
     first = checker.check(TRAINING, "t.py", "doc")
     assert {"AMP020", "AMP072"} <= {d.code for d in first.diagnostics}
     edited = TRAINING.replace("LIMIT = 3", "LIMIT = 4").replace("json.load(handle)", "json.loads(handle.read())")
+    checks = checker.stats["core"]
     again = checker.check(edited, "t.py", "doc")
-    assert checker.stats["reused"] == 1 and _seen(again) == _seen(check_text(edited, "t.py", CONFIG))
+    assert checker.stats["core"] == checks and _seen(again) == _seen(check_text(edited, "t.py", CONFIG))
     inside = edited.replace("helper(opt)\n", "helper(opt)\n        print(x)\n")
     assert _seen(checker.check(inside, "t.py", "doc")) == _seen(check_text(inside, "t.py", CONFIG))
-    assert checker.stats["reused"] == 1
+    assert checker.stats["core"] == checks + 1  # the group of `train` and `helper`, nothing else
 
 
 def test_unsure_texts_are_checked_whole():

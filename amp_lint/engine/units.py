@@ -52,6 +52,7 @@ class UnitFacts:
     # The lines (as written) that hold such a name or comment: an edit that changes none of them cannot
     # change what the rules ask of the file as a whole (see `UnitChecker.check`).
     relevant_lines: Tuple[str, ...] = ()
+    future: bool = False  # `from __future__ import ...`: it changes how every other unit is read
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,10 @@ def _needs_patterns(config: CheckConfig) -> Tuple["re.Pattern", ...]:
 class UnitChecker:
     """Checks documents unit by unit; one per configuration (the facts depend on the enabled rules)."""
 
-    def __init__(self, config: CheckConfig) -> None:
+    def __init__(self, config: CheckConfig, eager: bool = True) -> None:
         self.config = config
+        self.eager = eager  # verify the groups at once (else: `settle`, step by step)
+        self.pending: Dict[str, _Verification] = {}
         self.patterns = _needs_patterns(config)
         # One search for any of them, or a `# noqa` / `amp-lint` comment.
         self.any_pattern = re.compile("|".join(["noqa", "amp-lint"] + [f"(?:{p.pattern})" for p in self.patterns]))
@@ -91,13 +94,14 @@ class UnitChecker:
         self.previous.pop(document, None)
         self.group_results.pop(document, None)
         self.verified.pop(document, None)
+        self.pending.pop(document, None)
 
     # --- units ---------------------------------------------------------------------------------------
 
     def units(self, text: str, document: Optional[str] = None) -> Optional[List[Unit]]:
         """The top-level units of `text`, or None when it must be checked whole. With the `document`'s
         previous units known, only the lines an edit touched (and the unit on each side) are parsed again."""
-        if _UNSURE_CHARACTERS.search(text) or "__future__" in text:
+        if _UNSURE_CHARACTERS.search(text):
             return None
         lines = text.split("\n")
         previous = self.previous.get(document) if document is not None else None
@@ -179,6 +183,7 @@ class UnitChecker:
         if relevant:
             search = self.any_pattern.search
             relevant_lines = tuple(line for line in unit_text.split("\n") if search(line) is not None)
+        future = all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements)
         return UnitFacts(
             frozenset(binds),
             frozenset(_WORD.findall(unit_text)),
@@ -186,12 +191,13 @@ class UnitChecker:
             only_imports,
             _refused(unit_text),
             relevant_lines,
+            future,
         )
 
     def core(self, units: Sequence[Unit]) -> List[bool]:
         """Which units the rules can see: the relevant ones, and what binds a name they use or uses a name
         they bind (an import's users excepted), until nothing more joins."""
-        inside = [unit.facts.relevant for unit in units]
+        inside = [unit.facts.relevant or unit.facts.future for unit in units]
         used: set = set()
         bound: set = set()
 
@@ -280,6 +286,12 @@ class UnitChecker:
                 if not units[index].facts.binds.isdisjoint(words):
                     group.append(index)
                     attached.add(index)
+        for index in imports:
+            if units[index].facts.future:  # in every group, as at the top of the file
+                for group in groups:
+                    if index not in group:
+                        group.append(index)
+                        attached.add(index)
         for index in imports:  # a relevant import nothing uses (`from torch.cuda.amp import autocast`)
             if index not in attached and units[index].facts.relevant:
                 groups.append([index])
@@ -291,34 +303,52 @@ class UnitChecker:
     def check(self, text: str, display_name: str, document: str) -> FileOutcome:
         """The engine's findings for `text` (identical to `check_text` of the whole text).
 
-        The core is checked group by group (`groups`), each group as a text of the file's lines with every
-        other line left empty, keyed by that text: an edit inside one function checks that function's
-        group again and reuses the others' results. That the union of the groups' findings is the whole
-        file's is verified, against a check of the whole core, whenever the file's *signature* changes
-        (the groups, and in each the lines that hold a name the rules look for): a rule may ask a question
-        of the whole file ("a GradScaler anywhere?"), and only such a line can change its answer. When
-        the union differs, the document is checked whole until its signature changes again."""
+        The core is checked group by group (`groups`), each group's units alone, keyed by their hashes: an
+        edit inside one function checks that function's group again and reuses the others' results. That
+        the union of the groups' findings is the whole core's is verified, against a check of the whole
+        core, whenever the file's *signature* changes (the groups, and in each the lines that hold a name
+        the rules look for): a rule may ask a question of the whole file ("a GradScaler anywhere?"), and
+        only such a line can change its answer. Until then, and when the union differs, the document is
+        checked whole. The verification runs at once (`eager`), or step by step in `settle` (the server's
+        idle time: the whole check's findings are published first)."""
         units = self.units(text, document)
-        if (
-            units is None
-            or any(unit.facts.parse_refused for unit in units)
-            or _file_noqa(text)
-        ):
+        if units is None or any(unit.facts.parse_refused for unit in units) or _file_noqa(text) or _gap_comments(text, units):
             self.verified.pop(document, None)
+            self.pending.pop(document, None)
             return self._check_core(text, display_name, document, text)
         groups = self.groups(units)
         signature = tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups)
         known = self.verified.get(document)
-        if known is not None and known[0] == signature and not known[1]:
+        if known is not None and known[0] == signature:
+            self.pending.pop(document, None)
+            if known[1]:
+                split = self._check_groups(text.split("\n"), display_name, document, units, groups)
+                if split is not None:
+                    return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
-        split = self._check_groups(text, display_name, document, units, groups)
-        if known is not None and known[0] == signature and split is not None:
-            return split
         whole = self._check_core(text, display_name, document, self._core_of(text, units))
-        self.stats["verified"] += 1
-        agrees = split is not None and _seen(split) == _seen(whole)
-        self.verified[document] = (signature, agrees)
+        self.pending[document] = _Verification(signature, text.split("\n"), units, groups, display_name, whole)
+        if self.eager:
+            while self.settle(document):
+                pass
         return whole
+
+    def settle(self, document: str) -> bool:
+        """One step of the document's pending verification (one group checked); False when none is left."""
+        job = self.pending.get(document)
+        if job is None:
+            return False
+        kept = self.group_results.setdefault(document, OrderedDict())
+        for group in job.groups:
+            if self._group_key(job.units, group) not in kept:
+                if self._group_outcome(job.lines, job.units, group, job.display_name, kept) is None:
+                    break  # the groups cannot be used: checked whole
+                return True
+        split = self._check_groups(job.lines, job.display_name, document, job.units, job.groups)
+        self.verified[document] = (job.signature, split is not None and _seen(split) == _seen(job.whole))
+        self.stats["verified"] += 1
+        del self.pending[document]
+        return False
 
     def _core_of(self, text: str, units: Sequence[Unit]) -> str:
         lines = text.split("\n")
@@ -328,37 +358,41 @@ class UnitChecker:
                     lines[index] = ""
         return "\n".join(lines)
 
-    def _check_groups(self, text, display_name, document, units, groups) -> Optional[FileOutcome]:
-        """The union of the groups' findings; None when a group's check said something other than findings.
+    @staticmethod
+    def _group_key(units: Sequence[Unit], group: Sequence[int]) -> str:
+        return hashlib.blake2b("\0".join(units[i].digest for i in group).encode("ascii"), digest_size=20).hexdigest()
 
-        A group is checked as its units' lines alone, one after the other (`ast` parsed each as whole
-        statements, so they parse the same together), and its findings are moved back to the file's rows.
-        The result is keyed by that text: an edit above a function moves its group's findings, it does not
-        check it again."""
-        lines = text.split("\n")
+    def _group_outcome(self, lines, units, group, display_name, kept) -> Optional[FileOutcome]:
+        """The check of one group's units alone (`ast` parsed each as whole statements, so they parse the
+        same together), kept by their hashes; None when it said something other than findings."""
+        digest = self._group_key(units, group)
+        outcome = kept.get(digest)
+        if outcome is not None and outcome.path == display_name:
+            kept.move_to_end(digest)
+            self.stats["reused"] += 1
+            return outcome
+        self.stats["core"] += 1
+        self.stats["groups"] += 1
+        group_text = "\n".join(line for i in group for line in lines[units[i].first : units[i].last + 1]) + "\n"
+        outcome = check_text(group_text, display_name, self.config)
+        if outcome.errors:
+            return None
+        kept[digest] = outcome
+        return outcome
+
+    def _check_groups(self, lines, display_name, document, units, groups) -> Optional[FileOutcome]:
+        """The union of the groups' findings, moved back to the file's rows (an edit above a function moves
+        its group's findings, it does not check it again); None when a group cannot be used."""
         kept = self.group_results.setdefault(document, OrderedDict())
         diagnostics: List[Diagnostic] = []
         seen = set()
         for group in groups:
+            outcome = self._group_outcome(lines, units, group, display_name, kept)
+            if outcome is None:
+                return None
             rows: List[int] = []  # the file's 1-based row of each line of the group's text
             for index in group:
-                unit = units[index]
-                rows.extend(range(unit.first + 1, unit.last + 2))
-            digest = hashlib.blake2b(
-                "\0".join(units[i].digest for i in group).encode("ascii"), digest_size=20
-            ).hexdigest()
-            outcome = kept.get(digest)
-            if outcome is None or outcome.path != display_name:
-                self.stats["core"] += 1
-                self.stats["groups"] += 1
-                group_text = "\n".join(lines[row - 1] for row in rows) + "\n"
-                outcome = check_text(group_text, display_name, self.config)
-                if outcome.errors:
-                    return None
-                kept[digest] = outcome
-            else:
-                kept.move_to_end(digest)
-                self.stats["reused"] += 1
+                rows.extend(range(units[index].first + 1, units[index].last + 2))
             for diagnostic in outcome.diagnostics:
                 moved = _moved(diagnostic, rows)
                 if moved is None:
@@ -428,6 +462,30 @@ def _moved(diagnostic: Diagnostic, rows: Sequence[int]) -> Optional[Diagnostic]:
         )
     except LookupError:
         return None
+
+
+@dataclass
+class _Verification:
+    """A document's pending comparison of its groups' findings with its whole core's (`UnitChecker.settle`)."""
+
+    signature: tuple
+    lines: List[str]
+    units: List[Unit]
+    groups: List[List[int]]
+    display_name: str
+    whole: FileOutcome
+
+
+def _gap_comments(text: str, units: Sequence[Unit]) -> bool:
+    """A `# noqa` or `amp-lint` comment on a line outside every unit (between functions): the groups
+    leave such lines out, so the file is checked whole (AMP900 may report it)."""
+    if "noqa" not in text and "amp-lint" not in text:
+        return False
+    lines = text.split("\n")
+    covered = bytearray(len(lines))
+    for unit in units:
+        covered[unit.first : unit.last + 1] = b"\1" * (unit.last + 1 - unit.first)
+    return any(not covered[i] and ("noqa" in line or "amp-lint" in line) for i, line in enumerate(lines))
 
 
 def _file_noqa(text: str) -> bool:
