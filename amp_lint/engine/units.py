@@ -318,6 +318,12 @@ class UnitChecker:
             return self._check_core(text, display_name, document, text)
         groups = self.groups(units)
         signature = tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups)
+        job = self.pending.get(document)
+        if job is not None and job.signature == signature:
+            # An edit before the verification of this signature was done: finish it now (the groups the
+            # edit left alone are the job's), then use what it found.
+            while self.settle(document):
+                pass
         known = self.verified.get(document)
         if known is not None and known[0] == signature:
             self.pending.pop(document, None)
@@ -347,7 +353,8 @@ class UnitChecker:
         split = self._check_groups(job.lines, job.display_name, document, job.units, job.groups)
         self.verified[document] = (job.signature, split is not None and _seen(split) == _seen(job.whole))
         self.stats["verified"] += 1
-        del self.pending[document]
+        if self.pending.get(document) is job:
+            del self.pending[document]
         return False
 
     def _core_of(self, text: str, units: Sequence[Unit]) -> str:

@@ -89,6 +89,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.shown_errors: set = set()
         self.option_problems: List[str] = []  # refused initialization options, shown once initialized
         self.unit_checkers: Dict[object, object] = {}  # CheckConfig -> engine.units.UnitChecker
+        self.to_settle: Dict[str, object] = {}  # document key -> the UnitChecker with a verification pending
+        self.settling: Dict[str, asyncio.Task] = {}
 
     # --- logging ------------------------------------------------------------------------------------
 
@@ -166,7 +168,24 @@ class AmpLintServer(CodeActions, LanguageServer):
             self.publish(key, checked, messages)
         except Exception as error:
             self.log(f"amp-lint: publishing the diagnostics of {view.path} failed: {type(error).__name__}: {error}", types.MessageType.Error)
+        if key in self.to_settle and key not in self.settling:
+            self.settling[key] = asyncio.ensure_future(self._settle(key))
         return checked
+
+    async def _settle(self, key: str) -> None:
+        """While no edit waits, verify the document's groups one at a time in the check thread (see
+        `engine.units.UnitChecker.check`): after it, an edit inside one function checks that function."""
+        try:
+            while not self.pending:
+                checker = self.to_settle.get(key)
+                if checker is None or not await self.in_check_thread(checker.settle, key):
+                    self.to_settle.pop(key, None)
+                    return
+        except Exception as error:  # a bug of ours: the document stays checked whole
+            self.to_settle.pop(key, None)
+            self.log(f"amp-lint: verifying the groups of {key} failed: {type(error).__name__}: {error}", types.MessageType.Error)
+        finally:
+            self.settling.pop(key, None)
 
     def _check(self, view: DocumentView) -> Tuple[Checked, list]:
         """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""
@@ -200,6 +219,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         unit_checker = self.unit_checker(settings.config)
         checks_before = unit_checker.stats["core"]
         outcome = unit_checker.check(view.program, view.path, view.key)
+        if view.key in unit_checker.pending:
+            self.to_settle[view.key] = unit_checker
         if unit_checker.stats["core"] != checks_before:
             _release_memory()  # the checker ran: hand its freed tree back to the system
         checked.findings = list(outcome.diagnostics)
@@ -222,7 +243,7 @@ class AmpLintServer(CodeActions, LanguageServer):
 
             if len(self.unit_checkers) > 8:  # settings changed many times: start afresh
                 self.unit_checkers.clear()
-            found = self.unit_checkers[config] = UnitChecker(config)
+            found = self.unit_checkers[config] = UnitChecker(config, eager=False)
         return found
 
     def warm_up(self) -> None:
@@ -313,6 +334,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         task = self.pending.pop(key, None)
         if task is not None:
             task.cancel()
+        self.to_settle.pop(key, None)
         checked = self.results.pop(key, None)
         for uri in set(uris) | (set(checked.published) if checked is not None else set()):
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
