@@ -20,13 +20,15 @@ MISSING_EXTRA = (
 
 
 def serve() -> int:
-    """Run the server over stdin/stdout until the client says exit; the exit status (2: pygls missing)."""
+    """Run the server over stdin/stdout until the client says exit; the exit status (2: pygls missing).
+    `initialize` is answered before pygls is loaded (`fast_start`)."""
+    from amp_lint.server.fast_start import main
+
     try:
-        from amp_lint.server.lsp import serve_stdio
+        return main()
     except ImportError as error:
         name = getattr(error, "name", None) or ""
         if name.split(".")[0] not in ("pygls", "lsprotocol", "cattrs", "attrs", "attr"):
             raise  # our own bug, not a missing extra
         print(MISSING_EXTRA, file=sys.stderr)
         return 2
-    return serve_stdio()

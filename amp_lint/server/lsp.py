@@ -176,7 +176,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         """While no edit waits, verify the document's groups one at a time in the check thread (see
         `engine.units.UnitChecker.check`): after it, an edit inside one function checks that function."""
         try:
-            while not self.pending:
+            await asyncio.sleep(0)  # after the check that asked for it is done
+            while not any(not task.done() for task in self.pending.values()):  # an edit waits: it goes first
                 checker = self.to_settle.get(key)
                 if checker is None or not await self.in_check_thread(checker.settle, key):
                     self.to_settle.pop(key, None)
@@ -568,7 +569,7 @@ def create_server() -> AmpLintServer:
     return server
 
 
-def serve_stdio() -> int:
+def serve_stdio(replay: bytes = b"", answered_id=None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="amp-lint server: %(message)s")
     server = create_server()
     # Standard output is the protocol's: anything printed by mistake would corrupt it, so it goes to stderr.
@@ -576,6 +577,7 @@ def serve_stdio() -> int:
     sys.stdout = sys.stderr
     from amp_lint.server.protocol import serve
 
-    serve(server, stdin, stdout)  # pygls's loop, with a reader that survives malformed headers
+    server.protocol.answered_id = answered_id
+    serve(server, stdin, stdout, replay)  # pygls's loop, with a reader that survives malformed headers
     # LSP: exit after shutdown is a success; exit without it (or a client that went away) is not.
     return 0 if getattr(server.protocol, "_shutdown", False) else 1

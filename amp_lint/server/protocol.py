@@ -38,6 +38,15 @@ INVALID_REQUEST = -32600
 
 class AmpLintProtocol(LanguageServerProtocol):
     initialized_by_client = False
+    answered_id = None  # the `initialize` request `fast_start` answered already: pygls's answer is dropped
+
+    def _send_response(self, msg_id, result=None, error=None):
+        if self.answered_id is not None and msg_id == self.answered_id:
+            self.answered_id = None
+            if error is not None:
+                logger.warning("initialize, answered before pygls started, failed in pygls: %s", error)
+            return None
+        return super()._send_response(msg_id, result, error)
 
     def handle_message(self, message):
         method = getattr(message, "method", None)
@@ -105,9 +114,10 @@ def _unquote(uri: str) -> str:
     return unquote(uri)
 
 
-async def read_messages(read, protocol, stop) -> None:
-    """Feed `protocol` the messages of the byte stream that `read()` (awaitable, b"" at the end) yields."""
-    buffer = bytearray()
+async def read_messages(read, protocol, stop, replay: bytes = b"") -> None:
+    """Feed `protocol` the messages of the byte stream that `read()` (awaitable, b"" at the end) yields,
+    after `replay` (what `fast_start` read before pygls was loaded)."""
+    buffer = bytearray(replay)
     length: Optional[int] = None  # of the body being read, once its header block is complete
     while not stop.is_set():
         if length is None:
@@ -175,8 +185,9 @@ def _dispatch(body: bytes, protocol) -> None:
         logger.exception("unable to handle a message")
 
 
-def serve(server, stdin, stdout) -> None:
-    """Run `server` (a pygls LanguageServer) over binary stdin/stdout with the forgiving reader."""
+def serve(server, stdin, stdout, replay: bytes = b"") -> None:
+    """Run `server` (a pygls LanguageServer) over binary stdin/stdout with the forgiving reader; `replay`:
+    the bytes read from stdin before (`fast_start`)."""
     from threading import Event
 
     from pygls.io_ import StdoutWriter
@@ -191,7 +202,7 @@ def serve(server, stdin, stdout) -> None:
         def read():
             return loop.run_in_executor(server.thread_pool, os.read, fd, 1 << 16)
 
-        await read_messages(read, server.protocol, stop)
+        await read_messages(read, server.protocol, stop, replay)
 
     try:
         asyncio.run(main())

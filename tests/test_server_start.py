@@ -1,0 +1,150 @@
+"""`amp-lint server` answers `initialize` before pygls is imported (`amp_lint.server.fast_start`), with the
+answer pygls itself builds, and then serves as before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls")
+
+from lsprotocol import types  # noqa: E402
+from pygls.capabilities import ServerCapabilitiesBuilder  # noqa: E402
+
+from amp_lint.server.fast_start import initialize_answer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+CLIENTS = {
+    "bare": {},
+    "utf-8 first": {"general": {"positionEncodings": ["utf-8", "utf-16"]}},
+    "unknown encodings": {"general": {"positionEncodings": ["utf-7"]}},
+    "utf-32": {"general": {"positionEncodings": ["utf-32"]}},
+    "notebooks": {"notebookDocument": {"synchronization": {"dynamicRegistration": True}}},
+    "vscode-like": {
+        "general": {"positionEncodings": ["utf-16"]},
+        "textDocument": {
+            "synchronization": {"willSave": True, "willSaveWaitUntil": True, "didSave": True},
+            "rename": {"prepareSupport": True},
+            "diagnostic": {"dynamicRegistration": True, "relatedDocumentSupport": False},
+        },
+        "workspace": {
+            "workspaceFolders": True,
+            "fileOperations": {"didCreate": True, "willRename": True, "didDelete": True},
+            "didChangeWatchedFiles": {"dynamicRegistration": True},
+        },
+        "notebookDocument": {"synchronization": {"dynamicRegistration": True, "executionSummarySupport": True}},
+    },
+}
+
+
+def _pygls_answer(client: dict) -> dict:
+    """What pygls's `lsp_initialize` returns for these client capabilities (its own builder, our features)."""
+    from amp_lint.server.lsp import create_server
+
+    server = create_server()
+    protocol = server.protocol
+    capabilities = protocol._converter.structure(client, types.ClientCapabilities)
+    built = ServerCapabilitiesBuilder(
+        capabilities,
+        set({**protocol.fm.features, **protocol.fm.builtin_features}.keys()),
+        protocol.fm.feature_options,
+        list(protocol.fm.commands.keys()),
+        server._text_document_sync_kind,
+        server._notebook_document_sync,
+        ServerCapabilitiesBuilder.choose_position_encoding(capabilities),
+    ).build()
+    return protocol._converter.unstructure(types.InitializeResult(capabilities=built, server_info=protocol.server_info))
+
+
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_the_early_answer_is_the_one_pygls_builds(name):
+    assert initialize_answer({"capabilities": CLIENTS[name], "processId": None}) == _pygls_answer(CLIENTS[name])
+
+
+def test_undecidable_params_are_left_to_pygls():
+    assert initialize_answer(None) is None
+    assert initialize_answer({"capabilities": {"general": {"positionEncodings": "utf-8"}}}) is None
+
+
+def _message(payload: dict) -> bytes:
+    body = json.dumps(payload).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _read(stream) -> dict:
+    header = b""
+    while not header.endswith(b"\r\n\r\n"):
+        header += stream.read(1)
+    length = int(header.split(b":")[1].split(b"\r\n")[0])
+    return json.loads(stream.read(length))
+
+
+def test_initialize_is_answered_once_before_pygls_loads_and_the_server_then_works(tmp_path):
+    """A real server process: one answer to `initialize` (pygls's second is dropped), before lsprotocol is
+    imported, and then a document is checked and a shutdown answered."""
+    # Loading lsprotocol takes 8 seconds longer here: an answer sooner came before it.
+    slow_lsprotocol = (
+        "import sys, time\n"
+        "class Slow:\n"
+        "    calls = 0\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'lsprotocol':\n"
+        "            Slow.calls += 1\n"
+        "            if Slow.calls > 1:\n"  # the first: `fast_start` asking whether it is installed
+        "                time.sleep(8)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        "sys.argv = ['amp-lint', 'server']\n"
+        "from amp_lint.__main__ import run\n"
+        "run()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-c", slow_lsprotocol],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+        cwd=tmp_path,
+    )
+    try:
+        sent = time.perf_counter()
+        process.stdin.write(_message({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}}))
+        process.stdin.flush()
+        answer = _read(process.stdout)
+        elapsed = time.perf_counter() - sent
+        assert answer["id"] == 1 and answer["result"]["capabilities"]["textDocumentSync"]["change"] == 2
+        uri = (tmp_path / "t.py").as_uri()
+        text = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+        for payload in (
+            {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+            {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}},
+        ):
+            process.stdin.write(_message(payload))
+        process.stdin.flush()
+        seen = []
+        while not any(m.get("method") == "textDocument/publishDiagnostics" for m in seen):
+            seen.append(_read(process.stdout))
+        process.stdin.write(_message({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}))
+        process.stdin.flush()
+        while seen[-1].get("id") != 2:
+            seen.append(_read(process.stdout))
+        assert not any(m.get("id") == 1 for m in seen)  # pygls's own answer to initialize was dropped
+        published = [m for m in seen if m.get("method") == "textDocument/publishDiagnostics"]
+        assert published[0]["params"]["diagnostics"][0]["code"].startswith("AMP")
+        process.stdin.write(_message({"jsonrpc": "2.0", "method": "exit"}))
+        process.stdin.flush()
+        assert process.wait(60) == 0
+        imports = process.stderr.read().decode()
+        assert "lsprotocol.types" in imports  # loaded, after the answer
+        assert elapsed < 7  # before lsprotocol was loaded (the figure itself: bench/lsp_latency.py)
+    finally:
+        if process.poll() is None:
+            process.kill()
