@@ -311,19 +311,22 @@ async def test_published_diagnostics_after_random_incremental_edits_are_a_full_c
     from amp_lint import rules as registry
     from amp_lint.engine.runner import CheckConfig, check_text
 
-    from tests.test_units import TRAINING, _edit
+    from tests.test_units import TRAINING, _edit, _edit_inside, _training_files
 
     config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
     client, folder = shared
     fixture = Path(__file__).resolve().parent.parent / "fixtures" / "check" / "bad_amp001_backward_in_autocast.py"
     seed = 31
     rng = random.Random(seed)
-    for name, text in (("edited_training.py", TRAINING), ("edited_fixture.py", fixture.read_text(encoding="utf-8"))):
+    documents = [("edited_training.py", TRAINING, _edit), ("edited_fixture.py", fixture.read_text(encoding="utf-8"), _edit)]
+    # A real training file, edited inside its functions (issue 31: the group-by-group path, verified first).
+    documents += [(f"edited_{name}", text, _edit_inside) for name, text in _training_files()[:1]]
+    for name, text, edit_of in documents:
         uri = open_file(client, folder / name, text)
         lines = text.split("\n")
         for version in range(2, 7):
             old = lines[:]
-            _edit(lines, rng)
+            edit_of(lines, rng)
             # The change as an editor sends it: the old lines from the first that differs, replaced.
             first = next((i for i, (a, b) in enumerate(zip(old, lines)) if a != b), min(len(old), len(lines)) - 1)
             new_text = "\n".join(lines)
