@@ -38,3 +38,9 @@ def release_large() -> None:
     global _last
     if _last is not None and len(_last[0]) > _KEEP_CHARS:
         _last = None
+
+
+def forget() -> None:
+    """Forget the kept tree (a long-lived process between checks: the language server)."""
+    global _last
+    _last = None

@@ -29,6 +29,7 @@ from amp_lint.diagnostics import Diagnostic, FileError, FixSummary, Severity
 from amp_lint.server import hover as rule_help
 from amp_lint.server.actions import FIX_ALL, CodeActions
 from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView
+from amp_lint.server.memory import release_memory, settle_step, warm_up
 from amp_lint.server.protocol import AmpLintProtocol, watch_parent
 from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
 
@@ -179,7 +180,7 @@ class AmpLintServer(CodeActions, LanguageServer):
             await asyncio.sleep(0)  # after the check that asked for it is done
             while not any(not task.done() for task in self.pending.values()):  # an edit waits: it goes first
                 checker = self.to_settle.get(key)
-                if checker is None or not await self.in_check_thread(checker.settle, key):
+                if checker is None or not await self.in_check_thread(settle_step, checker, key):
                     self.to_settle.pop(key, None)
                     return
         except Exception as error:  # a bug of ours: the document stays checked whole
@@ -223,7 +224,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         if view.key in unit_checker.pending:
             self.to_settle[view.key] = unit_checker
         if unit_checker.stats["core"] != checks_before:
-            _release_memory()  # the checker ran: hand its freed tree back to the system
+            release_memory()  # the checker ran: hand its freed tree back to the system
         checked.findings = list(outcome.diagnostics)
         units = self.workspace.position_codec.client_num_units
         for finding in outcome.diagnostics:
@@ -249,15 +250,7 @@ class AmpLintServer(CodeActions, LanguageServer):
 
     def warm_up(self) -> None:
         """In the check thread, after `initialize` is answered: import the engine, the rules and LibCST."""
-        try:
-            from amp_lint import rules as registry
-            from amp_lint.engine.runner import CheckConfig, check_text
-
-            config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
-            check_text("import torch\nscaler = torch.amp.GradScaler('cuda')\nscaler.step(opt)\n", "warm_up.py", config)
-            import amp_lint.fixes.text_edits  # noqa: F401  (code actions)
-        except Exception as error:  # the first real check will say what is wrong
-            logging.getLogger("amp_lint.server").warning("warm-up failed: %s: %s", type(error).__name__, error)
+        warm_up()
 
     def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
         uri, line, character = view.place(finding.location, units)
@@ -365,22 +358,6 @@ class AmpLintServer(CodeActions, LanguageServer):
         return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
 
 
-def _release_memory() -> None:
-    """Give the memory a check freed back to the system (glibc keeps it otherwise: a 3,000-line file's
-    tree left the server at 140 MB instead of 75)."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM = None
 
 
 def _is_python(uri: str, language_id: Optional[str]) -> bool:
