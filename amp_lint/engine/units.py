@@ -33,7 +33,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
 # What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
 _UNSURE_CHARACTERS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _UNIT_INFO_LIMIT = 20_000  # unit facts kept (per process), by unit text hash
@@ -245,7 +245,9 @@ class UnitChecker:
         name the other uses (a called helper, a module-level binding); an import joins every group that uses
         what it binds without joining them together (`torch` links nothing). Each group holds at least one
         relevant unit; units no group reaches are outside the core. Indices in file order."""
-        key = tuple(unit.digest for unit in units)  # what the groups depend on: the units' texts, in order
+        # What the groups depend on: each unit's names, words and kind, in order (an edit that changes a
+        # number or a string inside a function leaves them as they were). Frozensets keep their hashes.
+        key = tuple((f.binds, f.words, f.relevant, f.only_imports, f.future) for f in (unit.facts for unit in units))
         known = self._groups_of.get(key)
         if known is None:
             known = self._groups_of[key] = self._grouped(units)
@@ -328,7 +330,7 @@ class UnitChecker:
         if known is not None and known[0] == signature:
             self.pending.pop(document, None)
             if known[1]:
-                split = self._check_groups(text.split("\n"), display_name, document, units, groups)
+                split = self._check_groups(self.previous[document][0] if document in self.previous else text.split("\n"), display_name, document, units, groups)
                 if split is not None:
                     return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
