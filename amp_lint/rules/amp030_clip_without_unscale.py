@@ -9,6 +9,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.gradient_effects import calls_reading_gradients
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.accumulation import accumulation, first_on_path
@@ -212,7 +213,11 @@ def train_step(self, batch):
         for step in model.steps:
             flow = flow_of(model, step)
             flagged: List[Tuple[Event, Optional[Fix]]] = []
-            for clip in step.of(EventKind.CLIP, EventKind.GRAD_READ):
+            # A project helper that reads or clips gradients and cannot unscale them (its gradient-effect
+            # summary, issue 26 principle 3) is a read where it is called, like `clip_grad_norm_`.
+            helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
+            reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
+            for clip in reads:
                 # The scaled gradients reach the clip on some path with no unscale_ on it: they survive
                 # inner micro-step loops and if/else merges (miles-credit #141, neural_sp).
                 reached = _scaled_reaching(model, step, flow, clip)
@@ -226,7 +231,7 @@ def train_step(self, batch):
                 steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
                 if not steps:
                     continue
-                what = "clips" if clip.kind is EventKind.CLIP else "reads"
+                what = "clips" if clip.kind is EventKind.CLIP or (id(clip) in helpers and helpers[id(clip)].clips) else "reads"
                 # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
                 # fix of an earlier flagged clip that precedes it.
                 fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
