@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec
+from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec, wrapper_spec
 from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
 from amp_lint.analysis.events import Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
@@ -218,6 +218,9 @@ class ModelBuilder(CallRecorder, Walker):
         self._note_factory_positions(node.value)
         for target in node.targets:
             self._record_assignment(target.target, node.value)
+            # `a, b = scaler.scale(x), scaler.scale(y)`: each name bound to its own element (issue 26, principle 4).
+            for name, value in _paired_elements(target.target, node.value):
+                self._record_assignment(name, value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.small_statement = node
@@ -349,11 +352,18 @@ class ModelBuilder(CallRecorder, Walker):
             binding = self._autocast_binding(expr.func)
             if binding is not None and binding.is_factory:
                 return autocast_spec(binding.qualified_name, expr, binding.partial_args)
-            return None
+            return self._autocast_wrapper(expr.func)
         binding = self._autocast_binding(expr)
         if binding is not None and not binding.is_factory:
             return autocast_spec(binding.qualified_name, binding.call)
         return None
+
+    def _autocast_wrapper(self, func: cst.BaseExpression) -> Optional[AutocastSpec]:
+        """`with autocast(self.amp):` where `autocast` is a top-level function of this file returning one."""
+        if not isinstance(func, cst.Name) or not names.binds_at_module_level(self.scope.names, func.value):
+            return None
+        defined = [s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value == func.value]
+        return wrapper_spec(defined[0], self.module_scope.names.qualify) if len(defined) == 1 else None
 
     def _autocast_binding(self, expr: cst.BaseExpression) -> Optional[AutocastBinding]:
         key = dotted_name(expr)
@@ -506,3 +516,14 @@ def build_model(module: cst.Module, follow_every_call: bool = False) -> FileMode
     builder.follow_every_call = follow_every_call
     builder.walk(module)
     return builder.finish()
+
+
+def _paired_elements(target: cst.BaseExpression, value: cst.BaseExpression):
+    """(element target, element value) of a tuple or list assigned from one of the same length, no starred."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return []
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
