@@ -260,3 +260,54 @@ def test_a_function_that_only_sometimes_returns_an_autocast_is_not_one():
             scaler.update()
     """
     assert _codes(source, "AMP001") == []
+
+
+def test_an_autocast_factory_of_another_project_module(tmp_path):
+    # Principle 4: the factory lives in another module of the project (ultralytics' `utils.autocast`),
+    # one path returning a vendor's `torch_npu.npu.amp.autocast`: still an autocast where it is entered.
+    import json
+    import subprocess
+    import sys
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def autocast(enabled: bool, device: str = "cuda"):
+                if device == "npu":
+                    import torch_npu
+                    return torch_npu.npu.amp.autocast(enabled=enabled)
+                return torch.amp.autocast(device, enabled=enabled)
+            """
+        )
+    )
+    (package / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from pkg.utils import autocast
+
+            def train(model, loader, opt, amp):
+                scaler = torch.amp.GradScaler("cuda", enabled=amp)
+                for x in loader:
+                    with autocast(amp):
+                        loss = model(x).sum()
+                        scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP001", "--output-format", "json", "pkg/train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)] == [("AMP001", 10)]

@@ -202,10 +202,14 @@ def wrapper_spec(function: cst.FunctionDef, qualify) -> Optional[AutocastSpec]:
     calls = []
     for node in returns:
         value = node.value
-        if not isinstance(value, cst.Call) or qualify(value.func) not in names.AUTOCAST:
+        if not isinstance(value, cst.Call):
             return None
-        calls.append((qualify(value.func), autocast_spec(qualify(value.func), value)))
-    qualified, first = calls[0]
+        qualified = qualify(value.func) or names.dotted_name(value.func) or ""
+        if qualified not in names.AUTOCAST and not qualified.endswith(".amp.autocast"):
+            return None  # a vendor's `torch_npu.npu.amp.autocast` is one; a nullcontext is not
+        calls.append((qualified, autocast_spec(qualified, value)))
+    calls.sort(key=lambda pair: pair[0] not in names.AUTOCAST)
+    qualified = calls[0][0]
     spec = AutocastSpec(qualified_name=qualified, call=None)
     devices = {literal_string(s.device_node) if s.device_node is not None else names.IMPLIED_DEVICE.get(q) for q, s in calls}
     if len(devices) == 1 and None not in devices:

@@ -360,6 +360,15 @@ class ModelBuilder(CallRecorder, Walker):
 
     def _autocast_wrapper(self, func: cst.BaseExpression) -> Optional[AutocastSpec]:
         """`with autocast(self.amp):` where `autocast` is a top-level function of this file returning one."""
+        if isinstance(func, cst.Name) and self.qualify(func) is not None:
+            from amp_lint.analysis.summaries import autocast_factory  # another module of the project
+
+            found = autocast_factory(func.value)
+            if found is None:
+                return None
+            spec = AutocastSpec(qualified_name=found[0], call=None, device=found[1])
+            spec.enabled = found[2]
+            return spec
         if not isinstance(func, cst.Name) or not names.binds_at_module_level(self.scope.names, func.value):
             return None
         defined = [s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value == func.value]
