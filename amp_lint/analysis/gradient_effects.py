@@ -306,3 +306,89 @@ def _call_effects(model: FileModel, call: Event, memo, depth: int, active: Froze
             continue  # followed: its events are in the list
         total = total.joined(_event_effects(model, event, memo, depth + 1, active))
     return total
+
+
+# --- which optimizer holds which module's parameters ---
+def optimizer_holds_parameters_of(model: FileModel, optimizer: str, module: str, scope: Scope) -> bool:
+    """Is the optimizer `optimizer` (a key the step steps) built, in this file, from parameters of `module`
+    (`AdamW(groups)` with `groups` built from `module.named_parameters()`, through names, list mutations and
+    loops over the parameters)? Then `module.zero_grad()` clears gradients the optimizer's step needs.
+    Only the assignments of the optimizer in `scope`'s function (or, for `self.x`, its class) count."""
+    import re
+
+    sites = [
+        site
+        for site in model.assignment_sites
+        if site.target == optimizer
+        and (site.scope is scope or (optimizer.startswith("self.") and site.scope.class_name == scope.class_name))
+    ]
+    pattern = re.compile(rf"(?<![\w.]){re.escape(module)}\.(parameters|named_parameters)\(")
+    for site in sites:
+        value = site.value
+        if not isinstance(value, cst.Call) or not value.args:
+            continue
+        argument = code_of(value.args[0].value)
+        if pattern.search(argument):
+            return True
+        derived = _derived_names(site.scope.node, pattern)
+        if any(re.search(rf"(?<![\w.]){re.escape(name)}\b", argument) for name in derived):
+            return True
+    return False
+
+
+def _derived_names(function: cst.CSTNode, pattern) -> FrozenSet[str]:
+    """The plain names of `function` whose values are built from what `pattern` matches, through
+    assignments, `x.append/extend/insert(...)`, `x[k] = ...`, `x += ...` and `for` targets (to a fixpoint)."""
+    import re
+
+    facts: List[Tuple[str, str]] = []  # (name bound or grown, text of what it is built from)
+
+    class Collector(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
+            return node is function
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> Optional[bool]:
+            return False
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                for name in _target_names(target.target):
+                    facts.append((name, code_of(node.value)))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            for name in _target_names(node.target):
+                facts.append((name, code_of(node.value)))
+
+        def visit_For(self, node: cst.For) -> None:
+            for name in _target_names(node.target):
+                facts.append((name, code_of(node.iter)))
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend", "insert") and isinstance(func.value, cst.Name):
+                facts.append((func.value.value, " ".join(code_of(a.value) for a in node.args)))
+
+    if not isinstance(function, cst.FunctionDef):
+        return frozenset()
+    function.visit(Collector())
+    derived: set = set()
+    for _ in range(6):
+        before = len(derived)
+        for name, text in facts:
+            if name in derived:
+                continue
+            if pattern.search(text) or any(re.search(rf"(?<![\w.]){re.escape(d)}\b", text) for d in derived):
+                derived.add(name)
+        if len(derived) == before:
+            break
+    return frozenset(derived)
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+        return [target.value.value]  # `group["params"] = ...` grows `group`
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []

@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.gradient_effects import optimizer_holds_parameters_of
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
@@ -192,7 +193,10 @@ for i, x in enumerate(loader):
                     if zero.target == consumer.target:
                         confidence = Confidence.HIGH
                     elif zero.target is not None and not model.is_optimizer(zero.target) and len(stepped) == 1:
-                        confidence = Confidence.MEDIUM
+                        # A module's zero_grad: proved when the stepped optimizer is built here from that
+                        # module's parameters (issue 26, principle 4), else assumed.
+                        holds = optimizer_holds_parameters_of(model, consumer.target, zero.target, step.scope)
+                        confidence = Confidence.HIGH if holds else Confidence.MEDIUM
                     else:
                         continue
                     reported.add(id(zero.call))
