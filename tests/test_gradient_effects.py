@@ -24,7 +24,7 @@ def _scope(model, name: str):
 def _amp030(source: str):
     result = Checker(frozenset({"AMP030"})).check(textwrap.dedent(source), "example.py")
     assert not result.errors, result.errors
-    return [(d.range.start.line if hasattr(d, "range") else None, d.message) for d in result.diagnostics]
+    return [(d.location.row, d.message) for d in result.diagnostics]
 
 
 HELPERS = """
