@@ -95,3 +95,26 @@ def test_a_plain_step_on_the_backwards_path_is_silent():
                 optimizer.step()
     """
     assert _amp011(source) == []
+
+
+def _amp030(source: str, show_assumed: bool = False):
+    result = Checker(frozenset({"AMP030"}), show_assumed=show_assumed).check(textwrap.dedent(source), "example.py")
+    assert not result.errors, result.errors
+    return [(d.code, d.location.row) for d in result.diagnostics]
+
+
+def test_a_per_call_step_clips_gradients_scaled_by_the_sibling_backward():
+    # Principle 2: `step()` runs once per batch after the sibling `backward()` scaled the gradients with
+    # the class's own scaler: a clip with no `unscale_` before it reads scaled gradients on every call.
+    source = _manager("self.scaler.scale(loss).backward()").replace("            self.scaler.unscale_(optimizer)\n", "")
+    assert _amp030(source) == [("AMP030", 18)]
+    assert _amp030(_manager("self.scaler.scale(loss).backward()"), show_assumed=True) == []
+
+
+def test_a_per_call_step_with_a_handed_in_scaler_or_an_unscale_elsewhere_is_silent():
+    # Principle 3: a scaler handed in may be unscaled by the caller; so may one another method unscales.
+    handed = _manager("self.scaler.scale(loss).backward()", scaler="scaler", param=", scaler")
+    assert _amp030(handed.replace("            self.scaler.unscale_(optimizer)\n", ""), show_assumed=True) == []
+    elsewhere = _manager("self.scaler.scale(loss).backward()").replace("            self.scaler.unscale_(optimizer)\n", "")
+    elsewhere += "\n    def unscale(self, optimizer):\n        self.scaler.unscale_(optimizer)\n"
+    assert _amp030(elsewhere, show_assumed=True) == []

@@ -308,6 +308,15 @@ def _call_effects(model: FileModel, call: Event, memo, depth: int, active: Froze
     return total
 
 
+def class_builds_scaler(model: FileModel, key: Optional[str], scope: Scope) -> bool:
+    """`self.scaler` bound, in the class of `scope`, only to GradScaler constructions (one may be enabled):
+    the class owns its scaler, no caller hands one in."""
+    if key is None or not key.startswith("self.") or scope.class_name is None:
+        return False
+    bindings = model.scaler_bindings(key, scope)
+    return bool(bindings) and all(b.call is not None for b in bindings) and any(b.is_enabled for b in bindings)
+
+
 # --- which optimizer holds which module's parameters ---
 def optimizer_holds_parameters_of(model: FileModel, optimizer: str, module: str, scope: Scope) -> bool:
     """Is the optimizer `optimizer` (a key the step steps) built, in this file, from parameters of `module`

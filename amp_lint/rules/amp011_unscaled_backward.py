@@ -8,6 +8,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.gradient_effects import class_builds_scaler
 from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
@@ -356,7 +357,7 @@ def _per_call_backwards(model: FileModel):
             e
             for s in siblings
             for e in s.events
-            if e.kind is EventKind.SCALER_STEP and _built_by_the_class(model, e.receiver, s)
+            if e.kind is EventKind.SCALER_STEP and class_builds_scaler(model, e.receiver, s)
         ]
         plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
         if not steps or _called_with_a_scaled_loss(model, scope):
@@ -369,14 +370,6 @@ def _per_call_backwards(model: FileModel):
             consumer = next((e for e in steps if backward.compatible(e)), None)
             if consumer is not None:
                 yield backward, consumer
-
-
-def _built_by_the_class(model: FileModel, key: Optional[str], scope) -> bool:
-    """`self.scaler` bound, in the class, only to GradScaler constructions that may be enabled."""
-    if key is None or not key.startswith("self."):
-        return False
-    bindings = model.scaler_bindings(key, scope)
-    return bool(bindings) and all(b.call is not None for b in bindings) and any(b.is_enabled for b in bindings)
 
 
 def _called_with_a_scaled_loss(model: FileModel, scope) -> bool:
