@@ -224,3 +224,28 @@ def test_helpers_that_unscale_take_the_scaler_or_cannot_be_resolved_are_silent()
                 self.scaler.update()
     """
     assert _amp030(source) == []
+
+
+def test_a_models_own_clip_grad_norm_method_is_amp030():
+    # Principle 3: `model.clip_grad_norm_(max_norm)`, a method of the project's model class (FSDP-style),
+    # clips the gradients it is given; between the scaled backward and unscale_ it reads scaled ones.
+    source = """
+    import torch
+
+    class Net(torch.nn.Module):
+        def clip_grad_norm_(self, max_norm):
+            return torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+
+    def train(loader, opt):
+        model = Net()
+        scaler = torch.amp.GradScaler("cuda")
+        for x in loader:
+            scaler.scale(model(x).sum()).backward()
+            {before}
+            model.clip_grad_norm_(1.0)
+            scaler.step(opt)
+            scaler.update()
+    """
+    found = _amp030(source.replace("{before}", "pass"))
+    assert [row for row, _ in found] == [14] and "model.clip_grad_norm_(1.0)" in found[0][1]
+    assert _amp030(source.replace("{before}", "scaler.unscale_(opt)")) == []

@@ -57,8 +57,9 @@ _FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
 
 
 def _holder_attribute(receiver: str) -> bool:
-    """`self.attr`: an attribute that may hold an object of a class of this file (checked once the walk is done)."""
-    return receiver.count(".") == 1 and receiver.startswith("self.")
+    """`self.attr` or a plain name: it may hold an object of a class of this file (checked once the walk is
+    done)."""
+    return (receiver.count(".") == 1 and receiver.startswith("self.")) or ("." not in receiver and receiver != "self")
 
 
 def _FOLLOWED_CALLS_HOOKED() -> bool:
@@ -157,13 +158,19 @@ class CallRecorder:
         this file, and nothing else: the call is followed (`gradient_effects`) without a project index."""
         parts = (event.target or "").split(".")
         class_name = event.scope.class_name
-        if len(parts) != 3 or parts[0] != "self" or class_name is None:
+        if not self.classes:
             return False
-        values = [
-            site.value
-            for site in self.assignment_sites
-            if site.target == f"self.{parts[1]}" and site.scope.class_name == class_name
-        ]
+        by_target = getattr(self, "_sites_by_target", None)
+        if by_target is None:
+            by_target = self._sites_by_target = {}
+            for site in self.assignment_sites:
+                by_target.setdefault(site.target, []).append(site)
+        if len(parts) == 2 and parts[0] != "self":  # `net = Net(); net.clip_grad_norm_(1.0)`: a local name
+            values = [site.value for site in by_target.get(parts[0], ()) if site.scope is event.scope]
+        elif len(parts) == 3 and parts[0] == "self" and class_name is not None:
+            values = [site.value for site in by_target.get(f"self.{parts[1]}", ()) if site.scope.class_name == class_name]
+        else:
+            return False
         return bool(values) and all(
             isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in self.classes for v in values
         )

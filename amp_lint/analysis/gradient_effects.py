@@ -38,6 +38,7 @@ from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 
 _MAX_DEPTH = 4
+_ACCESSORS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "buffers", "named_buffers"})
 _SCALER_METHODS = {
     EventKind.SCALER_SCALE: "scale",
     EventKind.SCALER_UNSCALE: "unscale_",
@@ -150,6 +151,12 @@ def callee_of(model: FileModel, call: Event) -> Optional[Callee]:
                 methods = _methods_of(model, held, parts[2])
                 if len(methods) == 1:
                     return methods[0]
+    if len(parts) == 2 and parts[0] != "self":  # `net = Net()` in this function, then `net.clip_grad_norm_()`
+        held = _local_class(model, call.scope, parts[0])
+        if held is not None:
+            methods = _methods_of(model, held, parts[1])
+            if len(methods) == 1:
+                return methods[0]
     foreign = _foreign(model, call)
     if foreign is not None:
         return foreign
@@ -199,6 +206,17 @@ def _attribute_class(model: FileModel, class_name: str, attr: str) -> Optional[s
     sites = _attribute_sites(model, class_name, attr)
     held = set()
     for site in sites:
+        value = site.value
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) or value.func.value not in model.classes:
+            return None
+        held.add(value.func.value)
+    return held.pop() if len(held) == 1 else None
+
+
+def _local_class(model: FileModel, scope: Scope, name: str) -> Optional[str]:
+    """The class of this file that every assignment of the local `name` in `scope` constructs."""
+    held = set()
+    for site in model.assignments_in(scope, name):
         value = site.value
         if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) or value.func.value not in model.classes:
             return None
@@ -282,6 +300,8 @@ def _event_effects(model: FileModel, event: Event, memo, depth: int, active: Fro
 
 def _call_effects(model: FileModel, call: Event, memo, depth: int, active: FrozenSet[int]) -> GradientEffects:
     callee = callee_of(model, call)
+    if callee is None and (call.target or "").rpartition(".")[2] in _ACCESSORS:
+        return NONE  # `self.parameters()`: nn.Module's accessors read no gradient values and drive no scaler
     if callee is None:
         # `len(x)`, `print(...)`: a plain call of something that is not the project's cannot reach a scaler
         # unless it is handed one; a call through `self` or a dotted name may do anything.
