@@ -415,7 +415,7 @@ class ModelBuilder(CallRecorder, Walker):
             self.scope.names.bind_local(key)
         for candidate in alternatives(value):
             if isinstance(candidate, cst.Call):
-                qualified = self.qualify(candidate.func)
+                qualified = self.qualify(candidate.func) or self._class_alias(candidate.func)
                 if qualified in names.GRAD_SCALER:
                     enabled_arg = argument(candidate, 4 if qualified in names.IMPLIED_DEVICE else 5, "enabled")
                     enabled = True if enabled_arg is None else literal_bool(enabled_arg.value)
@@ -446,6 +446,19 @@ class ModelBuilder(CallRecorder, Walker):
                 qualified = self.qualify(candidate)
                 if qualified in names.AUTOCAST:
                     self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
+
+    def _class_alias(self, func: cst.BaseExpression) -> Optional[str]:
+        """`scaler_type = GradScaler` (or `ShardedGradScaler` on another branch) earlier in this function, then
+        `scaler_type()`: the scaler class every assignment names (issue 26, principle 4: values followed)."""
+        if not isinstance(func, cst.Name):
+            return None
+        found = set()
+        for value, _ in self.scope.assignments.get(func.value, []):
+            qualified = self.scope.names.qualify(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if qualified not in names.GRAD_SCALER:
+                return None
+            found.add(qualified)
+        return sorted(found)[0] if found else None
 
     def _note_factory_positions(self, value: cst.BaseExpression) -> None:
         """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""

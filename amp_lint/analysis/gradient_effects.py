@@ -93,7 +93,9 @@ NONE = GradientEffects()
 UNKNOWN = GradientEffects(unknown=True)
 CLIPS = GradientEffects(reads=True, clips=True)
 
-Callee = Union[Scope, GradientEffects, Tuple[Tuple[Event, ...], bool]]  # foreign: (events, mentions the scale)
+# A scope of this file, a leaf effect, another module's (model, scope), or its inlined events and whether
+# its text mentions the scale.
+Callee = Union[Scope, GradientEffects, Tuple[FileModel, Scope], Tuple[Tuple[Event, ...], bool]]
 
 
 def effects_of(model: FileModel, scope: Scope) -> GradientEffects:
@@ -103,9 +105,24 @@ def effects_of(model: FileModel, scope: Scope) -> GradientEffects:
 
 
 def effects_of_call(model: FileModel, call: Event) -> GradientEffects:
-    """The gradient effects of the function a CALL event calls; UNKNOWN when it cannot be resolved."""
-    memo = _memo(model)
-    return _call_effects(model, call, memo, depth=0, active=frozenset())
+    """The gradient effects of the function a CALL event calls; UNKNOWN when it cannot be resolved. A call
+    inlined from another module's function (its scope is that module's) is resolved in that module."""
+    model = _model_of(model, call.scope)
+    if model is None:
+        return UNKNOWN
+    return _call_effects(model, call, _memo(model), depth=0, active=frozenset())
+
+
+def _model_of(model: FileModel, scope: Scope) -> Optional[FileModel]:
+    if any(s is scope for s in model.scopes):
+        return model
+    from amp_lint.analysis import summaries
+
+    for provider in summaries._ACTIVE:
+        for foreign in list(provider._modules.values()):
+            if foreign is not None and foreign.model is not None and any(s is scope for s in foreign.model.scopes):
+                return foreign.model
+    return None
 
 
 def calls_reading_gradients(model: FileModel, step: TrainingStep) -> List[Tuple[Event, GradientEffects]]:
@@ -232,7 +249,7 @@ def _methods_of(model: FileModel, class_name: str, method: str) -> List[Scope]:
     ]
 
 
-def _foreign(model: FileModel, call: Event) -> Optional[Tuple[Tuple[Event, ...], bool]]:
+def _foreign(model: FileModel, call: Event):
     """Another project module's function, through the run's summary provider (its helpers inlined)."""
     from amp_lint.analysis import summaries
 
@@ -246,6 +263,9 @@ def _foreign(model: FileModel, call: Event) -> Optional[Tuple[Tuple[Event, ...],
         return None
     if summary is None:
         return None
+    for foreign in list(summaries._ACTIVE[-1]._modules.values()):
+        if foreign is not None and foreign.model is not None and any(s is summary.scope for s in foreign.model.scopes):
+            return foreign.model, summary.scope  # summarised in its own module, where its calls resolve
     text = code_of(summary.scope.node)
     return tuple(summary.events), "unscale" in text or "get_scale" in text
 
@@ -316,6 +336,8 @@ def _call_effects(model: FileModel, call: Event, memo, depth: int, active: Froze
         )
     if isinstance(callee, Scope):
         return _effects(model, callee, memo, depth + 1, active)
+    if isinstance(callee[0], FileModel):  # another module's function, in that module's model
+        return _effects(callee[0], callee[1], _memo(callee[0]), depth + 1, active)
     events, mentions_scale = callee
     total = GradientEffects(mentions_scale=mentions_scale)
     followed = {id(e.via) for e in events if e.via is not None}
