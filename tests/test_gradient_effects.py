@@ -249,3 +249,78 @@ def test_a_models_own_clip_grad_norm_method_is_amp030():
     found = _amp030(source.replace("{before}", "pass"))
     assert [row for row, _ in found] == [14] and "model.clip_grad_norm_(1.0)" in found[0][1]
     assert _amp030(source.replace("{before}", "scaler.unscale_(opt)")) == []
+
+
+def test_a_base_class_helper_of_another_module_clipping_through_an_attribute(tmp_path):
+    # Principle 3 across modules (mmengine's AmpOptimWrapper): `step()` calls the base class's
+    # `_clip_grad()`, which clips through `self.clip_func` bound to a torch clip in the base's __init__;
+    # the class builds its scaler through a local alias and scales in its sibling `backward()`.
+    import json
+    import subprocess
+    import sys
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "base.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class OptimWrapper:
+                def __init__(self, optimizer, clip_type="norm"):
+                    self.optimizer = optimizer
+                    if clip_type == "norm":
+                        self.clip_func = torch.nn.utils.clip_grad_norm_
+                    else:
+                        self.clip_func = torch.nn.utils.clip_grad_value_
+
+                def _clip_grad(self):
+                    params = []
+                    for group in self.optimizer.param_groups:
+                        params.extend(group["params"])
+                    self.clip_func(params, 1.0)
+            """
+        )
+    )
+    amp = textwrap.dedent(
+        """
+        import torch
+        from torch.amp import GradScaler
+        from pkg.base import OptimWrapper
+
+        class AmpOptimWrapper(OptimWrapper):
+            def __init__(self, optimizer, use_fsdp=False):
+                super().__init__(optimizer)
+                if use_fsdp:
+                    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+                    scaler_type = ShardedGradScaler
+                else:
+                    scaler_type = GradScaler
+                self.loss_scaler = scaler_type()
+
+            def backward(self, loss):
+                self.loss_scaler.scale(loss).backward()
+
+            def step(self):
+                {unscale}
+                self._clip_grad()
+                self.loss_scaler.step(self.optimizer)
+                self.loss_scaler.update()
+        """
+    )
+
+    def run(unscale: str):
+        (package / "amp.py").write_text(amp.replace("{unscale}", unscale))
+        result = subprocess.run(
+            [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP030", "--output-format", "json", "pkg/amp.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in result.stderr, result.stderr
+        return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+
+    assert run("pass") == [("AMP030", 21)]
+    assert run("self.loss_scaler.unscale_(self.optimizer)") == []
