@@ -21,7 +21,8 @@ class UnscaledBackward(Rule):
     ## What it does
     Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales
     the optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)`
-    whose result is thrown away.
+    whose result is thrown away. A `backward()` method run once per batch counts too when its class builds
+    the GradScaler and steps it in a sibling method under the same condition (`if self.activated:`).
 
     ## Why is this bad?
     `scaler.step(optimizer)` always divides the gradients by the current scale. If backward ran on the

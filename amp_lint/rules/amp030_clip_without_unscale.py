@@ -24,7 +24,10 @@ class ClipWithoutUnscale(Rule):
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`,
     `clip_grads_with_norm_`) between a scaled backward and `scaler.step(...)` with no
-    `scaler.unscale_(optimizer)` before it.
+    `scaler.unscale_(optimizer)` before it. A project helper that reads or clips gradients (a model's own
+    `clip_grad_norm_` method, a trainer's `_clip_grad()`, a function bound to an attribute or passed in)
+    counts as the clip it makes; so does a per-call `step()` method whose class scales the backward in a
+    sibling method with a scaler it builds itself.
 
     ## Why is this bad?
     "All gradients produced by `scaler.scale(loss).backward()` are scaled. If you attempted to clip

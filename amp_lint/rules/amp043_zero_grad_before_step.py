@@ -20,7 +20,10 @@ class ZeroGradBeforeStep(Rule):
     """
     ## What it does
     Finds `zero_grad()` between a scaled backward (`scaler.scale(loss).backward()`) and the
-    `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` that should consume those gradients.
+    `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` that should consume those gradients. A
+    module's `model.zero_grad()` is reported by default when the stepped optimizer is built in the file
+    from that module's parameters (through names, parameter groups and loops); otherwise only with
+    `--show-assumed`.
 
     ## Why is this bad?
     With the default `set_to_none=True` every `.grad` becomes `None`, and `scaler.step` raises
