@@ -311,3 +311,24 @@ def test_an_autocast_factory_of_another_project_module(tmp_path):
     )
     assert "Traceback" not in result.stderr, result.stderr
     assert [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)] == [("AMP001", 10)]
+
+
+def test_a_scaler_stored_on_another_object_by_tuple_assignment_is_not_claimed_never_stepped():
+    # Principle 4 (tuple targets bound element-wise) with principle 3: fastai's callback stores the scaler
+    # on the learner (`self.learn.scaler`) and steps it through a delegating `self.scaler`: whatever holds
+    # the learner may step it, so "never stepped" is not proved.
+    source = """
+    import torch
+    from torch.amp import GradScaler, autocast
+
+    class MixedPrecision:
+        def before_fit(self):
+            self.autocast, self.learn.scaler, self.scales = autocast("cuda"), GradScaler("cuda"), []
+
+        def before_step(self):
+            self.scaler.step(self)
+
+        def after_step(self):
+            self.learn.scaler.update()
+    """
+    assert _codes(source, "AMP022", show_assumed=True) == []
