@@ -324,3 +324,20 @@ def test_a_base_class_helper_of_another_module_clipping_through_an_attribute(tmp
 
     assert run("pass") == [("AMP030", 21)]
     assert run("self.loss_scaler.unscale_(self.optimizer)") == []
+
+
+def test_setting_a_gradient_to_none_reads_no_value():
+    # Principle 3 (what a function does to gradients): `p.grad = None` writes, it reads no scaled value.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        for p in model.parameters():
+            if p.grad is not None and not torch.isfinite(p.grad).all():
+                p.grad = None
+        scaler.step(optimizer)
+        scaler.update()
+    """
+    assert _amp030(source) == []
+    assert len(_amp030(source.replace("p.grad = None", "print(p.grad.norm())"))) == 1

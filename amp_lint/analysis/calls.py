@@ -479,6 +479,8 @@ class CallRecorder:
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         if isinstance(node.target, cst.Name):
             self.skip_reference.add(node.target)
+        elif is_grad(node.target):
+            self.skip_reference.add(node.target)  # `p.grad = None` writes the gradient; it reads no value
 
     def visit_FunctionDef_name(self, node: cst.FunctionDef) -> None:
         self.skip_reference.add(node.name)
