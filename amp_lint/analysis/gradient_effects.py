@@ -181,11 +181,17 @@ def callee_of(model: FileModel, call: Event) -> Optional[Callee]:
 
 
 def _attribute_sites(model: FileModel, class_name: str, attr: str):
-    return [
-        site
-        for site in model.assignment_sites
-        if site.target == f"self.{attr}" and site.scope.class_name == class_name
-    ]
+    index = getattr(model, "_self_attribute_sites", None)
+    if index is None:
+        index = {}
+        for site in model.assignment_sites:
+            if site.target.startswith("self.") and site.target.count(".") == 1 and site.scope.class_name:
+                index.setdefault((site.scope.class_name, site.target), []).append(site)
+        try:
+            object.__setattr__(model, "_self_attribute_sites", index)
+        except AttributeError:
+            pass
+    return index.get((class_name, f"self.{attr}"), [])
 
 
 def _attribute_function(model: FileModel, class_name: str, attr: str, scope: Scope) -> Optional[Callee]:
