@@ -45,6 +45,10 @@ Values (on demand)
 Across files
 - `project`: the index of the checked tree's modules; `summaries`: summaries of their functions,
   plugged into `scaler_flow.SUMMARIES`.
+- `gradient_effects`: what a project function does to the gradients (`effects_of(model, scope) ->
+  GradientEffects`: reads, clips, zeroes, backward, steps, scaler methods, unknown), transitive through
+  the calls that resolve (same class, held objects, attributes bound to functions, literal getattr, other
+  modules); `calls_reading_gradients(model, step)`; `optimizer_holds_parameters_of`; `class_builds_scaler`.
 
 How a rule reads the analysis
 A rule's `check(model)` gets the `FileModel` and never walks the tree. It iterates what it is about:

@@ -183,3 +183,52 @@ def resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None:
             spec.dtype = DType.UNKNOWN
     if spec.enabled_node is not None:
         spec.enabled = literal_bool(_resolve_constant(spec.enabled_node, scope, module_scope))
+
+
+# --- a project's own autocast factory ------------------------------------------------------------------
+
+
+def wrapper_spec(function: cst.FunctionDef, qualify) -> Optional[AutocastSpec]:
+    """The autocast a function of the project returns (issue 26, principle 4): `def autocast(enabled):
+    return torch.amp.autocast("cuda", enabled=enabled)`, every `return` an autocast call (a version check
+    may pick `torch.cuda.amp.autocast` on one branch). Entering its result is entering autocast.
+
+    The spec keeps what the returned calls say as literals (a literal `enabled=False` everywhere: off); an
+    argument that comes from the wrapper's parameters is decided at run time. `call` is None: the wrapper's
+    call is not an autocast call whose arguments rules may read or fix."""
+    returns = [node for node in _own_nodes(function.body) if isinstance(node, cst.Return)]
+    if not returns or any(_own_yield(function.body)):
+        return None
+    calls = []
+    for node in returns:
+        value = node.value
+        if not isinstance(value, cst.Call):
+            return None
+        qualified = qualify(value.func) or names.dotted_name(value.func) or ""
+        if qualified not in names.AUTOCAST and not qualified.endswith(".amp.autocast"):
+            return None  # a vendor's `torch_npu.npu.amp.autocast` is one; a nullcontext is not
+        calls.append((qualified, autocast_spec(qualified, value)))
+    calls.sort(key=lambda pair: pair[0] not in names.AUTOCAST)
+    qualified = calls[0][0]
+    spec = AutocastSpec(qualified_name=qualified, call=None)
+    devices = {literal_string(s.device_node) if s.device_node is not None else names.IMPLIED_DEVICE.get(q) for q, s in calls}
+    if len(devices) == 1 and None not in devices:
+        spec.device = devices.pop().split(":")[0]
+    enabled = {s.enabled for _, s in calls}
+    spec.enabled = enabled.pop() if len(enabled) == 1 else None
+    return spec
+
+
+def _own_nodes(body: cst.CSTNode):
+    """The nodes of a function body, nested functions and classes left out."""
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in node.children:
+            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                stack.append(child)
+
+
+def _own_yield(body: cst.CSTNode):
+    return (node for node in _own_nodes(body) if isinstance(node, (cst.Yield,)))

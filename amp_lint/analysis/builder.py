@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec
+from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec, wrapper_spec
 from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
 from amp_lint.analysis.events import Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
@@ -218,6 +218,9 @@ class ModelBuilder(CallRecorder, Walker):
         self._note_factory_positions(node.value)
         for target in node.targets:
             self._record_assignment(target.target, node.value)
+            # `a, b = scaler.scale(x), scaler.scale(y)`: each name bound to its own element (issue 26, principle 4).
+            for name, value in _paired_elements(target.target, node.value):
+                self._record_assignment(name, value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.small_statement = node
@@ -349,11 +352,27 @@ class ModelBuilder(CallRecorder, Walker):
             binding = self._autocast_binding(expr.func)
             if binding is not None and binding.is_factory:
                 return autocast_spec(binding.qualified_name, expr, binding.partial_args)
-            return None
+            return self._autocast_wrapper(expr.func)
         binding = self._autocast_binding(expr)
         if binding is not None and not binding.is_factory:
             return autocast_spec(binding.qualified_name, binding.call)
         return None
+
+    def _autocast_wrapper(self, func: cst.BaseExpression) -> Optional[AutocastSpec]:
+        """`with autocast(self.amp):` where `autocast` is a top-level function of this file returning one."""
+        if isinstance(func, cst.Name) and self.qualify(func) is not None:
+            from amp_lint.analysis.summaries import autocast_factory  # another module of the project
+
+            found = autocast_factory(func.value)
+            if found is None:
+                return None
+            spec = AutocastSpec(qualified_name=found[0], call=None, device=found[1])
+            spec.enabled = found[2]
+            return spec
+        if not isinstance(func, cst.Name) or not names.binds_at_module_level(self.scope.names, func.value):
+            return None
+        defined = [s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value == func.value]
+        return wrapper_spec(defined[0], self.module_scope.names.qualify) if len(defined) == 1 else None
 
     def _autocast_binding(self, expr: cst.BaseExpression) -> Optional[AutocastBinding]:
         key = dotted_name(expr)
@@ -396,7 +415,7 @@ class ModelBuilder(CallRecorder, Walker):
             self.scope.names.bind_local(key)
         for candidate in alternatives(value):
             if isinstance(candidate, cst.Call):
-                qualified = self.qualify(candidate.func)
+                qualified = self.qualify(candidate.func) or self._class_alias(candidate.func)
                 if qualified in names.GRAD_SCALER:
                     enabled_arg = argument(candidate, 4 if qualified in names.IMPLIED_DEVICE else 5, "enabled")
                     enabled = True if enabled_arg is None else literal_bool(enabled_arg.value)
@@ -427,6 +446,19 @@ class ModelBuilder(CallRecorder, Walker):
                 qualified = self.qualify(candidate)
                 if qualified in names.AUTOCAST:
                     self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
+
+    def _class_alias(self, func: cst.BaseExpression) -> Optional[str]:
+        """`scaler_type = GradScaler` (or `ShardedGradScaler` on another branch) earlier in this function, then
+        `scaler_type()`: the scaler class every assignment names (issue 26, principle 4: values followed)."""
+        if not isinstance(func, cst.Name):
+            return None
+        found = set()
+        for value, _ in self.scope.assignments.get(func.value, []):
+            qualified = self.scope.names.qualify(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+            if qualified not in names.GRAD_SCALER:
+                return None
+            found.add(qualified)
+        return sorted(found)[0] if found else None
 
     def _note_factory_positions(self, value: cst.BaseExpression) -> None:
         """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""
@@ -506,3 +538,14 @@ def build_model(module: cst.Module, follow_every_call: bool = False) -> FileMode
     builder.follow_every_call = follow_every_call
     builder.walk(module)
     return builder.finish()
+
+
+def _paired_elements(target: cst.BaseExpression, value: cst.BaseExpression):
+    """(element target, element value) of a tuple or list assigned from one of the same length, no starred."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)):
+        return []
+    if len(target.elements) != len(value.elements):
+        return []
+    if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return []
+    return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]

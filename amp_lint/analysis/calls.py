@@ -56,6 +56,12 @@ def _followed(target: str) -> bool:
 _FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
 
 
+def _holder_attribute(receiver: str) -> bool:
+    """`self.attr` or a plain name: it may hold an object of a class of this file (checked once the walk is
+    done)."""
+    return (receiver.count(".") == 1 and receiver.startswith("self.")) or ("." not in receiver and receiver != "self")
+
+
 def _FOLLOWED_CALLS_HOOKED() -> bool:
     """Is a summary provider in place (a project index)? Without one no dotted call is followed."""
     if not _FOLLOWED:
@@ -140,12 +146,34 @@ class CallRecorder:
                 wanted = method in self.functions
             else:
                 wanted = self.follow_every_call or drives_a_scaler(event.scope)
-            if wanted and _followed(event.target):
+            if wanted and (_followed(event.target) or self._holds_a_class_of_this_file(event)):
                 event.scope.events.append(event)
                 self.events.append(event)
             elif before_classification:
                 kept.append(event)
         self.pending_follows = kept if before_classification else []
+
+    def _holds_a_class_of_this_file(self, event: Event) -> bool:
+        """`self.clipper.clip()` where the class's methods assign `self.clipper = Clipper(...)`, a class of
+        this file, and nothing else: the call is followed (`gradient_effects`) without a project index."""
+        parts = (event.target or "").split(".")
+        class_name = event.scope.class_name
+        if not self.classes:
+            return False
+        by_target = getattr(self, "_sites_by_target", None)
+        if by_target is None:
+            by_target = self._sites_by_target = {}
+            for site in self.assignment_sites:
+                by_target.setdefault(site.target, []).append(site)
+        if len(parts) == 2 and parts[0] != "self":  # `net = Net(); net.clip_grad_norm_(1.0)`: a local name
+            values = [site.value for site in by_target.get(parts[0], ()) if site.scope is event.scope]
+        elif len(parts) == 3 and parts[0] == "self" and class_name is not None:
+            values = [site.value for site in by_target.get(f"self.{parts[1]}", ()) if site.scope.class_name == class_name]
+        else:
+            return False
+        return bool(values) and all(
+            isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in self.classes for v in values
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -221,13 +249,32 @@ class CallRecorder:
                 return
             if receiver == "self":
                 self._add_event(EventKind.CALL, node, target=f"self.{method}")
-            elif receiver is not None and _FOLLOWED_CALLS_HOOKED():
+            elif receiver is not None and (_FOLLOWED_CALLS_HOOKED() or _holder_attribute(receiver)):
                 # `helpers.clip(model)`, `self.callback.on_after_backward()`: a function of another module
                 # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`). Asked
                 # once the walk is done (`resolve_followed_calls`), for the functions where it matters.
                 self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}", pending=True))
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
+        elif isinstance(func, cst.Call):
+            self._getattr_call(node, func)
+
+    def _getattr_call(self, node: cst.Call, func: cst.Call) -> None:
+        """`getattr(self, "clip_gradient")()`: a literal attribute name is the method it names (issue 26,
+        principle 3), recorded as `self.clip_gradient()` is; another name or a default is unknown."""
+        if not (isinstance(func.func, cst.Name) and func.func.value == "getattr" and len(func.args) == 2):
+            return
+        holder, attribute = func.args[0].value, func.args[1].value
+        if not isinstance(attribute, cst.SimpleString) or any(arg.keyword or arg.star for arg in func.args):
+            return
+        name = attribute.evaluated_value
+        if not isinstance(name, str) or not name.isidentifier():
+            return
+        receiver = dotted_name(holder)
+        if receiver == "self":
+            self._add_event(EventKind.CALL, node, target=f"self.{name}")
+        elif receiver is not None and _FOLLOWED_CALLS_HOOKED():
+            self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{receiver}.{name}", pending=True))
 
     def _skip_scale_independent_grad_use(self, call: cst.Call, func: cst.BaseExpression, qualified: Optional[str]) -> None:
         """`p.grad.isnan()`, `torch.isfinite(p.grad)`, `p.grad.div_(n)`: true whatever the scale (torch's
@@ -432,6 +479,8 @@ class CallRecorder:
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
         if isinstance(node.target, cst.Name):
             self.skip_reference.add(node.target)
+        elif is_grad(node.target):
+            self.skip_reference.add(node.target)  # `p.grad = None` writes the gradient; it reads no value
 
     def visit_FunctionDef_name(self, node: cst.FunctionDef) -> None:
         self.skip_reference.add(node.name)

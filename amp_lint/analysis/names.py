@@ -258,3 +258,16 @@ class NameTable:
         if resolved is None:
             return None
         return f"{resolved}.{rest}" if rest else resolved
+
+
+def binds_at_module_level(table: NameTable, name: str) -> bool:
+    """Does `name`, looked up from `table`, name what the module itself binds (a top-level def), no import
+    or enclosing function's name hiding it?"""
+    current: Optional[NameTable] = table
+    while current is not None:
+        if name in current.imported:
+            return False
+        if name in current.own:
+            return current.parent is None
+        current = current.parent
+    return False

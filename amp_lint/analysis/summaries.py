@@ -428,6 +428,88 @@ def _held_by(event, holder: str):
     return dataclasses.replace(event, receiver=moved(event.receiver), target=moved(event.target), scaled_by=moved(event.scaled_by))
 
 
+def autocast_factory(name: str) -> Optional[Tuple[str, Optional[str], Optional[bool]]]:
+    """For the module being built: the imported name `name` (`autocast` from `pkg.utils`) is a project
+    function that returns an autocast on every path (issue 26, principle 4: ultralytics' `autocast(amp)`).
+    (qualified autocast name, literal device or None, literal enabled or None); None when it is not, or
+    without a project."""
+    if not _ACTIVE or not _ACTIVE[-1]._building:
+        return None
+    provider = _ACTIVE[-1]
+    try:
+        info = provider.index.module_at(Path(provider._building[-1]))
+        qualified = _qualified(info, name) if info is not None else None
+        resolved = provider.index.resolve(qualified) if qualified is not None else None
+        if resolved is None:
+            return None
+        module_info, function = resolved
+        if function not in module_info.functions:
+            return None
+        key = (module_info.path, module_info.digest, function)
+        if key not in _FACTORIES:
+            _FACTORIES[key] = _read_factory(module_info, function)
+        provider.index.note_read(module_info.path)
+        return _FACTORIES[key]
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:
+        return None
+
+
+_FACTORIES: Dict[Tuple[str, str, str], Optional[Tuple[str, Optional[str], Optional[bool]]]] = {}
+
+
+def _read_factory(info: ModuleInfo, function: str):
+    from amp_lint.analysis.names import AUTOCAST, IMPLIED_DEVICE
+
+    if os.path.getsize(info.path) > MAX_MODULE_BYTES:
+        return None
+    with open(info.path, "rb") as handle:
+        tree = python_ast.parse(handle.read().decode("utf-8-sig"))
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
+    if len(defs) != 1:
+        return None
+    returns, stack = [], list(defs[0].body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+        if isinstance(node, ast.Return):
+            returns.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    found = []
+    for node in returns:
+        call = node.value
+        dotted = ast_dotted_name(call.func) if isinstance(call, ast.Call) else None
+        if dotted is None:
+            return None
+        qualified = _qualified(info, dotted) or dotted
+        if qualified not in AUTOCAST and not qualified.endswith(".amp.autocast"):
+            return None  # a path that returns something else (a nullcontext): not an autocast
+        device = enabled = None
+        first = call.args[0] if call.args and qualified not in IMPLIED_DEVICE else None
+        for candidate in [first] + [k.value for k in call.keywords if k.arg == "device_type"]:
+            if isinstance(candidate, ast.Constant) and isinstance(candidate.value, str):
+                device = candidate.value.split(":")[0]
+        for keyword in call.keywords:
+            if keyword.arg == "enabled" and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, bool):
+                enabled = keyword.value.value
+        if not call.args and not any(k.arg == "enabled" for k in call.keywords):
+            enabled = True
+        found.append((qualified, device or IMPLIED_DEVICE.get(qualified), enabled))
+    if not found:
+        return None
+    devices = {f[1] for f in found}
+    enabled_values = {f[2] for f in found}
+    return (
+        found[0][0],
+        devices.pop() if len(devices) == 1 else None,
+        enabled_values.pop() if len(enabled_values) == 1 else None,
+    )
+
+
 def callers_in_project(model, scope) -> List[Tuple[object, object]]:
     """For a rule: the calls of `scope` (a function or method of the checked file's `model`) made in other
     modules of the project, as (caller model, CallSite); empty without a project (stdin, the API without

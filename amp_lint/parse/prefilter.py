@@ -384,8 +384,8 @@ _ALL_AUTOCAST_FACTS = (
 def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -> set:
     """Tokens that say what the file's autocast calls look like, for rules' `ast_needs`.
 
-    The rules that read the device and dtype arguments (AMP054, AMP075) skip a call with `*args` or
-    `**kwargs`, so such a call adds no device or dtype fact.
+    The rules that read the dtype argument (AMP054) skip a call with `*args` or `**kwargs`, so such a call
+    adds no dtype fact; a device written out before or beside the splat is still AMP075's (a missing one is not).
     """
     facts = set()
     if len(calls) >= 2:
@@ -397,13 +397,14 @@ def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -
         if any(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in positional):
             facts.add("autocast_bool_arg")
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
-        device = positional[0] if positional else keywords.get("device_type")
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            continue
-        if len(positional) >= 2 or "dtype" in keywords:
+        first = call.args[0] if call.args else None
+        device = (first if first is not None and not isinstance(first, ast.Starred) else None) or keywords.get("device_type")
+        splat = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+        if not splat and (len(positional) >= 2 or "dtype" in keywords):
             facts.add("autocast_dtype_arg")
         if device is None:
-            facts.add("autocast_device_missing")
+            if not splat:
+                facts.add("autocast_device_missing")
         elif isinstance(device, ast.Constant):
             if not isinstance(device.value, str) or ":" in device.value:
                 facts.add("autocast_device_indexed")

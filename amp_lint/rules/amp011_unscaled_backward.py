@@ -6,8 +6,9 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.gradient_effects import class_builds_scaler
 from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
@@ -20,7 +21,8 @@ class UnscaledBackward(Rule):
     ## What it does
     Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales
     the optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)`
-    whose result is thrown away.
+    whose result is thrown away. A `backward()` method run once per batch counts too when its class builds
+    the GradScaler and steps it in a sibling method under the same condition (`if self.activated:`).
 
     ## Why is this bad?
     `scaler.step(optimizer)` always divides the gradients by the current scale. If backward ran on the
@@ -293,6 +295,7 @@ for x in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
+        reported = set()
         for step in model.steps:
             for backward in step.of(EventKind.BACKWARD):
                 if backward.scaled_by is not None:
@@ -310,6 +313,7 @@ for x in loader:
                     and site_path(flow, e, backward) is not None
                 ]
                 note = " (the result of `scaler.scale(...)` is discarded)" if dangling else ""
+                reported.add(id(backward.call))
                 yield self.finding(
                     backward.call,
                     f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}.{_verb(scaler_event)}` "
@@ -319,6 +323,63 @@ for x in loader:
                     related=self.through_helpers(backward) + self.through_helpers(scaler_event),
                     assumption=assumption_text(proof),
                 )
+
+
+        for backward, stepped in _per_call_backwards(model):
+            if id(backward.call) in reported:
+                continue
+            reported.add(id(backward.call))
+            scaler = stepped.receiver
+            yield self.finding(
+                backward.call,
+                f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}`, which this class builds, "
+                f"steps the optimizer in `{stepped.scope.name}`; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
+                fix=_scale_fix(model, backward, scaler, []),
+                context=backward.scope.name,
+                related=(("the scaler's step", stepped.call),),
+            )
+
+
+def _per_call_backwards(model: FileModel):
+    """(unscaled backward, scaler step) for a method called once per batch (no loop of its own, no scaler
+    call) whose class builds a GradScaler (`self.scaler = GradScaler(...)`, not one handed in) and steps it
+    in a sibling method (colbert's and mmengine's `backward()` / `step()` pairs; issue 26, principle 2: the
+    protocol applies per call). The scaler's step consumes the backward's gradients when their branch
+    conditions agree (`if self.activated:` on both) and no plain `optimizer.step()` of the class could be
+    the backward's own path. Silent when a call of the method in this file passes a scaled loss."""
+    for scope in model.scopes:
+        if not scope.is_function or scope.class_name is None:
+            continue
+        backwards = [e for e in scope.events if e.kind is EventKind.BACKWARD and e.scaled_by is None and not e.loops]
+        if not backwards or any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in scope.events):
+            continue
+        siblings = [s for s in model.scopes if s.is_function and s.class_name == scope.class_name and s is not scope]
+        steps = [
+            e
+            for s in siblings
+            for e in s.events
+            if e.kind is EventKind.SCALER_STEP and class_builds_scaler(model, e.receiver, s)
+        ]
+        plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
+        if not steps or _called_with_a_scaled_loss(model, scope):
+            continue
+        for backward in backwards:
+            if backward.loss is None:
+                continue
+            if any(backward.compatible(e) for e in plain):
+                continue
+            consumer = next((e for e in steps if backward.compatible(e)), None)
+            if consumer is not None:
+                yield backward, consumer
+
+
+def _called_with_a_scaled_loss(model: FileModel, scope) -> bool:
+    name = scope.node.name.value
+    for site in model.call_sites:
+        dotted = site.func or ""
+        if dotted.rpartition(".")[2] == name and any(".scale(" in code_of(arg.value) for arg in site.call.args):
+            return True
+    return False
 
 
 def _verb(event: Event) -> str:

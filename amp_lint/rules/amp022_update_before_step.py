@@ -274,7 +274,11 @@ for x in loader:
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
-    """Only claim "never stepped" for a scaler this file builds (a parameter may be stepped by a caller)."""
+    """Only claim "never stepped" for a scaler this file builds (a parameter may be stepped by a caller) and
+    keeps itself: one stored on another object (`self.learn.scaler = GradScaler()`, fastai's callback) may be
+    stepped by whatever holds that object (issue 26, principle 3)."""
+    if scaler.count(".") > 1 or (scaler.count(".") == 1 and not scaler.startswith("self.")):
+        return False
     return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
 
 

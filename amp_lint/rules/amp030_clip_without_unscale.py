@@ -9,6 +9,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.accumulation import accumulation, first_on_path
@@ -23,7 +24,10 @@ class ClipWithoutUnscale(Rule):
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`,
     `clip_grads_with_norm_`) between a scaled backward and `scaler.step(...)` with no
-    `scaler.unscale_(optimizer)` before it.
+    `scaler.unscale_(optimizer)` before it. A project helper that reads or clips gradients (a model's own
+    `clip_grad_norm_` method, a trainer's `_clip_grad()`, a function bound to an attribute or passed in)
+    counts as the clip it makes; so does a per-call `step()` method whose class scales the backward in a
+    sibling method with a scaler it builds itself.
 
     ## Why is this bad?
     "All gradients produced by `scaler.scale(loss).backward()` are scaled. If you attempted to clip
@@ -212,10 +216,14 @@ def train_step(self, batch):
         for step in model.steps:
             flow = flow_of(model, step)
             flagged: List[Tuple[Event, Optional[Fix]]] = []
-            for clip in step.of(EventKind.CLIP, EventKind.GRAD_READ):
+            # A project helper that reads or clips gradients and cannot unscale them (its gradient-effect
+            # summary, issue 26 principle 3) is a read where it is called, like `clip_grad_norm_`.
+            helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
+            reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
+            for clip in reads:
                 # The scaled gradients reach the clip on some path with no unscale_ on it: they survive
                 # inner micro-step loops and if/else merges (miles-credit #141, neural_sp).
-                reached = _scaled_reaching(model, step, flow, clip)
+                reached = _scaled_reaching(model, step, flow, clip) or _scaled_on_entry(model, step, flow, clip)
                 if reached is None:
                     continue
                 backward, scaler, proof = reached
@@ -226,11 +234,11 @@ def train_step(self, batch):
                 steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
                 if not steps:
                     continue
-                what = "clips" if clip.kind is EventKind.CLIP else "reads"
+                what = "clips" if clip.kind is EventKind.CLIP or (id(clip) in helpers and helpers[id(clip)].clips) else "reads"
                 # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
                 # fix of an earlier flagged clip that precedes it.
                 fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
-                if fix is None and not clip.in_helper and not _every_micro_batch(model, step, clip):
+                if fix is None and backward is not None and not clip.in_helper and not _every_micro_batch(model, step, clip):
                     fix = _unscale_fix(model, step, clip, scaler, steps, backward)
                 flagged.append((clip, fix))
                 yield self.finding(
@@ -265,6 +273,39 @@ def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
         if proof is not None and (best is None or proof is PROVED):
             best = (backward, scaler, proof)
     return best
+
+
+def _scaled_on_entry(model: FileModel, step: TrainingStep, flow, clip: Event):
+    """(None, scaler, proof) for a per-call step method (colbert's `step()`: clip, `self.scaler.step`, no
+    backward of its own) whose class builds the scaler and runs the scaled backward in a sibling method on
+    the same branch condition: the gradients are scaled when the method starts (issue 26, principle 2).
+    Silent when any method of the class unscales through that scaler elsewhere (a caller may do it first)."""
+    if step.loop is not None or step.scope.class_name is None or step.of(EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
+        return None
+    siblings = [s for s in model.scopes if s.is_function and s.class_name == step.scope.class_name and s is not step.scope]
+    for stepped in step.of(EventKind.SCALER_STEP):
+        scaler = stepped.receiver
+        if not class_builds_scaler(model, scaler, step.scope) or flow.path(clip, stepped) is None:
+            continue
+        if any(e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler for s in siblings for e in s.events):
+            continue
+        scaled = [
+            e
+            for s in siblings
+            for e in s.events
+            if e.kind is EventKind.BACKWARD and e.scaled_by == scaler and not e.loops and e.compatible(clip)
+        ]
+        if not scaled:
+            continue
+        unscales = [
+            e
+            for e in step.events
+            if (e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler) or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
+        ]
+        proof = flow.from_start(clip, unscales)
+        if proof is not None:
+            return None, scaler, proof
+    return None
 
 
 def _loops_holding(flow, node: Optional[int]) -> List[Tuple[int, int]]:

@@ -7,6 +7,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.gradient_effects import optimizer_holds_parameters_of
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
@@ -19,7 +20,10 @@ class ZeroGradBeforeStep(Rule):
     """
     ## What it does
     Finds `zero_grad()` between a scaled backward (`scaler.scale(loss).backward()`) and the
-    `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` that should consume those gradients.
+    `scaler.step(optimizer)` / `scaler.unscale_(optimizer)` that should consume those gradients. A
+    module's `model.zero_grad()` is reported by default when the stepped optimizer is built in the file
+    from that module's parameters (through names, parameter groups and loops); otherwise only with
+    `--show-assumed`.
 
     ## Why is this bad?
     With the default `set_to_none=True` every `.grad` becomes `None`, and `scaler.step` raises
@@ -192,7 +196,10 @@ for i, x in enumerate(loader):
                     if zero.target == consumer.target:
                         confidence = Confidence.HIGH
                     elif zero.target is not None and not model.is_optimizer(zero.target) and len(stepped) == 1:
-                        confidence = Confidence.MEDIUM
+                        # A module's zero_grad: proved when the stepped optimizer is built here from that
+                        # module's parameters (issue 26, principle 4), else assumed.
+                        holds = optimizer_holds_parameters_of(model, consumer.target, zero.target, step.scope)
+                        confidence = Confidence.HIGH if holds else Confidence.MEDIUM
                     else:
                         continue
                     reported.add(id(zero.call))

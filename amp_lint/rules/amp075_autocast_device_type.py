@@ -196,6 +196,19 @@ runner.device = "cuda"
 """,
     ]
     invalid = [
+        # Issue 26, principle 4: a device written out is wrong whatever a `**kwargs` beside it holds.
+        Invalid(
+            """
+import torch
+def context(**autocast_kwargs):
+    return torch.autocast(device_type="cuda:0", dtype=torch.bfloat16, **autocast_kwargs)
+""",
+            fixed="""
+import torch
+def context(**autocast_kwargs):
+    return torch.autocast(device_type="cuda", dtype=torch.bfloat16, **autocast_kwargs)
+""",
+        ),
         # Issue 26, principle 4: a tensor's device (the function casts it) is `cuda:0` on CUDA: proved.
         Invalid(
             """
@@ -501,10 +514,14 @@ class Trainer:
     def check(self, model: FileModel) -> Iterator[Finding]:
         devices = file_devices(model)
         for call, qualified, scope in model.autocast_calls:
-            if qualified in names.IMPLIED_DEVICE or has_star_args(call):
+            if qualified in names.IMPLIED_DEVICE:
                 continue
+            # A device written out is checked whatever a `*args`/`**kwargs` splat beside it holds (issue 26,
+            # principle 4): an index in it is wrong either way. Only its absence needs the splat to be empty.
             device = argument(call, 0, "device_type")
             if device is None:
+                if has_star_args(call):
+                    continue
                 yield self.finding(
                     call,
                     f"`{short(call)}` has no device_type (a required argument): TypeError",
