@@ -32,6 +32,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
+from amp_lint.parse import python_ast
 
 _WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
 # What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
@@ -143,12 +144,18 @@ class UnitChecker:
     def _parse_units(self, lines: List[str], start: int, end: int) -> Optional[List[Unit]]:
         """The units of `lines[start:end]`, parsed on their own (a piece that starts and ends between
         top-level statements parses as it does in the file); None when it does not parse."""
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tree = ast.parse("\n".join(lines[start:end]))
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-            return None
+        piece = "\n".join(lines[start:end])
+        if start == 0 and end == len(lines):  # the whole text: the tree the prefilter made of it, if kept
+            tree = python_ast.parse(piece)
+            if tree is None:
+                return None
+        else:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tree = ast.parse(piece)
+            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+                return None
         spans: List[List] = []
         for statement in tree.body:
             first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1 + start
@@ -203,7 +210,9 @@ class UnitChecker:
 
         def take(unit: Unit) -> None:
             used.update(unit.facts.words)
-            if not unit.facts.only_imports:
+            # An import's users join only through a relevant import (`from torch.cuda.amp import autocast as
+            # ac`: every `ac(...)` is a finding's place); `import torch` links nothing.
+            if not unit.facts.only_imports or unit.facts.relevant:
                 bound.update(name for name in unit.facts.binds if not (name.startswith("__") and name.endswith("__")))
 
         for unit, is_in in zip(units, inside):
@@ -279,8 +288,14 @@ class UnitChecker:
         by_root: Dict[int, List[int]] = {}
         for index in members:
             by_root.setdefault(root(index), []).append(index)
-        groups = [group for group in by_root.values() if any(units[i].facts.relevant for i in group)]
         imports = [i for i in range(count) if inside[i] and units[i].facts.only_imports]
+        # Names a relevant import binds: a group that uses one is seen by the rules (see `core`).
+        relevant_names = frozenset().union(*(units[i].facts.binds for i in imports if units[i].facts.relevant))
+        groups = [
+            group
+            for group in by_root.values()
+            if any(units[i].facts.relevant or not relevant_names.isdisjoint(units[i].facts.words) for i in group)
+        ]
         attached = set()
         for group in groups:
             words = frozenset().union(*(units[i].facts.words for i in group))
