@@ -137,25 +137,6 @@ def bytes_may_match(raw: bytes, config: CheckConfig) -> bool:
     return bool(config.enabled) and _prefilter(config).bytes_may_match(raw)
 
 
-_UNIT_CHECKERS: Dict[CheckConfig, object] = {}
-
-
-def _core_text(text: str, config: CheckConfig) -> str:
-    """What a check of a file on disk (no fix) parses: the file's text with the lines of every top-level
-    unit the rules cannot see left empty (`engine.units`: the units that hold a name the rules look for,
-    and what binds a name they use or uses a name they bind). Rows and columns stay the file's, and the
-    findings are those of the whole text (the language server relies on the same); LibCST parses a
-    training function, not the 3,000 lines of tests around it. The text itself when unsure, or when a
-    fix will edit the whole file."""
-    unit_checker = _UNIT_CHECKERS.get(config)
-    if unit_checker is None:
-        from amp_lint.engine.units import UnitChecker
-
-        unit_checker = _UNIT_CHECKERS[config] = UnitChecker(config)
-    core = unit_checker.core_text(text)
-    return text if core is None else core
-
-
 def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
     """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
     file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
@@ -176,8 +157,7 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
                     return
                 if not may_match(text, config):
                     return  # what the checker would decide first, decided without loading it
-                checked = _core_text(text, config) if path is not None and not config.fix else text
-                box["result"] = _checker(config).check(checked, display_name, path=path, prefiltered=True)
+                box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on
