@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
-import hashlib
 import os
 import queue
 import stat
@@ -288,6 +286,8 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
             outcome.fixed = {}
             return outcome
     if not config.write:
+        import difflib  # only --diff needs it: not imported at start-up
+
         outcome.diff = "".join(
             difflib.unified_diff(
                 source.text.splitlines(keepends=True),
@@ -442,7 +442,7 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
         except SourceError:
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
-            digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
+            digest = _blake2b(raw) if cache is not None else None
             if digest is not None and signature is not None:
                 digest += signature  # what `negatives` keeps: the content's digest, then the file's stat
             if digest is not None and known is not None and known.split("@")[0] == digest.split("@")[0]:
@@ -491,6 +491,12 @@ def _unique(errors: Sequence[FileError]) -> List[FileError]:
             seen.add(error)
             out.append(error)
     return out
+
+
+def _blake2b(raw: bytes) -> str:
+    import hashlib  # only a run with a cache needs it: not imported at start-up
+
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _stat(path: str) -> Optional[os.stat_result]:
