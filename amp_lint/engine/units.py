@@ -32,7 +32,6 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
-from amp_lint.parse import python_ast
 
 _WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
 # What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
@@ -144,18 +143,12 @@ class UnitChecker:
     def _parse_units(self, lines: List[str], start: int, end: int) -> Optional[List[Unit]]:
         """The units of `lines[start:end]`, parsed on their own (a piece that starts and ends between
         top-level statements parses as it does in the file); None when it does not parse."""
-        piece = "\n".join(lines[start:end])
-        if start == 0 and end == len(lines):  # the whole text: the tree the prefilter made of it, if kept
-            tree = python_ast.parse(piece)
-            if tree is None:
-                return None
-        else:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    tree = ast.parse(piece)
-            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-                return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse("\n".join(lines[start:end]))
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return None
         spans: List[List] = []
         for statement in tree.body:
             first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1 + start
