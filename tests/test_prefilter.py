@@ -205,3 +205,18 @@ def test_the_default_gate_is_a_few_words():
     config = runner.CheckConfig(enabled=frozenset(default_codes()), fix=False, unsafe_fixes=False, with_edits=False, write=False)
     gate = runner._prefilter(config)._gate
     assert gate is not None and len(gate) <= 8 and "caler" in gate and "autocast" in gate
+
+
+def test_a_text_without_the_rules_words_compiles_no_pattern():
+    """The patterns are compiled when first searched: a short run (pre-commit) whose files the literal hints
+    decide compiles none of the rules' 140 patterns; a text that has the words compiles only what it asks."""
+    from amp_lint.parse import prefilter as module
+
+    module._compile.cache_clear()
+    checker = Prefilter([rule for rule in ALL_RULES if not rule.preview and rule.needs])
+    patterns = {pattern for groups in (checker._groups, checker._code_groups) for group in groups for pattern, _ in group}
+    assert not checker.text_may_match("import os\nprint(os.getcwd())\n")
+    assert all(pattern._compiled is None for pattern in patterns)
+    assert checker.text_may_match("scaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\n")
+    compiled = [pattern for pattern in patterns if pattern._compiled is not None]
+    assert 0 < len(compiled) < len(patterns)

@@ -143,3 +143,37 @@ def test_a_walk_over_much_source_starts_the_workers_early_unless_the_cache_has_r
     monkeypatch.setattr(workers, "EARLY_START_BYTES", 50_000)
     assert cli.invoke(main, ["check", "--no-cache", "--jobs", "2", "."]).exit_code == 0  # a small tree
     assert started == []
+
+
+def test_a_warm_run_does_not_read_the_files_the_prefilter_ruled_out_unless_they_changed(tmp_path, monkeypatch):
+    """The list of ruled-out files keeps each one's size, times and inode with its digest: an unchanged file
+    is not read again (torch's 2,300 files), a changed one is read, and checked when it can now hold a finding."""
+    import os
+
+    from amp_lint.files import sources
+    from amp_lint.files.cache import ResultCache
+
+    plain, train = tmp_path / "plain.py", tmp_path / "train.py"
+    plain.write_text("x = 1\n")
+    train.write_text(BACKWARD_IN_AUTOCAST)
+    from amp_lint import rules as registry
+
+    config = runner.CheckConfig(frozenset(registry.default_codes()), fix=False, unsafe_fixes=False, with_edits=True, write=False)
+    plan = runner.RunPlan([(str(plain), config), (str(train), config)], [])
+    read = []
+    real_read = sources.read_bytes
+    monkeypatch.setattr(sources, "read_bytes", lambda path: read.append(os.path.basename(path)) or real_read(path))
+
+    def run():
+        read.clear()
+        report, _ = runner.execute(plan, jobs=1, cache=ResultCache(tmp_path / "cache", "k", "v"))
+        return sorted({os.path.basename(d.filename) for d in report.diagnostics})
+
+    assert run() == ["train.py"] and sorted(read) == ["plain.py", "train.py"]
+    assert run() == ["train.py"] and read == ["train.py"]  # plain.py: known, unchanged, not read
+    info = plain.stat()
+    os.utime(plain, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))  # touched: read again, ruled out again
+    assert run() == ["train.py"] and "plain.py" in read
+    assert run() == ["train.py"] and read == ["train.py"]
+    plain.write_text(BACKWARD_IN_AUTOCAST)  # now it holds a finding
+    assert run() == ["plain.py", "train.py"]

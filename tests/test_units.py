@@ -246,3 +246,36 @@ def test_units_found_after_an_edit_are_those_of_a_fresh_split(path):
         fresh = UnitChecker(CONFIG).units(text)
         shown = lambda units: None if units is None else [(u.first, u.last, u.digest) for u in units]  # noqa: E731
         assert shown(incremental) == shown(fresh), (seed, step, kind)
+
+
+ALIASED = textwrap.dedent(
+    """\
+    import torch
+    from torch.cuda.amp import autocast as ac
+
+
+    def evaluate(model, loader):
+        for x, y in loader:
+            with ac():
+                model(x)
+
+
+    def predict(model, x):
+        with ac(dtype=torch.bfloat16):
+            return model(x)
+    """
+)
+
+
+def test_the_users_of_a_relevant_import_are_in_the_core_and_its_groups():
+    """`from torch.cuda.amp import autocast as ac`: the import names what the rules look for, so every unit
+    that uses `ac` is seen by them (AMP070's fix edits each `ac()`), though `ac` alone matches no pattern."""
+    checker = UnitChecker(CONFIG)
+    core = checker.core_text(ALIASED)
+    assert "with ac():" in core and "with ac(dtype" in core
+    units = checker.units(ALIASED)
+    grouped = {i for group in checker.groups(units) for i in group}
+    assert {i for i, unit in enumerate(units) if "evaluate" in unit.facts.binds} <= grouped
+    whole = check_text(ALIASED, "t.py", CONFIG)
+    assert _seen(check_text(core, "t.py", CONFIG)) == _seen(whole)
+    assert _seen(checker.check(ALIASED, "t.py", "doc")) == _seen(whole)

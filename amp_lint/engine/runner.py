@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
-import hashlib
 import os
 import queue
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -287,6 +286,8 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
             outcome.fixed = {}
             return outcome
     if not config.write:
+        import difflib  # only --diff needs it: not imported at start-up
+
         outcome.diff = "".join(
             difflib.unified_diff(
                 source.text.splitlines(keepends=True),
@@ -425,17 +426,27 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
     """
     from amp_lint.files.sources import SourceError, read_bytes
 
-    for path, config in sorted(plan.files, key=lambda item: -_size(item[0])):
+    infos = {path: _stat(path) for path, _ in plan.files}  # one `stat` per file: the order, and the warm run's key
+    for path, config in sorted(plan.files, key=lambda item: -(infos[item[0]].st_size if infos[item[0]] else 0)):
         report.files_checked += 1
+        # A warm run: a file the prefilter ruled out, not changed since (the same size, times and inode,
+        # as Ruff's cache asks), is not read again nor hashed (most of a package's files).
+        known = known_negatives.get(path) if cache is not None and not config.fix else None
+        signature = _signature(infos[path])
+        if known is not None and signature is not None and known.endswith(signature):
+            negatives[path] = known
+            continue
         try:
             # Non-blocking, regular files only, size-limited: a FIFO or a device must not hang the run.
             raw = read_bytes(path)
         except SourceError:
             raw = None  # the worker reports it properly
         if raw is not None and b"\0" not in raw:
-            digest = hashlib.blake2b(raw, digest_size=16).hexdigest() if cache is not None else None
-            if digest is not None and known_negatives.get(path) == digest and not config.fix:
-                negatives[path] = digest
+            digest = _blake2b(raw) if cache is not None else None
+            if digest is not None and signature is not None:
+                digest += signature  # what `negatives` keeps: the content's digest, then the file's stat
+            if digest is not None and known is not None and known.split("@")[0] == digest.split("@")[0]:
+                negatives[path] = digest  # the same bytes (a `touch`, a checkout): ruled out again
                 continue
             notebook = path.endswith(".ipynb")
             text = raw.decode("utf-8", errors="replace") if notebook or bytes_may_match(raw, config) else None
@@ -482,11 +493,25 @@ def _unique(errors: Sequence[FileError]) -> List[FileError]:
     return out
 
 
-def _size(path: str) -> int:
+def _blake2b(raw: bytes) -> str:
+    import hashlib  # only a run with a cache needs it: not imported at start-up
+
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _stat(path: str) -> Optional[os.stat_result]:
     try:
-        return os.stat(path).st_size
+        return os.stat(path)
     except OSError:
-        return 0
+        return None
+
+
+def _signature(info: Optional[os.stat_result]) -> Optional[str]:
+    """`@size:mtime:ctime:inode` of a regular file (None otherwise): the part of a ruled-out file's entry
+    that lets a warm run skip reading it. A write changes the times (ctime too, which no tool sets back)."""
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    return f"@{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
 
 
 def _payload(outcome: FileOutcome) -> dict:

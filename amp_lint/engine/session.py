@@ -107,7 +107,13 @@ def open_cache(cache_dir: Optional[str], root):
 
 
 def key_cache_by_files(cache, planned: Sequence[Tuple[str, CheckConfig]]) -> None:
-    file_settings = {path: _config_key(config) for path, config in planned}
+    keys: dict = {}  # a run has a few configurations and thousands of files: each key made once
+    file_settings = {}
+    for path, config in planned:
+        key = keys.get(id(config))
+        if key is None:
+            key = keys[id(config)] = _config_key(config)
+        file_settings[path] = key
     cache.set_file_settings(file_settings)
     # The run-wide entries (the files the prefilter ruled out) depend on every file's configuration.
     cache.settings_key += "|" + format(zlib.crc32("\n".join(sorted(set(file_settings.values()))).encode()), "08x")

@@ -203,7 +203,9 @@ class UnitChecker:
 
         def take(unit: Unit) -> None:
             used.update(unit.facts.words)
-            if not unit.facts.only_imports:
+            # An import's users join only through a relevant import (`from torch.cuda.amp import autocast as
+            # ac`: every `ac(...)` is a finding's place); `import torch` links nothing.
+            if not unit.facts.only_imports or unit.facts.relevant:
                 bound.update(name for name in unit.facts.binds if not (name.startswith("__") and name.endswith("__")))
 
         for unit, is_in in zip(units, inside):
@@ -279,8 +281,14 @@ class UnitChecker:
         by_root: Dict[int, List[int]] = {}
         for index in members:
             by_root.setdefault(root(index), []).append(index)
-        groups = [group for group in by_root.values() if any(units[i].facts.relevant for i in group)]
         imports = [i for i in range(count) if inside[i] and units[i].facts.only_imports]
+        # Names a relevant import binds: a group that uses one is seen by the rules (see `core`).
+        relevant_names = frozenset().union(*(units[i].facts.binds for i in imports if units[i].facts.relevant))
+        groups = [
+            group
+            for group in by_root.values()
+            if any(units[i].facts.relevant or not relevant_names.isdisjoint(units[i].facts.words) for i in group)
+        ]
         attached = set()
         for group in groups:
             words = frozenset().union(*(units[i].facts.words for i in group))
