@@ -7,7 +7,7 @@ does not parse is dropped. The rule catalog (`shared/amp-reference/rules.md`) na
     update_dropped        scaler.update() deleted                                 AMP021
     update_doubled        scaler.update() written twice                           AMP023
     update_before_step    scaler.update() moved to just before scaler.step(opt)   AMP022
-    unscale_dropped       scaler.unscale_(opt) deleted before a clip              AMP030
+    unscale_dropped       scaler.unscale_(opt) deleted before a clip of its block  AMP030
     unscale_doubled       scaler.unscale_(opt) written twice                      AMP024
     step_direct           scaler.step(opt) -> opt.step()                          AMP020 (or AMP022)
     zero_grad_between     opt.zero_grad() moved (or added) after the scaled backward, before the step   AMP043
@@ -273,9 +273,13 @@ def _clips_after(module: Module, stmt: ast.stmt) -> List[ast.Call]:
 
 
 def op_unscale_dropped(module: Module) -> Iterator[Site]:
+    """Only an `unscale_` whose clip is a later statement of its own block: one before an `if` that holds the
+    clip (`unscale_(opt)` then `if max_norm: clip(...)`) has two right fixes, before the `if` or before the
+    clip inside it, and the fix (before the clip) restoring the other is no measure of it."""
     for call, stmt in _stmt_calls(module, "unscale_"):
         clips = _clips_after(module, stmt)
-        if clips:
+        clip_stmt = module.statement_of(clips[0]) if clips else None
+        if clip_stmt is not None and module.block.get(clip_stmt, (None,))[0] is module.block[stmt][0]:
             yield stmt.lineno, stmt.lineno, f"deleted `{_text(call)}` before `{_text(clips[0].func)}(...)` (line {clips[0].lineno})", "".join(remove_stmt(module, stmt))
 
 
