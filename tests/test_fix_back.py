@@ -157,3 +157,42 @@ def test_the_fix_check_forgets_what_a_protocol_helper_may_have_done():
     assert not hazards(handed)
     plain = "def f(scaler, opt, loader, log):\n    for x in loader:\n        scaler.unscale_(opt)\n        log(opt)\n"
     assert [h.kind for h in hazards(plain)] == ["unscale-twice"]
+
+
+def test_a_helper_that_steps_directly_and_updates_steps_through_the_scaler():
+    """ultralytics' `optimizer_step`: the helper unscales, clips, steps and updates itself; its direct
+    `optimizer.step()` is wrong for every caller and is stepped through the scaler there."""
+    direct = TRAINER.replace("self.scaler.step(self.optimizer)", "self.optimizer.step()")
+    assert same(fixed(direct, "AMP020"), TRAINER)
+
+
+def test_the_update_goes_after_the_if_whose_branches_each_step():
+    """open_clip: `if horovod: ... step() else: ... step()` then `update()`: the update follows the `if`,
+    not one branch's step (the other branch would then step twice without an update)."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        def train(model, optimizer, loader, scaler, distributed):
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).mean()
+                scaler.scale(loss).backward()
+                if distributed:
+                    optimizer.synchronize()
+                    with optimizer.skip_synchronize():
+                        scaler.step(optimizer)
+                else:
+                    scaler.step(optimizer)
+                scaler.update()
+        """
+    )
+    dropped = code.replace("        scaler.update()\n", "")
+    assert same(fixed(dropped, "AMP021"), code)
+    # A way through the `if` with no step (`elif` and no `else`): an update after it would run without a
+    # step ("No inf checks were recorded"); no fix is offered.
+    no_else = dropped.replace("        else:\n", "        elif x is not None:\n")
+    assert no_else != dropped
+    result = Checker(frozenset({"AMP021"}), fix=True).check(no_else, "t.py")
+    assert [d.code for d in result.diagnostics] == ["AMP021"] and result.diagnostics[0].fix is None
+    assert result.fixed_source is None
