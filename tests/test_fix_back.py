@@ -196,3 +196,23 @@ def test_the_update_goes_after_the_if_whose_branches_each_step():
     result = Checker(frozenset({"AMP021"}), fix=True).check(no_else, "t.py")
     assert [d.code for d in result.diagnostics] == ["AMP021"] and result.diagnostics[0].fix is None
     assert result.fixed_source is None
+
+
+def test_a_method_named_like_a_protocol_helper_on_another_object_stays_plain():
+    """Only `helper()` / `self.helper()` stand for the file's own function: `optimizer.step()` is not the
+    file's `step` method that drives the scaler."""
+    code = textwrap.dedent(
+        """\
+        class Trainer:
+            def step(self):
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+
+            def train(self, loader, optimizer):
+                for x in loader:
+                    self.scaler.unscale_(optimizer)
+                    optimizer.step()
+        """
+    )
+    assert [h.kind for h in hazards(code)] == ["unscale-twice"]
+    assert not hazards(code.replace("optimizer.step()", "self.step()"))

@@ -325,8 +325,12 @@ class _FunctionCheck:
         """A call that is no scaler method: one of the file's functions that calls the scaler's protocol itself,
         or any call handed a scaler, may have unscaled, stepped or updated: what the path knew of those
         scalers becomes unknown (never a hazard by itself), as before the function's first line."""
+        # `helper()` or `self.helper()`: a function or method of the file (not `optimizer.step()`).
+        own = isinstance(node.func, ast.Name) or (
+            isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "cls")
+        )
         name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
-        if name in self.helpers:
+        if own and name in self.helpers:
             gone = set(self.scalers)
         else:
             passed = {_code(a.value if isinstance(a, ast.Starred) else a) for a in node.args} | {_code(k.value) for k in node.keywords}
