@@ -173,6 +173,12 @@ def main() -> int:
     ] + (["--select", args.select] if args.select else [])
     failed = False
     rows, dropped_lines, problems = [], [], []
+    # Each row as soon as its corpus is done (a long run shows what it has).
+    print(
+        "| corpus | mode | .py files | files fixed | fixes applied | fixes dropped by the check | do not parse "
+        "| import (both ok) | import (both fail alike) | import differs | changed by a 2nd --fix | seconds |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     totals = {}
     for folder in args.folders:
         for mode in args.modes.split(","):
@@ -208,6 +214,8 @@ def main() -> int:
                     imported[0], imported[1], len(imported[2]), len(unstable), seconds,
                 )
                 rows.append(row)
+                name_, mode_, *numbers, seconds_ = row
+                print(f"| {name_} | {mode_} | " + " | ".join(str(n) for n in numbers) + f" | {seconds_:.1f} |", flush=True)
                 keys = ("files", "changed", "fixes", "dropped", "broken", "import_ok", "import_same", "import_differs", "unstable")
                 for key, value in zip(keys, row[2:11]):
                     totals[(mode, key)] = totals.get((mode, key), 0) + value
@@ -221,13 +229,6 @@ def main() -> int:
                 problems += [f"{folder.name} ({mode}): {line.replace(str(copy) + '/', '')}" for line in errors[:10]]
                 if not exit_ok:
                     problems.append(f"{folder.name} ({mode}): exit codes {first.returncode}/{second.returncode}")
-    print(
-        "| corpus | mode | .py files | files fixed | fixes applied | fixes dropped by the check | do not parse "
-        "| import (both ok) | import (both fail alike) | import differs | changed by a 2nd --fix | seconds |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, mode, *numbers, seconds in rows:
-        print(f"| {name} | {mode} | " + " | ".join(str(n) for n in numbers) + f" | {seconds:.1f} |")
     for mode in args.modes.split(","):
         t = lambda key: totals.get((mode, key), 0)  # noqa: E731
         cells = " | ".join(str(t(k)) for k in ("files", "changed", "fixes", "dropped", "broken", "import_ok", "import_same", "import_differs", "unstable"))

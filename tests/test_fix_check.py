@@ -283,7 +283,7 @@ def test_the_roundtrip_bench_counts_fixed_and_dropped_fixes(tmp_path):
     command = f"{sys.executable} {root / 'tests' / 'data' / 'cli_with_a_broken_fix.py'}"
     result = subprocess.run(
         [sys.executable, str(root / "bench" / "fix_roundtrip.py"), "--amp-lint", command, "--select", "AMP001,AMP999", str(corpus)],
-        capture_output=True, text=True, timeout=300, cwd=root,
+        capture_output=True, text=True, timeout=900, cwd=root,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])),
     )
     assert result.returncode == 0, result.stdout + result.stderr
