@@ -216,3 +216,37 @@ def test_a_method_named_like_a_protocol_helper_on_another_object_stays_plain():
     )
     assert [h.kind for h in hazards(code)] == ["unscale-twice"]
     assert not hazards(code.replace("optimizer.step()", "self.step()"))
+
+
+def test_a_direct_step_after_a_flagged_unscale_goes_through_the_scaler():
+    """A precision plugin whose `scaler.step(optimizer, ...)` became `optimizer.step(...)`: only the flagged
+    unscale_ records inf checks before the update. The step goes through the scaler (safe with no arguments;
+    unsafe with `**kwargs`, which may carry a closure); moving the update next to the unscale_ would leave the
+    optimizer stepping on inf gradients."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        class Plugin:
+            def __init__(self):
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def optimizer_step(self, optimizer, closure, skip, clip):
+                closure_result = closure()
+                if clip and not skip:
+                    self.scaler.unscale_(optimizer)
+                if not skip:
+                    out = self.scaler.step(optimizer)
+                    self.scaler.update()
+                    return out
+                return closure_result
+        """
+    )
+    direct = code.replace("self.scaler.step(optimizer)", "optimizer.step()")
+    assert same(fixed(direct, "AMP022"), code)
+    with_kwargs = code.replace("clip):", "clip, **kwargs):").replace("step(optimizer)", "step(optimizer, **kwargs)")
+    direct = with_kwargs.replace("self.scaler.step(optimizer, **kwargs)", "optimizer.step(**kwargs)")
+    (finding,) = Checker(frozenset({"AMP022"})).check(direct, "t.py").diagnostics
+    assert finding.fix is not None and finding.fix.applicability.value == "unsafe"
+    result = Checker(frozenset({"AMP022"}), fix=True, unsafe_fixes=True).check(direct, "t.py")
+    assert same(result.fixed_source, with_kwargs)
