@@ -86,6 +86,33 @@ def test_a_block_left_empty_gets_pass_and_misreads_are_skipped():
     assert inject_ops.mutants(legacy, "f.py", ["indexed_device"]) == []
 
 
+def test_operators_make_the_mistake_whose_one_fix_is_the_original():
+    """Issue 27: an injected bug whose right fix is not the original measures nothing about the fix."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        def f(model, x, device_type, scaler):
+            with torch.autocast(x.device.type, enabled=False):
+                a = model(x.float())
+            with torch.autocast(device_type=device_type):
+                b = model(x)
+            with torch.autocast("cuda"):
+                loss = model(x)
+            total = loss + a + b
+            scaler.scale(total).backward()
+        """
+    )
+    devices = {m.description.split("->")[1].strip(" `") for m in inject_ops.mutants(code, "f.py", ["indexed_device"])}
+    # A device's type becomes the string of the device; a name has no indexed spelling whose fix is itself.
+    assert devices == {"str(x.device)", '"cuda:0"'}
+    # Forward work between the block and the backward: which of it runs under autocast is not one answer.
+    assert inject_ops.mutants(code, "f.py", ["backward_in_autocast"]) == []
+    adjacent = code.replace("    total = loss + a + b\n    scaler.scale(total)", "    scaler.scale(loss)")
+    (moved,) = inject_ops.mutants(adjacent, "f.py", ["backward_in_autocast"])
+    assert "        loss = model(x)\n        scaler.scale(loss).backward()\n" in moved.text
+
+
 def test_line_map_follows_insertions_and_deletions():
     old = "a\nb\nc\nd\n"
     to_old = inject_compare.line_map(old, "a\nb\nx\nc\nd\n")

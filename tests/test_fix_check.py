@@ -283,7 +283,7 @@ def test_the_roundtrip_bench_counts_fixed_and_dropped_fixes(tmp_path):
     command = f"{sys.executable} {root / 'tests' / 'data' / 'cli_with_a_broken_fix.py'}"
     result = subprocess.run(
         [sys.executable, str(root / "bench" / "fix_roundtrip.py"), "--amp-lint", command, "--select", "AMP001,AMP999", str(corpus)],
-        capture_output=True, text=True, timeout=300, cwd=root,
+        capture_output=True, text=True, timeout=900, cwd=root,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])),
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -291,5 +291,33 @@ def test_the_roundtrip_bench_counts_fixed_and_dropped_fixes(tmp_path):
     assert len(rows) == 2, result.stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[2:8] == ["2", "1", "1", "1", "0", "0"], row  # files, fixed, fixes, dropped, broken, unstable
+        # files, fixed, fixes, dropped, broken, then the import of the fixed file (both ok / both fail alike /
+        # differs: the loop's module-level names are undefined, so both copies fail alike), unstable
+        assert cells[2:11] == ["2", "1", "1", "1", "0", "0", "1", "0", "0"], row
     assert "not fixed: AMP999 at train.py:7: the fixed code scales a loss twice" in result.stdout
+
+
+def test_the_roundtrip_bench_imports_each_fixed_module_beside_its_unfixed_self(tmp_path):
+    """Issue 27: a fixed file must still run its own import; a dependency missing here fails both alike."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import fix_roundtrip
+
+    fixed, unfixed = tmp_path / "fixed" / "proj", tmp_path / "unfixed" / "proj"
+    for root, body in ((fixed, "import torch\nVALUE = undefined_name\n"), (unfixed, "import torch\nVALUE = 1\n")):
+        (root / "pkg").mkdir(parents=True)
+        (root / "pkg" / "__init__.py").write_text("")
+        (root / "pkg" / "good.py").write_text("from pkg import helper\nVALUE = helper.X\n")
+        (root / "pkg" / "helper.py").write_text("X = 1\n")
+        (root / "pkg" / "broken.py").write_text(body)
+        (root / "pkg" / "needs_dep.py").write_text("import a_module_nobody_installed\n")
+        (root / "scripts-dir").mkdir()
+        (root / "scripts-dir" / "run.py").write_text("x = 1\n")
+    changed = [fixed / "pkg" / n for n in ("good.py", "broken.py", "needs_dep.py")] + [fixed / "scripts-dir" / "run.py"]
+    same_ok, same_failed, differ, not_modules = fix_roundtrip.import_check(changed, fixed, unfixed)
+    assert (same_ok, same_failed, not_modules) == (1, 1, 1)
+    assert [(p.name, a.split(":")[0], b) for p, a, b in differ] == [("broken.py", "NameError", "ok")]
+    assert fix_roundtrip.module_name(fixed / "pkg" / "__init__.py", fixed) == "pkg"
+    # A copy that is itself a package imports from its parent.
+    assert fix_roundtrip.package_root(fixed / "pkg") == fixed

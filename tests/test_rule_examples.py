@@ -41,10 +41,32 @@ def test_invalid_example_is_found(item):
     # An example shows the rule, findings that rest on an assumption too (the default hides those).
     result = _codes(example.code, rule.code, show_assumed=True)
     assert [d.code for d in result.diagnostics] == [rule.code] * example.count, [d.message for d in result.diagnostics]
-    if example.fixed is None:
-        assert all(
-            d.fix is None or d.fix.applicability.value != rule.fix_label() or True for d in result.diagnostics
-        )
+
+
+@pytest.mark.parametrize("item", INVALID, ids=[_id(i) for i in INVALID])
+def test_what_is_marked_fixable_is_fixed_with_the_check_on(item):
+    """Issue 27, item 4: a finding that carries a fix ("fixable") gets a fix that passes the check before
+    writing (no "not fixed: ..."), and the finding is gone after it."""
+    rule, _, example = item
+    source = textwrap.dedent(example.code)
+    # As --fix runs: an assumed finding is fixed only where it is shown (--show-assumed).
+    assumed = not any(d.code == rule.code for d in _codes(source, rule.code).diagnostics)
+    found = _codes(source, rule.code, show_assumed=assumed)
+    fixable = [d for d in found.diagnostics if d.fix is not None]
+    if not fixable:
+        return
+    options = dict(rule_options={"preview": True}, fix=True, unsafe_fixes=True, show_assumed=assumed)
+    result = Checker(frozenset({rule.code}), **options).check(source, "example.py")
+    assert [e.message for e in result.errors] == []
+    assert result.fixed_source is not None, [d.message for d in fixable]
+    cst.parse_module(result.fixed_source)
+    assert [d.message for d in result.diagnostics if d.code == rule.code and d.fix is not None] == []
+
+
+@pytest.mark.parametrize("rule", [r for r in ALL_RULES if r.fix_applicability is not None], ids=lambda r: r.code)
+def test_every_rule_with_a_fix_shows_it_fixed(rule):
+    """Every rule that offers a fix has an INVALID example with its fixed code (checked above)."""
+    assert any(example.fixed is not None for example in rule.invalid), rule.code
 
 
 @pytest.mark.parametrize("item", FIXED, ids=[_id(i) for i in FIXED])

@@ -89,9 +89,27 @@ def hazards(code: str) -> Tuple[Hazard, ...]:
     if not scalers:
         return ()
     found: List[Hazard] = []
+    helpers = _protocol_helpers(tree, scalers)
     for function, body in _functions(tree):
-        _FunctionCheck(function, scalers, found).run(body)
+        _FunctionCheck(function, scalers, found, helpers).run(body)
     return tuple(found)
+
+
+def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
+    """Names of the file's functions and methods that call a scaler's unscale_, step or update themselves: a
+    call to one (`self.optimizer_step()`) may move the protocol on, so the caller's path forgets what it knew
+    (ultralytics: `unscale_` before `self.optimizer_step()`, whose body steps and updates)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
+                    and inner.func.attr in ("unscale_", "step", "update") and _code(inner.func.value) in scalers
+                ):
+                    names.add(node.name)
+                    break
+    return frozenset(names)
 
 
 def _scaler_receivers(tree: ast.AST) -> FrozenSet[str]:
@@ -147,9 +165,10 @@ class _Loop:
 class _FunctionCheck:
     """Follows one function's body along every path; a set of states stands for the paths that reach a point."""
 
-    def __init__(self, function: str, scalers: FrozenSet[str], found: List[Hazard]) -> None:
+    def __init__(self, function: str, scalers: FrozenSet[str], found: List[Hazard], helpers: FrozenSet[str] = frozenset()) -> None:
         self.function = function
         self.scalers = scalers
+        self.helpers = helpers
         self.found = found
         self.reported: Set[Tuple[int, str]] = set()  # (call node id, kind): once, however many paths
         self.loops: List[_Loop] = []
@@ -284,10 +303,10 @@ class _FunctionCheck:
 
     def call(self, node: ast.Call, states: Set[_State]) -> Set[_State]:
         if not isinstance(node.func, ast.Attribute):
-            return states
+            return self.opaque(node, states)
         scaler = _code(node.func.value)
         if scaler not in self.scalers:
-            return states
+            return self.opaque(node, states)
         method = node.func.attr
         if method == "scale":
             self.check_scale(node, scaler, states)
@@ -301,6 +320,31 @@ class _FunctionCheck:
             self.updates.add(scaler)
             return {self.update(node, scaler, state) for state in states}
         return states
+
+    def opaque(self, node: ast.Call, states: Set[_State]) -> Set[_State]:
+        """A call that is no scaler method: one of the file's functions that calls the scaler's protocol itself,
+        or any call handed a scaler, may have unscaled, stepped or updated: what the path knew of those
+        scalers becomes unknown (never a hazard by itself), as before the function's first line."""
+        # `helper()` or `self.helper()`: a function or method of the file (not `optimizer.step()`).
+        own = isinstance(node.func, ast.Name) or (
+            isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "cls")
+        )
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
+        if own and name in self.helpers:
+            gone = set(self.scalers)
+        else:
+            passed = {_code(a.value if isinstance(a, ast.Starred) else a) for a in node.args} | {_code(k.value) for k in node.keywords}
+            gone = passed & set(self.scalers)
+        if not gone:
+            return states
+        return {
+            _State(
+                frozenset(e for e in state.stages if e[0] not in gone),
+                frozenset(e for e in state.stepped if e[0] not in gone),
+                state.scaled,
+            )
+            for state in states
+        }
 
     def check_scale(self, node: ast.Call, scaler: str, states: Set[_State]) -> None:
         for argument in list(node.args) + [k.value for k in node.keywords]:

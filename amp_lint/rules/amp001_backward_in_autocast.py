@@ -68,7 +68,8 @@ class BackwardInAutocast(Rule):
     (a GAN's generator step), it gets its own `with` of the same autocast. No fix when autocast is a
     function decorator or the `with` sits inside another enabled autocast (the decorator of its function,
     an outer `with`: the backward would still run under it), when the `with` has other context managers, when its `as` name is used after
-    the split, or when the backward is nested deeper inside the block.
+    the split, or when the backward is nested deeper inside the block (but an `if` whose every branch
+    opens with the backward or another protocol call moves out whole).
 
     ## References
     - [`torch.autocast`](https://docs.pytorch.org/docs/stable/amp.html#torch.autocast) docstring
@@ -306,9 +307,10 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event, events_of
     if not isinstance(node.body, cst.IndentedBlock):
         return None
     body = list(node.body.body)
-    if first.statement not in body:
+    holder = _holder_in(model, body, first.statement, events_of)
+    if holder is None:
         return None
-    split = body.index(first.statement)
+    split = body.index(holder)
     tail = body[split:]
     asname = node.items[0].asname
     if asname is not None:
@@ -319,6 +321,8 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event, events_of
     protocol_statements = {id(e.statement) for e in tail_events if e.kind in _PROTOCOL}
     backward_statements = {id(e.statement) for e in tail_events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)}
     zero_grad_statements = {id(e.statement) for e in tail_events if e.kind is EventKind.ZERO_GRAD}
+    protocol_statements.add(id(holder))  # an `if` around the backward is the backward's statement here
+    backward_statements.add(id(holder))
     segments = _segments(tail, protocol_statements, backward_statements, zero_grad_statements)
 
     def rewrite(updated: cst.CSTNode) -> cst.FlattenSentinel:
@@ -344,6 +348,31 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event, events_of
     builder = FixBuilder(model.module)
     builder.replace(node, rewrite)
     return builder.build("Move the backward pass out of the autocast block", Applicability.SAFE, key=("AMP001", node))
+
+
+def _holder_in(model: FileModel, body: List[cst.CSTNode], statement: cst.CSTNode, events_of: Dict[int, List[Event]]):
+    """The statement of the block's body that holds the backward: the backward's own, or an `if` around it
+    (ignite: `if scaler: scaler.scale(loss).backward() ... else: loss.backward() ...`) whose every branch
+    opens with a protocol call (a backward, a step), so that no forward work moves out of autocast with it."""
+    if statement in body:
+        return statement
+    node = model.parents.get(id(statement))
+    while node is not None and node not in body:
+        node = model.parents.get(id(node))
+    if not isinstance(node, cst.If):
+        return None
+    branch: Optional[cst.CSTNode] = node
+    while isinstance(branch, cst.If):
+        opening = branch.body.body[0] if isinstance(branch.body, cst.IndentedBlock) and branch.body.body else None
+        if opening is None or not any(e.kind in _PROTOCOL for e in events_of.get(id(opening), ())):
+            return None
+        branch = branch.orelse.body if isinstance(branch.orelse, cst.Else) else branch.orelse
+        if isinstance(branch, cst.IndentedBlock):
+            opening = branch.body[0] if branch.body else None
+            if opening is None or not any(e.kind in _PROTOCOL for e in events_of.get(id(opening), ())):
+                return None
+            break
+    return node
 
 
 def _segments(tail, protocol_statements, backward_statements, zero_grad_statements):

@@ -174,7 +174,7 @@ for x in loader:
                         f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
                         f"overflowing steps; use `{scaler}.step({optimizer})`",
                         fix=None
-                        if optimizer_step.in_helper
+                        if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler)
                         else _step_through_scaler_fix(
                             model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step
                         ),
@@ -218,6 +218,20 @@ def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event
     flow = flow_of(model, step)
     return any(
         flow.path(optimizer_step, update) is not None for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    )
+
+
+def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
+    """The direct step is in a helper of this file that updates the scaler itself after it (ultralytics'
+    `optimizer_step`: unscale_, clip, `optimizer.step()`, `scaler.update()`): the helper is wrong for every
+    caller, so stepping through the scaler there is no edit on one caller's behalf."""
+    if model.block_of(optimizer_step.statement) is None:
+        return False
+    trail = [id(e) for e in optimizer_step.trail()]
+    flow = flow_of(model, step)
+    return any(
+        [id(e) for e in update.trail()] == trail and flow.path(optimizer_step, update) is not None
+        for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     )
 
 

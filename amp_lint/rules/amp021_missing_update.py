@@ -255,7 +255,7 @@ class Trainer:
                     last.call,
                     f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {where}; "
                     f"the next `{scaler}.step()` raises RuntimeError",
-                    fix=None if last.in_helper else _insert_update_fix(model, step, last, scaler),
+                    fix=None if any(e.in_helper for e in steps) else _insert_update_fix(model, step, steps, scaler),
                     context=step.scope.name,
                     related=_created_at(model, step, scaler) + self.through_helpers(last),
                 )
@@ -327,10 +327,65 @@ def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> boo
     return False
 
 
-def _insert_update_fix(model: FileModel, step: TrainingStep, last: Event, scaler: str) -> Optional[Fix]:
-    anchor = step.anchor_statement(last)
-    if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
+def _insert_update_fix(model: FileModel, step: TrainingStep, steps: List[Event], scaler: str) -> Optional[Fix]:
+    """`update()` after the statement that holds every step of the scaler: after the step itself, or after the
+    `if` whose branches each step (open_clip: `if horovod: ... step() else: ... step()`), so that the update
+    follows whichever step ran."""
+    anchor = _after_every_step(model, step, steps)
+    own = any(anchor is step.anchor_statement(e) for e in steps)
+    if own and not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
+        return None  # `if boundary: scaler.step(opt)` on one line: an update after it would run without a step
+    if not own and not (isinstance(anchor, (cst.With, cst.Try)) or (isinstance(anchor, cst.If) and _every_branch_steps(anchor, steps))):
         return None
     builder = FixBuilder(model.module)
     builder.insert_after(anchor, builder.statement(f"{scaler}.update()\n"))
     return builder.build(f"Insert `{scaler}.update()` after the last `{scaler}.step(...)`", Applicability.SAFE)
+
+
+def _every_branch_steps(node: cst.If, steps: List[Event]) -> bool:
+    """Every way through the `if` (its body, each `elif`, the `else`) holds a step: none skips them all."""
+    calls = {id(e.call) for e in steps}
+
+    def steps_in(part: cst.CSTNode) -> bool:
+        found = []
+
+        class Find(cst.CSTVisitor):
+            def visit_Call(self, call: cst.Call) -> None:
+                if id(call) in calls:
+                    found.append(call)
+
+        part.visit(Find())
+        return bool(found)
+
+    branch: Optional[cst.CSTNode] = node
+    while isinstance(branch, cst.If):
+        if not steps_in(branch.body):
+            return False
+        branch = branch.orelse
+    return isinstance(branch, cst.Else) and steps_in(branch.body)
+
+
+def _statements_around(model: FileModel, step: TrainingStep, event: Event) -> List[cst.CSTNode]:
+    """The statements from the event's anchor outwards, up to (not including) the iteration's loop."""
+    chain: List[cst.CSTNode] = []
+    node: Optional[cst.CSTNode] = step.anchor_statement(event)
+    while node is not None and node is not step.loop and not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(node, cst.BaseStatement):
+            chain.append(node)
+        node = model.parents.get(id(node))
+    return chain
+
+
+def _after_every_step(model: FileModel, step: TrainingStep, steps: List[Event]) -> Optional[cst.CSTNode]:
+    """The innermost statement that holds or follows every step, in one block: the last of them there."""
+    chains = [_statements_around(model, step, e) for e in steps]
+    if not chains or not chains[-1]:
+        return None
+    for candidate in chains[-1]:
+        block = model.block_of(candidate)
+        if block is None:
+            return None
+        members = [next((s for s in chain if any(s is b for b in block)), None) for chain in chains]
+        if all(m is not None for m in members):
+            return max(members, key=lambda m: next(i for i, b in enumerate(block) if b is m))
+    return None

@@ -222,7 +222,10 @@ for x in loader:
                         f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
                         f"{guard}; update() without a step raises "
                         "'No inf checks were recorded' (move it next to the step)",
-                        fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
+                        fix=None
+                        if update.in_helper or last.in_helper
+                        else _direct_step_fix(model, step, flow, update, earlier, scaler)
+                        or _move_fix(model, flow, update, last, scaler),
                         context=step.scope.name,
                         related=self.through_helpers(update),
                         assumption=assumption_text(uncovered),
@@ -280,6 +283,38 @@ def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
     if scaler.count(".") > 1 or (scaler.count(".") == 1 and not scaler.startswith("self.")):
         return False
     return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
+
+
+def _direct_step_fix(
+    model: FileModel, step: TrainingStep, flow: StepFlow, update: Event, earlier, scaler: str
+) -> Optional[Fix]:
+    """Only `unscale_` records inf checks before the update, and the optimizer it unscales is stepped directly
+    on the way (`scaler.unscale_(opt)` under a flag, `opt.step()`, `scaler.update()`: lightning's precision
+    plugin with its `scaler.step` written `optimizer.step`): the step is what is wrong, and it goes through
+    the scaler. Moving the update next to the unscale_ would leave the optimizer stepping on inf gradients."""
+    if any(e.kind is EventKind.SCALER_STEP for e in earlier):
+        return None
+    targets = {e.target for e in earlier if e.target is not None}
+    direct = [
+        e for e in step.of(EventKind.OPTIMIZER_STEP)
+        if e.target in targets and flow.path(e, update) is not None and not e.in_helper
+    ]
+    if len(direct) != 1 or not isinstance(direct[0].call.func, cst.Attribute):
+        return None
+    call = direct[0].call
+    if any(arg.star != "**" for arg in call.args):
+        return None  # a positional closure or `*args`: AMP025's, or not known
+    builder = FixBuilder(model.module)
+    optimizer_node = call.func.value
+
+    def through_scaler(updated: cst.CSTNode) -> cst.CSTNode:
+        new = builder.expression(f"{scaler}.step(__optimizer__)")
+        return new.with_changes(args=(cst.Arg(value=optimizer_node), *updated.args), lpar=updated.lpar, rpar=updated.rpar)
+
+    builder.replace(call, through_scaler)
+    # `**kwargs` may carry a closure, which GradScaler.step refuses: unsafe then.
+    applicability = Applicability.UNSAFE if call.args else Applicability.SAFE
+    return builder.build(f"Step through `{scaler}.step(...)`", applicability)
 
 
 def _move_fix(model: FileModel, flow: StepFlow, update: Event, last_step: Event, scaler: str) -> Optional[Fix]:

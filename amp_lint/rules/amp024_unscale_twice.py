@@ -248,7 +248,7 @@ class Trainer:
                         f"`{short(unscale.call)}` runs again after `{short(previous.call)}` with no "
                         f"`{scaler}.update()` between: RuntimeError 'unscale_() has already been called'"
                     )
-                    fix = _remove_fix(model, unscale)
+                    fix = _remove_fix(model, unscale, previous)
                 else:
                     message = (
                         f"`{short(unscale.call)}` runs after `{short(previous.call)}`: RuntimeError "
@@ -397,8 +397,25 @@ def _own_statement(event: Event) -> bool:
     )
 
 
-def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:
-    if not _own_statement(event):
+def _twice_in_one_helper_block(model: FileModel, first: Event, second: Event) -> bool:
+    """Both calls are statements of one block of one helper's body, reached through the same call, the first
+    before the second: the helper itself unscales twice on every call, so removing the second is right for
+    every caller (not an edit of the helper on one caller's behalf)."""
+    if not second.in_helper or [id(e) for e in first.trail()] != [id(e) for e in second.trail()]:
+        return False
+    if not isinstance(second.small_statement, cst.Expr) or second.small_statement.value is not second.call:
+        return False
+    block = model.block_of(second.statement)
+    return (
+        block is not None
+        and first.statement in block
+        and second.statement in block
+        and list(block).index(first.statement) < list(block).index(second.statement)
+    )
+
+
+def _remove_fix(model: FileModel, event: Event, previous: Optional[Event] = None) -> Optional[Fix]:
+    if not _own_statement(event) and not (previous is not None and _twice_in_one_helper_block(model, previous, event)):
         return None
     builder = FixBuilder(model.module)
     builder.remove(removal_target(event.statement, event.small_statement))

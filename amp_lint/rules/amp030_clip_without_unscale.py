@@ -238,9 +238,17 @@ def train_step(self, batch):
                 # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
                 # fix of an earlier flagged clip that precedes it.
                 fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
-                if fix is None and backward is not None and not clip.in_helper and not _every_micro_batch(model, step, clip):
-                    fix = _unscale_fix(model, step, clip, scaler, steps, backward)
+                # A clip inside a helper gets its unscale_ before the call that reaches it, in this iteration:
+                # an edit of the caller, not of the helper; unless the helper (of this file) steps the scaler
+                # itself after the clip: then it is wrong for every caller, and the unscale_ goes before the
+                # clip there. Two clips of one helper call (its if/else) share one fix.
+                site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
+                fix = fix or next((f for earlier, f in flagged if earlier is site), None)
+                if fix is None and backward is not None and not _every_micro_batch(model, step, site):
+                    fix = _unscale_fix(model, step, site, scaler, steps, backward)
                 flagged.append((clip, fix))
+                if site is not clip:
+                    flagged.append((site, fix))
                 yield self.finding(
                     clip.call,
                     f"`{short(clip.call)}` {what} gradients still scaled by `{scaler}`; "
@@ -413,6 +421,30 @@ def _guard_of(backward: Event, clip: Event) -> Optional[str]:
     return " and ".join(f"({test})" if taken else f"not ({test})" for test, taken in tests)
 
 
+def _helper_owns_the_step(model: FileModel, clip: Event, steps: List[Event]) -> bool:
+    """The clip is in this iteration's own code, or in a helper of this file reached through the same calls as
+    a `scaler.step` after it (the helper clips and steps: ultralytics' `optimizer_step`)."""
+    if not clip.in_helper:
+        return True
+    trail = [id(e) for e in clip.trail()]
+    return model.block_of(clip.statement) is not None and any([id(e) for e in s.trail()] == trail for s in steps)
+
+
+def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
+    """Does a `scaler.step(...)` run whenever the clip does (in this iteration's own code, under no `if` the
+    clip is not under, in the clip's loops)? Then the scaler is a GradScaler on every path through the clip,
+    and an `unscale_` before the clip needs no guard of its own (issue 27, item 1: the guard matters only
+    when the scaler may be None there)."""
+    mine = {(id(b.node), b.taken) for b in clip.branches}
+    trail = [id(e) for e in clip.trail()]
+    return any(
+        [id(c) for c in e.trail()] == trail
+        and all((id(b.node), b.taken) in mine for b in e.branches)
+        and [id(loop) for loop in e.loops] == [id(loop) for loop in clip.loops[: len(e.loops)]]
+        for e in steps
+    )
+
+
 def _unscale_fix(
     model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Event
 ) -> Optional[Fix]:
@@ -426,9 +458,12 @@ def _unscale_fix(
     anchor = step.anchor_statement(clip)  # before the `for p in model.parameters():` loop, not inside it
     if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
         return None
-    if backward.in_helper:
+    if _scaler_called_anyway(clip, steps):
+        guard = ""  # the scaler is called on every path through the clip: the unscale_ needs no guard
+    elif backward.in_helper:
         return None  # the backward's guard is inside a helper: not known here
-    guard = _guard_of(backward, clip)
+    else:
+        guard = _guard_of(backward, clip)
     if guard and len(guard) > 80:
         return None
     builder = FixBuilder(model.module)
