@@ -234,12 +234,12 @@ def unscale_and_step_without_update(steps=2):
 
 
 def test_the_next_iterations_unscale_names_the_missing_update(record):
-    """The table's violation at the next iteration's `unscale_` (after step, AMP024, what torch raises), worded
-    for a new iteration: the update the previous one lacked."""
+    """The table's violation at the next iteration's `unscale_` (after step: what torch raises), reported as the
+    static rules report that loop: AMP021, the update the previous iteration lacked."""
     with pytest.raises(RuntimeError):
         unscale_and_step_without_update()
     [violation] = record.violations
-    assert violation.rule == table.rule_of("unscale-after-step") == "AMP024"
+    assert violation.rule == table.rule_of("step-twice") == "AMP021"
     assert violation.line == line_of(unscale_and_step_without_update, "scaler.unscale_(opt)")
     assert violation.message.startswith("`scaler.step(opt)` is never followed by `scaler.update()` in this loop; ")
     assert violation.message.endswith(table.VIOLATIONS["unscale-after-step"][1])
@@ -546,7 +546,7 @@ def test_the_guard_runs_the_static_rules_table_with_its_ids_and_messages():
         for new_iteration in (False, True):
             breach = breaches.of_violation(name, new_iteration)
             rule, reason = table.VIOLATIONS[name]
-            assert breach.rule == rule
+            assert breach.rule == (table.rule_of("step-twice") if new_iteration and name in ("unscale-twice", "unscale-after-step") else rule)
             assert breach.message.format_map(collections.defaultdict(str)).endswith(reason), name
     assert not hasattr(breaches, "OPTIMIZER_TRANSITIONS") and not (GUARD_DIR / "protocol.py").exists()
     assert set(breaches.RULES) == {table.rule_of(n) for n in breaches.SEEN_VIOLATIONS} | {

@@ -303,7 +303,7 @@ def test_verify_compares_the_runs_of_one_seed_pairwise(amp_versions, case, statu
         assert judgement.gap <= judgement.allowed and judgement.parted_at is None
     elif case.endswith("clip_before_unscale"):
         assert judgement.gap > judgement.allowed and judgement.parted_at is not None
-        assert result.reasons[0].startswith("the runtime guard saw AMP030 at ") and "clips gradients still scaled" in (
+        assert result.reasons[0].startswith("the runtime guard saw AMP030 at ") and "clips gradients before `scaler.unscale_(optimizer)`" in (
             result.reasons[0]
         )
         assert any("the same seed" in reason and "beyond the allowed band" in reason for reason in result.reasons)

@@ -55,9 +55,16 @@ _NEW_ITERATION: dict[str, str] = {
 
 
 def of_violation(name: str, new_iteration: bool = False) -> Breach:
-    """The guard's breach for the table's violation ``name`` (a key of ``analysis.protocol.VIOLATIONS``)."""
+    """The guard's breach for the table's violation ``name`` (a key of ``analysis.protocol.VIOLATIONS``).
+
+    ``new_iteration``: the call is the first on its optimizer since a new scale(), so the previous iteration
+    ended with the optimizer unscaled or stepped and no update(): the end state the static rules report as the
+    missing update, whatever the next call is (AMP021, the rule of the table's "step-twice"; AMP024 leaves that
+    case to it), with the table's message for the call that fails."""
     rule, reason = table.VIOLATIONS[name]
     wording = (_NEW_ITERATION.get(name) if new_iteration else None) or _AT_CALL[name]
+    if new_iteration and name in _NEW_ITERATION:
+        rule = table.rule_of("step-twice")
     return Breach(rule, wording.replace("{reason}", reason.replace("{", "{{").replace("}", "}}")))
 
 
