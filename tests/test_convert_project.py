@@ -150,3 +150,65 @@ def test_a_gradient_penalty_in_another_module_is_refused_like_the_inline_form(tm
     assert (tmp_path / "wgan.py").read_text() == original
     assert f"`{call}(...)` (line 10) runs `torch.autograd.grad(..., create_graph=True)`" in output
     assert "a gradient penalty" in output
+
+
+ENGINE = """
+import torch
+import torch.nn as nn
+
+
+def train_one_epoch(model, loader, optimizer, device):
+    model.train()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+MAIN = """
+import torch
+import torch.nn as nn
+{import_line}
+
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(3)]
+for epoch in range(3):
+    {call}(model, loader, optimizer, "cpu")
+    torch.save({{"model": model.state_dict(), "optimizer": optimizer.state_dict()}}, "ckpt.pt")
+"""
+
+
+@pytest.mark.parametrize(
+    ("import_line", "call"),
+    [("from pkg_a.engine import train_one_epoch", "train_one_epoch"), ("from pkg_b import engine", "engine.train_one_epoch")],
+    ids=["from-import", "module-import"],
+)  # fmt: skip
+def test_a_trainer_called_per_epoch_from_another_module_gets_no_scaler_of_its_own(tmp_path: Path, import_line, call):
+    """The scaler belongs beside the optimizer, in the caller's file: a scaler built inside `train_one_epoch` would
+    restart every epoch. The conversion edits one file, so it says where the scaler goes instead of building it
+    in the wrong place. (One package name per case: the command line runs in this process, whose project index
+    keeps the source roots of earlier tests.)"""
+    package = import_line.split()[1].split(".")[0]
+    project(tmp_path, {f"{package}/__init__.py": "", f"{package}/engine.py": ENGINE,
+                       f"{package}/main.py": MAIN.format(import_line=import_line, call=call)})  # fmt: skip
+    original = (tmp_path / package / "engine.py").read_text()
+    _, output = fix(tmp_path, f"{package}/engine.py")
+    assert (tmp_path / package / "engine.py").read_text() == original
+    assert "`train_one_epoch` receives `optimizer` and is called in a loop from another module (main.py:9)" in output
+
+
+def test_a_trainer_that_no_loop_of_the_project_calls_keeps_its_scaler_inside(tmp_path: Path):
+    """Called once (or from outside the project): the scaler it creates lives as long as the call, as before."""
+    main = MAIN.format(import_line="from pkg_c.engine import train_one_epoch", call="train_one_epoch").replace(
+        "for epoch in range(3):\n    ", "if True:\n    ")
+    project(tmp_path, {"pkg_c/__init__.py": "", "pkg_c/engine.py": ENGINE, "pkg_c/main.py": main,
+                       "pkg_c/other.py": "def train_one_epoch():\n    pass\n\n\nfor _ in range(2):\n    train_one_epoch()\n"})  # fmt: skip
+    fix(tmp_path, "pkg_c/engine.py")
+    text = (tmp_path / "pkg_c" / "engine.py").read_text()
+    assert "scaler = torch.amp.GradScaler(torch.device(device).type)" in text
+    assert (tmp_path / "pkg_c" / "main.py").read_text() == textwrap.dedent(main).lstrip()
+    done = subprocess.run([sys.executable, "-m", "pkg_c.main"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
