@@ -93,8 +93,9 @@ def run(tmp_path: Path, name: str) -> str:
 @pytest.mark.parametrize(
     ("import_line", "call", "log"),
     [("from utils import clip_gradients, log_lr", "clip_gradients", "log_lr"),
-     ("import utils", "utils.clip_gradients", "utils.log_lr")],
-    ids=["from-import", "module-import"],
+     ("import utils", "utils.clip_gradients", "utils.log_lr"),
+     ("from utils import *", "clip_gradients", "log_lr")],
+    ids=["from-import", "module-import", "star-import"],
 )  # fmt: skip
 def test_clipping_in_a_helper_of_another_module_gets_unscale_before_it(tmp_path: Path, import_line, call, log):
     project(tmp_path, {"utils.py": UTILS, "train.py": TRAIN.format(import_line=import_line, call=call, log=log)})

@@ -8,8 +8,8 @@ hand-written clipping in `clip_gradients(model, t)` reads gradients that a GradS
 hand-written pattern as the inline form. This query follows the calls of the file's own functions and methods
 (`analysis.steps.callee_scope`), a few levels deep, and looks at their events and their `.grad` reads.
 
-Helpers of other modules of the project count the same (`from utils import clip_gradients`, or
-`import utils; utils.clip_gradients(...)`): the cross-file summaries of the analysis
+Helpers of other modules of the project count the same (`from utils import clip_gradients`,
+`import utils; utils.clip_gradients(...)`, or one star-imported project module that defines the name): the cross-file summaries of the analysis
 (`analysis.summaries.ProjectSummaries`) are built only for files that drive a GradScaler, and an fp32 file being
 converted drives none, so this query resolves the callee through the project index itself
 (`analysis.project.checked_file`, `qualified_in`, `ProjectIndex.resolve`), parses the module once per run
@@ -103,6 +103,10 @@ class HelperEffects:
             info = self.index.add_file(Path(self.path))
             qualified = qualified_in(info, target)
             resolved = self.index.resolve(qualified) if qualified is not None else None
+            if qualified is None and "." not in target and not info.defines(target):
+                # `from utils import *`: the one star-imported project module that defines the name
+                found = [r for r in (self.index.resolve(f"{star}.{target}") for star in info.star_imports) if r is not None]
+                resolved = found[0] if len({(os.path.abspath(r[0].path), r[1]) for r in found}) == 1 else None
             if resolved is None:
                 return None
             module_info, name = resolved
