@@ -7,6 +7,7 @@ Everything runs on CPU: torch 2.13's GradScaler("cpu") with float16 autocast, a 
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
 import re
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from amp_lint.guard import protocol
+from amp_lint.analysis import protocol as table
+from amp_lint.guard import breaches
 
 torch = pytest.importorskip("torch")
 
@@ -25,6 +27,7 @@ import amp_lint.guard as guard  # noqa: E402
 from amp_lint.guard import hooks  # noqa: E402
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "amp_lint" / "rules"
+GUARD_DIR = RULES_DIR.parent / "guard"
 
 
 @pytest.fixture
@@ -156,8 +159,8 @@ def test_amp030_clipping_before_unscale_from_the_first_iteration_on(record):
     assert violation.rule == "AMP030" and violation.count == 3
     assert violation.line == line_of(clip_before_unscale, "clip_grad_norm_")
     assert violation.message == (
-        "`torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients still scaled by `scaler`; "
-        "call `scaler.unscale_(opt)` first"
+        "`torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)` clips gradients before `scaler.unscale_(opt)`: "
+        "the gradients read are still multiplied by the scale"
     )
 
 
@@ -181,9 +184,9 @@ def unscale_after_step():
     ("program", "message"),
     [
         (unscale_twice, "`scaler.unscale_(opt)` runs again after `scaler.unscale_(opt)` with no `scaler.update()` "
-         "between: RuntimeError 'unscale_() has already been called'"),
-        (unscale_after_step, "`scaler.unscale_(opt)` runs after `scaler.step(opt)`: RuntimeError 'unscale_() is being "
-         "called after step()'; unscale before stepping"),
+         "between: RuntimeError: unscale_() has already been called on this optimizer since the last update()"),
+        (unscale_after_step, "`scaler.unscale_(opt)` runs after `scaler.step(opt)` with no `scaler.update()` between: "
+         "RuntimeError: unscale_() is being called after step()"),
     ],
     ids=["twice", "after-step"],
 )
@@ -215,9 +218,43 @@ def test_amp021_a_step_without_update_is_named_before_torchs_runtime_error():
     finally:
         guard.uninstall()
     assert raised.value.violation.message == (
-        "`scaler.step(opt)` is never followed by `scaler.update()` in this loop; the next `scaler.step()` raises "
-        "RuntimeError"
+        "`scaler.step(opt)` is never followed by `scaler.update()` in this loop: RuntimeError: step() has already "
+        "been called since the last update()"
     )
+
+
+def unscale_and_step_without_update(steps=2):
+    [model], [opt], x, y = setup()
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(steps):
+        opt.zero_grad()
+        scaler.scale(loss_of(model, x, y)).backward()
+        scaler.unscale_(opt)
+        scaler.step(opt)
+
+
+def test_the_next_iterations_unscale_names_the_missing_update(record):
+    """The table's violation at the next iteration's `unscale_` (after step: what torch raises), reported as the
+    static rules report that loop: AMP021, the update the previous iteration lacked."""
+    with pytest.raises(RuntimeError):
+        unscale_and_step_without_update()
+    [violation] = record.violations
+    assert violation.rule == table.rule_of("step-twice") == "AMP021"
+    assert violation.line == line_of(unscale_and_step_without_update, "scaler.unscale_(opt)")
+    assert violation.message.startswith("`scaler.step(opt)` is never followed by `scaler.update()` in this loop; ")
+    assert violation.message.endswith(table.VIOLATIONS["unscale-after-step"][1])
+
+
+def test_update_with_a_new_scale_needs_no_inf_checks(record):
+    """`update(new_scale)` sets the scale: the table's UPDATE_NEW_SCALE records no need for inf checks."""
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(torch.ones(()))
+    scaler.update(1024.0)
+    assert record.violations == []
+    scaler.scale(torch.ones(()))
+    with pytest.raises(AssertionError, match="No inf checks"):
+        scaler.update()
+    assert rules(record) == ["AMP022"]
 
 
 def update_before_step(steps=2):
@@ -382,7 +419,7 @@ def test_amp030_a_gradient_read_before_unscale_but_not_a_none_test():
     assert "grad" not in torch.Tensor.__dict__  # the property is gone again
     [violation] = report.violations
     assert violation.rule == "AMP030" and violation.line == line_of(reads, "norms.append")
-    assert violation.message.startswith("`norms.append(parameter.grad.norm())` reads gradients still scaled")
+    assert violation.message.startswith("`norms.append(parameter.grad.norm())` reads gradients before `scaler.unscale_(opt)`")
 
 
 # --- wrap, modes, report ---------------------------------------------------------------------------------------
@@ -502,18 +539,25 @@ def test_importing_the_guard_imports_neither_torch_nor_libcst():
 # --- the table: the static rules' IDs and wording ---------------------------------------------------------------
 
 
-def _breaches():
-    found = [value for value in vars(protocol).values() if isinstance(value, protocol.Breach)]
-    found += [value for value in protocol.OPTIMIZER_TRANSITIONS.values() if isinstance(value, protocol.Breach)]
-    found += [value for value in protocol.SCALER_TRANSITIONS.values() if isinstance(value, protocol.Breach)]
-    return found
+def test_the_guard_runs_the_static_rules_table_with_its_ids_and_messages():
+    """One protocol: every violation the guard reports from the table has the table's rule and ends with the
+    table's own message; there is no second transition table in the guard."""
+    for name in breaches.SEEN_VIOLATIONS:
+        for new_iteration in (False, True):
+            breach = breaches.of_violation(name, new_iteration)
+            rule, reason = table.VIOLATIONS[name]
+            assert breach.rule == (table.rule_of("step-twice") if new_iteration and name in ("unscale-twice", "unscale-after-step") else rule)
+            assert breach.message.format_map(collections.defaultdict(str)).endswith(reason), name
+    assert not hasattr(breaches, "OPTIMIZER_TRANSITIONS") and not (GUARD_DIR / "protocol.py").exists()
+    assert set(breaches.RULES) == {table.rule_of(n) for n in breaches.SEEN_VIOLATIONS} | {
+        b.rule for b in breaches.OWN_BREACHES}  # fmt: skip
 
 
-def test_every_breach_uses_a_static_rules_id_and_its_wording():
-    """Each rule ID but the guard-only AMPG01 is a static rule, and the fixed words of the guard's message (each
-    stretch between placeholders and code quotes, of 12 characters or more) appear in that rule's message."""
-    assert {breach.rule for breach in _breaches()} == set(protocol.RULES)
-    for breach in _breaches():
+def test_the_guards_own_checks_use_a_static_rules_id_and_its_wording():
+    """The checks outside the table: each rule ID but the guard-only AMPG01 is a static rule, and the fixed words
+    of the guard's message (each stretch between placeholders and code quotes, of 12 characters or more) appear in
+    that rule's message."""
+    for breach in breaches.OWN_BREACHES:
         if breach.rule == "AMPG01":
             continue
         [source] = [path.read_text() for path in RULES_DIR.glob(f"{breach.rule.lower()}_*.py")]
@@ -522,13 +566,3 @@ def test_every_breach_uses_a_static_rules_id_and_its_wording():
         pieces = [piece for piece in pieces if len(piece) >= 12]
         missing = [piece for piece in pieces if piece not in source]
         assert pieces and not missing, (breach.rule, missing)
-
-
-def test_the_table_answers_every_state_and_call():
-    for state in (protocol.READY, protocol.UNSCALED, protocol.STEPPED):
-        for call in (protocol.UNSCALE, protocol.STEP, protocol.CLIP, protocol.READ_GRAD):
-            for fact in (protocol.NEW_ITERATION, protocol.SAME_ITERATION):
-                outcome = protocol.transition(state, call, fact)
-                assert outcome is None or isinstance(outcome, protocol.Breach) or outcome in (
-                    protocol.READY, protocol.UNSCALED, protocol.STEPPED)  # fmt: skip
-                assert (state, call) in protocol.OPTIMIZER_TRANSITIONS or (state, call, fact) in protocol.OPTIMIZER_TRANSITIONS

@@ -17,10 +17,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "amp_lint"
 # Lower number = lower stage. A module may import its own stage or a lower one.
 STAGES = {
     "diagnostics": 0,
-    "guard": 0,
     "files": 1,
     "parse": 2,
     "analysis": 3,
+    "guard": 3,  # runs the analysis' protocol table (pure data; tests/test_guard.py: no LibCST, no torch)
     "fixes": 4,
     "conversion": 5,
     "rules": 6,

@@ -158,6 +158,15 @@ def source_root_of(path: Path) -> Tuple[Path, str]:
     return folder, ".".join(reversed(parts))
 
 
+_CHECKED: List[Tuple["ProjectIndex", str]] = []  # (index, absolute path) of the files being checked, innermost last
+
+
+def checked_file() -> Optional[Tuple["ProjectIndex", str]]:
+    """The project index and the path of the file being checked (`ProjectIndex.checking_file`), or None (stdin,
+    the API without a project)."""
+    return _CHECKED[-1] if _CHECKED else None
+
+
 class ProjectIndex:
     """The modules of the checked tree, found from the files being checked and the project's root.
 
@@ -189,6 +198,17 @@ class ProjectIndex:
         key = os.path.abspath(path)
         if self._consulted is not None and key not in self._consulted:
             self._consulted[key] = dependency_digest(key)
+
+    @contextlib.contextmanager
+    def checking_file(self, path: str) -> Iterator[None]:
+        """While the block runs, `checked_file()` answers (this index, `path`): a query that needs the project
+        for any file (the AMP100 conversion reading fp32 helper modules, which name no scaler) finds it there.
+        Costs nothing until asked: the file is indexed (`add_file`) by whoever asks."""
+        _CHECKED.append((self, os.path.abspath(path)))
+        try:
+            yield
+        finally:
+            _CHECKED.pop()
 
     @property
     def roots(self) -> Tuple[Path, ...]:

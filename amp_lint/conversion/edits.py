@@ -15,6 +15,7 @@ from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.devices import DEVICE_NAME, DeviceExpression, DeviceResolver
 from amp_lint.conversion.file_context import FileContext
+from amp_lint.conversion.helper_effects import dotted_calls
 from amp_lint.conversion.float32_islands import keep_in_float32, products_through_calls, self_products
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.scaler_placement import ScalerPlacement
@@ -376,6 +377,9 @@ class EditPlanner:
             if effects.of_call(call).reads_gradients:  # `clip_gradients(model, 1.0)`: clipping in a helper
                 consumers.append(call.call)
         root = iteration.step.loop if iteration.step.loop is not None else iteration.scope.node
+        for node in dotted_calls(root):  # `utils.clip_gradients(model, 1.0)`: a helper of another module
+            if effects.of_node(node).reads_gradients:
+                consumers.append(node)
         tree = self.tree
 
         class Reads(cst.CSTVisitor):

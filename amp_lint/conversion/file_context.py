@@ -100,7 +100,7 @@ class FileContext:
     def helper_effects(self) -> "HelperEffects":
         from amp_lint.conversion.helper_effects import HelperEffects
 
-        return HelperEffects(self.model)
+        return HelperEffects(self.model)  # with the project of the file being checked, when there is one
 
     # names
     @functools.cached_property

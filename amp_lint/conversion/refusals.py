@@ -12,6 +12,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.file_context import FileContext
+from amp_lint.conversion.helper_effects import creates_graph, dotted_calls
 from amp_lint.conversion.syntax import statement_facts, unwrap_method_chain
 from amp_lint.conversion.training_steps import Iteration, own_events
 from amp_lint.parse.prefilter import MANUAL_UPDATE_METHODS
@@ -97,20 +98,21 @@ def file_refusal(ctx: FileContext, device_may_be_cuda: bool) -> Optional[str]:
 def iteration_refusal(ctx: FileContext, iteration: Iteration) -> Optional[str]:
     model = ctx.model
     for event in own_events(iteration.step, EventKind.AUTOGRAD_GRAD):
-        create_graph = next((a.value for a in event.call.args if a.keyword and a.keyword.value == "create_graph"), None)
-        if create_graph is not None and not (isinstance(create_graph, cst.Name) and create_graph.value == "False"):
+        if creates_graph(event.call):
             return (
                 "`torch.autograd.grad(..., create_graph=True)` (a gradient penalty) needs the scaled-gradient "
                 "pattern written by hand (scale the outputs, divide the gradients by the scale)"
             )
         return "`torch.autograd.grad(...)` gradients would be scaled; convert this step by hand"
-    for call in own_events(iteration.step, EventKind.CALL):
-        effect = ctx.helper_effects.of_call(call)
+    root = iteration.step.loop if iteration.step.loop is not None else iteration.scope.node
+    calls = [(e.call, ctx.helper_effects.of_call(e)) for e in own_events(iteration.step, EventKind.CALL)]
+    calls += [(node, ctx.helper_effects.of_node(node)) for node in dotted_calls(root)]  # `utils.penalty(...)`
+    for node, effect in calls:
         if effect.gradient_penalty:
-            called = code_of(call.call.func)
+            called = code_of(node.func)
             inside = f" (in `{effect.where}`)" if effect.where and effect.where.split(".")[-1] != called.split(".")[-1] else ""
             return (
-                f"`{called}(...)` ({ctx.where(call.call)}) runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
+                f"`{called}(...)` ({ctx.where(node)}) runs `torch.autograd.grad(..., create_graph=True)`{inside}, "
                 "a gradient penalty: it needs the scaled-gradient pattern written by hand (scale the outputs, "
                 "divide the gradients by the scale)"
             )

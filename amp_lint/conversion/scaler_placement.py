@@ -19,6 +19,7 @@ beside it, and loaded beside `optimizer.load_state_dict(checkpoint["optimizer"])
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
@@ -29,6 +30,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.call_sites import argument_for, references
+from amp_lint.conversion.project_callers import looped_callers
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.syntax import add_keyword, add_parameter, append_with_comma
 from amp_lint.conversion.training_steps import amp_in_reach
@@ -192,6 +194,7 @@ class ScalerPlacement:
                     f"`{name}` runs one training step, but not all of its call sites are visible in this file "
                     "(the GradScaler must be created once, outside the loop that calls it)"
                 )
+            self._refuse_looped_callers_elsewhere(scope, optimizer)
             return False
         in_loops = [call for call, _ in sites if self.tree.loops_around(call)]
         if not step_function and not in_loops:
@@ -248,6 +251,22 @@ class ScalerPlacement:
                 continue
             self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
+
+    def _refuse_looped_callers_elsewhere(self, scope: Scope, optimizer: str) -> None:
+        """`train_one_epoch(model, loader, optimizer)` called per epoch from another module: a scaler created in it
+        would restart every epoch, and its place (beside the optimizer, with the checkpoint) is in that file."""
+        if scope.class_name is not None or scope.parent is None or scope.parent.is_function:
+            return
+        name = scope.name or ""
+        callers = looped_callers(name)
+        if not callers:
+            return
+        where = ", ".join(f"{os.path.basename(path)}:{line}" for path, line in callers)
+        raise Refusal(
+            f"`{name}` receives `{optimizer.split('.')[0]}` and is called in a loop from another module ({where}): "
+            "a GradScaler created inside it would restart on every call; create it beside the optimizer there, "
+            f"pass it in, and save and load its state where the optimizer's is (the conversion edits one file)"
+        )
 
     def _optimizer_made_per_call(
         self, function: cst.FunctionDef, call: cst.Call, caller: Optional[Scope], optimizer: str

@@ -126,7 +126,7 @@ class Checker:
         with no_cyclic_gc():
             if self.project is None or path is None:
                 return self._check(source, filename, prefiltered)
-            with self.project.index.recording() as consulted:
+            with self.project.index.recording() as consulted, self.project.index.checking_file(path):
                 with self.project.checking(path, source):
                     result = self._check(source, filename, prefiltered)
             own = os.path.abspath(path)

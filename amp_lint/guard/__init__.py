@@ -16,11 +16,13 @@ and the scale collapsing (AMPG01, which only a run can show)::
     pytest --amp-guard=warn|raise|record [--amp-guard-report guard.json]
 
 Modes: ``warn`` (an :class:`AmpGuardWarning` the first time at each place), ``raise`` (:class:`AmpProtocolError`,
-before torch's own error), ``record`` (silent; the report only). The protocol is data
-(:mod:`amp_lint.guard.protocol`), followed by :mod:`~amp_lint.guard.monitor`; :mod:`~amp_lint.guard.hooks` wraps
+before torch's own error), ``record`` (silent; the report only). The protocol is the static
+rules' own table (:mod:`amp_lint.analysis.protocol`, pure data), worded for a run by
+:mod:`amp_lint.guard.breaches` and followed by :mod:`~amp_lint.guard.monitor`; :mod:`~amp_lint.guard.hooks` wraps
 the torch entry points. torch is imported only when the guard is installed.
 
-Stage 0 (it runs inside training processes). May import: nothing else of amp_lint (no LibCST, no rules).
+Stage 3 (it runs inside training processes). May import: of amp_lint only the pure-data
+protocol table `amp_lint.analysis.protocol` (no LibCST, no rules, no analysis code).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from amp_lint.guard.hooks import install, installed_report, uninstall, wrap
 from amp_lint.guard.monitor import Violation
-from amp_lint.guard.protocol import RULES
+from amp_lint.guard.breaches import RULES
 from amp_lint.guard.report import MODES, AmpGuardWarning, AmpProtocolError, GuardReport
 
 

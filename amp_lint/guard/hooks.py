@@ -24,7 +24,6 @@ import sys
 import weakref
 from typing import Any
 
-from amp_lint.guard import protocol
 from amp_lint.guard.monitor import ProtocolMonitor, Site
 from amp_lint.guard.report import GuardReport
 
@@ -136,7 +135,7 @@ def install(mode: str = "warn", *, grad_reads: bool = False, only_wrapped: bool 
         def wrapper(self: Any, new_scale: Any = None) -> Any:
             if not monitor.follows(self):
                 return original(self, new_scale)
-            monitor.on_update(self, user_site())
+            monitor.on_update(self, user_site(), new_scale=new_scale is not None)
             result = original(self, new_scale)
             state = monitor._scaler(self)
             if state.updates % SCALE_CHECK_EVERY == 0 and getattr(self, "_scale", None) is not None:
@@ -281,4 +280,4 @@ def _none_test_at(code: Any, offset: int) -> bool:
     )
 
 
-__all__ = ["SCALE_CHECK_EVERY", "install", "installed_report", "protocol", "uninstall", "user_site", "wrap"]
+__all__ = ["SCALE_CHECK_EVERY", "install", "installed_report", "uninstall", "user_site", "wrap"]

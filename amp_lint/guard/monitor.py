@@ -2,7 +2,8 @@
 
 :class:`ProtocolMonitor` knows nothing of torch: the hooks (:mod:`amp_lint.guard.hooks`) call its ``on_*`` methods
 with the objects involved and the call site (a ``(filename, line)`` pair in the user's code), and it looks the
-call up in :mod:`amp_lint.guard.protocol`. A breach becomes a :class:`Violation`, handed to the report
+call up in the static analysis' protocol table (:mod:`amp_lint.analysis.protocol`), worded by
+:mod:`amp_lint.guard.breaches`. A breach becomes a :class:`Violation`, handed to the report
 (:mod:`amp_lint.guard.report`), which warns, raises or records it.
 
 The state lives on the objects it describes (one :class:`_ScalerState` per scaler, held in a weak dictionary), so a
@@ -18,8 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from amp_lint.guard import protocol
-from amp_lint.guard.protocol import Breach
+from amp_lint.analysis import protocol as table
+from amp_lint.guard import breaches
+from amp_lint.guard.breaches import Breach
 
 Site = Optional[tuple[str, int]]
 """Where a call was made in the user's code: (file name, line), or None when it cannot be told."""
@@ -49,7 +51,10 @@ class Violation:
 
 @dataclass
 class _OptimizerState:
-    state: str = protocol.READY
+    stage: str = table.READY
+    """The scaler's stage for this optimizer (the table's READY / UNSCALED / STEPPED)."""
+    grads: str = table.FRESH
+    """The scale of its gradients (the table's FRESH, SCALED, UNSCALED, ...)."""
     last_site: Site = None
     """Where the last unscale_ or step on this optimizer ran."""
     scales_at_last_call: int = 0
@@ -58,6 +63,7 @@ class _OptimizerState:
     """(backward count, site) of a zero_grad() after a scaled backward, until the next backward."""
     parameters: frozenset[int] = frozenset()
     """The ids of the optimizer's parameters, read when it is first met."""
+    scaler: Optional["_ScalerState"] = None
 
 
 @dataclass
@@ -67,9 +73,14 @@ class _ScalerState:
     """load_state_dict() was called: a scaler built again but resumed from saved state does not restart."""
     scales: int = 0
     scaled_since_update: bool = False
-    state: str = protocol.IDLE
+    inf_checks: bool = False
+    """The table's inf checks: recorded by unscale_ / step since the last update()."""
+    updated_at: Site = None
+    """The update() of this iteration (since the last scale()), if any."""
     updates: int = 0
     optimizers: weakref.WeakKeyDictionary[Any, _OptimizerState] = field(default_factory=weakref.WeakKeyDictionary)
+    states: list[_OptimizerState] = field(default_factory=list)
+    """The values of ``optimizers`` as a list: iterating a weak dictionary costs microseconds per call."""
     pending: list[tuple[str, frozenset[int], Site]] = field(default_factory=list)
     """Clips and gradient reads since the first scale() of the iteration: (call, parameter ids, site)."""
     last_scale_site: Site = None
@@ -77,12 +88,15 @@ class _ScalerState:
 
 
 class ProtocolMonitor:
-    """Follows scalers and optimizers through the protocol; ``report(violation_args)`` receives each breach."""
+    """Runs the protocol table (:mod:`amp_lint.analysis.protocol`) over the calls of a run: per scaler and
+    optimizer, the stage, the gradients' scale and the inf checks; ``report(breach, site, names)`` receives each
+    violation the table names, and each breach of the guard's own checks (:mod:`amp_lint.guard.breaches`)."""
 
     def __init__(self, report: Callable[[Breach, Site, dict[str, Any]], None]) -> None:
         self._report = report
         self._scalers: weakref.WeakKeyDictionary[Any, _ScalerState] = weakref.WeakKeyDictionary()
         self._stepped_by: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+        self._states_of: weakref.WeakKeyDictionary[Any, list[_OptimizerState]] = weakref.WeakKeyDictionary()
         self.backwards = 0
         self.inside_scaler = False
         """True while a GradScaler method runs: the calls it makes itself (step() calls unscale_()) are not the
@@ -108,13 +122,22 @@ class ProtocolMonitor:
         self._scaler(scaler).loaded = True
 
     def on_scale(self, scaler: Any, site: Site) -> None:
+        """A scaled loss: its backward follows. The guard cannot see every way gradients are cleared
+        (``model.zero_grad()``, ``p.grad = None``), so the first scaled backward after an update() is taken to
+        start on cleared gradients; later ones in the same iteration add to what is there (the table's rows)."""
         state = self._scaler(scaler)
         state.scales += 1
         state.scaled_since_update = True
+        state.updated_at = None
         state.last_scale_site = site
+        for optimizer_state in state.states:
+            before = optimizer_state.grads
+            if optimizer_state.stage == table.READY and before != table.SCALED:
+                before = table.ZEROED
+            optimizer_state.grads = table.grads_after(table.SCALED_BACKWARD, optimizer_state.stage, before)[0]
 
     def on_unscale(self, scaler: Any, optimizer: Any, site: Site) -> None:
-        self._optimizer_call(scaler, optimizer, protocol.UNSCALE, site)
+        self._optimizer_call(scaler, optimizer, table.UNSCALE, site)
 
     def on_step(self, scaler: Any, optimizer: Any, site: Site) -> None:
         state = self._scaler(scaler)
@@ -123,30 +146,30 @@ class ProtocolMonitor:
         if optimizer_state is not None and optimizer_state.zeroed is not None:
             backwards, zero_site = optimizer_state.zeroed
             if backwards == self.backwards:
-                self._breach(protocol.ZERO_GRAD_BEFORE_STEP, site, state, previous=zero_site, scaler_site=site,
+                self._breach(breaches.ZERO_GRAD_BEFORE_STEP, site, state, previous=zero_site, scaler_site=site,
                              backward=source_of(state.last_scale_site) or "the scaled backward")  # fmt: skip
-        self._optimizer_call(scaler, optimizer, protocol.STEP, site)
-        state.state = protocol.STEPPED_SOME
+        self._optimizer_call(scaler, optimizer, table.STEP, site)
 
-    def on_update(self, scaler: Any, site: Site) -> None:
+    def on_update(self, scaler: Any, site: Site, new_scale: bool = False) -> None:
         state = self._scaler(scaler)
-        outcome = protocol.SCALER_TRANSITIONS.get((state.state, protocol.UPDATE))
-        if isinstance(outcome, Breach):
-            self._breach(outcome, site, state, scaler_site=site)
-        state.state = protocol.UPDATED
+        operation = table.UPDATE_NEW_SCALE if new_scale else table.UPDATE
+        state.inf_checks, violation = table.inf_checks_after(operation, state.inf_checks, state.updated_at is not None)
+        if violation is not None:
+            self._breach(breaches.of_violation(violation), site, state, scaler_site=site)
+        state.updated_at = site
         state.updates += 1
         state.scaled_since_update = False
         state.pending.clear()
-        for optimizer_state in state.optimizers.values():
-            optimizer_state.state = protocol.READY
+        for optimizer_state in state.states:
+            optimizer_state.stage = table.stage_after(operation, optimizer_state.stage)[0]
             optimizer_state.zeroed = None
 
     def on_scale_value(self, scaler: Any, value: float) -> None:
-        """The scale read after an update: below :data:`~amp_lint.guard.protocol.COLLAPSED_SCALE` it collapsed."""
+        """The scale read after an update: below :data:`~amp_lint.guard.breaches.COLLAPSED_SCALE` it collapsed."""
         state = self._scaler(scaler)
-        if value < protocol.COLLAPSED_SCALE and not state.collapsed:
+        if value < breaches.COLLAPSED_SCALE and not state.collapsed:
             state.collapsed = True
-            self._breach(protocol.SCALE_COLLAPSED, state.built_at, state, scale=value, scaler_site=state.built_at)
+            self._breach(breaches.SCALE_COLLAPSED, state.built_at, state, scale=value, scaler_site=state.built_at)
 
     # -- gradient events ----------------------------------------------------------------------------------------
 
@@ -154,19 +177,20 @@ class ProtocolMonitor:
         """A backward pass; ``autocast`` describes the enabled autocast it runs in (None: none)."""
         self.backwards += 1
         if autocast is not None:
-            self._breach(protocol.BACKWARD_IN_AUTOCAST, site, None, autocast=autocast, where="the block of")
+            self._breach(breaches.BACKWARD_IN_AUTOCAST, site, None, autocast=autocast, where="the block of")
 
     def on_clip(self, parameters: Iterable[Any], site: Site) -> None:
-        self._gradient_access(protocol.CLIP, parameters, site)
+        self._gradient_access("clips", parameters, site)
 
     def on_grad_read(self, parameter: Any, site: Site) -> None:
-        self._gradient_access(protocol.READ_GRAD, [parameter], site)
+        self._gradient_access("reads", [parameter], site)
 
     def on_zero_grad(self, optimizer: Any, site: Site) -> None:
-        for state in self._scalers.values():
-            optimizer_state = state.optimizers.get(optimizer)
-            if state.scaled_since_update and optimizer_state is not None and optimizer_state.state == protocol.READY:
+        for optimizer_state in self._states_of.get(optimizer, ()):
+            assert optimizer_state.scaler is not None
+            if optimizer_state.scaler.scaled_since_update and optimizer_state.stage == table.READY:
                 optimizer_state.zeroed = (self.backwards, site)
+            optimizer_state.grads = table.grads_after(table.ZERO_GRAD, optimizer_state.stage, optimizer_state.grads)[0]
 
     def wants_grad_reads(self) -> bool:
         """Whether any scaler has gradients still scaled (a read now may be a breach): the cheap test first."""
@@ -174,7 +198,7 @@ class ProtocolMonitor:
 
     # -- the table ----------------------------------------------------------------------------------------------
 
-    def _gradient_access(self, call: str, parameters: Iterable[Any], site: Site) -> None:
+    def _gradient_access(self, what: str, parameters: Iterable[Any], site: Site) -> None:
         active = [state for state in self._scalers.values() if state.scaled_since_update]
         if not active:
             return
@@ -182,44 +206,54 @@ class ProtocolMonitor:
         for state in active:
             # Known optimizers are checked now; the pending list lets an optimizer met later in the iteration
             # (the first iteration) be checked when it is unscaled or stepped.
-            state.pending.append((call, ids, site))
-            for optimizer_state in state.optimizers.values():
-                if optimizer_state.state == protocol.READY and ids & optimizer_state.parameters:
-                    self._pending_breach(state, call, ids, site, optimizer_state)
+            state.pending.append((what, ids, site))
+            for optimizer_state in state.states:
+                if ids & optimizer_state.parameters:
                     state.pending.pop()
+                    self._read(state, what, site, optimizer_state, optimizer_state.last_site)
                     break
+
+    def _read(self, state: _ScalerState, what: str, site: Site, optimizer_state: _OptimizerState, names_site: Site) -> None:
+        optimizer_state.grads, violation = table.grads_after(table.READ_GRADS, optimizer_state.stage, optimizer_state.grads)
+        if violation is not None:
+            self._breach(breaches.of_violation(violation), site, state, scaler_site=names_site or state.last_scale_site,
+                         optimizer=_argument(names_site) or "optimizer", what=what)  # fmt: skip
 
     def _optimizer_call(self, scaler: Any, optimizer: Any, call: str, site: Site) -> None:
         state = self._scaler(scaler)
         optimizer_state = state.optimizers.get(optimizer)
-        if optimizer_state is None:
-            optimizer_state = state.optimizers[optimizer] = _OptimizerState(parameters=_parameter_ids(optimizer))
-        if optimizer_state.state == protocol.READY and state.pending:
+        if optimizer_state is None:  # first met: its gradients are as scaled as the scaler's last backward left them
+            grads = table.SCALED if state.scaled_since_update else table.FRESH
+            optimizer_state = _OptimizerState(grads=grads, parameters=_parameter_ids(optimizer), scaler=state)
+            state.optimizers[optimizer] = optimizer_state
+            state.states.append(optimizer_state)
+            try:
+                self._states_of.setdefault(optimizer, []).append(optimizer_state)
+            except TypeError:  # not weak-referenceable: its zero_grad() cannot be followed
+                pass
+        if state.pending:
             parameters = optimizer_state.parameters
-            for pending_call, ids, pending_site in list(state.pending):
+            for what, ids, pending_site in list(state.pending):
                 if ids & parameters:
-                    self._pending_breach(state, pending_call, ids, pending_site, optimizer_state, optimizer_site=site)
-                    state.pending.remove((pending_call, ids, pending_site))
-        fact = protocol.NEW_ITERATION if state.scales > optimizer_state.scales_at_last_call else protocol.SAME_ITERATION
-        outcome = protocol.transition(optimizer_state.state, call, fact)
-        if isinstance(outcome, Breach):
-            self._breach(outcome, site, state, previous=optimizer_state.last_site, scaler_site=site)
-        elif outcome is not None:
-            optimizer_state.state = outcome
+                    state.pending.remove((what, ids, pending_site))
+                    self._read(state, what, pending_site, optimizer_state, site)
+        new_iteration = state.scales > optimizer_state.scales_at_last_call
+        stage, grads = optimizer_state.stage, optimizer_state.grads
+        optimizer_state.stage, stage_violation = table.stage_after(call, stage)
+        optimizer_state.grads, grads_violation = table.grads_after(call, stage, grads)
+        state.inf_checks, checks_violation = table.inf_checks_after(call, state.inf_checks, state.updated_at is not None)
+        if stage_violation is not None:
+            self._breach(breaches.of_violation(stage_violation, new_iteration), site, state,
+                         previous=optimizer_state.last_site, scaler_site=site)  # fmt: skip
+        elif grads_violation is not None:  # `unscale_(); update(); step()`: the update between is the cause
+            cause = state.updated_at or site
+            self._breach(breaches.of_violation(grads_violation), cause, state, scaler_site=site,
+                         later=source_of(site) or call)  # fmt: skip
+        elif checks_violation is not None:
+            self._breach(breaches.of_violation(checks_violation), site, state, scaler_site=site)
         optimizer_state.last_site = site
         optimizer_state.scales_at_last_call = state.scales
         optimizer_state.zeroed = None
-
-    def _pending_breach(
-        self, state: _ScalerState, call: str, ids: frozenset[int], site: Site, optimizer_state: _OptimizerState,
-        optimizer_site: Site = None,
-    ) -> None:  # fmt: skip
-        outcome = protocol.transition(optimizer_state.state, call)
-        if isinstance(outcome, Breach):
-            names_site = optimizer_site or optimizer_state.last_site
-            self._breach(outcome, site, state, scaler_site=names_site or state.last_scale_site,
-                         optimizer=_argument(names_site) or "optimizer",
-                         what="clips" if call == protocol.CLIP else "reads")  # fmt: skip
 
     def _check_rebuilt(self, scaler: Any, state: _ScalerState, optimizer: Any) -> None:
         try:
@@ -229,7 +263,7 @@ class ProtocolMonitor:
             return
         earlier_scaler = earlier() if earlier is not None else None
         if earlier is not None and earlier_scaler is not scaler and not state.loaded and state.updates == 0:
-            self._breach(protocol.SCALER_REBUILT, state.built_at, state, scaler_site=state.built_at,
+            self._breach(breaches.SCALER_REBUILT, state.built_at, state, scaler_site=state.built_at,
                          where="for an optimizer that an earlier GradScaler already stepped")  # fmt: skip
 
     def _breach(self, breach: Breach, site: Site, state: _ScalerState | None, *, previous: Site = None,

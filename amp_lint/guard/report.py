@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_lint.guard.monitor import Site, Violation
-from amp_lint.guard.protocol import Breach
+from amp_lint.guard.breaches import Breach
 
 WARN, RAISE, RECORD = "warn", "raise", "record"
 MODES = (WARN, RAISE, RECORD)

@@ -80,7 +80,11 @@ class Fp32TrainingLoop(Rule):
 
     Gradient code in the file's helpers counts as if inline: `scaler.unscale_(optimizer)` goes before a call
     of a helper that clips or reads `.grad` (`clip_gradients(model, t)`), and a helper running
-    `torch.autograd.grad(..., create_graph=True)` is refused like the inline gradient penalty. A loop that
+    `torch.autograd.grad(..., create_graph=True)` is refused like the inline gradient penalty; so do helpers of
+    the project's other modules (`from utils import clip_gradients`, `utils.clip_gradients(...)`, a star import),
+    when the file is checked from disk. A training function that receives its optimizer and is called in a loop
+    from another module (`train_one_epoch(...)` per epoch from `main.py`) is refused, naming that call: its scaler
+    belongs beside the optimizer in the caller's file, which this fix does not edit. A loop that
     builds an optimizer per run (a hyperparameter sweep) gets its scaler right after that optimizer. The
     scaler's state is checkpointed only where the optimizer's is both saved (`{...}`, `dict(...)`,
     `state["optimizer"] = ...`) and loaded, or not at all. A Gram-like product (`torch.mm(f, f.t())`,

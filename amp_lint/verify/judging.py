@@ -135,7 +135,12 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     # A step the GradScaler skipped applied no update, so that AMP run lags its fp32 run by the steps skipped so
     # far: the band also admits what fp32's own curve moves in that many steps (a GAN that skips 3 steps while its
     # scale calibrates is 3 steps behind, all along; a wrong conversion that skips nothing gets no such room).
-    lag = [statistics.fmean(_lagged(curve, record, t, warmup, window) for curve, record in zip(fp32_curves, amp))
+    # The lag is read on fp32's whole smoothed curve, warm-up included: at the first compared points a run that
+    # skipped k steps is where fp32 was k steps before, in the warm-up, which the compared curve does not hold
+    # (read there, the first k points had no room at all).
+    whole = [_smooth(_filled(record.losses[:length]), 0, window) for record in fp32]
+    lag = [statistics.fmean(_lagged(curve, record, t, steps[t]) if full is None else _lagged(full, record, warmup + t, steps[t])
+                            for full, curve, record in zip(whole, fp32_curves, amp))
            for t in range(points)]  # fmt: skip
     scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
     mean_gap = statistics.fmean(abs(value) for value in gap)
@@ -235,12 +240,11 @@ def _amp_did_not_run(amp: Sequence[RunRecord], dtype: str, own_amp: bool) -> lis
     return reasons
 
 
-def _lagged(curve: Sequence[float], record: RunRecord, t: int, warmup: int, window: int) -> float:
-    """How much the smoothed fp32 ``curve`` moves between point ``t`` and the point as many steps earlier as the AMP
-    run ``record`` had skipped by then (0 when it skipped none)."""
-    step = warmup + window - 1 + t
+def _lagged(curve: Sequence[float], record: RunRecord, index: int, step: int) -> float:
+    """How much the smoothed fp32 ``curve`` moves between its point ``index`` (training step ``step``) and the point as
+    many steps earlier as the AMP run ``record`` had skipped by then (0 when it skipped none)."""
     behind = sum(1 for skipped in record.skipped_steps if skipped <= step)
-    return abs(curve[t] - curve[max(0, t - behind)])
+    return abs(curve[index] - curve[max(0, index - behind)])
 
 
 def _calibration(record: RunRecord) -> int:
