@@ -162,6 +162,9 @@ for x in loader:
                     )
                     continue
                 backward = _latest_backward(model, step, optimizer_step)
+                if backward is None and step.loop is None:
+                    yield from self._per_call(model, step, optimizer_step)
+                    continue
                 if backward is None or backward.scaled_by is None:
                     continue
                 scaler = backward.scaled_by
@@ -181,6 +184,37 @@ for x in loader:
                         context=step.scope.name,
                         related=self.through_helpers(optimizer_step),
                     )
+
+
+    def _per_call(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
+        """A per-call step function (its backward runs elsewhere: a sibling method, the caller) that steps
+        the optimizer directly and then closes the scaler's iteration with `update()`, with no
+        `scaler.step`/`unscale_` of that scaler in the call (issue 26, principles 2 and 3). Whatever the
+        callers did, it is wrong: no inf checks for the update (AssertionError), or, after a caller's
+        unscale_, a step that is never skipped on overflow."""
+        flow = flow_of(model, step)
+        for update in step.of(EventKind.SCALER_UPDATE):
+            scaler = update.receiver
+            if update.call.args or scaler is None or not model.scaler_enabled(scaler, step.scope):
+                continue
+            if step.scaler_events(scaler, EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+                continue
+            proof = flow.path(optimizer_step, update)
+            if proof is None:
+                continue
+            yield self.finding(
+                optimizer_step.call,
+                f"`{code_of(optimizer_step.call)}` steps around `{scaler}`, then `{code_of(update.call)}` closes "
+                f"the iteration with no inf checks recorded (AssertionError), or never skips an overflowing "
+                f"step; use `{scaler}.step({optimizer_step.target})`",
+                fix=None
+                if optimizer_step.in_helper
+                else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
+                context=step.scope.name,
+                related=self.through_helpers(optimizer_step),
+                assumption=assumption_text(proof),
+            )
+            return
 
 
 def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
