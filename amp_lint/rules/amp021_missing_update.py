@@ -245,6 +245,18 @@ class Trainer:
                     # not backpropagate is one part of its caller's iteration, and `update()` is the
                     # caller's to supply (several optimizers, one update). A caller in this file gets the
                     # helper's events inlined and is judged there; a public method's callers are not seen.
+                    # Unless nothing can: the class builds the scaler and runs its scaled backward in a
+                    # sibling method, and no file of the project updates it or hands it on.
+                    if _never_updated_in_project(model, step, scaler):
+                        last = steps[-1]
+                        yield self.finding(
+                            last.call,
+                            f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
+                            f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
+                            fix=None if last.in_helper else _insert_update_fix(model, step, last, scaler),
+                            context=step.scope.name,
+                            related=_created_at(model, step, scaler) + self.through_helpers(last),
+                        )
                     continue
                 updated_elsewhere = _updates_elsewhere(model, step, scaler)
                 if step.loop is None and updated_elsewhere:
@@ -259,6 +271,27 @@ class Trainer:
                     context=step.scope.name,
                     related=_created_at(model, step, scaler) + self.through_helpers(last),
                 )
+
+
+def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A protocol object (issue 26, principles 2 and 3): `self.<scaler>` built by this class, its scaled
+    backward in a sibling method, and no file of the project that updates the attribute or hands it on."""
+    parts = scaler.split(".")
+    class_name = step.scope.class_name
+    if len(parts) != 2 or parts[0] != "self" or class_name is None:
+        return False
+    if not _created_at(model, step, scaler):
+        return False
+    if _updates_elsewhere(model, step, scaler):
+        return False
+    if not any(
+        e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
+        for e in model.events
+    ):
+        return False
+    from amp_lint.analysis.summaries import attribute_kept_in_project
+
+    return attribute_kept_in_project(model, parts[1]) is True
 
 
 def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
