@@ -54,7 +54,7 @@ def caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
 def _attribute_uses(attribute: str) -> "re.Pattern[bytes]":
     """`.<attribute>` (on any object) or `<attribute>` used as a name, with what follows it."""
     name = re.escape(attribute.encode("utf-8"))
-    return re.compile(rb"(?<![\w])(?:\.\s*)?" + name + rb"(?![\w])(?P<after>[^\n]{0,40})")
+    return re.compile(rb"(?P<dot>\.\s*)?(?<![\w])" + name + rb"(?![\w])(?P<after>[^\n]{0,40})")
 
 
 # What may follow a use of the scaler attribute without letting anything else reach the scaler: a method
@@ -65,12 +65,12 @@ _UPDATES = re.compile(rb"\s*\.\s*update\s*\(")
 
 def attribute_kept(files: Iterable[str], attribute: str) -> Optional[bool]:
     """Do the project's files (the whole search set) only ever call methods on, assign or test the
-    attribute `attribute`, never `update()` it, hand it on (an argument, an alias, a return value) or name
-    it in a string (`getattr(self, "scaler")`)? True: nothing the project can see updates that scaler;
+    attribute `attribute`, never `update()` it, hand it on (an argument, an alias, a return value) or
+    get it by name (`getattr(self, "scaler")`)? True: nothing the project can see updates that scaler;
     False: something may; None: a file could not be read. (Issue 26, principle 3: a scaler that nothing
     in the whole project updates after stepping it.)"""
     pattern = _attribute_uses(attribute)
-    quoted = re.compile(rb"[\"']" + re.escape(attribute.encode("utf-8")) + rb"[\"']")
+    quoted = re.compile(rb"(?:getattr|attrgetter)\s*\([^)]*[\"']" + re.escape(attribute.encode("utf-8")) + rb"[\"']")
     needle = attribute.encode("utf-8")
     for path in files:
         try:
@@ -88,8 +88,10 @@ def attribute_kept(files: Iterable[str], attribute: str) -> Optional[bool]:
             if data[line_start:start].lstrip().startswith((b"#", b"def ", b"class ")):
                 continue  # a comment, or a function or class of that name (not the scaler)
             after = found.group("after")
-            if _UPDATES.match(after) or not _KEEPS.match(after):
-                return False
+            if _UPDATES.match(after):
+                return False  # `x.scaler.update()`, or `scaler.update()` on a name that may alias it
+            if found.group("dot") and not _KEEPS.match(after):
+                return False  # `.scaler` handed on: an argument, an alias, a return value
     return True
 
 

@@ -162,8 +162,9 @@ for x in loader:
                     )
                     continue
                 backward = _latest_backward(model, step, optimizer_step)
-                if backward is None and step.loop is None:
-                    yield from self._per_call(model, step, optimizer_step)
+                if backward is None or backward.scaled_by is None:
+                    # The scaled backward runs elsewhere (a sibling method, a callback, the caller).
+                    yield from self._closed_by_update(model, step, optimizer_step)
                     continue
                 if backward is None or backward.scaled_by is None:
                     continue
@@ -186,18 +187,18 @@ for x in loader:
                     )
 
 
-    def _per_call(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
-        """A per-call step function (its backward runs elsewhere: a sibling method, the caller) that steps
-        the optimizer directly and then closes the scaler's iteration with `update()`, with no
-        `scaler.step`/`unscale_` of that scaler in the call (issue 26, principles 2 and 3). Whatever the
-        callers did, it is wrong: no inf checks for the update (AssertionError), or, after a caller's
-        unscale_, a step that is never skipped on overflow."""
+    def _closed_by_update(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
+        """An iteration (a per-call step function, or a loop whose scaled backward runs in a sibling method
+        or a callback) that steps the optimizer directly and then closes the scaler's iteration with
+        `update()`, with no `scaler.step` of that scaler in it (issue 26, principles 2 and 3). Whatever the
+        callers did, it is wrong: no inf checks for the update (AssertionError), or, after an unscale_,
+        a step that is never skipped on overflow."""
         flow = flow_of(model, step)
         for update in step.of(EventKind.SCALER_UPDATE):
             scaler = update.receiver
-            if update.call.args or scaler is None or not model.scaler_enabled(scaler, step.scope):
+            if scaler is None or not model.scaler_enabled(scaler, step.scope):
                 continue
-            if step.scaler_events(scaler, EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+            if step.scaler_events(scaler, EventKind.SCALER_STEP):
                 continue
             proof = flow.path(optimizer_step, update)
             if proof is None:

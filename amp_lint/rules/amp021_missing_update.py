@@ -238,8 +238,8 @@ class Trainer:
                 steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
                 if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
                     continue
-                if _helper_may_update(model, step, scaler):
-                    continue
+                if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
+                    continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
                 if step.loop is None and not _runs_scaled_backward(step, scaler):
                     # Open world (issue 26, principle 3): a function that steps through the scaler but does
                     # not backpropagate is one part of its caller's iteration, and `update()` is the
@@ -273,25 +273,30 @@ class Trainer:
                 )
 
 
-def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    """A protocol object (issue 26, principles 2 and 3): `self.<scaler>` built by this class, its scaled
-    backward in a sibling method, and no file of the project that updates the attribute or hands it on."""
+def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """Issue 26, principle 3: `self.<scaler>` built by this class, and no file of the project updates the
+    attribute, hands it on (an argument, an alias, a return value) or names it in a string: a callback
+    given `self` cannot update it either."""
     parts = scaler.split(".")
+    if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
+        return False
+    if not _created_at(model, step, scaler) or _updates_elsewhere(model, step, scaler):
+        return False
+    from amp_lint.analysis.summaries import attribute_kept_in_project
+
+    return attribute_kept_in_project(model, parts[1]) is True
+
+
+def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A protocol object (issue 26, principles 2 and 3): its scaled backward in a sibling method, its step
+    here, and nothing in the project that updates its scaler (`_nothing_in_project_updates`)."""
     class_name = step.scope.class_name
-    if len(parts) != 2 or parts[0] != "self" or class_name is None:
-        return False
-    if not _created_at(model, step, scaler):
-        return False
-    if _updates_elsewhere(model, step, scaler):
-        return False
     if not any(
         e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
         for e in model.events
     ):
         return False
-    from amp_lint.analysis.summaries import attribute_kept_in_project
-
-    return attribute_kept_in_project(model, parts[1]) is True
+    return _nothing_in_project_updates(model, step, scaler)
 
 
 def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
