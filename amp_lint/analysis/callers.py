@@ -54,7 +54,7 @@ def caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
 def _attribute_uses(attribute: str) -> "re.Pattern[bytes]":
     """`.<attribute>` (on any object) or `<attribute>` used as a name, with what follows it."""
     name = re.escape(attribute.encode("utf-8"))
-    return re.compile(rb"(?P<dot>\.\s*)?(?<![\w])" + name + rb"(?![\w])(?P<after>[^\n]{0,40})")
+    return re.compile(rb"(?P<dot>\.)?(?<![\w])" + name + rb"(?![\w])(?P<after>[^\n]{0,40})")
 
 
 # What may follow a use of the scaler attribute without letting anything else reach the scaler: a method
