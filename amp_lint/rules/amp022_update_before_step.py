@@ -211,7 +211,7 @@ for x in loader:
                     if uncovered is None:
                         yield from self._between_unscale_and_step(model, flow, update, scaler)
                         continue
-                    if uncovered is not PROVED and _every_path_breaks(flow, update, scaler):
+                    if uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler):
                         uncovered = PROVED  # no inf checks on one path, an unscaled optimizer on the others
                     last = last_of(flow, earlier)
                     if last.branches:
@@ -274,27 +274,6 @@ for x in loader:
             related=self.through_helpers(update),
             assumption=assumption_text(proof),
         )
-
-
-def _every_path_breaks(flow: StepFlow, update: Event, scaler: str) -> bool:
-    """Issue 26, principle 1: whichever way the branches go, this update is wrong. On every protocol state
-    that reaches it, either no inf checks were recorded (AssertionError) or an optimizer of the scaler is
-    still UNSCALED (not stepped), and a `scaler.step` of that optimizer follows the update on every path
-    (it then unscales the gradients a second time): `if clip: unscale_(); clip(); update(); step()`."""
-    states = typestate.run(flow).before.get(id(update))
-    if not states:
-        return False
-    steps = [e for e in flow.step.of(EventKind.SCALER_STEP) if e.receiver == scaler]
-    for state in states:
-        if scaler not in state.checks:
-            continue
-        unscaled = [o for s, o, stage, _ in state.stages if s == scaler and stage == typestate.UNSCALED]
-        stepped = [o for s, o, stage, _ in state.stages if s == scaler and stage == typestate.STEPPED]
-        if stepped or not unscaled:
-            return False
-        if not any(e.target in unscaled and flow.path(update, e) is PROVED for e in steps):
-            return False
-    return True
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
