@@ -18,7 +18,10 @@ class OptimizerStepOnScaledGrads(Rule):
     """
     ## What it does
     Finds `optimizer.step()` called directly on gradients that a `GradScaler` scaled, either instead of
-    `scaler.step(optimizer)` or in addition to it (a double step).
+    `scaler.step(optimizer)` or in addition to it (a double step). Also a step function whose scaled
+    backward runs elsewhere (a sibling method, a callback) that steps the optimizer directly and then
+    closes the iteration with `scaler.update()`, with no `scaler.step` in it: whatever its callers did,
+    the update finds no inf checks, or an overflowing step is never skipped.
 
     ## Why is this bad?
     `scaler.step(optimizer)` unscales the gradients, checks them for inf/NaN and skips the step on
@@ -135,6 +138,27 @@ for x in loader:
     scaler.scale(model(x).sum()).backward()
     scaler.step(opt)
     scaler.update()
+""",
+        ),
+        # Issue 26, principles 2 and 3: a protocol object's step method, its backward in a sibling.
+        Invalid(
+            """
+class AmpStep:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer):
+        optimizer.step()
+        self.scaler.update()
+""",
+            fixed="""
+class AmpStep:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
 """,
         ),
     ]

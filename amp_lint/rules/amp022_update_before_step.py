@@ -180,6 +180,28 @@ for x in loader:
     scaler.update()
 """,
         ),
+        # Issue 26, principle 1: every path breaks (no inf checks without the clip, a second unscaling
+        # with it): proved, not assumed.
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.update()
+    scaler.step(optimizer)
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
         # Never stepped anywhere: reported, not fixed.
         Invalid(
             """
@@ -211,8 +233,22 @@ for x in loader:
                     if uncovered is None:
                         yield from self._between_unscale_and_step(model, flow, update, scaler)
                         continue
-                    if uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler):
-                        uncovered = PROVED  # no inf checks on one path, an unscaled optimizer on the others
+                    broken = uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler)
+                    later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
+                    if broken and later:
+                        # No inf checks on one path, an unscaled optimizer stepped after it on the others:
+                        # the update belongs after the step whatever the branches do.
+                        first, last = first_of(flow, later), last_of(flow, later)
+                        yield self.finding(
+                            update.call,
+                            f"`{code_of(update.call)}` runs before `{code_of(first.call)}`: without an earlier "
+                            "unscale_ it finds no inf checks, after one the step divides the gradients again; "
+                            "update() must come after every step()",
+                            fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
+                            context=step.scope.name,
+                            related=self.through_helpers(update),
+                        )
+                        continue
                     last = last_of(flow, earlier)
                     if last.branches:
                         guard = f"under `if {code_of(last.branches[-1].node.test)}`"
