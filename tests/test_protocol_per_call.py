@@ -182,3 +182,20 @@ def test_a_scaler_updated_or_handed_on_elsewhere_in_the_project_is_left_to_it(tm
     # A library step with no backward of its own in the class is a step part: its users update.
     library = _OWNER.replace("    def backward(self, loss):\n        self.loss_scaler.scale(loss).backward()\n\n", "")
     assert _check_project(tmp_path / "c", {"mixed.py": library}) == []
+
+
+def test_a_scaler_state_guard_does_not_cover_a_second_unscale_inside_it():
+    # Principle 2: a guard that asks the scaler's stage protects an unscale_ against a caller's earlier one,
+    # not against a second unscale_ inside the same guarded block (the test ran before the first).
+    source = """
+from torch.amp.grad_scaler import OptState
+class Trainer:
+    def clip(self):
+        if self.scaler._per_optimizer_states[id(self.opt)]["stage"] is not OptState.UNSCALED:
+            self.scaler.unscale_(self.opt)
+            self.scaler.unscale_(self.opt)
+        clip_grad_norm_(self.params, 1.0)
+"""
+    assert _found(source, "AMP024") == [("AMP024", 7)]
+    once = source.replace("            self.scaler.unscale_(self.opt)\n", "", 1)
+    assert _found(once, "AMP024") == []
