@@ -199,3 +199,24 @@ class Trainer:
     assert _found(source, "AMP024") == [("AMP024", 7)]
     once = source.replace("            self.scaler.unscale_(self.opt)\n", "", 1)
     assert _found(once, "AMP024") == []
+
+
+def test_a_direct_step_after_unscale_on_one_branch_is_amp020():
+    # Principle 1: on the branch that unscales and steps directly, the protocol reaches `optimizer.step()`
+    # with the optimizer UNSCALED and the update follows: an overflowing step is never skipped.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if distributed:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+    scaler.update()
+"""
+    assert _found(source, "AMP020") == [("AMP020", 9)]
+    through = source.replace("        optimizer.step()\n", "        scaler.step(optimizer)\n")
+    assert _found(through, "AMP020") == []

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -11,7 +12,13 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import last_of
+from amp_lint.analysis import typestate
+from amp_lint.analysis.paths import weakest
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+# A branch test that checks the gradients for inf/NaN itself: a direct step under it is a manual skip.
+_INF_TEST = re.compile(r"inf|finite|nan|overflow", re.IGNORECASE)
 
 
 class OptimizerStepOnScaledGrads(Rule):
@@ -185,6 +192,10 @@ class AmpStep:
                         assumption=assumption_text(proof),
                     )
                     continue
+                bypass = self._after_unscale(model, step, optimizer_step)
+                if bypass is not None:
+                    yield bypass
+                    continue
                 backward = _latest_backward(model, step, optimizer_step)
                 if backward is None or backward.scaled_by is None:
                     # The scaled backward runs elsewhere (a sibling method, a callback, the caller).
@@ -210,6 +221,35 @@ class AmpStep:
                         related=self.through_helpers(optimizer_step),
                     )
 
+
+    def _after_unscale(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Finding]:
+        """Issue 26, principle 1: the protocol reaches the direct step with the optimizer UNSCALED by its
+        scaler (an `unscale_` of this iteration, no `scaler.step` since) and the scaler's `update()`
+        follows: the right magnitude, but an overflowing step is never skipped. Not when the step sits
+        under a test of its own (a manual inf check)."""
+        if any(_INF_TEST.search(code_of(b.node.test)) for b in optimizer_step.branches if hasattr(b.node, "test")):
+            return None
+        flow = flow_of(model, step)
+        states = typestate.run(flow).before.get(id(optimizer_step), ())
+        optimizer = optimizer_step.target
+        for state in states:
+            for scaler, o, stage, unscale in state.stages:
+                if o != optimizer or stage != typestate.UNSCALED or not model.scaler_enabled(scaler, step.scope):
+                    continue
+                updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
+                if not updates:
+                    continue
+                proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
+                return self.finding(
+                    optimizer_step.call,
+                    f"`{code_of(optimizer_step.call)}` steps `{optimizer}` around `{scaler}` after "
+                    f"`{code_of(unscale.call)}`: an overflowing step is never skipped; use `{scaler}.step({optimizer})`",
+                    fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
+                    context=step.scope.name,
+                    related=self.through_helpers(optimizer_step),
+                    assumption=assumption_text(proof),
+                )
+        return None
 
     def _closed_by_update(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
         """An iteration (a per-call step function, or a loop whose scaled backward runs in a sibling method
