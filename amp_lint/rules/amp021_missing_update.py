@@ -18,7 +18,10 @@ from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 class MissingScalerUpdate(Rule):
     """
     ## What it does
-    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`.
+    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`. A step helper
+    that leaves `update()` to its caller is correct (several optimizers, one update) and is judged where
+    it is called; when the class builds the scaler, runs its scaled backward in a sibling method and no
+    file of the project updates that attribute or hands it on, nothing can supply the update: reported.
 
     ## Why is this bad?
     `update()` adapts the scale and resets the scaler's per-optimizer state. Without it, the second
