@@ -38,7 +38,6 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
             continue
         loops: List[Optional[Loop]] = []
         steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
-        closers = [e for e in events if e.kind in _PER_CALL_KINDS]
         for anchor in anchors:
             loop = anchor.loop
             # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
@@ -47,17 +46,6 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
                 outer = [l for l in anchor.loops[:-1] if any(l in e.loops for e in steppers)]
                 if outer:
                     loop = outer[-1]
-            # A per-call function whose micro-batch loop only backpropagates, and which unscales, steps or
-            # updates after it, outside any loop of the backward: the whole call is one iteration (issue
-            # 26, principle 2: `for mb in microbatches: backward` then `unscale_` per optimizer).
-            if (
-                loop is anchor.loop
-                and loop is not None
-                and scope.is_function
-                and closers
-                and not any(l in e.loops for l in anchor.loops for e in closers)
-            ):
-                loop = None
             if loop not in loops:
                 loops.append(loop)
         # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
