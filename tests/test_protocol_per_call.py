@@ -200,3 +200,37 @@ for x in loader:
     assert _found(source, "AMP020") == [("AMP020", 9)]
     through = source.replace("        optimizer.step()\n", "        scaler.step(optimizer)\n")
     assert _found(through, "AMP020") == []
+
+
+def test_a_direct_step_that_breaks_on_every_path_is_proved():
+    # Principle 1: with the clip, the direct step follows an unscale_ (an overflow never skipped); without
+    # it, the update finds no inf checks. Every path breaks: a default finding, not an assumption.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if clip is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    scaler.update()
+"""
+    assert _found(source, "AMP020") == [("AMP020", 9)]
+
+
+def test_update_with_a_new_scale_between_unscale_and_step_divides_twice():
+    # Principle 1 (torch's update(new_scale) resets every optimizer as update() does): step() then finds
+    # the optimizer READY and unscales the gradients a second time.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    scaler.update(2.0 ** 12)
+    scaler.step(optimizer)
+"""
+    assert _found(source, "AMP022") == [("AMP022", 7)]
+    after = source.replace("    scaler.update(2.0 ** 12)\n    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n    scaler.update(2.0 ** 12)\n")
+    assert _found(after, "AMP022") == []

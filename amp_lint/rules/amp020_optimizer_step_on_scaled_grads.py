@@ -13,7 +13,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis import typestate
-from amp_lint.analysis.paths import weakest
+from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -240,6 +240,8 @@ class AmpStep:
                 if not updates:
                     continue
                 proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
+                if proof is not PROVED and _every_state_breaks(flow, states, scaler, optimizer_step, updates[0]):
+                    proof = PROVED
                 return self.finding(
                     optimizer_step.call,
                     f"`{code_of(optimizer_step.call)}` steps `{optimizer}` around `{scaler}` after "
@@ -280,6 +282,22 @@ class AmpStep:
                 assumption=assumption_text(proof),
             )
             return
+
+
+def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:
+    """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
+    UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
+    then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
+    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
+    if flow.path(optimizer_step, update) is not PROVED:
+        return False
+    for state in states:
+        stage = state.stage(scaler, optimizer_step.target)
+        if stage is not None and stage[0] == typestate.UNSCALED:
+            continue
+        if scaler in state.checks or flow.path(optimizer_step, update, checks) is None:
+            return False
+    return True
 
 
 def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):

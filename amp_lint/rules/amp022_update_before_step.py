@@ -220,9 +220,14 @@ for x in loader:
         for step in model.steps:
             for update in step.of(EventKind.SCALER_UPDATE):
                 scaler = update.receiver
-                if update.call.args or not model.scaler_enabled(scaler, step.scope):
-                    continue  # `update(new_scale)` sets the scale: it needs no inf checks
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
                 flow = flow_of(model, step)
+                if update.call.args:
+                    # `update(new_scale)` sets the scale and needs no inf checks, but it still resets every
+                    # optimizer: between unscale_ and step it makes the step divide the gradients again.
+                    yield from self._between_unscale_and_step(model, flow, update, scaler)
+                    continue
                 checks = [e for e in step.of(*_INF_CHECKS) if e.receiver == scaler]
                 earlier = [e for e in checks if flow.path(e, update) is not None]
                 if earlier:
