@@ -234,3 +234,31 @@ for x in loader:
     assert _found(source, "AMP022") == [("AMP022", 7)]
     after = source.replace("    scaler.update(2.0 ** 12)\n    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n    scaler.update(2.0 ** 12)\n")
     assert _found(after, "AMP022") == []
+
+
+def test_the_cached_result_follows_an_update_added_in_another_module(tmp_path):
+    # Principle 3 with the result cache: the finding rests on every file of the package, so a later
+    # `update()` written in another module must clear it (the cache key names those files).
+    import json
+    import os
+    import subprocess
+    import sys
+
+    package = tmp_path / "amppkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mixed.py").write_text(_OWNER)
+    (package / "loop.py").write_text("def fit(m, o):\n    m.step(o)\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "amp_lint", "check", "--select", "AMP021", "--output-format", "json"]
+    command += ["--cache-dir", str(tmp_path / "cache"), "amppkg/mixed.py"]
+
+    def codes():
+        run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert run.returncode in (0, 1), run.stderr
+        return [d["code"] for d in json.loads(run.stdout)]
+
+    assert codes() == ["AMP021"]
+    (package / "loop.py").write_text("def fit(m, o):\n    m.step(o)\n    m.loss_scaler.update()\n")
+    assert codes() == []

@@ -96,15 +96,22 @@ def attribute_kept(files: Iterable[str], attribute: str) -> Optional[bool]:
 
 
 def scaler_attributes(tree: ast.AST) -> List[str]:
-    """The attributes a module steps or scales a GradScaler through (`self.scaler.step(opt)`): the names whose
-    uses elsewhere in the project decide whether anything updates that scaler."""
-    names = set()
+    """The attributes a module builds a GradScaler into (`self.scaler = GradScaler(...)`) and steps it
+    through (`self.scaler.step(opt)`): the names whose uses elsewhere in the project decide whether
+    anything updates that scaler (AMP021)."""
+    built, stepped = set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("step", "scale"):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step":
             holder = node.func.value
             if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
-                names.add(holder.attr)
-    return sorted(names)
+                stepped.add(holder.attr)
+        elif isinstance(node, ast.Assign):
+            targets = [t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
+            if targets and any(
+                isinstance(n, ast.Call) and (ast_dotted_name(n.func) or "").split(".")[-1] == "GradScaler" for n in ast.walk(node.value)
+            ):
+                built.update(targets)
+    return sorted(built & stepped)
 
 
 def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[str, str]]:
