@@ -283,7 +283,11 @@ def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: st
     parts = scaler.split(".")
     if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
         return False
-    if not _created_at(model, step, scaler) or _updates_elsewhere(model, step, scaler):
+    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
+    # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
+    if not built or not all(code_of(b.call.func).split(".")[-1] == "GradScaler" for b in built):
+        return False
+    if _updates_elsewhere(model, step, scaler):
         return False
     from amp_lint.analysis.summaries import attribute_kept_in_project
 
