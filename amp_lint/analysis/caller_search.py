@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.analysis.callers import MAX_MODULE_BYTES, caller_scan_files
+from amp_lint.analysis.callers import MAX_MODULE_BYTES, attribute_kept, caller_scan_files
 from amp_lint.analysis.project import ModuleInfo, qualified_in, source_root_of
 
 MAX_CALLER_MODULES = 4  # callers parsed for one checked file
@@ -76,6 +76,23 @@ class CallerSearch:
                 if site.loops and self._calls(caller_info, path, foreign.model, site, checked, function, class_name):
                     found.append((foreign.model, site))
         return found
+
+    def attribute_kept(self, attribute: str) -> Optional[bool]:
+        """Does the whole project (the checked file's search set, itself included) only call methods on,
+        assign or test the attribute `attribute`, never update it or hand it on? None without a search set
+        (no project, or a package too large to search)."""
+        if not self._building:
+            return None
+        checked = self._building[0]
+        root, name = source_root_of(Path(checked))
+        key = f"{root}\0{name.split('.')[0] if name else ''}"
+        if key not in self._scan_sets:
+            self._scan_sets[key] = caller_scan_files(root, name)
+        files = self._scan_sets[key]
+        if not files:
+            return None
+        own = os.path.abspath(checked)
+        return attribute_kept(files if own in files else (*files, own), attribute)
 
     def _scan_set(self, checked: str) -> Tuple[str, ...]:
         root, name = source_root_of(Path(checked))

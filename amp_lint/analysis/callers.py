@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from amp_lint.analysis.project import ast_dotted_name, source_root_of
 
@@ -50,6 +51,69 @@ def caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
     return tuple(os.path.abspath(f) for f in files if os.path.isfile(f))
 
 
+def _attribute_uses(attribute: str) -> "re.Pattern[bytes]":
+    """`.<attribute>` (on any object) or `<attribute>` used as a name, with what follows it."""
+    name = re.escape(attribute.encode("utf-8"))
+    return re.compile(rb"(?P<dot>\.)?(?<![\w])" + name + rb"(?![\w])(?P<after>[^\n]{0,40})")
+
+
+# What may follow a use of the scaler attribute without letting anything else reach the scaler: a method
+# call or attribute on it (update aside), an assignment to it, a test of it.
+_KEEPS = re.compile(rb"\s*(?:\.\s*(?!update\b)\w|=(?!=)|is\b|:|==|!=|and\b|or\b)")
+_UPDATES = re.compile(rb"\s*\.\s*update\s*\(")
+
+
+def attribute_kept(files: Iterable[str], attribute: str) -> Optional[bool]:
+    """Do the project's files (the whole search set) only ever call methods on, assign or test the
+    attribute `attribute`, never `update()` it, hand it on (an argument, an alias, a return value) or
+    get it by name (`getattr(self, "scaler")`)? True: nothing the project can see updates that scaler;
+    False: something may; None: a file could not be read. (Issue 26, principle 3: a scaler that nothing
+    in the whole project updates after stepping it.)"""
+    pattern = _attribute_uses(attribute)
+    quoted = re.compile(rb"(?:getattr|attrgetter)\s*\([^)]*[\"']" + re.escape(attribute.encode("utf-8")) + rb"[\"']")
+    needle = attribute.encode("utf-8")
+    for path in files:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_MODULE_BYTES + 1)
+        except OSError:
+            return None
+        if needle not in data:
+            continue
+        if len(data) > MAX_MODULE_BYTES or quoted.search(data):
+            return False
+        for found in pattern.finditer(data):
+            start = found.start()
+            line_start = data.rfind(b"\n", 0, start) + 1
+            if data[line_start:start].lstrip().startswith((b"#", b"def ", b"class ")):
+                continue  # a comment, or a function or class of that name (not the scaler)
+            after = found.group("after")
+            if _UPDATES.match(after):
+                return False  # `x.scaler.update()`, or `scaler.update()` on a name that may alias it
+            if found.group("dot") and not _KEEPS.match(after):
+                return False  # `.scaler` handed on: an argument, an alias, a return value
+    return True
+
+
+def scaler_attributes(tree: ast.AST) -> List[str]:
+    """The attributes a module builds a GradScaler into (`self.scaler = GradScaler(...)`) and steps it
+    through (`self.scaler.step(opt)`): the names whose uses elsewhere in the project decide whether
+    anything updates that scaler (AMP021)."""
+    built, stepped = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step":
+            holder = node.func.value
+            if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+                stepped.add(holder.attr)
+        elif isinstance(node, ast.Assign):
+            targets = [t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
+            if targets and any(
+                isinstance(n, ast.Call) and (ast_dotted_name(n.func) or "").split(".")[-1] == "GradScaler" for n in ast.walk(node.value)
+            ):
+                built.update(targets)
+    return sorted(built & stepped)
+
+
 def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[str, str]]:
     """What a file's result depends on through the callers of its functions (AMP013's per-epoch scaler):
     `(path, digest)` of every searched project file that names a function or method of this file that
@@ -83,6 +147,8 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
             )
             if builds and any(isinstance(n, (ast.For, ast.While, ast.AsyncFor)) for n in inner):
                 names.add(member.name.encode("utf-8"))
+    # AMP021: a scaler attribute stepped here and updated nowhere in the project (`attribute_kept`).
+    names.update(attribute.encode("utf-8") for attribute in scaler_attributes(tree))
     if not names:
         return []
     own = os.path.abspath(path)

@@ -94,6 +94,9 @@ GRAD_TRANSITIONS: Dict[Tuple[str, str, str], Tuple[str, Optional[str]]] = {
     (SCALED_BACKWARD, ANY, TWICE): (MIXED, None),
     (SCALED_BACKWARD, ANY, MIXED): (MIXED, None),
     (UNSCALE, READY, SCALED): (GRADS_UNSCALED, None),
+    # A per-call step function whose backward runs elsewhere (a sibling method, the caller): whatever the
+    # gradients held, unscale_() divided them, so a second division is provable within the call.
+    (UNSCALE, READY, FRESH): (GRADS_UNSCALED, None),
     (UNSCALE, READY, MIXED): (MIXED, "unscaled-mixed"),
     (UNSCALE, READY, GRADS_UNSCALED): (TWICE, "unscaled-twice"),  # unscale_(); update(); unscale_()
     (STEP, READY, SCALED): (GRADS_UNSCALED, None),  # step() unscales by itself

@@ -31,8 +31,9 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
         events = with_helpers_inlined(model, scope, scope.events, depth=0, active={scope})
         anchors = [e for e in events if e.kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD)]
         if not anchors:
-            # A function that steps but does not backpropagate (an `optimizer_step()` helper): one iteration.
-            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.OPTIMIZER_STEP) for e in events):
+            # A function that steps, unscales or updates but does not backpropagate (an `optimizer_step()`
+            # or `unscale_gradients()` helper): one iteration per call (issue 26, principle 2).
+            if any(e.kind in _PER_CALL_KINDS for e in events):
                 steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
@@ -64,6 +65,11 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
                 steps.append(TrainingStep(scope, loop, members))
     return steps
 
+
+# A function running one of these with no backward of its own is one iteration per call.
+_PER_CALL_KINDS = frozenset(
+    {EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.OPTIMIZER_STEP}
+)
 
 _MAX_INLINE_DEPTH = 3
 # A helper whose loop runs these is a training loop, not a step part; a loop over the parameters that

@@ -525,3 +525,19 @@ def callers_in_project(model, scope) -> List[Tuple[object, object]]:
         raise
     except Exception:
         return []
+
+
+def attribute_kept_in_project(model, attribute: str) -> Optional[bool]:
+    """For a rule: True when no file of the checked file's project updates the attribute `attribute` or hands
+    it on (`callers.attribute_kept`); None without a project or for a model that is not the checked file's."""
+    if not _ACTIVE:
+        return None
+    provider = _ACTIVE[-1]
+    if id(model) in provider._model_paths:
+        return None
+    try:
+        return provider.attribute_kept(attribute)
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:
+        return None

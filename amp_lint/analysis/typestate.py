@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.paths import PROVED
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.events import Event
@@ -279,6 +280,27 @@ def run(flow: "StepFlow") -> Typestate:
     )
     flow.memo["typestate"] = result
     return result
+
+
+def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) -> bool:
+    """Issue 26, principle 1: whichever way the branches go, this `update()` is wrong. On every protocol
+    state that reaches it, either no inf checks were recorded ("update-without-inf-checks") or an optimizer
+    of the scaler is still UNSCALED (not stepped) and a `scaler.step` of it follows the update whatever
+    the conditions (it then unscales the gradients a second time, "unscaled-twice"):
+    `if clip: unscale_(); clip()` then `update(); step()`."""
+    states = run(flow).before.get(id(update))
+    if not states:
+        return False
+    steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
+    for state in states:
+        if scaler not in state.checks:
+            continue
+        unscaled = [o for s, o, stage, _ in state.stages if s == scaler and stage == P.UNSCALED]
+        if not unscaled or any(s == scaler and stage == P.STEPPED for s, _, stage, _ in state.stages):
+            return False
+        if not any(e.target in unscaled and flow.path(update, e) is PROVED for e in steps):
+            return False
+    return True
 
 
 def protocol_states(flow: "StepFlow") -> Dict[int, FrozenSet[ProtocolState]]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator, Optional
 
 import libcst as cst
@@ -11,14 +12,23 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import last_of
+from amp_lint.analysis import typestate
+from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+
+
+# A branch test that checks the gradients for inf/NaN itself: a direct step under it is a manual skip.
+_INF_TEST = re.compile(r"inf|finite|nan|overflow", re.IGNORECASE)
 
 
 class OptimizerStepOnScaledGrads(Rule):
     """
     ## What it does
     Finds `optimizer.step()` called directly on gradients that a `GradScaler` scaled, either instead of
-    `scaler.step(optimizer)` or in addition to it (a double step).
+    `scaler.step(optimizer)` or in addition to it (a double step). Also a step function whose scaled
+    backward runs elsewhere (a sibling method, a callback) that steps the optimizer directly and then
+    closes the iteration with `scaler.update()`, with no `scaler.step` in it: whatever its callers did,
+    the update finds no inf checks, or an overflowing step is never skipped.
 
     ## Why is this bad?
     `scaler.step(optimizer)` unscales the gradients, checks them for inf/NaN and skips the step on
@@ -137,6 +147,27 @@ for x in loader:
     scaler.update()
 """,
         ),
+        # Issue 26, principles 2 and 3: a protocol object's step method, its backward in a sibling.
+        Invalid(
+            """
+class AmpStep:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer):
+        optimizer.step()
+        self.scaler.update()
+""",
+            fixed="""
+class AmpStep:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
@@ -161,7 +192,15 @@ for x in loader:
                         assumption=assumption_text(proof),
                     )
                     continue
+                bypass = self._after_unscale(model, step, optimizer_step)
+                if bypass is not None:
+                    yield bypass
+                    continue
                 backward = _latest_backward(model, step, optimizer_step)
+                if backward is None or backward.scaled_by is None:
+                    # The scaled backward runs elsewhere (a sibling method, a callback, the caller).
+                    yield from self._closed_by_update(model, step, optimizer_step)
+                    continue
                 if backward is None or backward.scaled_by is None:
                     continue
                 scaler = backward.scaled_by
@@ -181,6 +220,84 @@ for x in loader:
                         context=step.scope.name,
                         related=self.through_helpers(optimizer_step),
                     )
+
+
+    def _after_unscale(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Finding]:
+        """Issue 26, principle 1: the protocol reaches the direct step with the optimizer UNSCALED by its
+        scaler (an `unscale_` of this iteration, no `scaler.step` since) and the scaler's `update()`
+        follows: the right magnitude, but an overflowing step is never skipped. Not when the step sits
+        under a test of its own (a manual inf check)."""
+        if any(_INF_TEST.search(code_of(b.node.test)) for b in optimizer_step.branches if hasattr(b.node, "test")):
+            return None
+        flow = flow_of(model, step)
+        states = typestate.run(flow).before.get(id(optimizer_step), ())
+        optimizer = optimizer_step.target
+        for state in states:
+            for scaler, o, stage, unscale in state.stages:
+                if o != optimizer or stage != typestate.UNSCALED or not model.scaler_enabled(scaler, step.scope):
+                    continue
+                updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
+                if not updates:
+                    continue
+                proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
+                if proof is not PROVED and _every_state_breaks(flow, states, scaler, optimizer_step, updates[0]):
+                    proof = PROVED
+                return self.finding(
+                    optimizer_step.call,
+                    f"`{code_of(optimizer_step.call)}` steps `{optimizer}` around `{scaler}` after "
+                    f"`{code_of(unscale.call)}`: an overflowing step is never skipped; use `{scaler}.step({optimizer})`",
+                    fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
+                    context=step.scope.name,
+                    related=self.through_helpers(optimizer_step),
+                    assumption=assumption_text(proof),
+                )
+        return None
+
+    def _closed_by_update(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
+        """An iteration (a per-call step function, or a loop whose scaled backward runs in a sibling method
+        or a callback) that steps the optimizer directly and then closes the scaler's iteration with
+        `update()`, with no `scaler.step` of that scaler in it (issue 26, principles 2 and 3). Whatever the
+        callers did, it is wrong: no inf checks for the update (AssertionError), or, after an unscale_,
+        a step that is never skipped on overflow."""
+        flow = flow_of(model, step)
+        for update in step.of(EventKind.SCALER_UPDATE):
+            scaler = update.receiver
+            if scaler is None or not model.scaler_enabled(scaler, step.scope):
+                continue
+            if step.scaler_events(scaler, EventKind.SCALER_STEP):
+                continue
+            proof = flow.path(optimizer_step, update)
+            if proof is None:
+                continue
+            yield self.finding(
+                optimizer_step.call,
+                f"`{code_of(optimizer_step.call)}` steps around `{scaler}`, then `{code_of(update.call)}` closes "
+                f"the iteration with no inf checks recorded (AssertionError), or never skips an overflowing "
+                f"step; use `{scaler}.step({optimizer_step.target})`",
+                fix=None
+                if optimizer_step.in_helper
+                else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
+                context=step.scope.name,
+                related=self.through_helpers(optimizer_step),
+                assumption=assumption_text(proof),
+            )
+            return
+
+
+def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:
+    """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
+    UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
+    then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
+    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
+    if flow.path(optimizer_step, update) is not PROVED:
+        return False
+    for state in states:
+        stage = state.stage(scaler, optimizer_step.target)
+        if stage is not None and stage[0] == typestate.UNSCALED:
+            continue
+        if scaler in state.checks or flow.path(optimizer_step, update, checks) is None:
+            return False
+    return True
 
 
 def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):

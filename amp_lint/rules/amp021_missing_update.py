@@ -18,7 +18,10 @@ from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 class MissingScalerUpdate(Rule):
     """
     ## What it does
-    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`.
+    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`. A step helper
+    that leaves `update()` to its caller is correct (several optimizers, one update) and is judged where
+    it is called; when the class builds the scaler, runs its scaled backward in a sibling method and no
+    file of the project updates that attribute or hands it on, nothing can supply the update: reported.
 
     ## Why is this bad?
     `update()` adapts the scale and resets the scaler's per-optimizer state. Without it, the second
@@ -238,13 +241,25 @@ class Trainer:
                 steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
                 if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
                     continue
-                if _helper_may_update(model, step, scaler):
-                    continue
+                if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
+                    continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
                 if step.loop is None and not _runs_scaled_backward(step, scaler):
                     # Open world (issue 26, principle 3): a function that steps through the scaler but does
                     # not backpropagate is one part of its caller's iteration, and `update()` is the
                     # caller's to supply (several optimizers, one update). A caller in this file gets the
                     # helper's events inlined and is judged there; a public method's callers are not seen.
+                    # Unless nothing can: the class builds the scaler and runs its scaled backward in a
+                    # sibling method, and no file of the project updates it or hands it on.
+                    if _never_updated_in_project(model, step, scaler):
+                        last = steps[-1]
+                        yield self.finding(
+                            last.call,
+                            f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
+                            f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
+                            fix=None if last.in_helper else _insert_update_fix(model, step, last, scaler),
+                            context=step.scope.name,
+                            related=_created_at(model, step, scaler) + self.through_helpers(last),
+                        )
                     continue
                 updated_elsewhere = _updates_elsewhere(model, step, scaler)
                 if step.loop is None and updated_elsewhere:
@@ -259,6 +274,36 @@ class Trainer:
                     context=step.scope.name,
                     related=_created_at(model, step, scaler) + self.through_helpers(last),
                 )
+
+
+def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """Issue 26, principle 3: `self.<scaler>` built by this class, and no file of the project updates the
+    attribute, hands it on (an argument, an alias, a return value) or names it in a string: a callback
+    given `self` cannot update it either."""
+    parts = scaler.split(".")
+    if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
+        return False
+    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
+    # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
+    if not built or not all(code_of(b.call.func).split(".")[-1] == "GradScaler" for b in built):
+        return False
+    if _updates_elsewhere(model, step, scaler):
+        return False
+    from amp_lint.analysis.summaries import attribute_kept_in_project
+
+    return attribute_kept_in_project(model, parts[1]) is True
+
+
+def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A protocol object (issue 26, principles 2 and 3): its scaled backward in a sibling method, its step
+    here, and nothing in the project that updates its scaler (`_nothing_in_project_updates`)."""
+    class_name = step.scope.class_name
+    if not any(
+        e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
+        for e in model.events
+    ):
+        return False
+    return _nothing_in_project_updates(model, step, scaler)
 
 
 def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:

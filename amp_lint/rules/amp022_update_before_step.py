@@ -12,6 +12,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis import typestate
 from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
 from amp_lint.analysis.flow_queries import any_path, first_of, last_of, site_path
+from amp_lint.analysis.paths import PROVED
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 _INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
@@ -179,6 +180,28 @@ for x in loader:
     scaler.update()
 """,
         ),
+        # Issue 26, principle 1: every path breaks (no inf checks without the clip, a second unscaling
+        # with it): proved, not assumed.
+        Invalid(
+            """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.update()
+    scaler.step(optimizer)
+""",
+            fixed="""
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if max_norm:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
         # Never stepped anywhere: reported, not fixed.
         Invalid(
             """
@@ -197,9 +220,14 @@ for x in loader:
         for step in model.steps:
             for update in step.of(EventKind.SCALER_UPDATE):
                 scaler = update.receiver
-                if update.call.args or not model.scaler_enabled(scaler, step.scope):
-                    continue  # `update(new_scale)` sets the scale: it needs no inf checks
+                if not model.scaler_enabled(scaler, step.scope):
+                    continue
                 flow = flow_of(model, step)
+                if update.call.args:
+                    # `update(new_scale)` sets the scale and needs no inf checks, but it still resets every
+                    # optimizer: between unscale_ and step it makes the step divide the gradients again.
+                    yield from self._between_unscale_and_step(model, flow, update, scaler)
+                    continue
                 checks = [e for e in step.of(*_INF_CHECKS) if e.receiver == scaler]
                 earlier = [e for e in checks if flow.path(e, update) is not None]
                 if earlier:
@@ -209,6 +237,22 @@ for x in loader:
                     uncovered = flow.from_start(update, checks)
                     if uncovered is None:
                         yield from self._between_unscale_and_step(model, flow, update, scaler)
+                        continue
+                    broken = uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler)
+                    later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
+                    if broken and later:
+                        # No inf checks on one path, an unscaled optimizer stepped after it on the others:
+                        # the update belongs after the step whatever the branches do.
+                        first, last = first_of(flow, later), last_of(flow, later)
+                        yield self.finding(
+                            update.call,
+                            f"`{code_of(update.call)}` runs before `{code_of(first.call)}`: without an earlier "
+                            "unscale_ it finds no inf checks, after one the step divides the gradients again; "
+                            "update() must come after every step()",
+                            fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
+                            context=step.scope.name,
+                            related=self.through_helpers(update),
+                        )
                         continue
                     last = last_of(flow, earlier)
                     if last.branches:

@@ -215,7 +215,7 @@ class Trainer:
         reported: Set[int] = set()
         for step in model.steps:
             for unscale in step.of(EventKind.SCALER_UNSCALE):
-                if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale):
+                if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale, step):
                     continue
                 scaler = unscale.receiver
                 if not model.scaler_enabled(scaler, step.scope):
@@ -286,10 +286,20 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
     return [last]
 
 
-def _guarded_by_scaler_state(unscale: Event) -> bool:
+def _guarded_by_scaler_state(unscale: Event, step: TrainingStep) -> bool:
     """`if scaler._per_optimizer_states[id(opt)]["stage"] is not OptState.UNSCALED: scaler.unscale_(opt)`
-    (allennlp's trainer): the code asks the scaler whether it already unscaled."""
-    return any(_STATE_TEST.search(code_of(branch.node.test)) for branch in unscale.branches)
+    (allennlp's trainer): the code asks the scaler whether it already unscaled. The guard does not cover
+    a second unscale_ of the same optimizer inside the same guarded block: the test ran before the first."""
+    guards = [b.node for b in unscale.branches if _STATE_TEST.search(code_of(b.node.test))]
+    if not guards:
+        return False
+    return not any(
+        e.index < unscale.index
+        and e.receiver == unscale.receiver
+        and e.target == unscale.target
+        and any(b.node is guards[-1] for b in e.branches)
+        for e in step.of(EventKind.SCALER_UNSCALE)
+    )
 
 
 _STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")
