@@ -256,7 +256,7 @@ class Trainer:
                             last.call,
                             f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
                             f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
-                            fix=None if last.in_helper else _insert_update_fix(model, step, last, scaler),
+                            fix=None if last.in_helper else _insert_update_fix(model, step, [last], scaler),
                             context=step.scope.name,
                             related=_created_at(model, step, scaler) + self.through_helpers(last),
                         )
