@@ -262,3 +262,38 @@ def test_the_cached_result_follows_an_update_added_in_another_module(tmp_path):
     assert codes() == ["AMP021"]
     (package / "loop.py").write_text("def fit(m, o):\n    m.step(o)\n    m.loss_scaler.update()\n")
     assert codes() == []
+
+
+# Principle 1 (the gradients' scale in the protocol state): a direct step whose gradients come from this
+# iteration's own unscaled backward (the fp32 branch of a two-scaler GAN step) applies no scaled gradients,
+# even when a later update of another scaler finds no inf checks. The bypass is the other branch's step.
+_TWO_SCALERS = '''
+import torch
+
+
+def train_pair(engine, g_loss, d_loss):
+    if engine.amp and engine.g_scaler is not None:
+        engine.g_scaler.scale(g_loss).backward()
+        engine.g_scaler.step(engine.g_opt)
+        engine.g_scaler.update()
+    else:
+        g_loss.backward()
+        engine.g_opt.step()
+    if engine.amp and engine.d_scaler is not None:
+        engine.d_scaler.scale(d_loss).backward()
+        {d_step}
+        engine.d_scaler.update()
+    else:
+        d_loss.backward()
+        engine.d_opt.step()
+'''
+
+
+def test_a_direct_step_after_an_unscaled_backward_is_not_a_bypass_of_another_scaler():
+    right = _TWO_SCALERS.replace("{d_step}", "engine.d_scaler.step(engine.d_opt)")
+    assert _found(right, "AMP020", "AMP022") == []
+    bypass = _TWO_SCALERS.replace("{d_step}", "engine.d_opt.step()")
+    assert _found(bypass, "AMP020") == [("AMP020", 15)]
+    result = Checker(frozenset({"AMP020"}), show_assumed=False).check(textwrap.dedent(bypass), "train.py")
+    (fix,) = [d.fix for d in result.diagnostics]
+    assert fix is not None

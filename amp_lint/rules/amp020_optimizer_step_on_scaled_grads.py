@@ -197,11 +197,13 @@ class AmpStep:
                     yield bypass
                     continue
                 backward = _latest_backward(model, step, optimizer_step)
-                if backward is None or backward.scaled_by is None:
+                if backward is None:
                     # The scaled backward runs elsewhere (a sibling method, a callback, the caller).
                     yield from self._closed_by_update(model, step, optimizer_step)
                     continue
-                if backward is None or backward.scaled_by is None:
+                if backward.scaled_by is None:
+                    # The iteration's own backward is unscaled (the fp32 branch of `if amp: ... else: ...`):
+                    # the gradients this step applies are not the scaler's, whatever a later update needs.
                     continue
                 scaler = backward.scaled_by
                 if not model.scaler_enabled(scaler, step.scope):
