@@ -235,12 +235,7 @@ class UnitChecker:
         units = self.units(text, document)
         if units is None or any(unit.facts.parse_refused for unit in units):
             return None
-        lines = text.split("\n")
-        for unit, is_in in zip(units, self.core(units)):
-            if not is_in:
-                for index in range(unit.first, unit.last + 1):
-                    lines[index] = ""
-        return "\n".join(lines)
+        return self._core_of(text, units)
 
     def groups(self, units: Sequence[Unit]) -> List[List[int]]:
         """The core split into groups the rules can see apart: two units are in one group when one binds a
