@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-import weakref
 from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis import order_updates
+from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -234,142 +232,32 @@ class Trainer:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            for scaler in _scalers_stepped(step):
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
-                if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
-                    continue
-                if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
-                    continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
-                if step.loop is None and not _runs_scaled_backward(step, scaler):
-                    # Open world (issue 26, principle 3): a function that steps through the scaler but does
-                    # not backpropagate is one part of its caller's iteration, and `update()` is the
-                    # caller's to supply (several optimizers, one update). A caller in this file gets the
-                    # helper's events inlined and is judged there; a public method's callers are not seen.
-                    # Unless nothing can: the class builds the scaler and runs its scaled backward in a
-                    # sibling method, and no file of the project updates it or hands it on.
-                    if _never_updated_in_project(model, step, scaler):
-                        last = steps[-1]
-                        yield self.finding(
-                            last.call,
-                            f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
-                            f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
-                            fix=None if last.in_helper else _insert_update_fix(model, step, [last], scaler),
-                            context=step.scope.name,
-                            related=_created_at(model, step, scaler) + self.through_helpers(last),
-                        )
-                    continue
-                updated_elsewhere = _updates_elsewhere(model, step, scaler)
-                if step.loop is None and updated_elsewhere:
-                    continue  # the function is one part of a step whose update lives elsewhere
-                last = steps[-1]
-                where = "in this loop" if step.loop is not None else "anywhere in this file"
+        for breach in order_updates.missing_updates(model):
+            step, scaler, last, steps = breach.step, breach.scaler, breach.last, list(breach.related)
+            related = _created_at(model, step, scaler) + self.through_helpers(last)
+            if breach.kind == order_updates.NEVER_UPDATED_IN_PROJECT:
                 yield self.finding(
                     last.call,
-                    f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {where}; "
-                    f"the next `{scaler}.step()` raises RuntimeError",
-                    fix=None if any(e.in_helper for e in steps) else _insert_update_fix(model, step, steps, scaler),
-                    context=step.scope.name,
-                    related=_created_at(model, step, scaler) + self.through_helpers(last),
+                    f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
+                    f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
+                    fix=None if last.in_helper else _insert_update_fix(model, step, [last], scaler),
+                    context=breach.context,
+                    related=related,
                 )
-
-
-def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    """Issue 26, principle 3: `self.<scaler>` built by this class, and no file of the project updates the
-    attribute, hands it on (an argument, an alias, a return value) or names it in a string: a callback
-    given `self` cannot update it either."""
-    parts = scaler.split(".")
-    if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
-        return False
-    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
-    # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
-    if not built or not all(code_of(b.call.func).split(".")[-1] == "GradScaler" for b in built):
-        return False
-    if _updates_elsewhere(model, step, scaler):
-        return False
-    from amp_lint.analysis.summaries import attribute_kept_in_project
-
-    return attribute_kept_in_project(model, parts[1]) is True
-
-
-def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    """A protocol object (issue 26, principles 2 and 3): its scaled backward in a sibling method, its step
-    here, and nothing in the project that updates its scaler (`_nothing_in_project_updates`)."""
-    class_name = step.scope.class_name
-    if not any(
-        e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
-        for e in model.events
-    ):
-        return False
-    return _nothing_in_project_updates(model, step, scaler)
-
-
-def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
-    return any(e.scaled_by == scaler for e in step.of(EventKind.BACKWARD))
+                continue
+            yield self.finding(
+                last.call,
+                f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {breach.detail}; "
+                f"the next `{scaler}.step()` raises RuntimeError",
+                fix=None if any(e.in_helper for e in steps) else _insert_update_fix(model, step, steps, scaler),
+                context=breach.context,
+                related=related,
+            )
 
 
 def _created_at(model: FileModel, step: TrainingStep, scaler: str):
     built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
     return (("scaler created", built[0].call),) if built else ()
-
-
-def _scalers_stepped(step: TrainingStep) -> List[str]:
-    seen: List[str] = []
-    for event in step.of(EventKind.SCALER_STEP):
-        if event.receiver not in seen:
-            seen.append(event.receiver)
-    return seen
-
-
-def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    for event in _scaler_updates(model):  # not all of `model.events` once per step: linear in the file
-        if event.receiver == scaler and event not in step.events:
-            if scaler.startswith("self.") and event.scope.class_name != step.scope.class_name:
-                continue
-            return True
-        # Another method of the same object updates a scaler it reaches through an attribute
-        # (fastai's callback: `self.scaler.step(self)` in before_step, `self.learn.scaler.update()` in
-        # after_step): the order of the two calls is the framework's, not shown here.
-        if (
-            scaler.startswith("self.")
-            and event.receiver is not None
-            and event.receiver.startswith("self.")
-            and event.scope.class_name == step.scope.class_name
-            and event.receiver.split(".")[-1] == scaler.split(".")[-1]
-        ):
-            return True
-    return False
-
-
-_UPDATES: "weakref.WeakKeyDictionary[FileModel, List[Event]]" = weakref.WeakKeyDictionary()
-
-
-def _scaler_updates(model: FileModel) -> List[Event]:
-    updates = _UPDATES.get(model)
-    if updates is None:
-        updates = _UPDATES[model] = [e for e in model.events if e.kind is EventKind.SCALER_UPDATE]
-    return updates
-
-
-def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> bool:
-    """A call in the iteration that gets the scaler, or a function/method of this file that updates it."""
-    for event in step.of(EventKind.CALL):
-        if callee_scope(model, event) is not None and any(e.via is event for e in step.events):
-            continue  # a helper of this file, inlined: its summary is in the iteration's events (no update)
-        for arg in event.call.args:
-            name = dotted_name(arg.value)
-            if name is not None and (name == scaler or scaler.startswith(name + ".")):
-                return True
-        callee = (event.target or "").split(".")[-1]
-        for function in model.functions_named(callee):
-            scope = model.scope_of(function)
-            if scope is not None and any(
-                e.kind is EventKind.SCALER_UPDATE for e in scope.events
-            ):
-                return True
-    return False
 
 
 def _insert_update_fix(model: FileModel, step: TrainingStep, steps: List[Event], scaler: str) -> Optional[Fix]:

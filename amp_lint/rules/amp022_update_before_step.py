@@ -6,17 +6,13 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.analysis import order_updates
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis import typestate
-from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
-from amp_lint.analysis.flow_queries import any_path, first_of, last_of, site_path
-from amp_lint.analysis.paths import PROVED
+from amp_lint.analysis.scaler_flow import StepFlow
+from amp_lint.analysis.flow_queries import site_path
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-
-_INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
-
 
 class UpdateBeforeStep(Rule):
     """
@@ -216,117 +212,65 @@ for x in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        stepped_anywhere = {e.receiver for e in model.events if e.kind in _INF_CHECKS}
-        for step in model.steps:
-            for update in step.of(EventKind.SCALER_UPDATE):
-                scaler = update.receiver
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                flow = flow_of(model, step)
-                if update.call.args:
-                    # `update(new_scale)` sets the scale and needs no inf checks, but it still resets every
-                    # optimizer: between unscale_ and step it makes the step divide the gradients again.
-                    yield from self._between_unscale_and_step(model, flow, update, scaler)
-                    continue
-                checks = [e for e in step.of(*_INF_CHECKS) if e.receiver == scaler]
-                earlier = [e for e in checks if flow.path(e, update) is not None]
-                if earlier:
-                    # A path of the iteration that reaches the update with no step/unscale_ before it. Two
-                    # optimizers under two flags and one update (DLRM) need both flags false: an
-                    # assumption, not a proof; the same `if scaler is not None` around both: no path.
-                    uncovered = flow.from_start(update, checks)
-                    if uncovered is None:
-                        yield from self._between_unscale_and_step(model, flow, update, scaler)
-                        continue
-                    broken = uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler)
-                    later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
-                    if broken and later:
-                        # No inf checks on one path, an unscaled optimizer stepped after it on the others:
-                        # the update belongs after the step whatever the branches do.
-                        first, last = first_of(flow, later), last_of(flow, later)
-                        yield self.finding(
-                            update.call,
-                            f"`{code_of(update.call)}` runs before `{code_of(first.call)}`: without an earlier "
-                            "unscale_ it finds no inf checks, after one the step divides the gradients again; "
-                            "update() must come after every step()",
-                            fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
-                            context=step.scope.name,
-                            related=self.through_helpers(update),
-                        )
-                        continue
-                    last = last_of(flow, earlier)
-                    if last.branches:
-                        guard = f"under `if {code_of(last.branches[-1].node.test)}`"
-                    elif len(last.loops) > len(update.loops):
-                        guard = "inside a loop that may run no times"
-                    else:
-                        guard = "under a branch"
-                    yield self.finding(
-                        update.call,
-                        f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
-                        f"{guard}; update() without a step raises "
-                        "'No inf checks were recorded' (move it next to the step)",
-                        fix=None
-                        if update.in_helper or last.in_helper
-                        else _direct_step_fix(model, step, flow, update, earlier, scaler)
-                        or _move_fix(model, flow, update, last, scaler),
-                        context=step.scope.name,
-                        related=self.through_helpers(update),
-                        assumption=assumption_text(uncovered),
-                    )
-                    continue
-                later, proof = any_path(flow, update, [e for e in checks if e.kind is EventKind.SCALER_STEP])
-                if later:
-                    first, last = first_of(flow, later), last_of(flow, later)
-                    yield self.finding(
-                        update.call,
-                        f"`{code_of(update.call)}` runs before `{code_of(first.call)}`; "
-                        "update() must come after every step() of the iteration",
-                        fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
-                        context=step.scope.name,
-                        related=self.through_helpers(update),
-                        assumption=assumption_text(proof),
-                    )
-                elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
-                    yield self.finding(
-                        update.call,
-                        f"`{code_of(update.call)}` but `{scaler}` is never stepped: "
-                        f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
-                        context=step.scope.name,
-                    )
+        for breach in order_updates.updates_before_inf_checks(model):
+            update, last, scaler, flow = breach.event, breach.last, breach.scaler, breach.flow
+            kind = breach.kind
+            if kind == order_updates.NEVER_STEPPED:
+                yield self.finding(
+                    update.call,
+                    f"`{code_of(update.call)}` but `{scaler}` is never stepped: "
+                    f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
+                    context=breach.context,
+                )
+                continue
+            if kind == order_updates.RESETS_UNSCALED:
+                message = (
+                    f"`{code_of(update.call)}` runs between `{scaler}.unscale_(...)` and `{code_of(breach.other.call)}`: "
+                    "the step finds the optimizer reset and divides the gradients by the scale again, and the next "
+                    "`unscale_()` raises 'unscale_() is being called after step()'; update() must come after every step()"
+                )
+            elif kind == order_updates.BREAKS_EVERY_PATH:
+                message = (
+                    f"`{code_of(update.call)}` runs before `{code_of(breach.other.call)}`: without an earlier "
+                    "unscale_ it finds no inf checks, after one the step divides the gradients again; "
+                    "update() must come after every step()"
+                )
+            elif kind == order_updates.BEFORE_STEP:
+                message = (
+                    f"`{code_of(update.call)}` runs before `{code_of(breach.other.call)}`; "
+                    "update() must come after every step() of the iteration"
+                )
+            else:  # CHECKS_ONLY_ON_SOME_PATHS
+                yield self.finding(
+                    update.call,
+                    f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
+                    f"{_guard(update, last)}; update() without a step raises "
+                    "'No inf checks were recorded' (move it next to the step)",
+                    fix=None
+                    if update.in_helper or last.in_helper
+                    else _direct_step_fix(model, breach.step, flow, update, breach.related, scaler)
+                    or _move_fix(model, flow, update, last, scaler),
+                    context=breach.context,
+                    related=self.through_helpers(update),
+                    assumption=breach.assumption,
+                )
+                continue
+            yield self.finding(
+                update.call,
+                message,
+                fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
+                context=breach.context,
+                related=self.through_helpers(update),
+                assumption=breach.assumption,
+            )
 
 
-    def _between_unscale_and_step(self, model: FileModel, flow: StepFlow, update: Event, scaler: str) -> Iterator[Finding]:
-        """`unscale_(); update(); step()`: the protocol's "unscaled-twice" at a step, caused by this update
-        (the step finds the optimizer READY again and divides the unscaled gradients a second time; the
-        next iteration's `unscale_()` then meets a STEPPED optimizer)."""
-        states = typestate.run(flow)
-        hit = [e for e in flow.step.of(EventKind.SCALER_STEP) if any(v.cause is update for v in states.at(e, "unscaled-twice"))]
-        if not hit:
-            return
-        proof = flow.path(update, hit[0])
-        if proof is None:
-            return
-        last = last_of(flow, [e for e in flow.step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(update, e) is not None])
-        yield self.finding(
-            update.call,
-            f"`{code_of(update.call)}` runs between `{scaler}.unscale_(...)` and `{code_of(hit[0].call)}`: the step "
-            "finds the optimizer reset and divides the gradients by the scale again, and the next "
-            "`unscale_()` raises 'unscale_() is being called after step()'; update() must come after every step()",
-            fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
-            context=flow.step.scope.name,
-            related=self.through_helpers(update),
-            assumption=assumption_text(proof),
-        )
-
-
-def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
-    """Only claim "never stepped" for a scaler this file builds (a parameter may be stepped by a caller) and
-    keeps itself: one stored on another object (`self.learn.scaler = GradScaler()`, fastai's callback) may be
-    stepped by whatever holds that object (issue 26, principle 3)."""
-    if scaler.count(".") > 1 or (scaler.count(".") == 1 and not scaler.startswith("self.")):
-        return False
-    return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
+def _guard(update: Event, last: Event) -> str:
+    if last.branches:
+        return f"under `if {code_of(last.branches[-1].node.test)}`"
+    if len(last.loops) > len(update.loops):
+        return "inside a loop that may run no times"
+    return "under a branch"
 
 
 def _direct_step_fix(

@@ -6,12 +6,10 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis import order_updates
+from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.paths import Proof
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
-from amp_lint.analysis.flow_queries import again_in_loop, any_path, last_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -135,51 +133,26 @@ for x in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            # `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update.
-            updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
-            flow = flow_of(model, step) if updates else None
-            for update in updates:
-                scaler = update.receiver
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                later, proof = any_path(flow, update, [u for u in updates if u.receiver == scaler])
-                if later:
-                    last = last_of(flow, later)
-                    yield self.finding(
-                        update.call,
-                        f"`{code_of(update.call)}` runs again later in the same iteration; "
-                        "update() once, after the last step()",
-                        fix=None if update.in_helper or last.in_helper else _remove_fix(model, update),
-                        context=step.scope.name,
-                        related=self.through_helpers(update),
-                        assumption=assumption_text(proof),
-                    )
-                    continue
-                again = _again_in_inner_loop_with_step(flow, update)
-                if again is not None:
-                    yield self.finding(
-                        update.call,
-                        f"`{code_of(update.call)}` runs once per optimizer inside a loop; "
-                        "update() once, after the loop",
-                        context=step.scope.name,
-                        assumption=assumption_text(again),
-                    )
-
-
-def _again_in_inner_loop_with_step(flow: StepFlow, update: Event) -> Optional[Proof]:
-    """The innermost loop inside the iteration around `update` that also steps this scaler: can the
-    update run again on that loop's next pass (no `break` or `return` right after it)?"""
-    step = flow.step
-    if step.loop is None and not step.of(EventKind.BACKWARD):
-        return None  # no backward here: the iteration's own loop is unknown
-    inner = update.loops[update.loops.index(step.loop) + 1 :] if step.loop in update.loops else update.loops
-    if not inner:
-        return None
-    loop = inner[-1]
-    if not any(e.kind is EventKind.SCALER_STEP and e.receiver == update.receiver and loop in e.loops for e in step.events):
-        return None
-    return again_in_loop(flow, update, loop)
+        for breach in order_updates.updates_twice(model):
+            update = breach.event
+            if breach.kind == order_updates.UPDATE_AGAIN:
+                yield self.finding(
+                    update.call,
+                    f"`{code_of(update.call)}` runs again later in the same iteration; "
+                    "update() once, after the last step()",
+                    fix=None if update.in_helper or breach.last.in_helper else _remove_fix(model, update),
+                    context=breach.context,
+                    related=self.through_helpers(update),
+                    assumption=breach.assumption,
+                )
+            else:
+                yield self.finding(
+                    update.call,
+                    f"`{code_of(update.call)}` runs once per optimizer inside a loop; "
+                    "update() once, after the loop",
+                    context=breach.context,
+                    assumption=breach.assumption,
+                )
 
 
 def _remove_fix(model: FileModel, update: Event) -> Optional[Fix]:

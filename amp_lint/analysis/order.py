@@ -1,0 +1,59 @@
+"""What an order rule asks: the places where an iteration breaks the GradScaler protocol.
+
+The protocol is the table (`protocol`), run over an iteration's paths by its engine (`typestate`); the
+questions below are the order rules' predicates over it and over the paths (`scaler_flow`), answered here
+once, so that every rule (and anything else: the fix check, the server) asks the same thing. Each answer
+is a `Breach`: which condition (`kind`), at which event, the events that make it so (the earlier call
+that left the state, the later call it breaks), and whether it is proved or rests on a branch condition.
+A rule turns a breach into its message and fix; it computes nothing of its own.
+
+The questions live by subject: `order_updates` (update() too early, twice, never), `order_unscale`
+(unscale_ twice, after the step, left for the next call), `order_accumulation` (micro-batch
+boundaries), `order_gradients` (zero_grad, closures, checkpoint state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Tuple
+
+from amp_lint.analysis.scaler_flow import assumption_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.analysis.events import Event
+    from amp_lint.analysis.file_model import TrainingStep
+    from amp_lint.analysis.paths import Proof
+    from amp_lint.analysis.scaler_flow import StepFlow
+
+
+@dataclass(frozen=True, eq=False)
+class Breach:
+    """One place where an iteration breaks (or, on an assumed path, may break) the protocol.
+
+    `kind` names the condition (each query documents its kinds); `event` is where it happens; `cause` the
+    earlier event whose state it breaks on (the unscale_ before a second one); `other` the later event it
+    breaks (the first step after an early update); `last` the last of the related events (where a fix
+    moves to); `related` the events the condition rests on; `proof` None or PROVED when proved, ASSUMED
+    when a branch condition has to go one way.
+    """
+
+    kind: str
+    event: "Event"
+    step: "TrainingStep"
+    scaler: Optional[str] = None
+    flow: Optional["StepFlow"] = None
+    cause: Optional["Event"] = None
+    other: Optional["Event"] = None
+    last: Optional["Event"] = None
+    related: Tuple["Event", ...] = ()
+    proof: Optional["Proof"] = None
+    detail: str = ""
+
+    @property
+    def assumption(self) -> Optional[str]:
+        """What the breach rests on when it is not proved (a finding's `assumption`)."""
+        return assumption_text(self.proof)
+
+    @property
+    def context(self) -> str:
+        return self.step.scope.name

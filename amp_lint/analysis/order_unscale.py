@@ -1,0 +1,196 @@
+"""The protocol's `unscale_()` questions (AMP024): an `unscale_` of an optimizer that is already UNSCALED
+(a second `unscale_` with no `update()` between) or STEPPED (`unscale_` after the step), in this
+iteration or, when a path skips the update, in the next one (or the next call of a per-call step
+function). Each query yields `order.Breach`es; see `order`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional, Set
+
+import libcst as cst
+
+from amp_lint.analysis import typestate
+from amp_lint.analysis.accumulation import accumulation
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.flow_queries import last_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.syntax import code_of
+
+UNSCALE_TWICE = "unscale-twice"  # `cause`: the earlier unscale_ of the optimizer, no update() between
+UNSCALE_AFTER_STEP = "unscale-after-step"  # `cause`: the step; `related`: the unscale_/step before it
+UNSCALE_NEXT_ITERATION = "unscale-next-iteration"  # a path skips the update: the next iteration's unscale_ raises
+
+
+def unscales_twice(model: FileModel) -> Iterator[Breach]:
+    """Each `unscale_(optimizer)` that meets its optimizer UNSCALED or STEPPED on some path (the protocol's
+    "unscale-twice" / "unscale-after-step"; `proof`: the path from `cause` with no update between), or that
+    a path from it to the end of the iteration leaves UNSCALED with no update (`detail`: "iteration" or
+    "call"). An `unscale_` that asks the scaler's state first (allennlp) is not one. Each call once."""
+    reported: Set[int] = set()
+    for step in model.steps:
+        for unscale in step.of(EventKind.SCALER_UNSCALE):
+            if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale, step):
+                continue
+            scaler = unscale.receiver
+            if not model.scaler_enabled(scaler, step.scope):
+                continue
+            key = _optimizer(unscale)
+            flow = flow_of(model, step)
+            earlier = _protocol_before(model, step, unscale, scaler)
+            if earlier is None:  # not in the flow graph, or an optimizer that is no plain name
+                earlier = _since_update(flow, unscale, scaler, key)
+            if not earlier:
+                skipped = _next_iteration_without_update(model, step, unscale, scaler)
+                if skipped is not None:
+                    reported.add(id(unscale.call))
+                    detail = "iteration" if step.loop is not None else "call"
+                    yield Breach(UNSCALE_NEXT_ITERATION, unscale, step, scaler, flow, proof=skipped, detail=detail)
+                continue
+            previous = last_of(flow, earlier)
+            updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+            proof = flow.path(previous, unscale, updates)
+            reported.add(id(unscale.call))
+            kind = UNSCALE_TWICE if previous.kind is EventKind.SCALER_UNSCALE else UNSCALE_AFTER_STEP
+            yield Breach(kind, unscale, step, scaler, flow, cause=previous, related=tuple(earlier), proof=proof)
+
+
+def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
+    """The protocol's violations at `unscale` ("unscale-twice", "unscale-after-step"): the unscale_/step
+    that left this optimizer UNSCALED or STEPPED on some path with no update() since (and, for a step,
+    the unscale_ before it). None when the engine does not see the call."""
+    if unscale.target is None:
+        return None
+    flow = flow_of(model, step)
+    states = typestate.run(flow)
+    if id(unscale) not in states.before:
+        return None
+    causes = {id(v.cause): v.cause for v in states.at(unscale, "unscale-twice", "unscale-after-step") if v.cause is not None}
+    previous = [e for e in causes.values() if _same_optimizer(step, e, unscale)]
+    if not previous:
+        return []
+    last = last_of(flow, previous)
+    if last.kind is EventKind.SCALER_STEP:
+        before_step = [
+            e
+            for e in step.of(EventKind.SCALER_UNSCALE)
+            if e.receiver == scaler and e.target == unscale.target and e is not unscale and flow.path(e, last) is not None
+        ]
+        return before_step + [last]
+    return [last]
+
+
+def _guarded_by_scaler_state(unscale: Event, step: TrainingStep) -> bool:
+    """`if scaler._per_optimizer_states[id(opt)]["stage"] is not OptState.UNSCALED: scaler.unscale_(opt)`
+    (allennlp's trainer): the code asks the scaler whether it already unscaled. The guard does not cover
+    a second unscale_ of the same optimizer inside the same guarded block: the test ran before the first."""
+    guards = [b.node for b in unscale.branches if _STATE_TEST.search(code_of(b.node.test))]
+    if not guards:
+        return False
+    return not any(
+        e.index < unscale.index
+        and e.receiver == unscale.receiver
+        and e.target == unscale.target
+        and any(b.node is guards[-1] for b in e.branches)
+        for e in step.of(EventKind.SCALER_UNSCALE)
+    )
+
+
+_STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")
+
+
+def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str):
+    """A path from `unscale` to the end of the iteration that skips every update (`if not finite: continue`,
+    LVSM PR #19, espnet #2362), so the next iteration's unscale_ finds the optimizer already unscaled."""
+    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    if not updates or unscale.in_helper or accumulation(model, step) is not None:
+        return None  # an unscale_ on every micro-batch of an accumulation loop is AMP041's
+    if step.loop is None:
+        return _next_call_without_update(model, step, unscale, scaler, updates)
+    if unscale.loop is not step.loop:
+        return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
+    flow = flow_of(model, step)
+    return flow.next_iteration(unscale, unscale, updates)
+
+
+def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str, updates):
+    """A per-call step function (issue 26, principle 2: one call is one iteration) that updates the scaler
+    itself on one path and returns on another after `unscale_` with neither step nor update: the
+    protocol's end state leaves the optimizer UNSCALED, and the next call's `unscale_` raises. Only when
+    the function owns the update (its caller then does not update between calls) and the unscale_ is not
+    in a loop of the function."""
+    if not step.scope.is_function or unscale.loops or any(u.in_helper for u in updates):
+        return None
+    ends = typestate.run(flow_of(model, step)).end
+    left = [s.stage(scaler, unscale.target) for s in ends if unscale.target is not None]
+    if not any(stage is not None and stage[0] == typestate.UNSCALED and stage[1] is unscale for stage in left):
+        return None
+    flow = flow_of(model, step)
+    steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+    if not any(flow.path(unscale, u) is not None for u in updates):
+        return None  # the function never updates after this unscale_: its caller completes it
+    # Open world: a call the analysis could not follow may step or update (a callback, a hook).
+    unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]
+    return flow.to_end(unscale, list(updates) + list(steps) + unknown)
+
+
+def _optimizer(event: Event) -> str:
+    return code_of(event.call.args[0].value) if event.call.args else ""
+
+
+def _since_update(flow, unscale: Event, scaler: str, key: str) -> List[Event]:
+    """unscale_/step of the same optimizer that a path of the iteration runs before `unscale` with no
+    update() between."""
+    step = flow.step
+    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+    found: List[Event] = []
+    for event in step.scaler_events(scaler, EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP):
+        if event is unscale or not event.call.args or _optimizer(event) != key:
+            continue
+        if not _same_optimizer(step, event, unscale):
+            continue
+        if flow.path(event, unscale, updates) is not None:
+            found.append(event)
+    return found
+
+
+def _same_optimizer(step: TrainingStep, first: Event, second: Event) -> bool:
+    """Do the two calls name one optimizer? Not when the name reads the variable of a loop inside the
+    iteration that only one of them sits in (`for opt in optimizers:`, `optimizers[i]` under
+    `for i in range(n):`: another optimizer on every pass)."""
+    if not first.call.args:
+        return True
+    names = _names_in(first.call.args[0].value)
+
+    def binders(event: Event):
+        inner = event.loops[event.loops.index(step.loop) + 1 :] if step.loop in event.loops else event.loops
+        return [id(loop) for loop in inner if isinstance(loop, cst.For) and names & _target_names(loop.target)]
+
+    return binders(first) == binders(second)
+
+
+def _names_in(expr: cst.BaseExpression) -> Set[str]:
+    found: Set[str] = set()
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif isinstance(node, cst.Attribute):
+            todo.append(node.value)  # `self.optimizer` reads `self`, not a variable `optimizer`
+        else:
+            todo.extend(node.children)
+    return found
+
+
+def _target_names(target: cst.BaseExpression) -> Set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()

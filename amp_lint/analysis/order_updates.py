@@ -1,0 +1,278 @@
+"""The protocol's `update()` questions: an update that runs twice in an iteration (AMP023), before the
+iteration's inf checks or between an `unscale_` and its step (AMP022), or never (AMP021).
+
+Each query yields `order.Breach`es; see `order` for what a breach holds.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Iterator, List, Optional
+
+from amp_lint.analysis import typestate
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.steps import callee_scope
+from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.flow_queries import again_in_loop, any_path, first_of, last_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.paths import PROVED, Proof
+from amp_lint.analysis.scaler_flow import StepFlow, flow_of
+
+# --- update() twice (AMP023) ------------------------------------------------------------------------
+UPDATE_AGAIN = "update-again"  # another update() of the scaler can follow on a path of the iteration
+UPDATE_PER_OPTIMIZER = "update-per-optimizer"  # inside an inner loop that also steps: once per pass
+
+
+def updates_twice(model: FileModel) -> Iterator[Breach]:
+    """The protocol's "update-twice": an update() after which the same iteration updates the scaler again
+    (`last`: the last of those later updates), or an update() in an inner loop of the iteration that also
+    steps the scaler and can run again on the loop's next pass (one update per optimizer).
+    `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update."""
+    for step in model.steps:
+        updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
+        flow = flow_of(model, step) if updates else None
+        for update in updates:
+            scaler = update.receiver
+            if not model.scaler_enabled(scaler, step.scope):
+                continue
+            later, proof = any_path(flow, update, [u for u in updates if u.receiver == scaler])
+            if later:
+                yield Breach(
+                    UPDATE_AGAIN, update, step, scaler, flow, last=last_of(flow, later), related=tuple(later), proof=proof
+                )
+                continue
+            again = _again_in_inner_loop_with_step(flow, update)
+            if again is not None:
+                yield Breach(UPDATE_PER_OPTIMIZER, update, step, scaler, flow, proof=again)
+
+
+def _again_in_inner_loop_with_step(flow: StepFlow, update: Event) -> Optional[Proof]:
+    """The innermost loop inside the iteration around `update` that also steps this scaler: can the
+    update run again on that loop's next pass (no `break` or `return` right after it)?"""
+    step = flow.step
+    if step.loop is None and not step.of(EventKind.BACKWARD):
+        return None  # no backward here: the iteration's own loop is unknown
+    inner = update.loops[update.loops.index(step.loop) + 1 :] if step.loop in update.loops else update.loops
+    if not inner:
+        return None
+    loop = inner[-1]
+    if not any(e.kind is EventKind.SCALER_STEP and e.receiver == update.receiver and loop in e.loops for e in step.events):
+        return None
+    return again_in_loop(flow, update, loop)
+
+
+# --- update() before the iteration's inf checks (AMP022) ---------------------------------------------
+RESETS_UNSCALED = "update-resets-unscaled"  # unscale_(); update(); step(): the step divides again
+BREAKS_EVERY_PATH = "update-breaks-every-path"  # no inf checks on one path, an unscaled optimizer on the others
+CHECKS_ONLY_ON_SOME_PATHS = "update-checks-on-some-paths"  # the step/unscale_ before it only under a branch
+BEFORE_STEP = "update-before-step"  # no step/unscale_ before it, a step after it
+NEVER_STEPPED = "update-never-stepped"  # a scaler this file builds and never steps
+
+_INF_CHECKS = (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
+
+
+def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
+    """The protocol's "update-without-inf-checks", and "unscaled-twice" caused by an update:
+
+    - RESETS_UNSCALED: `unscale_(); update(); step()` (`update(new_scale)` too: it needs no inf checks but
+      still resets every optimizer); `other` the step that divides again, `last` the last step after it.
+    - BREAKS_EVERY_PATH: whichever way the branches go, the update is wrong (`typestate.
+      update_breaks_on_every_path`); `other`/`last`: the first/last step after it.
+    - CHECKS_ONLY_ON_SOME_PATHS: inf checks run before the update only on some paths (`related`: those
+      checks, `last` the last of them); ASSUMED when no path is proved to skip them all.
+    - BEFORE_STEP: no check before it, a step after it (`other`/`last`: first/last such step).
+    - NEVER_STEPPED: nothing in the file steps or unscales the scaler, which this file builds and keeps.
+    """
+    stepped_anywhere = {e.receiver for e in model.events if e.kind in _INF_CHECKS}
+    for step in model.steps:
+        for update in step.of(EventKind.SCALER_UPDATE):
+            scaler = update.receiver
+            if not model.scaler_enabled(scaler, step.scope):
+                continue
+            flow = flow_of(model, step)
+            if update.call.args:
+                yield from _between_unscale_and_step(flow, update, scaler)
+                continue
+            checks = [e for e in step.of(*_INF_CHECKS) if e.receiver == scaler]
+            earlier = [e for e in checks if flow.path(e, update) is not None]
+            if earlier:
+                # A path of the iteration that reaches the update with no step/unscale_ before it. Two
+                # optimizers under two flags and one update (DLRM) need both flags false: an
+                # assumption, not a proof; the same `if scaler is not None` around both: no path.
+                uncovered = flow.from_start(update, checks)
+                if uncovered is None:
+                    yield from _between_unscale_and_step(flow, update, scaler)
+                    continue
+                broken = uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler)
+                later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
+                if broken and later:
+                    first, last = first_of(flow, later), last_of(flow, later)
+                    yield Breach(BREAKS_EVERY_PATH, update, step, scaler, flow, other=first, last=last, related=tuple(later))
+                    continue
+                yield Breach(
+                    CHECKS_ONLY_ON_SOME_PATHS, update, step, scaler, flow,
+                    last=last_of(flow, earlier), related=tuple(earlier), proof=uncovered,
+                )
+                continue
+            later, proof = any_path(flow, update, [e for e in checks if e.kind is EventKind.SCALER_STEP])
+            if later:
+                first, last = first_of(flow, later), last_of(flow, later)
+                yield Breach(BEFORE_STEP, update, step, scaler, flow, other=first, last=last, related=tuple(later), proof=proof)
+            elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
+                yield Breach(NEVER_STEPPED, update, step, scaler, flow)
+
+
+def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Iterator[Breach]:
+    """`unscale_(); update(); step()`: the protocol's "unscaled-twice" at a step, caused by this update
+    (the step finds the optimizer READY again and divides the unscaled gradients a second time; the
+    next iteration's `unscale_()` then meets a STEPPED optimizer)."""
+    states = typestate.run(flow)
+    hit = [e for e in flow.step.of(EventKind.SCALER_STEP) if any(v.cause is update for v in states.at(e, "unscaled-twice"))]
+    if not hit:
+        return
+    proof = flow.path(update, hit[0])
+    if proof is None:
+        return
+    last = last_of(flow, [e for e in flow.step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(update, e) is not None])
+    yield Breach(RESETS_UNSCALED, update, flow.step, scaler, flow, other=hit[0], last=last, proof=proof)
+
+
+def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
+    """Only claim "never stepped" for a scaler this file builds (a parameter may be stepped by a caller) and
+    keeps itself: one stored on another object (`self.learn.scaler = GradScaler()`, fastai's callback) may be
+    stepped by whatever holds that object (issue 26, principle 3)."""
+    if scaler.count(".") > 1 or (scaler.count(".") == 1 and not scaler.startswith("self.")):
+        return False
+    return any(b.call is not None for b in model.scaler_bindings(scaler, step.scope))
+
+
+# --- update() never (AMP021) -------------------------------------------------------------------------
+MISSING_UPDATE = "update-missing"  # the iteration steps the scaler and nothing updates it (`detail`: where)
+NEVER_UPDATED_IN_PROJECT = "update-never-in-project"  # a per-call step of a class-built scaler nothing updates
+
+
+def missing_updates(model: FileModel) -> Iterator[Breach]:
+    """Scalers an iteration steps and never updates, so that the next `step()` meets a STEPPED optimizer
+    (the protocol's "step-twice"); `related`: the scaler's steps in the iteration, `last` the last one.
+
+    - MISSING_UPDATE: a loop (`detail` "in this loop") or a function that no other part of the file
+      completes (`detail` "anywhere in this file").
+    - NEVER_UPDATED_IN_PROJECT: open world (issue 26, principle 3): a function that steps through the
+      scaler but does not backpropagate is one part of its caller's iteration, and `update()` is the
+      caller's to supply; unless nothing can: the class builds the scaler and runs its scaled backward in a
+      sibling method, and no file of the project updates it or hands it on.
+    A call that gets the scaler, or a function of this file that updates it, may be the update, unless
+    nothing in the project updates the scaler.
+    """
+    for step in model.steps:
+        for scaler in _scalers_stepped(step):
+            if not model.scaler_enabled(scaler, step.scope):
+                continue
+            steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+            if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
+                continue
+            if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
+                continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
+            if step.loop is None and not _runs_scaled_backward(step, scaler):
+                # A caller in this file gets the helper's events inlined and is judged there; a public
+                # method's callers are not seen.
+                if _never_updated_in_project(model, step, scaler):
+                    yield Breach(NEVER_UPDATED_IN_PROJECT, steps[-1], step, scaler, last=steps[-1], related=tuple(steps))
+                continue
+            if step.loop is None and _updates_elsewhere(model, step, scaler):
+                continue  # the function is one part of a step whose update lives elsewhere
+            where = "in this loop" if step.loop is not None else "anywhere in this file"
+            yield Breach(MISSING_UPDATE, steps[-1], step, scaler, last=steps[-1], related=tuple(steps), detail=where)
+
+
+def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """Issue 26, principle 3: `self.<scaler>` built by this class, and no file of the project updates the
+    attribute, hands it on (an argument, an alias, a return value) or names it in a string: a callback
+    given `self` cannot update it either."""
+    parts = scaler.split(".")
+    if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
+        return False
+    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
+    # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
+    if not built or not all(code_of(b.call.func).split(".")[-1] == "GradScaler" for b in built):
+        return False
+    if _updates_elsewhere(model, step, scaler):
+        return False
+    from amp_lint.analysis.summaries import attribute_kept_in_project
+
+    return attribute_kept_in_project(model, parts[1]) is True
+
+
+def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A protocol object (issue 26, principles 2 and 3): its scaled backward in a sibling method, its step
+    here, and nothing in the project that updates its scaler (`_nothing_in_project_updates`)."""
+    class_name = step.scope.class_name
+    if not any(
+        e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
+        for e in model.events
+    ):
+        return False
+    return _nothing_in_project_updates(model, step, scaler)
+
+
+def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
+    return any(e.scaled_by == scaler for e in step.of(EventKind.BACKWARD))
+
+
+def _scalers_stepped(step: TrainingStep) -> List[str]:
+    seen: List[str] = []
+    for event in step.of(EventKind.SCALER_STEP):
+        if event.receiver not in seen:
+            seen.append(event.receiver)
+    return seen
+
+
+def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    for event in _scaler_updates(model):  # not all of `model.events` once per step: linear in the file
+        if event.receiver == scaler and event not in step.events:
+            if scaler.startswith("self.") and event.scope.class_name != step.scope.class_name:
+                continue
+            return True
+        # Another method of the same object updates a scaler it reaches through an attribute
+        # (fastai's callback: `self.scaler.step(self)` in before_step, `self.learn.scaler.update()` in
+        # after_step): the order of the two calls is the framework's, not shown here.
+        if (
+            scaler.startswith("self.")
+            and event.receiver is not None
+            and event.receiver.startswith("self.")
+            and event.scope.class_name == step.scope.class_name
+            and event.receiver.split(".")[-1] == scaler.split(".")[-1]
+        ):
+            return True
+    return False
+
+
+_UPDATES: "weakref.WeakKeyDictionary[FileModel, List[Event]]" = weakref.WeakKeyDictionary()
+
+
+def _scaler_updates(model: FileModel) -> List[Event]:
+    updates = _UPDATES.get(model)
+    if updates is None:
+        updates = _UPDATES[model] = [e for e in model.events if e.kind is EventKind.SCALER_UPDATE]
+    return updates
+
+
+def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> bool:
+    """A call in the iteration that gets the scaler, or a function/method of this file that updates it."""
+    for event in step.of(EventKind.CALL):
+        if callee_scope(model, event) is not None and any(e.via is event for e in step.events):
+            continue  # a helper of this file, inlined: its summary is in the iteration's events (no update)
+        for arg in event.call.args:
+            name = dotted_name(arg.value)
+            if name is not None and (name == scaler or scaler.startswith(name + ".")):
+                return True
+        callee = (event.target or "").split(".")[-1]
+        for function in model.functions_named(callee):
+            scope = model.scope_of(function)
+            if scope is not None and any(
+                e.kind is EventKind.SCALER_UPDATE for e in scope.events
+            ):
+                return True
+    return False
