@@ -4,7 +4,7 @@ The protocol is the table (`protocol`), run over an iteration's paths by its eng
 questions below are the order rules' predicates over it and over the paths (`scaler_flow`), answered here
 once, so that every rule (and anything else: the fix check, the server) asks the same thing. Each answer
 is a `Breach`: which condition (`kind`), at which event, the events that make it so (the earlier call
-that left the state, the later call it breaks), and whether it is proved or rests on a branch condition.
+that left the state, the later call it breaks), and whether it is proved or rests on a condition.
 A rule turns a breach into its message and fix; it computes nothing of its own.
 
 The questions live by subject: `order_updates` (update() too early, twice, never), `order_unscale`
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 from amp_lint.analysis.scaler_flow import assumption_text
 
 if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.analysis.accumulation import Accumulation
     from amp_lint.analysis.events import Event
     from amp_lint.analysis.file_model import TrainingStep
     from amp_lint.analysis.paths import Proof
@@ -38,8 +39,8 @@ class Breach:
     """
 
     kind: str
-    event: "Event"
-    step: "TrainingStep"
+    event: "Event"  # (a `CallSite` for the questions asked of calls rather than events: AMP081's)
+    step: Optional["TrainingStep"] = None
     scaler: Optional[str] = None
     flow: Optional["StepFlow"] = None
     cause: Optional["Event"] = None
@@ -48,12 +49,15 @@ class Breach:
     related: Tuple["Event", ...] = ()
     proof: Optional["Proof"] = None
     detail: str = ""
+    node: Optional[object] = None  # the syntax the breach is about, when not the event's call
+    accumulation: Optional["Accumulation"] = None  # the accumulation boundary it breaks
+    assumed: Optional[str] = None  # what it rests on, when that is not a branch condition
 
     @property
     def assumption(self) -> Optional[str]:
         """What the breach rests on when it is not proved (a finding's `assumption`)."""
-        return assumption_text(self.proof)
+        return self.assumed or assumption_text(self.proof)
 
     @property
     def context(self) -> str:
-        return self.step.scope.name
+        return (self.step or self.event).scope.name

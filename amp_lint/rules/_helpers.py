@@ -14,8 +14,7 @@ from amp_lint.diagnostics import one_line
 from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
-from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.syntax import alternatives, code_of
+from amp_lint.analysis.syntax import code_of
 
 # torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
 # inside autocast does not make them run in float32.
@@ -287,24 +286,6 @@ def decorator_target(decorator: cst.Decorator) -> Tuple[cst.BaseExpression, Opti
     return expr, None
 
 
-
-
-def scaler_may_be_custom(model: FileModel, key: str, scope: Scope) -> bool:
-    """Some assignment of the scaler builds it from a class that is not torch's (a project's subclass)."""
-    for site in model.assignment_sites:
-        if site.target != key:
-            continue
-        if key.startswith("self."):
-            if site.scope.class_name != scope.class_name:
-                continue
-        elif site.scope not in list(scope.chain()):
-            continue
-        for candidate in alternatives(site.value):
-            if isinstance(candidate, cst.Call):
-                qualified = site.scope.names.qualify(candidate.func)
-                if qualified not in names.GRAD_SCALER and "Scaler" in (dotted_name(candidate.func) or ""):
-                    return True
-    return False
 
 
 def move_into_boundary_fix(

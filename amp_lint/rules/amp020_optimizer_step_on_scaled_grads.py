@@ -1,24 +1,17 @@
 from __future__ import annotations
 
-import re
 from typing import Iterator, Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.analysis import order_steps
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
-from amp_lint.analysis.flow_queries import last_of
-from amp_lint.analysis import typestate
-from amp_lint.analysis.paths import PROVED, weakest
+from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-
-
-# A branch test that checks the gradients for inf/NaN itself: a direct step under it is a manual skip.
-_INF_TEST = re.compile(r"inf|finite|nan|overflow", re.IGNORECASE)
 
 
 class OptimizerStepOnScaledGrads(Rule):
@@ -171,164 +164,58 @@ class AmpStep:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
-                optimizer = optimizer_step.target
-                twice = _stepped_twice(model, step, optimizer_step)
-                if twice is not None:
-                    scaler, proof = twice
-                    flow = flow_of(model, step)
-                    through = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
-                    only_after_scaler_step = flow.from_start(optimizer_step, through) is None
-                    yield self.finding(
-                        optimizer_step.call,
-                        f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
-                        f"`{scaler}.step({optimizer})`; remove it",
-                        fix=None
-                        if optimizer_step.in_helper or not only_after_scaler_step
-                        else _remove_fix(model, optimizer_step),
-                        context=step.scope.name,
-                        related=self.through_helpers(optimizer_step),
-                        assumption=assumption_text(proof),
-                    )
-                    continue
-                bypass = self._after_unscale(model, step, optimizer_step)
-                if bypass is not None:
-                    yield bypass
-                    continue
-                backward = _latest_backward(model, step, optimizer_step)
-                if backward is None:
-                    # The scaled backward runs elsewhere (a sibling method, a callback, the caller).
-                    yield from self._closed_by_update(model, step, optimizer_step)
-                    continue
-                if backward.scaled_by is None:
-                    # The iteration's own backward is unscaled (the fp32 branch of `if amp: ... else: ...`):
-                    # the gradients this step applies are not the scaler's, whatever a later update needs.
-                    continue
-                scaler = backward.scaled_by
-                if not model.scaler_enabled(scaler, step.scope):
-                    continue
-                scaler_steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
-                if not scaler_steps:
-                    yield self.finding(
-                        optimizer_step.call,
-                        f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
-                        f"overflowing steps; use `{scaler}.step({optimizer})`",
-                        fix=None
-                        if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler)
-                        else _step_through_scaler_fix(
-                            model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step
-                        ),
-                        context=step.scope.name,
-                        related=self.through_helpers(optimizer_step),
-                    )
-
-
-    def _after_unscale(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Finding]:
-        """Issue 26, principle 1: the protocol reaches the direct step with the optimizer UNSCALED by its
-        scaler (an `unscale_` of this iteration, no `scaler.step` since) and the scaler's `update()`
-        follows: the right magnitude, but an overflowing step is never skipped. Not when the step sits
-        under a test of its own (a manual inf check)."""
-        if any(_INF_TEST.search(code_of(b.node.test)) for b in optimizer_step.branches if hasattr(b.node, "test")):
-            return None
-        flow = flow_of(model, step)
-        states = typestate.run(flow).before.get(id(optimizer_step), ())
-        optimizer = optimizer_step.target
-        for state in states:
-            for scaler, o, stage, unscale in state.stages:
-                if o != optimizer or stage != typestate.UNSCALED or not model.scaler_enabled(scaler, step.scope):
-                    continue
-                updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
-                if not updates:
-                    continue
-                proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
-                if proof is not PROVED and _every_state_breaks(flow, states, scaler, optimizer_step, updates[0]):
-                    proof = PROVED
-                return self.finding(
+        for breach in order_steps.direct_steps(model):
+            optimizer_step, scaler, step = breach.event, breach.scaler, breach.step
+            optimizer = optimizer_step.target
+            if breach.kind == order_steps.STEPPED_TWICE:
+                only_after_scaler_step = breach.flow.from_start(optimizer_step, breach.related) is None
+                yield self.finding(
+                    optimizer_step.call,
+                    f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
+                    f"`{scaler}.step({optimizer})`; remove it",
+                    fix=None
+                    if optimizer_step.in_helper or not only_after_scaler_step
+                    else _remove_fix(model, optimizer_step),
+                    context=breach.context,
+                    related=self.through_helpers(optimizer_step),
+                    assumption=breach.assumption,
+                )
+            elif breach.kind == order_steps.AROUND_UNSCALED:
+                yield self.finding(
                     optimizer_step.call,
                     f"`{code_of(optimizer_step.call)}` steps `{optimizer}` around `{scaler}` after "
-                    f"`{code_of(unscale.call)}`: an overflowing step is never skipped; use `{scaler}.step({optimizer})`",
+                    f"`{code_of(breach.cause.call)}`: an overflowing step is never skipped; use `{scaler}.step({optimizer})`",
                     fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
-                    context=step.scope.name,
+                    context=breach.context,
                     related=self.through_helpers(optimizer_step),
-                    assumption=assumption_text(proof),
+                    assumption=breach.assumption,
                 )
-        return None
-
-    def _closed_by_update(self, model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Finding]:
-        """An iteration (a per-call step function, or a loop whose scaled backward runs in a sibling method
-        or a callback) that steps the optimizer directly and then closes the scaler's iteration with
-        `update()`, with no `scaler.step` of that scaler in it (issue 26, principles 2 and 3). Whatever the
-        callers did, it is wrong: no inf checks for the update (AssertionError), or, after an unscale_,
-        a step that is never skipped on overflow."""
-        flow = flow_of(model, step)
-        for update in step.of(EventKind.SCALER_UPDATE):
-            scaler = update.receiver
-            if scaler is None or not model.scaler_enabled(scaler, step.scope):
-                continue
-            if step.scaler_events(scaler, EventKind.SCALER_STEP):
-                continue
-            proof = flow.path(optimizer_step, update)
-            if proof is None:
-                continue
-            yield self.finding(
-                optimizer_step.call,
-                f"`{code_of(optimizer_step.call)}` steps around `{scaler}`, then `{code_of(update.call)}` closes "
-                f"the iteration with no inf checks recorded (AssertionError), or never skips an overflowing "
-                f"step; use `{scaler}.step({optimizer_step.target})`",
-                fix=None
-                if optimizer_step.in_helper
-                else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
-                context=step.scope.name,
-                related=self.through_helpers(optimizer_step),
-                assumption=assumption_text(proof),
-            )
-            return
-
-
-def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:
-    """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
-    UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
-    then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
-    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
-    if flow.path(optimizer_step, update) is not PROVED:
-        return False
-    for state in states:
-        stage = state.stage(scaler, optimizer_step.target)
-        if stage is not None and stage[0] == typestate.UNSCALED:
-            continue
-        if scaler in state.checks or flow.path(optimizer_step, update, checks) is None:
-            return False
-    return True
-
-
-def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
-    """(scaler, proof) when a scaled backward, `scaler.step(opt)` and `opt.step()` share one path.
-
-    torchvision's references: `if scaler: scale/backward/step/update else: backward`, then an
-    `optimizer.step()` after the `if` that runs on both paths.
-    """
-    flow = flow_of(model, step)
-    for backward in step.of(EventKind.BACKWARD):
-        scaler = backward.scaled_by
-        if scaler is None or not model.scaler_enabled(scaler, step.scope):
-            continue
-        for scaler_step in step.of(EventKind.SCALER_STEP):
-            if scaler_step.receiver != scaler or scaler_step.target != optimizer_step.target:
-                continue
-            if flow.path(backward, scaler_step) is None:
-                continue
-            proof = flow.path(scaler_step, optimizer_step) or flow.path(optimizer_step, scaler_step)
-            if proof is not None:
-                return scaler, proof
-    return None
-
-
-def _latest_backward(model: FileModel, step: TrainingStep, event: Event) -> Optional[Event]:
-    """The backward that last runs before `event` on its paths (whose gradients the step applies)."""
-    flow = flow_of(model, step)
-    reaching = [b for b in step.of(EventKind.BACKWARD) if flow.path(b, event) is not None]
-    return last_of(flow, reaching) if reaching else None
+            elif breach.kind == order_steps.CLOSED_BY_UPDATE:
+                yield self.finding(
+                    optimizer_step.call,
+                    f"`{code_of(optimizer_step.call)}` steps around `{scaler}`, then `{code_of(breach.other.call)}` closes "
+                    f"the iteration with no inf checks recorded (AssertionError), or never skips an overflowing "
+                    f"step; use `{scaler}.step({optimizer_step.target})`",
+                    fix=None
+                    if optimizer_step.in_helper
+                    else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
+                    context=breach.context,
+                    related=self.through_helpers(optimizer_step),
+                    assumption=breach.assumption,
+                )
+            else:  # STEP_SCALED
+                yield self.finding(
+                    optimizer_step.call,
+                    f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
+                    f"overflowing steps; use `{scaler}.step({optimizer})`",
+                    fix=None
+                    if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler)
+                    else _step_through_scaler_fix(
+                        model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step
+                    ),
+                    context=breach.context,
+                    related=self.through_helpers(optimizer_step),
+                )
 
 
 def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:

@@ -2,13 +2,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis.events import EventKind
+from amp_lint.analysis import order_gradients
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.flow_queries import reaching, whole_scope_flow
-from amp_lint.rules._helpers import has_star_args, scaler_may_be_custom, short
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -149,51 +146,15 @@ scaler.update()
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for event in model.events:
-            if event.kind is not EventKind.SCALER_STEP or has_star_args(event.call):
-                continue
-            positional = [a for a in event.call.args if a.keyword is None]
-            closure = [a for a in event.call.args if a.keyword is not None and a.keyword.value == "closure"]
-            if len(positional) < 2 and not closure:
-                continue
-            if not model.scaler_enabled(event.receiver, event.scope):
-                continue
-            if scaler_may_be_custom(model, event.receiver, event.scope):
-                continue  # a project's own scaler class may support closures (Composer's ClosureGradScaler)
-            extra = closure[0] if closure else positional[1]
-            if _forwarded_optional(model, event, extra.value):
-                continue  # `def step(self, closure=None): self.scaler.step(self.optimizer, closure)`
+        for breach in order_gradients.closures_to_scaler_step(model):
             how = (
                 "raises 'Closure use is not currently supported'"
-                if closure
+                if breach.kind == order_gradients.CLOSURE_KEYWORD
                 else "is forwarded to the optimizer, whose closure re-runs an unscaled backward"
             )
             yield self.finding(
-                extra.value,
-                f"`{short(event.call)}` passes a closure to GradScaler.step: it {how}; "
+                breach.node,
+                f"`{short(breach.event.call)}` passes a closure to GradScaler.step: it {how}; "
                 "GradScaler does not support closure-based optimizers",
-                context=event.scope.name,
+                context=breach.context,
             )
-
-
-def _forwarded_optional(model: FileModel, event, value) -> bool:
-    """A parameter of the enclosing function that defaults to None, and still holds the caller's value at
-    the step: a wrapper forwarding its caller's optional closure. An assignment of the name that a path
-    runs before the step (`if closure is None: closure = self._default_closure`) makes it a closure."""
-    scope = event.scope
-    function = scope.node
-    if not isinstance(value, cst.Name) or not isinstance(function, cst.FunctionDef):
-        return False
-    params = [*function.params.params, *function.params.kwonly_params, *function.params.posonly_params]
-    for param in params:
-        if param.name.value == value.value:
-            if not (isinstance(param.default, cst.Name) and param.default.value == "None"):
-                return False
-            sites = model.assignments_in(scope, value.value)
-            rebound = [
-                site
-                for site, _ in reaching(whole_scope_flow(model, scope), event, sites)
-                if not (isinstance(site.value, cst.Name) and site.value.value == "None")
-            ]
-            return not rebound
-    return False

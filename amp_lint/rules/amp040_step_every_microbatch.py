@@ -3,10 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from amp_lint.diagnostics import Severity, Applicability
-from amp_lint.analysis.events import EventKind
+from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.scaler_flow import assumption_text
-from amp_lint.analysis.accumulation import accumulation, first_on_path
 from amp_lint.rules._helpers import move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -183,43 +181,22 @@ for i, batch in enumerate(loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            acc = accumulation(model, step)
-            if acc is None:
-                continue
-            pair = acc.protocol(EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-            # On a micro-batch that only accumulates (the boundary condition false on the path).
-            every = {id(e): (e, p) for e in pair for p in [acc.every_micro_batch(e)] if p is not None}
-            if not every or any(e.in_helper for e, _ in every.values()):
-                continue
-            at_boundary = [e for e in pair if acc.at_boundary(e)]
-            zeros = acc.protocol(EventKind.ZERO_GRAD)
-            kinds = {e.kind for e, _ in every.values()}
-            if at_boundary:
-                if EventKind.SCALER_STEP not in kinds:
-                    continue  # update() every micro-batch, step() at the boundary: AMP022 reports it
+        for breach in order_accumulation.steps_every_micro_batch(model):
+            first, acc = breach.event, breach.accumulation
+            if breach.kind == order_accumulation.STEP_TWICE_PER_BOUNDARY:
                 why = "RuntimeError 'step() has already been called since the last update()' on the second micro-batch"
-            elif any(acc.at_boundary(z) for z in zeros) and not any(acc.unconditional(z) for z in zeros):
+            else:
                 why = (
                     "the optimizer steps on every micro-batch while gradients accumulate, "
                     "mixing unscaled and newly scaled values"
                 )
-            else:
-                continue
-            flow = acc.flow
-            movers = [
-                e
-                for e in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-                if acc.unconditional(e) and flow.path(acc.backward, e) is not None
-            ]
-            first = first_on_path(flow, [e for e, _ in every.values()])
-            assert first is not None
-            proof = every[id(first)][1]
             yield self.finding(
                 first.call,
                 f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
                 f"{acc.waits_for()}: {why}; move it into that block",
-                fix=move_into_boundary_fix(model, acc, movers, "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))),
-                context=step.scope.name,
-                assumption=assumption_text(proof),
+                fix=move_into_boundary_fix(
+                    model, acc, list(breach.related), "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))
+                ),
+                context=breach.context,
+                assumption=breach.assumption,
             )

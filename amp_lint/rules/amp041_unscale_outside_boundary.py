@@ -3,10 +3,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.analysis.events import EventKind
+from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.scaler_flow import assumption_text
-from amp_lint.analysis.accumulation import accumulation
 from amp_lint.rules._helpers import move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -167,39 +165,26 @@ for i, (x, y) in enumerate(loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            acc = accumulation(model, step)
-            if acc is None:
-                continue
-            if not any(acc.at_boundary(e) for e in acc.protocol(EventKind.SCALER_STEP)):
-                continue
-            # A micro-batch that only accumulates runs it: a path from the iteration's start on which the
-            # boundary condition does not hold, under a test of its own or none (`if clip_grad:
-            # scaler.unscale_(optimizer)` on every micro-batch, Swin-Transformer #311).
-            offenders = []
-            for event in acc.protocol(EventKind.SCALER_UNSCALE, EventKind.CLIP):
-                proof = None if event.in_helper else acc.every_micro_batch(event)
-                if proof is not None:
-                    offenders.append((event, proof))
-            if not offenders:
-                continue
-            fix = move_into_boundary_fix(
-                model,
-                acc,
-                [e for e, _ in offenders],
-                "Move unscale_/clipping into the accumulation boundary",
-                ("AMP041", id(acc.boundary)),
-            )
-            for event, proof in offenders:
-                if event.kind is EventKind.SCALER_UNSCALE:
-                    why = "RuntimeError 'unscale_() has already been called' on the second micro-batch"
-                else:
-                    why = "it clips partial, still-scaled gradient sums"
-                yield self.finding(
-                    event.call,
-                    f"`{short(event.call)}` runs on every micro-batch, but the step waits for {acc.waits_for('to fail')}: "
-                    f"{why}; move it into that block, before the step",
-                    fix=fix,
-                    context=step.scope.name,
-                    assumption=assumption_text(proof),
+        fixes = {}  # one fix per iteration (its accumulation boundary), shared by its findings
+        for breach in order_accumulation.unscales_every_micro_batch(model):
+            event, acc = breach.event, breach.accumulation
+            if id(breach.step) not in fixes:
+                fixes[id(breach.step)] = move_into_boundary_fix(
+                    model,
+                    acc,
+                    list(breach.related),
+                    "Move unscale_/clipping into the accumulation boundary",
+                    ("AMP041", id(acc.boundary)),
                 )
+            if breach.kind == order_accumulation.UNSCALE_EVERY_MICRO_BATCH:
+                why = "RuntimeError 'unscale_() has already been called' on the second micro-batch"
+            else:
+                why = "it clips partial, still-scaled gradient sums"
+            yield self.finding(
+                event.call,
+                f"`{short(event.call)}` runs on every micro-batch, but the step waits for {acc.waits_for('to fail')}: "
+                f"{why}; move it into that block, before the step",
+                fix=fixes[id(breach.step)],
+                context=breach.context,
+                assumption=breach.assumption,
+            )

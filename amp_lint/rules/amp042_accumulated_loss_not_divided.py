@@ -1,20 +1,13 @@
 from __future__ import annotations
 
-import re
-from typing import Iterator, List, Optional, Set
-
-import libcst as cst
+from typing import Iterator
 
 from amp_lint.diagnostics import Confidence, Severity
+from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.flow_queries import path_with
-from amp_lint.analysis.accumulation import accumulation
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
-
-_NORMALISED = re.compile(r"accum|accumulat|grad_acc|reduction", re.IGNORECASE)
 
 
 class AccumulatedLossNotDivided(Rule):
@@ -126,64 +119,12 @@ for i, (x, y) in enumerate(loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            acc = accumulation(model, step)
-            if acc is None or acc.backward.loss is None:
-                continue
-            divisor = _modulo_divisor(acc.boundary.test)
-            if divisor is None:
-                continue
-            identifier = re.escape(code_of(divisor).split(".")[-1].strip())
-            chain = _loss_chain(model, acc, acc.backward.loss)
-            if any(re.search(rf"\b{identifier}\b", text) or _NORMALISED.search(text) for text in chain):
-                continue
+        for breach in order_accumulation.losses_not_divided(model):
+            backward, divisor = breach.event, code_of(breach.node)
             yield self.finding(
-                acc.backward.call,
-                f"`{short(acc.backward.call)}` accumulates over `{code_of(divisor)}` micro-batches but the loss is "
-                f"never divided by `{code_of(divisor)}`: the accumulated gradient is that many times the mean",
+                backward.call,
+                f"`{short(backward.call)}` accumulates over `{divisor}` micro-batches but the loss is "
+                f"never divided by `{divisor}`: the accumulated gradient is that many times the mean",
                 confidence=Confidence.MEDIUM,
-                context=step.scope.name,
+                context=breach.context,
             )
-
-
-def _modulo_divisor(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    found: List[cst.BaseExpression] = []
-
-    class Modulo(cst.CSTVisitor):
-        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-            if isinstance(node.operator, cst.Modulo):
-                found.append(node.right)
-
-    test.visit(Modulo())
-    if len(found) != 1 or isinstance(found[0], (cst.Integer, cst.Float)):
-        return None
-    return found[0]
-
-
-def _loss_chain(model: FileModel, acc, loss: cst.BaseExpression) -> List[str]:
-    """The code of the backpropagated expression and of every assignment that feeds it (two levels).
-
-    An assignment feeds it when a path leads from the assignment to the backward: `loss = loss / accum`
-    after the backward (for the log line) does not divide the gradients.
-    """
-    texts = [code_of(loss)]
-    names: Set[str] = set()
-    key = dotted_name(loss)
-    if key is not None:
-        names.add(key)
-    names |= set(re.findall(r"[A-Za-z_][\w.]*", code_of(loss)))
-    scope = acc.step.scope
-    sites = [
-        site
-        for site in model.assignment_sites
-        if site.scope is scope and site.statement is not None and path_with(acc.flow, site, acc.backward) is not None
-    ]
-    for _ in range(2):
-        new: Set[str] = set()
-        for site in sites:
-            if site.target in names:
-                text = code_of(site.value)
-                texts.append(text)
-                new |= set(re.findall(r"[A-Za-z_][\w.]*", text))
-        names |= new
-    return texts

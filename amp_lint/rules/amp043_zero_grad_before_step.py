@@ -1,18 +1,17 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.analysis import order_gradients
 from amp_lint.analysis.events import Event, EventKind
-from amp_lint.analysis.gradient_effects import optimizer_holds_parameters_of
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
-from amp_lint.analysis.paths import PROVED, Proof, weakest
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -161,77 +160,18 @@ for i, x in enumerate(loader):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        reported: Set[int] = set()
-        for step in model.steps:
-            flow = flow_of(model, step)
-            for consumer in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
-                scaler = consumer.receiver
-                if consumer.target is None or not model.scaler_enabled(scaler, step.scope):
-                    continue
-                backwards = [e for e in step.of(EventKind.BACKWARD) if e.scaled_by == scaler and flow.path(e, consumer) is not None]
-                if not backwards:
-                    continue
-                stepped = {e.target for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler}
-                # A step of this optimizer consumes the gradients: a zero_grad after it clears nothing it needs.
-                own_steps = [
-                    e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == consumer.target and e is not consumer
-                ]
-                refills = [e for e in step.of(EventKind.BACKWARD) if flow.path(e, consumer) is not None]
-                for zero in step.of(EventKind.ZERO_GRAD):
-                    if id(zero.call) in reported:
-                        continue
-                    # The gradients of a scaled backward reach the zero_grad (no step of this optimizer
-                    # between), and the zero_grad reaches the consumer with no backward between to
-                    # refill them (GAN: the generator's zero_grad, then its own backward). A zero_grad that
-                    # leaves the loop (`optimizer.zero_grad(); break`, an OOM retry) has no path on.
-                    proof = weakest(_reached_by(flow, backwards, zero, own_steps), flow.path(zero, consumer, refills))
-                    if proof is None:
-                        continue
-                    backward = _last_backward(flow, backwards, zero)
-                    # An `except RuntimeError` out-of-memory handler that drops the batch is not the normal
-                    # path (fairseq's ddp_trainer): a finding there assumes the exception happens.
-                    assumption = (
-                        "assumes the exception handler runs" if flow.in_handler(zero) else assumption_text(proof)
-                    )
-                    if zero.target == consumer.target:
-                        confidence = Confidence.HIGH
-                    elif zero.target is not None and not model.is_optimizer(zero.target) and len(stepped) == 1:
-                        # A module's zero_grad: proved when the stepped optimizer is built here from that
-                        # module's parameters (issue 26, principle 4), else assumed.
-                        holds = optimizer_holds_parameters_of(model, consumer.target, zero.target, step.scope)
-                        confidence = Confidence.HIGH if holds else Confidence.MEDIUM
-                    else:
-                        continue
-                    reported.add(id(zero.call))
-                    yield self.finding(
-                        zero.call,
-                        f"`{short(zero.call)}` clears the gradients of `{short(backward.call, 40)}` before "
-                        f"`{short(consumer.call, 40)}` reads them: 'No inf checks were recorded' (or a step on "
-                        f"zero gradients); zero them after `{scaler}.update()`",
-                        fix=_move_fix(model, step, zero, consumer, scaler),
-                        confidence=confidence,
-                        context=step.scope.name,
-                        assumption=assumption,
-                    )
-
-
-def _reached_by(flow, backwards: List[Event], zero: Event, own_steps: List[Event]) -> Optional[Proof]:
-    """The best proof that some scaled backward reaches `zero` with no step of the optimizer between."""
-    best = None
-    for backward in backwards:
-        proof = flow.path(backward, zero, own_steps)
-        if proof is PROVED:
-            return proof
-        best = best or proof
-    return best
-
-
-def _last_backward(flow, backwards: List[Event], zero: Event) -> Event:
-    """A backward that reaches `zero` with no other backward between (the one whose gradients it clears)."""
-    for backward in backwards:
-        if flow.path(backward, zero, [b for b in backwards if b is not backward]) is not None:
-            return backward
-    return next((b for b in backwards if flow.path(b, zero) is not None), backwards[0])
+        for breach in order_gradients.zero_grads_before_step(model):
+            zero, backward, consumer, scaler = breach.event, breach.cause, breach.other, breach.scaler
+            yield self.finding(
+                zero.call,
+                f"`{short(zero.call)}` clears the gradients of `{short(backward.call, 40)}` before "
+                f"`{short(consumer.call, 40)}` reads them: 'No inf checks were recorded' (or a step on "
+                f"zero gradients); zero them after `{scaler}.update()`",
+                fix=_move_fix(model, breach.step, zero, consumer, scaler),
+                confidence=Confidence.MEDIUM if breach.kind == order_gradients.ZERO_GRAD_MODULE_ASSUMED else Confidence.HIGH,
+                context=breach.context,
+                assumption=breach.assumption,
+            )
 
 
 def _move_fix(model: FileModel, step: TrainingStep, zero: Event, consumer: Event, scaler: str) -> Optional[Fix]:

@@ -1,19 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Tuple
+from typing import Iterator
 
-import libcst as cst
-
-from amp_lint.analysis.file_model import CallSite, FileModel
-from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.paths import weakest
-from amp_lint.analysis.scaler_flow import assumption_text
-from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
+from amp_lint.analysis import order_gradients
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
-
-_PICKLERS = frozenset({"torch.save", "pickle.dump", "pickle.dumps", "copy.deepcopy", "copy.copy"})
 
 
 class ScalerStateMidIteration(Rule):
@@ -131,64 +124,19 @@ def train_step(self, loss):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        saves = list(_saves(model))
-        if not saves:
-            return
-        for save, scaler, pickled in saves:
-            flow = whole_scope_flow(model, save.scope)
-            updates = _scaler_calls(model, save, scaler, ("update",))
-            starts = _scaler_calls(model, save, scaler, ("unscale_", "step") if pickled else ("backward",))
-            # The iteration's work reaches the save with no update() between, and an update() follows it.
-            reached = [(s, site_path(flow, s, save, updates)) for s in starts]
-            start, into = next(((s, proof) for s, proof in reached if proof is not None), (None, None))
-            if start is None:
-                continue
-            followed = [(u, site_path(flow, save, u)) for u in updates]
-            update, onward = next(((u, proof) for u, proof in followed if proof is not None), (None, None))
-            if update is None:
-                continue
-            what = f"pickling `{scaler}`" if pickled else f"`{scaler}.state_dict()`"
-            consequence = (
-                "raises AssertionError (a GradScaler may only be pickled at the beginning of an iteration or after update())"
-                if pickled
-                else "records the scale before this iteration's update(): a resumed run starts from a stale scale"
-            )
+        for breach in order_gradients.scaler_saved_mid_iteration(model):
+            save, scaler, start, update = breach.event, breach.scaler, breach.cause, breach.other
+            if breach.kind == order_gradients.PICKLED_MID_ITERATION:
+                what = f"pickling `{scaler}`"
+                consequence = "raises AssertionError (a GradScaler may only be pickled at the beginning of an iteration or after update())"
+            else:
+                what = f"`{scaler}.state_dict()`"
+                consequence = "records the scale before this iteration's update(): a resumed run starts from a stale scale"
             yield self.finding(
                 save.call,
                 f"{what} between `{short(start.call, 40)}` and `{short(update.call, 40)}` {consequence}; "
                 "save after update()",
-                context=save.scope.name,
+                context=breach.context,
                 related=(("update() here", update.call),),
-                assumption=assumption_text(weakest(into, onward)),
+                assumption=breach.assumption,
             )
-
-
-def _saves(model: FileModel) -> Iterator[Tuple[CallSite, str, bool]]:
-    """(the call, the scaler's key, whether it pickles the scaler itself)."""
-    for site in model.call_sites:
-        if site.method == "state_dict" and site.receiver is not None and not site.call.args:
-            key = dotted_name(site.receiver)
-            if key is not None and model.is_scaler(key, site.scope) and model.scaler_enabled(key, site.scope):
-                yield site, key, False
-        elif site.qualified_name in _PICKLERS and site.call.args:
-            key = dotted_name(site.call.args[0].value)
-            if key is not None and model.is_scaler(key, site.scope) and model.scaler_enabled(key, site.scope):
-                yield site, key, True
-
-
-def _scaler_calls(model: FileModel, save: CallSite, scaler: str, methods) -> List[CallSite]:
-    """Calls `scaler.<method>()` in the save's function and loop body; "backward": `scaler.scale(x).backward()`."""
-    found = []
-    for site in model.call_sites:
-        if site.scope is not save.scope or site.loops != save.loops or site.method not in methods:
-            continue
-        receiver = site.receiver
-        if site.method == "backward":
-            if not (isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute)):
-                continue
-            if receiver.func.attr.value != "scale" or dotted_name(receiver.func.value) != scaler:
-                continue
-        elif receiver is None or dotted_name(receiver) != scaler:
-            continue
-        found.append(site)
-    return found

@@ -1,0 +1,149 @@
+"""The protocol's questions about a direct `optimizer.step()` (AMP020): the optimizer steps on gradients
+its scaler still holds SCALED (the protocol's "step-scaled"), around a scaler that UNSCALED it (an
+overflow never skipped), again after `scaler.step` stepped it, or before an `update()` that then finds
+no inf checks. Each query yields `order.Breach`es; see `order`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Optional
+
+from amp_lint.analysis import typestate
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.flow_queries import last_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.paths import PROVED, weakest
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.syntax import code_of
+
+STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` on one path; `related`: those scaler steps
+AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
+CLOSED_BY_UPDATE = "step-closed-by-update"  # no scaled backward here, no scaler.step, an update (`other`) follows
+STEP_SCALED = "step-scaled"  # the iteration's scaled backward reaches it, no scaler.step of the optimizer
+
+# A branch test that checks the gradients for inf/NaN itself: a direct step under it is a manual skip.
+_INF_TEST = re.compile(r"inf|finite|nan|overflow", re.IGNORECASE)
+
+
+def direct_steps(model: FileModel) -> Iterator[Breach]:
+    """Each direct `optimizer.step()` that breaks the protocol, by the first question that holds:
+
+    - STEPPED_TWICE: a scaled backward, `scaler.step(opt)` and `opt.step()` share one path (torchvision's
+      references: `if scaler: scale/backward/step/update else: backward`, then an `optimizer.step()` after
+      the `if` that runs on both paths).
+    - AROUND_UNSCALED: issue 26, principle 1: the protocol reaches the step with the optimizer UNSCALED by
+      its scaler (an `unscale_` of this iteration, no `scaler.step` since) and the scaler's `update()`
+      follows: the right magnitude, but an overflowing step is never skipped. Not under a test of its
+      own (a manual inf check).
+    - CLOSED_BY_UPDATE: the scaled backward runs elsewhere (a sibling method, a callback, the caller), and
+      the iteration steps directly, then closes with `update()`, with no `scaler.step` of that scaler in it
+      (issue 26, principles 2 and 3): no inf checks for the update, or an overflow never skipped.
+    - STEP_SCALED: the backward whose gradients it applies is scaled, and the scaler never steps this
+      optimizer. The iteration's own unscaled backward (the fp32 branch of `if amp: ... else: ...`) is not.
+    """
+    for step in model.steps:
+        for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
+            optimizer = optimizer_step.target
+            twice = _stepped_twice(model, step, optimizer_step)
+            if twice is not None:
+                scaler, proof = twice
+                through = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
+                yield Breach(STEPPED_TWICE, optimizer_step, step, scaler, flow_of(model, step), related=tuple(through), proof=proof)
+                continue
+            bypass = _after_unscale(model, step, optimizer_step)
+            if bypass is not None:
+                yield bypass
+                continue
+            backward = _latest_backward(model, step, optimizer_step)
+            if backward is None:
+                yield from _closed_by_update(model, step, optimizer_step)
+                continue
+            if backward.scaled_by is None:
+                continue
+            scaler = backward.scaled_by
+            if not model.scaler_enabled(scaler, step.scope):
+                continue
+            if not any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
+                yield Breach(STEP_SCALED, optimizer_step, step, scaler, flow_of(model, step), cause=backward)
+
+
+def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Breach]:
+    if any(_INF_TEST.search(code_of(b.node.test)) for b in optimizer_step.branches if hasattr(b.node, "test")):
+        return None
+    flow = flow_of(model, step)
+    states = typestate.run(flow).before.get(id(optimizer_step), ())
+    optimizer = optimizer_step.target
+    for state in states:
+        for scaler, o, stage, unscale in state.stages:
+            if o != optimizer or stage != typestate.UNSCALED or not model.scaler_enabled(scaler, step.scope):
+                continue
+            updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
+            if not updates:
+                continue
+            proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
+            if proof is not PROVED and _every_state_breaks(flow, states, scaler, optimizer_step, updates[0]):
+                proof = PROVED
+            return Breach(AROUND_UNSCALED, optimizer_step, step, scaler, flow, cause=unscale, other=updates[0], proof=proof)
+    return None
+
+
+def _closed_by_update(model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Breach]:
+    flow = flow_of(model, step)
+    for update in step.of(EventKind.SCALER_UPDATE):
+        scaler = update.receiver
+        if scaler is None or not model.scaler_enabled(scaler, step.scope):
+            continue
+        if step.scaler_events(scaler, EventKind.SCALER_STEP):
+            continue
+        proof = flow.path(optimizer_step, update)
+        if proof is None:
+            continue
+        yield Breach(CLOSED_BY_UPDATE, optimizer_step, step, scaler, flow, other=update, proof=proof)
+        return
+
+
+def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:
+    """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
+    UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
+    then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
+    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
+    if flow.path(optimizer_step, update) is not PROVED:
+        return False
+    for state in states:
+        stage = state.stage(scaler, optimizer_step.target)
+        if stage is not None and stage[0] == typestate.UNSCALED:
+            continue
+        if scaler in state.checks or flow.path(optimizer_step, update, checks) is None:
+            return False
+    return True
+
+
+def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
+    """(scaler, proof) when a scaled backward, `scaler.step(opt)` and `opt.step()` share one path.
+
+    torchvision's references: `if scaler: scale/backward/step/update else: backward`, then an
+    `optimizer.step()` after the `if` that runs on both paths.
+    """
+    flow = flow_of(model, step)
+    for backward in step.of(EventKind.BACKWARD):
+        scaler = backward.scaled_by
+        if scaler is None or not model.scaler_enabled(scaler, step.scope):
+            continue
+        for scaler_step in step.of(EventKind.SCALER_STEP):
+            if scaler_step.receiver != scaler or scaler_step.target != optimizer_step.target:
+                continue
+            if flow.path(backward, scaler_step) is None:
+                continue
+            proof = flow.path(scaler_step, optimizer_step) or flow.path(optimizer_step, scaler_step)
+            if proof is not None:
+                return scaler, proof
+    return None
+
+
+def _latest_backward(model: FileModel, step: TrainingStep, event: Event) -> Optional[Event]:
+    """The backward that last runs before `event` on its paths (whose gradients the step applies)."""
+    flow = flow_of(model, step)
+    reaching = [b for b in step.of(EventKind.BACKWARD) if flow.path(b, event) is not None]
+    return last_of(flow, reaching) if reaching else None
