@@ -9,13 +9,13 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
+from amp_lint.analysis import order_reads
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.accumulation import accumulation, first_on_path
+from amp_lint.analysis.accumulation import accumulation
 from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
+from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -213,140 +213,41 @@ def train_step(self, batch):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            flow = flow_of(model, step)
-            flagged: List[Tuple[Event, Optional[Fix]]] = []
-            # A project helper that reads or clips gradients and cannot unscale them (its gradient-effect
-            # summary, issue 26 principle 3) is a read where it is called, like `clip_grad_norm_`.
-            helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
-            reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
-            for clip in reads:
-                # The scaled gradients reach the clip on some path with no unscale_ on it: they survive
-                # inner micro-step loops and if/else merges (miles-credit #141, neural_sp).
-                reached = _scaled_reaching(model, step, flow, clip) or _scaled_on_entry(model, step, flow, clip)
-                if reached is None:
-                    continue
-                backward, scaler, proof = reached
-                if _threshold_carries_scale(clip):
-                    continue  # `max_norm * scaler.get_scale()`: the scaled gradients against a scaled threshold
-                if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
-                    continue  # one finding per loop over the parameters
-                steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
-                if not steps:
-                    continue
-                what = "clips" if clip.kind is EventKind.CLIP or (id(clip) in helpers and helpers[id(clip)].clips) else "reads"
-                # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
-                # fix of an earlier flagged clip that precedes it.
-                fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
-                # A clip inside a helper gets its unscale_ before the call that reaches it, in this iteration:
-                # an edit of the caller, not of the helper; unless the helper (of this file) steps the scaler
-                # itself after the clip: then it is wrong for every caller, and the unscale_ goes before the
-                # clip there. Two clips of one helper call (its if/else) share one fix.
-                site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
-                fix = fix or next((f for earlier, f in flagged if earlier is site), None)
-                if fix is None and backward is not None and not _every_micro_batch(model, step, site):
-                    fix = _unscale_fix(model, step, site, scaler, steps, backward)
-                flagged.append((clip, fix))
-                if site is not clip:
-                    flagged.append((site, fix))
-                yield self.finding(
-                    clip.call,
-                    f"`{short(clip.call)}` {what} gradients still scaled by `{scaler}`; "
-                    f"call {_unscale_calls(model, step, clip, scaler, steps)} first",
-                    # A read that remains after the scale-free ones (isnan, isinf, isfinite, `/=`) are set
-                    # aside depends on the scale: a norm or statistic of scaled gradients is wrong by the factor.
-                    fix=fix,
-                    context=step.scope.name,
-                    related=self.through_helpers(clip),
-                    assumption=assumption_text(proof),
-                )
+        flagged: List[Tuple[Event, Optional[Fix]]] = []  # the iteration's findings so far, with their fixes
+        current = None
+        for breach in order_reads.scaled_gradient_reads(model):
+            clip, step, flow, scaler, backward = breach.event, breach.step, breach.flow, breach.scaler, breach.cause
+            steps = list(breach.related)
+            if step is not current:
+                current, flagged = step, []
+            # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
+            # fix of an earlier flagged clip that precedes it.
+            fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
+            # A clip inside a helper gets its unscale_ before the call that reaches it, in this iteration:
+            # an edit of the caller, not of the helper; unless the helper (of this file) steps the scaler
+            # itself after the clip: then it is wrong for every caller, and the unscale_ goes before the
+            # clip there. Two clips of one helper call (its if/else) share one fix.
+            site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
+            fix = fix or next((f for earlier, f in flagged if earlier is site), None)
+            if fix is None and backward is not None and not _every_micro_batch(model, step, site):
+                fix = _unscale_fix(model, step, site, scaler, steps, backward)
+            flagged.append((clip, fix))
+            if site is not clip:
+                flagged.append((site, fix))
+            yield self.finding(
+                clip.call,
+                f"`{short(clip.call)}` {breach.detail} gradients still scaled by `{scaler}`; "
+                f"call {_unscale_calls(model, step, clip, scaler, steps)} first",
+                # A read that remains after the scale-free ones (isnan, isinf, isfinite, `/=`) are set
+                # aside depends on the scale: a norm or statistic of scaled gradients is wrong by the factor.
+                fix=fix,
+                context=breach.context,
+                related=self.through_helpers(clip),
+                assumption=breach.assumption,
+            )
 
 
-def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
-    """(backward, scaler, proof): a scaled backward whose gradients reach `clip` with no unscale_ between."""
-    unscales = [
-        e
-        for e in step.events
-        if e.kind is EventKind.SCALER_UNSCALE or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
-    ]
-    best = None
-    for backward in step.of(EventKind.BACKWARD):
-        scaler = backward.scaled_by
-        if scaler is None or not model.scaler_enabled(scaler, step.scope):
-            continue
-        if flow.path(backward, clip) is None:
-            continue
-        mine = [e for e in unscales if e.kind is EventKind.CALL or e.receiver == scaler]
-        proof = flow.path(backward, clip, mine)
-        if proof is not None and (best is None or proof is PROVED):
-            best = (backward, scaler, proof)
-    return best
-
-
-def _scaled_on_entry(model: FileModel, step: TrainingStep, flow, clip: Event):
-    """(None, scaler, proof) for a per-call step method (colbert's `step()`: clip, `self.scaler.step`, no
-    backward of its own) whose class builds the scaler and runs the scaled backward in a sibling method on
-    the same branch condition: the gradients are scaled when the method starts (issue 26, principle 2).
-    Silent when any method of the class unscales through that scaler elsewhere (a caller may do it first)."""
-    if step.loop is not None or step.scope.class_name is None or step.of(EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
-        return None
-    siblings = [s for s in model.scopes if s.is_function and s.class_name == step.scope.class_name and s is not step.scope]
-    for stepped in step.of(EventKind.SCALER_STEP):
-        scaler = stepped.receiver
-        if not class_builds_scaler(model, scaler, step.scope) or flow.path(clip, stepped) is None:
-            continue
-        if any(e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler for s in siblings for e in s.events):
-            continue
-        scaled = [
-            e
-            for s in siblings
-            for e in s.events
-            if e.kind is EventKind.BACKWARD and e.scaled_by == scaler and not e.loops and e.compatible(clip)
-        ]
-        if not scaled:
-            continue
-        unscales = [
-            e
-            for e in step.events
-            if (e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler) or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
-        ]
-        proof = flow.from_start(clip, unscales)
-        if proof is not None:
-            return None, scaler, proof
-    return None
-
-
-def _loops_holding(flow, node: Optional[int]) -> List[Tuple[int, int]]:
-    """(body size, header) of the loops of the iteration whose body holds graph node `node`.
-
-    A loop's body is the node numbers between its latch and its first node (`amp_lint.analysis.cfg`).
-    """
-    if node is None:
-        return []
-    graph = flow.flow.graph
-    found = []
-    for key, latch in graph.loop_latch.items():
-        header, first = graph.loop_header[key], graph.loop_body[key]
-        if flow.end < header <= flow.start and latch < node <= first:
-            found.append((first - latch, header))
-    return found
-
-
-def _inner_loop(flow, node: Optional[int]) -> Optional[int]:
-    """The header of the innermost loop of the iteration that holds `node` (None: none)."""
-    loops = _loops_holding(flow, node)
-    return min(loops)[1] if loops else None
-
-
-def _first_read_of_its_loop(flow, step: TrainingStep, read: Event) -> bool:
-    """Is `read` the first gradient read of its pass through the loop over the parameters?
-
-    The other reads of that loop (same innermost loop) that can precede it on the path come first; of
-    reads on alternative branches, the one the step lists first carries the finding.
-    """
-    loop = _inner_loop(flow, flow.node(read))
-    group = [e for e in step.of(EventKind.GRAD_READ) if _inner_loop(flow, flow.node(e)) == loop]
-    return first_on_path(flow, group) is read
+_loops_holding = order_reads.loops_holding
 
 
 def _bound_by_a_later_loop(flow, clip: Event, event: Event) -> bool:

@@ -1,0 +1,143 @@
+"""The protocol's "read-scaled" (AMP030): gradients read (clipped, a norm, a log, a project helper that
+reads them) while a scaler still holds them SCALED, before the step of that scaler. Each query yields
+`order.Breach`es; see `order`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from amp_lint.analysis.accumulation import first_on_path
+from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.paths import PROVED
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.syntax import code_of
+
+READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
+
+
+def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
+    """Each read of gradients (`event`: a clip, a `.grad` read, a call of a project helper whose gradient
+    summary reads or clips them and cannot unscale them, issue 26 principle 3) that scaled gradients reach
+    with no unscale_ on the path (`cause`: the scaled backward; None when they are scaled on entry to a
+    per-call step method), before a step of that scaler (`related`: those steps). The scaled gradients
+    survive inner micro-step loops and if/else merges (miles-credit #141, neural_sp). Not for a threshold
+    that carries the scale (`max_norm * scaler.get_scale()`), and once per loop over the parameters."""
+    for step in model.steps:
+        flow = flow_of(model, step)
+        helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
+        reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
+        for clip in reads:
+            reached = _scaled_reaching(model, step, flow, clip) or _scaled_on_entry(model, step, flow, clip)
+            if reached is None:
+                continue
+            backward, scaler, proof = reached
+            if _threshold_carries_scale(clip):
+                continue
+            if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
+                continue
+            steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
+            if not steps:
+                continue
+            what = "clips" if clip.kind is EventKind.CLIP or (id(clip) in helpers and helpers[id(clip)].clips) else "reads"
+            yield Breach(READ_SCALED, clip, step, scaler, flow, cause=backward, related=tuple(steps), proof=proof, detail=what)
+
+
+def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
+    """(backward, scaler, proof): a scaled backward whose gradients reach `clip` with no unscale_ between."""
+    unscales = [
+        e
+        for e in step.events
+        if e.kind is EventKind.SCALER_UNSCALE or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
+    ]
+    best = None
+    for backward in step.of(EventKind.BACKWARD):
+        scaler = backward.scaled_by
+        if scaler is None or not model.scaler_enabled(scaler, step.scope):
+            continue
+        if flow.path(backward, clip) is None:
+            continue
+        mine = [e for e in unscales if e.kind is EventKind.CALL or e.receiver == scaler]
+        proof = flow.path(backward, clip, mine)
+        if proof is not None and (best is None or proof is PROVED):
+            best = (backward, scaler, proof)
+    return best
+
+
+def _scaled_on_entry(model: FileModel, step: TrainingStep, flow, clip: Event):
+    """(None, scaler, proof) for a per-call step method (colbert's `step()`: clip, `self.scaler.step`, no
+    backward of its own) whose class builds the scaler and runs the scaled backward in a sibling method on
+    the same branch condition: the gradients are scaled when the method starts (issue 26, principle 2).
+    Silent when any method of the class unscales through that scaler elsewhere (a caller may do it first)."""
+    if step.loop is not None or step.scope.class_name is None or step.of(EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
+        return None
+    siblings = [s for s in model.scopes if s.is_function and s.class_name == step.scope.class_name and s is not step.scope]
+    for stepped in step.of(EventKind.SCALER_STEP):
+        scaler = stepped.receiver
+        if not class_builds_scaler(model, scaler, step.scope) or flow.path(clip, stepped) is None:
+            continue
+        if any(e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler for s in siblings for e in s.events):
+            continue
+        scaled = [
+            e
+            for s in siblings
+            for e in s.events
+            if e.kind is EventKind.BACKWARD and e.scaled_by == scaler and not e.loops and e.compatible(clip)
+        ]
+        if not scaled:
+            continue
+        unscales = [
+            e
+            for e in step.events
+            if (e.kind is EventKind.SCALER_UNSCALE and e.receiver == scaler) or (e.kind is EventKind.CALL and "unscale" in (e.target or ""))
+        ]
+        proof = flow.from_start(clip, unscales)
+        if proof is not None:
+            return None, scaler, proof
+    return None
+
+
+def loops_holding(flow, node: Optional[int]) -> List[Tuple[int, int]]:
+    """(body size, header) of the loops of the iteration whose body holds graph node `node`.
+
+    A loop's body is the node numbers between its latch and its first node (`amp_lint.analysis.cfg`).
+    """
+    if node is None:
+        return []
+    graph = flow.flow.graph
+    found = []
+    for key, latch in graph.loop_latch.items():
+        header, first = graph.loop_header[key], graph.loop_body[key]
+        if flow.end < header <= flow.start and latch < node <= first:
+            found.append((first - latch, header))
+    return found
+
+
+def _inner_loop(flow, node: Optional[int]) -> Optional[int]:
+    """The header of the innermost loop of the iteration that holds `node` (None: none)."""
+    loops = loops_holding(flow, node)
+    return min(loops)[1] if loops else None
+
+
+def _first_read_of_its_loop(flow, step: TrainingStep, read: Event) -> bool:
+    """Is `read` the first gradient read of its pass through the loop over the parameters?
+
+    The other reads of that loop (same innermost loop) that can precede it on the path come first; of
+    reads on alternative branches, the one the step lists first carries the finding.
+    """
+    loop = _inner_loop(flow, flow.node(read))
+    group = [e for e in step.of(EventKind.GRAD_READ) if _inner_loop(flow, flow.node(e)) == loop]
+    return first_on_path(flow, group) is read
+
+
+def _threshold_carries_scale(clip: Event) -> bool:
+    """`clip_grad_norm_(params, max_norm * scaler.get_scale())` (issue 26, principle 4): the threshold is
+    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first."""
+    if not isinstance(clip.call, cst.Call):
+        return False  # a `p.grad` read
+    return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
