@@ -1,0 +1,189 @@
+"""Issue 26, principle 1: the order rules are predicates over the protocol.
+
+What each order rule used to compute for itself is a query of the analysis (`analysis.order_*`), which
+answers with `Breach`es that any rule (or tool) can ask for; the rule turns them into findings. These
+tests ask the analysis directly, on our own shapes, and hold the rule modules to asking it.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amp_lint.analysis import order_accumulation, order_gradients, order_reads, order_steps, order_unscale, order_updates
+from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.paths import ASSUMED
+
+RULES = Path(__file__).resolve().parent.parent / "amp_lint" / "rules"
+
+
+def _model(source: str):
+    return build_model(cst.parse_module("import torch\n" + textwrap.dedent(source)))
+
+
+def _kinds(query, source: str):
+    return [(b.kind, b.event.call.func.attr.value if hasattr(b.event.call.func, "attr") else None) for b in query(_model(source))]
+
+
+def test_update_twice_and_per_optimizer():
+    # Principle 1: "update-twice" at the first update, the last later update named for the fix.
+    twice = """
+for x in loader:
+    scaler.scale(a).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler.scale(b).backward()
+    scaler.step(opt_g)
+    scaler.update()
+"""
+    breaches = list(order_updates.updates_twice(_model(twice)))
+    assert [b.kind for b in breaches] == [order_updates.UPDATE_AGAIN]
+    assert breaches[0].last.index > breaches[0].event.index and breaches[0].assumption is None
+    per_optimizer = """
+for x in loader:
+    scaler.scale(loss).backward()
+    for opt in optimizers:
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert [b.kind for b in order_updates.updates_twice(_model(per_optimizer))] == [order_updates.UPDATE_PER_OPTIMIZER]
+    # `update(new_scale)` sets the scale: not a second update.
+    assert list(order_updates.updates_twice(_model(twice.replace("scaler.update()\n    scaler.scale(b)", "scaler.update(2.0)\n    scaler.scale(b)")))) == []
+
+
+@pytest.mark.parametrize(
+    "body, kind",
+    [
+        ("scaler.update()\n    scaler.step(opt)", order_updates.BEFORE_STEP),
+        ("scaler.unscale_(opt)\n    scaler.update()\n    scaler.step(opt)", order_updates.RESETS_UNSCALED),
+        ("if clip:\n        scaler.step(opt)\n    scaler.update()", order_updates.CHECKS_ONLY_ON_SOME_PATHS),
+    ],
+)
+def test_update_before_inf_checks(body, kind):
+    # Principle 1: update() with no inf checks recorded, or resetting an UNSCALED optimizer before its step.
+    source = f"for x in loader:\n    scaler.scale(loss).backward()\n    {body}\n"
+    assert [b.kind for b in order_updates.updates_before_inf_checks(_model(source))] == [kind]
+
+
+def test_update_never_stepped_only_for_a_scaler_the_file_builds():
+    built = "scaler = torch.amp.GradScaler()\nfor x in loader:\n    loss.backward()\n    scaler.update()\n"
+    assert [b.kind for b in order_updates.updates_before_inf_checks(_model(built))] == [order_updates.NEVER_STEPPED]
+    given = "def train(scaler):\n    for x in loader:\n        loss.backward()\n        scaler.update()\n"
+    assert list(order_updates.updates_before_inf_checks(_model(given))) == []
+
+
+def test_missing_update_in_a_loop_not_in_a_per_call_helper():
+    # Principle 3: a function that steps without a backward of its own leaves update() to its caller.
+    loop = "for x in loader:\n    scaler.scale(loss).backward()\n    scaler.step(opt)\n"
+    breaches = list(order_updates.missing_updates(_model(loop)))
+    assert [(b.kind, b.detail) for b in breaches] == [(order_updates.MISSING_UPDATE, "in this loop")]
+    helper = "def finish(scaler, opt):\n    scaler.step(opt)\n"
+    assert list(order_updates.missing_updates(_model(helper))) == []
+
+
+def test_unscale_twice_after_step_and_next_iteration():
+    twice = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(opt)\n    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n"
+    breaches = list(order_unscale.unscales_twice(_model(twice)))
+    assert [b.kind for b in breaches] == [order_unscale.UNSCALE_TWICE]
+    assert breaches[0].cause.index < breaches[0].event.index
+    after = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.step(opt)\n    scaler.unscale_(opt)\n    scaler.update()\n"
+    assert [b.kind for b in order_unscale.unscales_twice(_model(after))] == [order_unscale.UNSCALE_AFTER_STEP]
+    skipped = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(opt)\n"
+        "    if not finite(opt):\n        continue\n    scaler.step(opt)\n    scaler.update()\n"
+    )
+    breaches = list(order_unscale.unscales_twice(_model(skipped)))
+    assert [(b.kind, b.detail) for b in breaches] == [(order_unscale.UNSCALE_NEXT_ITERATION, "iteration")]
+    assert breaches[0].proof is ASSUMED
+
+
+ACCUMULATING = """
+for i, x in enumerate(loader):
+    loss = model(x) / accum
+    scaler.scale(loss).backward()
+    {every}
+    if (i + 1) % accum == 0:
+        {boundary}
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+"""
+
+
+def test_accumulation_queries():
+    # Principle 2: an accumulation boundary inside the iteration; what runs on every micro-batch.
+    unscale = ACCUMULATING.format(every="scaler.unscale_(opt)", boundary="pass")
+    assert [b.kind for b in order_accumulation.unscales_every_micro_batch(_model(unscale))] == [
+        order_accumulation.UNSCALE_EVERY_MICRO_BATCH
+    ]
+    step = ACCUMULATING.format(every="scaler.step(opt)", boundary="pass")
+    breaches = list(order_accumulation.steps_every_micro_batch(_model(step)))
+    assert [b.kind for b in breaches] == [order_accumulation.STEP_TWICE_PER_BOUNDARY]
+    assert breaches[0].accumulation is not None
+    right = ACCUMULATING.format(every="pass", boundary="scaler.unscale_(opt)")
+    assert list(order_accumulation.unscales_every_micro_batch(_model(right))) == []
+    assert list(order_accumulation.losses_not_divided(_model(right))) == []
+    undivided = right.replace("model(x) / accum", "model(x)")
+    breaches = list(order_accumulation.losses_not_divided(_model(undivided)))
+    assert [b.kind for b in breaches] == [order_accumulation.LOSS_NOT_DIVIDED]
+    assert breaches[0].node is not None
+
+
+def test_zero_grad_closure_and_saved_state():
+    zero = "for x in loader:\n    scaler.scale(l).backward()\n    opt.zero_grad()\n    scaler.step(opt)\n    scaler.update()\n"
+    breaches = list(order_gradients.zero_grads_before_step(_model(zero)))
+    assert [b.kind for b in breaches] == [order_gradients.ZERO_GRAD_SAME_OPTIMIZER]
+    assert breaches[0].other.call.func.attr.value == "step" and breaches[0].cause is not None
+    closure = "scaler = torch.amp.GradScaler()\nscaler.scale(l).backward()\nscaler.step(opt, closure=c)\nscaler.update()\n"
+    assert [b.kind for b in order_gradients.closures_to_scaler_step(_model(closure))] == [order_gradients.CLOSURE_KEYWORD]
+    saved = (
+        "scaler = torch.amp.GradScaler()\nfor x in loader:\n    scaler.scale(l).backward()\n    scaler.step(opt)\n"
+        "    torch.save(scaler, 'ckpt.pt')\n    scaler.update()\n"
+    )
+    breaches = list(order_gradients.scaler_saved_mid_iteration(_model(saved)))
+    assert [b.kind for b in breaches] == [order_gradients.PICKLED_MID_ITERATION]
+
+
+def test_direct_steps_and_scaled_reads():
+    direct = "for x in loader:\n    scaler.scale(l).backward()\n    opt.step()\n"
+    assert [b.kind for b in order_steps.direct_steps(_model(direct))] == [order_steps.STEP_SCALED]
+    around = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(opt)\n    opt.step()\n    scaler.update()\n"
+    assert [b.kind for b in order_steps.direct_steps(_model(around))] == [order_steps.AROUND_UNSCALED]
+    clip = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)\n"
+        "    scaler.step(opt)\n    scaler.update()\n"
+    )
+    breaches = list(order_reads.scaled_gradient_reads(_model(clip)))
+    assert [(b.kind, b.detail) for b in breaches] == [(order_reads.READ_SCALED, "clips")]
+    unscaled = clip.replace("    torch.nn", "    scaler.unscale_(opt)\n    torch.nn")
+    assert list(order_reads.scaled_gradient_reads(_model(unscaled))) == []
+
+
+# The rule modules whose detection is a query of the analysis: they turn breaches into findings (messages
+# and fixes) and run no path or protocol question of their own.
+PREDICATE_RULES = [
+    "amp021_missing_update.py",
+    "amp022_update_before_step.py",
+    "amp023_update_twice.py",
+    "amp024_unscale_twice.py",
+    "amp025_closure_to_scaler_step.py",
+    "amp040_step_every_microbatch.py",
+    "amp041_unscale_outside_boundary.py",
+    "amp042_accumulated_loss_not_divided.py",
+    "amp043_zero_grad_before_step.py",
+    "amp081_scaler_state_mid_iteration.py",
+]
+DETECTION_MODULES = {"amp_lint.analysis.typestate", "amp_lint.analysis.accumulation", "amp_lint.analysis.gradient_effects"}
+
+
+@pytest.mark.parametrize("name", PREDICATE_RULES)
+def test_order_rules_ask_the_analysis(name):
+    tree = ast.parse((RULES / name).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert any(m and m.startswith("amp_lint.analysis") for m in imported)
+    assert not imported & DETECTION_MODULES, f"{name} computes its own protocol states"
+    assert any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.startswith("order_") for n in ast.walk(tree))
