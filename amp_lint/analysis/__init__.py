@@ -33,6 +33,13 @@ Control flow and the scaler protocol
 - `typestate`: the engine that runs the table over an iteration's paths (`typestate.run(flow)`): the
   states before each event, the violations at it (with their cause), the states at the iteration's end.
   The order rules are predicates over it.
+- `order`: what an order rule asks, answered once: `Breach` (a condition, the event where it holds, the
+  events it rests on, proved or assumed). The queries, by subject: `order_updates` (update() twice,
+  before the inf checks, never: AMP021-023), `order_unscale` (unscale_ twice, after the step, left for
+  the next iteration or call: AMP024), `order_steps` (a direct optimizer step: AMP020), `order_reads`
+  (scaled gradients read: AMP030), `order_accumulation` (what runs on every micro-batch: AMP040-042),
+  `order_gradients` (zero_grad before the step, a closure to `scaler.step`, the scaler saved
+  mid-iteration: AMP043, AMP025, AMP081). A rule turns breaches into messages and fixes.
 - `accumulation`: the gradient-accumulation boundary of an iteration (a loop body or a per-call step
   function) and which events run on every micro-batch.
 - `epochs`: epochs are iterations too: does a call or construction run on several epochs.
