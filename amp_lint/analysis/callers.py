@@ -11,10 +11,11 @@ the callers; this module needs only `ast` and the file system, so that the resul
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from amp_lint.analysis.project import ast_dotted_name, source_root_of
 
@@ -27,11 +28,38 @@ MAX_MODULE_BYTES = 120_000
 _SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
 
 
+# `caller_scan_files` per (source root, top-level package) while a run remembers them (`remembered_scans`):
+# a run over a package asks once per file that names a GradScaler, and each answer walks the package.
+_SCANS: Optional[Dict[Tuple[str, str], Optional[Tuple[str, ...]]]] = None
+
+
+@contextlib.contextmanager
+def remembered_scans() -> Iterator[None]:
+    """Within this, each search set is computed once (a run: its files do not come or go meanwhile);
+    outside it (the editor's long session), every question walks the folders again."""
+    global _SCANS
+    outer = _SCANS
+    _SCANS = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _SCANS = outer
+
+
 def caller_scan_files(root: Path, name: str) -> Optional[Tuple[str, ...]]:
     """The files searched for callers of a module `name` under the source root `root`: its top-level
     package (all of it) and the modules directly in the root; None when that is more than
     MAX_CALLER_SCAN_FILES (then no module is searched: the same answer for every run)."""
     top = name.split(".")[0] if name else ""
+    if _SCANS is None:
+        return _scan_files(root, top)
+    key = (os.path.abspath(root), top)
+    if key not in _SCANS:
+        _SCANS[key] = _scan_files(root, top)
+    return _SCANS[key]
+
+
+def _scan_files(root: Path, top: str) -> Optional[Tuple[str, ...]]:
     files: List[str] = []
     try:
         for entry in sorted(os.listdir(root)):

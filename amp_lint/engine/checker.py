@@ -45,6 +45,7 @@ from amp_lint.parse.node_memo import NodeMemo
 from amp_lint.parse.noqa_comments import file_level_noqa, suppressing_row
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
+from amp_lint.parse.relevant import relevant_text
 from amp_lint.parse.roundtrip import prepare
 from amp_lint.rules.base import Finding, Fix, Rule
 
@@ -145,6 +146,10 @@ class Checker:
             result.errors.append(refusal)
             return result
         prepared = prepare(source)  # without what LibCST would drop; put back at the end
+        if not self.fix and self.unused_noqa is None and not prepared.changed:  # a fix edits the whole text
+            prepared = dataclasses.replace(
+                prepared, text=relevant_text(source, python_ast.parse(source), self.prefilter.gate)
+            )
         python_ast.release_large()
         try:
             module = parse_module(prepared.text)

@@ -338,7 +338,9 @@ def execute(
     SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
     are on, files not started are left alone.
     """
-    with terminate_as_interrupt():
+    from amp_lint.analysis.callers import remembered_scans  # each package's caller search set, walked once
+
+    with terminate_as_interrupt(), remembered_scans():
         return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
 
 

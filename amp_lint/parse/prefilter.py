@@ -138,6 +138,11 @@ class Prefilter:
         ascii_gate = self._gate is not None and all(word.isascii() for word in self._gate)
         self._byte_gate = tuple(word.encode("ascii") for word in self._gate) if ascii_gate else None
 
+    @property
+    def gate(self) -> Optional[Tuple[str, ...]]:
+        """Words one of which is in every text that can hold a finding of the rules (None: no such words)."""
+        return self._gate
+
     def _matches(self, text: str, groups=None) -> bool:
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
