@@ -31,7 +31,7 @@ from amp_lint.diagnostics import (
 )
 from amp_lint.fixes.builder import forget_text, remember_text
 from amp_lint.fixes.text_edits import EditsOfFixes
-from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
+from amp_lint.fixes.apply import ancestry_of, apply_fixes, fix_targets_in, select_compatible
 from amp_lint.files.lines import split_lines
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis import values
@@ -290,8 +290,10 @@ class Checker:
 
     def _at_call_site(self, finding: Finding, locator: NodeLocator):
         """The range of the call in this file through which a finding's event of another module was
-        reached; the finding then names that place (message and `related`), and has no fix (a fix edits
-        only the file that holds the finding)."""
+        reached; the finding then names that place (message and `related`). Its fix is kept when every node
+        it replaces is in this file (an edit at the call site: an `unscale_` before the call that reaches a
+        clip); a fix that would replace the other module's nodes is dropped (another file's edits travel as
+        `FileEdit`s, checked and written with this file's: `amp_lint.engine.multi_file`)."""
         place = self._foreign_place(finding.node)
         if place is None:
             return None
@@ -299,7 +301,8 @@ class Checker:
             site = locator.range_of(id(node))
             if site is not None:
                 finding.related = tuple(finding.related) + ((f"`{_short_code(finding.node)}`", finding.node),)
-                finding.fix = None
+                if finding.fix is not None and not fix_targets_in(locator.module, finding.fix, locator.parents):
+                    finding.fix = None  # it edits the other module's tree: only a `FileEdit` of it may
                 return site
         return None
 
