@@ -37,8 +37,10 @@ def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], 
     for path in sorted(p for p, o in outcomes.items() if o.file_group):
         config = configs[path]
         outcome = outcomes[path]
+        settled = False
         for _ in range(MAX_RETRIES + 1):
             if not outcome.file_group:
+                settled = True
                 break
             own = outcome.file_group[0][0]
             others = [entry[0] for entry in outcome.file_group[1:]]
@@ -55,16 +57,16 @@ def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], 
             if not config.write:
                 outcome.diff = "".join(_diff(file, before, after) for file, before, after in outcome.file_group)
                 changed.update(entry[0] for entry in outcome.file_group)
+                settled = True
                 break
             why = _write_group(outcome.file_group)
             if why is None:
                 changed.update(entry[0] for entry in outcome.file_group)
+                settled = True
                 break
             changed.add(own)
             outcome = check_file(path, config)  # a file changed on disk since it was read: once more
-        else:
-            outcome = _checked_again(path, config, check_file, {e[0]: "which changed on disk while it was fixed" for e in outcome.file_group[1:]})
-        if outcome.file_group:  # still a group after the retries: nothing of it is written
+        if not settled:  # still a group after the retries: nothing of it is written
             outcome.errors.append(FileError(path, "fixes not written: the other files they change kept changing"))
             outcome.fixed, outcome.fixed_text, outcome.file_group = {}, None, ()
         outcomes[path] = outcome
