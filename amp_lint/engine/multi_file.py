@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable, Dict, Set
+from typing import Callable, Dict, Optional, Set, Tuple
 
 from amp_lint.diagnostics import FileError
 
@@ -59,9 +59,14 @@ def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], 
                 changed.update(entry[0] for entry in outcome.file_group)
                 settled = True
                 break
-            why = _write_group(outcome.file_group)
+            why, again = _write_group(outcome.file_group)
             if why is None:
                 changed.update(entry[0] for entry in outcome.file_group)
+                settled = True
+                break
+            if not again:  # nothing was written (a read-only file, a full disk): the findings as they are
+                outcome = check_file(path, dataclasses.replace(config, fix=False))
+                outcome.errors.append(FileError(path, f"fixes not written: {why}"))
                 settled = True
                 break
             changed.add(own)
@@ -81,9 +86,10 @@ def _checked_again(path: str, config, check_file: Callable, refused: Dict[str, s
     return check_file(path, dataclasses.replace(config, rule_options=tuple(sorted(options.items(), key=lambda kv: kv[0]))))
 
 
-def _write_group(group) -> object:
-    """Write every file of the group, or none; the reason when none was written."""
-    from amp_lint.files.sources import SourceError, read_source
+def _write_group(group) -> Tuple[Optional[str], bool]:
+    """Write every file of the group, or none: (None, _) when written; else the reason, and whether a file
+    changed since it was read (then the fix is made again on the new text)."""
+    from amp_lint.files.sources import FileChangedError, SourceError, read_source
     from amp_lint.files.writing import write_all_or_none
 
     items = []
@@ -91,15 +97,17 @@ def _write_group(group) -> object:
         try:
             source = read_source(Path(path))
         except SourceError as error:
-            return error.message
+            return error.message, False
         if source.text != before:
-            return f"{path} changed on disk after it was read"
+            return f"{path} changed on disk after it was read", True
         items.append((Path(path), after, source))
     try:
         write_all_or_none(items)
+    except FileChangedError as error:
+        return error.message, True
     except (SourceError, OSError) as error:
-        return error.message if isinstance(error, SourceError) else (error.strerror or str(error))
-    return None
+        return (error.message if isinstance(error, SourceError) else (error.strerror or str(error))), False
+    return None, False
 
 
 def _diff(path: str, before: str, after: str) -> str:
