@@ -147,7 +147,7 @@ def _single_assignment(scope: cst.CSTNode, name: str, parents) -> Optional[cst.S
     statements = [s for s in _own_statements(scope) if name in _assigned_names(s)]
     if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine):
         return None
-    body = scope.body if isinstance(scope, cst.Module) else scope.body
+    body = scope if isinstance(scope, cst.Module) else scope.body
     return statements[0] if parents.get(statements[0]) is body else None
 
 
@@ -161,7 +161,12 @@ def _device_in_caller(function, calls, device, scope, creation, positions, paren
         raise Refusal(f"the device of `{function.name.value}` is not known where its caller creates the optimizer")
     if device.variable is None:
         return device.code
-    values = {_name_of(argument_for(function, call, device.variable)) for call in calls}
+    arguments = [argument_for(function, call, device.variable) for call in calls]
+    literals = {a.value.value for a in arguments if a is not None and isinstance(a.value, cst.SimpleString)}
+    if len(literals) == 1 and len(arguments) == sum(1 for a in arguments if a is not None and isinstance(a.value, cst.SimpleString)):
+        literal = literals.pop()
+        return re.sub(rf"(?<![.\w]){re.escape(device.variable)}\b", lambda _: literal, device.code)  # `"cpu"` passed
+    values = {_name_of(a) for a in arguments}
     if len(values) != 1 or None in values:
         raise Refusal(f"`{function.name.value}`'s `{device.variable}` is not passed as one variable by its caller")
     value = values.pop()
@@ -173,7 +178,7 @@ def _device_in_caller(function, calls, device, scope, creation, positions, paren
     )
     if not bound:
         raise Refusal(f"`{value}` is not bound before `{code_of_statement(creation)}`, where the GradScaler would go")
-    return re.sub(rf"(?<![.\w]){re.escape(device.variable)}\b", value, device.code)
+    return re.sub(rf"(?<![.\w]){re.escape(device.variable)}\b", lambda _: value, device.code)
 
 
 def code_of_statement(statement: cst.CSTNode) -> str:
