@@ -29,7 +29,7 @@ from amp_lint.diagnostics import (
     one_line,
 )
 from amp_lint.fixes.builder import forget_text, remember_text
-from amp_lint.fixes.text_edits import EditsOfFixes
+from amp_lint.fixes.text_edits import EditsOfFixes, text_edits
 from amp_lint.fixes.apply import ancestry_of, apply_fixes, fix_targets_in, select_compatible
 from amp_lint.files.lines import split_lines
 from amp_lint.analysis.builder import build_model
@@ -498,7 +498,9 @@ class Checker:
                 edits = edits_of.edits(fix)
             except Exception:
                 edits = ()
-        return FixSummary(fix.applicability, fix.message, edits)
+        # The other files a fix changes: their edits too (an editor applies all of them or none).
+        files = tuple((e.path, text_edits(e.before, e.after)) for e in fix.files) if edits_of is not None else ()
+        return FixSummary(fix.applicability, fix.message, edits, files)
 
 
 # Findings with their positions, the locator that placed them and the model they came from.
