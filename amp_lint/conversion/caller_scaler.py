@@ -93,7 +93,7 @@ def scaler_in_caller(
     _checkpoint(builder, scope, optimizer, scaler)
     fix = builder.build("the GradScaler beside the optimizer", Applicability.UNSAFE)
     new = add_imports(apply_fixes(module, [fix]), [Import("torch")]).code
-    return FileEdit(os.path.abspath(path), text, new, f"create the GradScaler beside `{optimizer}`")
+    return FileEdit(os.path.abspath(path), text, new)
 
 
 def _scope_of(node: cst.CSTNode, parents) -> cst.CSTNode:

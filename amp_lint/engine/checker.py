@@ -104,7 +104,7 @@ class Checker:
         self.unsafe_fixes = unsafe_fixes
         # Fixes that change other files too: only with a project (its files are where they are written), never
         # in the files a run refuses (`refused_files`: outside the checked paths, or excluded).
-        self.writes_others = project is not None and options.get("multi_file_fixes", True) is not False
+        self.writes_others = project is not None
         self.refused_files = refused_files(options)
         self._on_disk = False
         self.with_edits = with_edits

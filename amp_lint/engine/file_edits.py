@@ -16,11 +16,12 @@ check of stdin or a notebook) refuses the fix, saying why.
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
+from amp_lint.engine.fix_check import FindingKey, hazard_regression, regression
+from amp_lint.engine.related import _shown_path
 from amp_lint.fixes.text_edits import merged_text
 from amp_lint.fixes.types import Fix, FileEdit
 
@@ -52,7 +53,7 @@ class OtherFiles:
             return accepted, None
         texts = dict(accepted)
         for path, of_path in edits.items():
-            shown = _shown(path)
+            shown = _shown_path(path)
             if not self.writes_others:
                 return accepted, f"the fix also changes `{shown}`, and this check writes one text only"
             if path in self.refused:
@@ -106,12 +107,3 @@ def file_edits(texts: OtherTexts) -> Tuple[FileEdit, ...]:
 def refused_files(options: Mapping[str, object]) -> Dict[str, str]:
     """The files a run does not write, from the rule options' `refused_files` ((path, why), ...)."""
     return {os.path.abspath(str(path)): str(why) for path, why in options.get("refused_files") or ()}
-
-
-def keys_of(findings: Iterable, parents) -> List[FindingKey]:
-    return [finding_key(f, parents) for f in findings]
-
-
-def _shown(path: str) -> str:
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative

@@ -60,10 +60,8 @@ class FileEdit:
     as the analysis read it from disk) and its new text (`after`)."""
 
     path: str
-    before: str
+    before: str  # as `amp_lint.files.sources.read_source(path).text` gives it: the write checks it is still that
     after: str
-    # What the edit does there, for messages ("create the GradScaler beside the optimizer").
-    purpose: str = ""
 
 
 def with_file_edits(fix: Fix, edits: Sequence[FileEdit]) -> Fix:
