@@ -273,3 +273,32 @@ def test_write_all_or_none_puts_back_what_it_replaced_when_a_later_rename_fails(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "b.py"]  # no temporary file left
     writing.write_all_or_none([(first, "a = 2\n", read_source(first)), (second, "b = 2\n", read_source(second))])
     assert (first.read_text(), second.read_text()) == ("a = 2\n", "b = 2\n")
+
+
+def test_other_files_of_one_pass_are_combined_checked_and_refused_with_the_reason(tmp_path: Path):
+    """`OtherFiles.combined`, which the fix loop runs on each group of fixes: changes of different lines of one
+    file combine; the same lines changed two ways refuse the later fix; a file that does not parse after the fix,
+    a file the run does not write, and a check with no file on disk refuse it, each saying why."""
+    from amp_lint.diagnostics import Applicability
+    from amp_lint.engine.file_edits import OtherFiles
+    from amp_lint.fixes.types import FileEdit, Fix, with_file_edits
+
+    path = str(tmp_path / "other.py")
+    base = "import torch\n\nx = 1\ny = 2\n"
+
+    def fix(after: str) -> Fix:
+        return with_file_edits(Fix("f", Applicability.SAFE), [FileEdit(path, base, after)])
+
+    def analyse(_path: str, text: str):
+        return [], 0
+
+    others = OtherFiles(analyse, {}, {}, True)
+    first, second = fix("import torch\n\nx = 10\ny = 2\n"), fix("import torch\n\nx = 1\ny = 20\n")
+    texts, why = others.combined({}, [first, second])
+    assert why is None and texts[path] == (base, "import torch\n\nx = 10\ny = 20\n")
+    texts, why = others.combined(texts, [fix("import torch\n\nx = 11\ny = 2\n")])
+    assert "changes the same lines of" in why and "run --fix again" in why
+    assert "does not parse" in others.combined({}, [fix("import torch\n\nx = (\n")])[1]
+    assert "the fix also changes" in OtherFiles(analyse, {}, {path: "which is excluded"}, True).combined({}, [first])[1]
+    assert "writes one text only" in OtherFiles(analyse, {}, {}, False).combined({}, [first])[1]
+    assert with_file_edits(Fix("g", Applicability.SAFE), [FileEdit(path, base, base)]).files == ()  # no change: no edit
