@@ -192,6 +192,11 @@ def test_a_fix_that_changes_a_file_the_run_does_not_check_is_refused(tmp_path: P
     is not converted half-way (a scaler parameter nobody passes); the reason names the file."""
     engine, main_file = trainer_project(tmp_path, "mf_conv_b")
     before = (engine.read_text(), main_file.read_text())
+    # Not marked fixable when the caller is not checked (what is marked fixable is what --fix applies) ...
+    code, output = cli(["--select", "AMP100", str(engine)])
+    assert code == 1 and "fixable" not in output, output
+    code, output = cli(["--select", "AMP100", str(tmp_path / "mf_conv_b")])
+    assert "1 fixable with --unsafe-fixes" in output, output  # ... and marked when it is
     code, output = cli([*CONVERT, "--fix", str(engine)])
     assert code == 2 and "the fix also changes `" in output and "main.py`, which is not among the files this run checks" in output
     assert (engine.read_text(), main_file.read_text()) == before

@@ -498,8 +498,8 @@ class Checker:
                 edits = edits_of.edits(fix)
             except Exception:
                 edits = ()
-        # The other files a fix changes: their edits too (an editor applies all of them or none).
-        files = tuple((e.path, text_edits(e.before, e.after)) for e in fix.files) if edits_of is not None else ()
+        # The other files a fix changes (an editor applies all of them or none): their edits when asked for.
+        files = tuple((e.path, text_edits(e.before, e.after) if edits_of is not None else ()) for e in fix.files)
         return FixSummary(fix.applicability, fix.message, edits, files)
 
 

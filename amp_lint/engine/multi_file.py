@@ -20,11 +20,17 @@ import os
 from pathlib import Path
 from typing import Callable, Dict, Optional, Set, Tuple
 
-from amp_lint.diagnostics import FileError
+from amp_lint.diagnostics import Applicability, FileError
 
 NOT_CHECKED = "which is not among the files this run checks (outside the paths given, or excluded by the configuration); not written"
 CHANGED_BY_DIFF = "which other fixes of this run change as well; `--fix` applies both"
 MAX_RETRIES = 2
+
+
+def settle_multi_file_fixes(outcomes: Dict[str, object], configs: Dict[str, object], check_file: Callable) -> None:
+    """After every file of a run is checked: write (or diff) the groups, then unmark the fixes it could not apply."""
+    settle_file_groups(outcomes, configs, check_file)
+    drop_unwritable_fixes(outcomes, configs)
 
 
 def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], check_file: Callable) -> None:
@@ -118,3 +124,19 @@ def _diff(path: str, before: str, after: str) -> str:
     return "".join(
         difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{shown}", f"b/{shown}")
     )
+
+
+def drop_unwritable_fixes(outcomes: Dict[str, object], configs: Dict[str, object]) -> None:
+    """A finding whose fix would change a file this run does not check is reported without a fix (issue 27:
+    what is marked fixable is what `--fix` on the same paths applies)."""
+    planned = {os.path.abspath(path) for path in configs}
+    for outcome in outcomes.values():
+        kept = []
+        for diagnostic in outcome.diagnostics:
+            fix = diagnostic.fix
+            if fix is not None and any(path not in planned for path, _ in fix.files):
+                if fix.applicability is Applicability.UNSAFE and outcome.unsafe_fixable:
+                    outcome.unsafe_fixable -= 1
+                diagnostic = dataclasses.replace(diagnostic, fix=None)
+            kept.append(diagnostic)
+        outcome.diagnostics = kept

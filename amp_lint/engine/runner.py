@@ -394,10 +394,10 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
             callers = _callers_key(outcome.path, raw.decode("utf-8", errors="replace"))
             cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies, callers)
-    if any(outcome.file_group for outcome in outcomes.values()):
-        from amp_lint.engine.multi_file import settle_file_groups
+    if any(o.file_group or any(d.fix is not None and d.fix.files for d in o.diagnostics) for o in outcomes.values()):
+        from amp_lint.engine.multi_file import settle_multi_file_fixes  # fixes that change several files
 
-        settle_file_groups(outcomes, dict(plan.files), check_file)
+        settle_multi_file_fixes(outcomes, dict(plan.files), check_file)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         cache.put(_NEGATIVES_KEY, b"", {"files": _merged_negatives(known_negatives, negatives, outcomes)})
     diffs = []
