@@ -69,6 +69,8 @@ class FixSummary:
     applicability: Applicability
     message: str
     edits: Tuple[Edit, ...] = ()
+    # A fix that changes other files too: (absolute path, its edits, made on the file as read from disk).
+    files: Tuple[Tuple[str, Tuple[Edit, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,8 @@ def diagnostic_to_record(diagnostic: Diagnostic) -> dict:
                 + ([e.cell] if e.cell is not None else [])
                 for e in fix.edits
             ],
+            **({"files": [[path, [[e.location.row, e.location.column, e.end_location.row, e.end_location.column, e.content]
+                                  for e in edits]] for path, edits in fix.files]} if fix.files else {}),  # fmt: skip
         },
         "source_line": diagnostic.source_line,
         "context": diagnostic.context,
@@ -193,6 +197,8 @@ def diagnostic_from_record(record: dict) -> Diagnostic:
             Applicability(fix["applicability"]),
             fix["message"],
             tuple(Edit(Location(a, b), Location(c, d), text, *cell) for a, b, c, d, text, *cell in fix["edits"]),
+            tuple((path, tuple(Edit(Location(a, b), Location(c, d), text) for a, b, c, d, text in edits))
+                  for path, edits in fix.get("files", ())),  # fmt: skip
         ),
         source_line=record.get("source_line", ""),
         context=record.get("context", ""),

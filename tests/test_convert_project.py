@@ -189,16 +189,24 @@ for epoch in range(3):
 )  # fmt: skip
 def test_a_trainer_called_per_epoch_from_another_module_gets_no_scaler_of_its_own(tmp_path: Path, import_line, call):
     """The scaler belongs beside the optimizer, in the caller's file: a scaler built inside `train_one_epoch` would
-    restart every epoch. The conversion edits one file, so it says where the scaler goes instead of building it
-    in the wrong place. (One package name per case: the command line runs in this process, whose project index
-    keeps the source roots of earlier tests.)"""
+    restart every epoch. Converting the trainer alone would leave its new `scaler` parameter unpassed, so with only
+    the trainer checked nothing is written and the reason names the caller's file; with both checked, the caller
+    gets the scaler beside its optimizer (tests/test_multi_file_fixes.py covers the checkpoint). (One package name
+    per case: the command line runs in this process, whose project index keeps the source roots of earlier tests.)"""
     package = import_line.split()[1].split(".")[0]
     project(tmp_path, {f"{package}/__init__.py": "", f"{package}/engine.py": ENGINE,
                        f"{package}/main.py": MAIN.format(import_line=import_line, call=call)})  # fmt: skip
     original = (tmp_path / package / "engine.py").read_text()
     _, output = fix(tmp_path, f"{package}/engine.py")
     assert (tmp_path / package / "engine.py").read_text() == original
-    assert "`train_one_epoch` receives `optimizer` and is called in a loop from another module (main.py:9)" in output
+    assert "main.py`, which is not among the files this run checks" in output
+    fix(tmp_path, package)
+    assert "GradScaler" not in (tmp_path / package / "engine.py").read_text()
+    caller = (tmp_path / package / "main.py").read_text()
+    assert 'scaler = torch.amp.GradScaler(torch.device("cpu").type)' in caller
+    assert f'{call}(model, loader, optimizer, "cpu", scaler=scaler)' in caller
+    done = subprocess.run([sys.executable, "-m", f"{package}.main"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_trainer_that_no_loop_of_the_project_calls_keeps_its_scaler_inside(tmp_path: Path):

@@ -90,7 +90,10 @@ def test_the_finding_names_the_other_file_and_line(tmp_path):
     [finding] = _found(_cli("trainer/engine.py", cwd=tree))
     assert finding["filename"] == "trainer/engine.py" and finding["location"]["row"] == 18
     assert "at `trainer/callbacks.py` line 10" in finding["message"]
-    assert finding["fix"] is None  # the clip is in another file: nothing here to edit safely
+    # The clip is in another file; the fix edits this one: `unscale_` before the call that reaches the clip
+    # (catalyst's own fix), never the callback's module.
+    [edit] = finding["fix"]["edits"]
+    assert edit["content"].strip() == "self.scaler.unscale_(self.optimizer)" and edit["location"]["row"] == 18
     related = {(r["message"].split("`")[0], r.get("filename"), r["location"]["row"]) for r in finding["related"]}
     assert ("reached through ", None, 18) in related
     assert ("", "trainer/callbacks.py", 10) in related
@@ -114,13 +117,27 @@ def test_sarif_related_locations_carry_the_other_file(tmp_path):
     assert all("message" in r and "id" in r for r in sarif_result["relatedLocations"])
 
 
-def test_fixes_never_edit_the_other_file(tmp_path):
+def test_fixes_edit_the_call_site_never_the_module_of_the_clip(tmp_path):
+    """A clip reached through a call into another module gets `unscale_` before that call, in the file that
+    scales (issue 27: timm's dropped `unscale_`; Lightning's #9330 fix is the `FixedPlugin` of the fixture);
+    the module that holds the clip, and every other file, are left as they are."""
+    fixed = {"clip_in_callback": ("trainer/engine.py", "self.callback.on_after_backward(self.model)", "self.scaler.unscale_(self.optimizer)"),
+             "plugin_base_class": ("lightning/plugins/native_amp.py", "self.clip_gradients(model, 1.0)", "self.scaler.unscale_(optimizer)")}  # fmt: skip
     for case in ("clip_in_callback", "plugin_base_class", "scaler_in_base_module", "scaler_per_epoch", "scaler_per_epoch_method"):
         tree = _copy(case, tmp_path)
         before = {p: p.read_bytes() for p in tree.rglob("*.py")}
         result = _cli("--fix", "--unsafe-fixes", ".", cwd=tree)
         assert result.returncode in (0, 1), result.stderr
-        assert {p: p.read_bytes() for p in tree.rglob("*.py")} == before, case
+        after = {p: p.read_bytes() for p in tree.rglob("*.py")}
+        changed = {p for p in before if after[p] != before[p]}
+        if case not in fixed:
+            assert not changed, case
+            continue
+        name, call, unscale = fixed[case]
+        assert changed == {tree / name}, case
+        lines = [line.strip() for line in after[tree / name].decode().splitlines()]
+        first = lines.index(call)  # the first of the file's calls: the unfixed one
+        assert lines[first - 1] == unscale and lines.count(unscale) == before[tree / name].decode().count(unscale) + 1, case
 
 
 def test_without_a_project_the_call_stays_unknown():

@@ -79,6 +79,7 @@ class EditPlanner:
         self.slices: List[ForwardSlice] = []
         self.scaler_candidates = SCALER_NAMES
         self.autocast_device: Optional[DeviceExpression] = None
+        self.file_edits: list = []  # other files the conversion changes (`FileEdit`s: the scaler in a caller's file)
 
     # spelling
     def _torch(self, scope: Scope) -> str:

@@ -45,7 +45,7 @@ from amp_lint.conversion.training_steps import (
     find_iterations,
     short_code,
 )
-from amp_lint.fixes.types import Fix
+from amp_lint.fixes.types import Fix, with_file_edits
 
 # --- results ------------------------------------------------------------------------------------------
 
@@ -175,7 +175,8 @@ def plan_conversions(model: FileModel, dtype: str = FLOAT16, device: Optional[st
         fix: Optional[Fix] = None
         if reason is None:
             try:
-                fix = EditPlanner(ctx, dtype, device, group).build()
+                planner = EditPlanner(ctx, dtype, device, group)
+                fix = with_file_edits(planner.build(), planner.file_edits)  # the callers' files
             except Refusal as refusal:
                 reason = str(refusal)
         for iteration in group:

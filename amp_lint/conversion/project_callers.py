@@ -26,6 +26,13 @@ MAX_CALLERS = 3  # call sites named in a refusal
 def looped_callers(function: str, found: Optional[Tuple[ProjectIndex, str]] = None) -> List[Tuple[str, int]]:
     """(path, line) of the calls of the top-level function `function` of the file being checked, made inside a loop
     of another module of its project; [] without a project (stdin, the API)."""
+    out = [(path, line) for path, line, in_loop in project_calls(function, found) if in_loop]
+    return sorted(out)[:MAX_CALLERS]
+
+
+def project_calls(function: str, found: Optional[Tuple[ProjectIndex, str]] = None) -> List[Tuple[str, int, bool]]:
+    """(path, line, inside a loop) of every call of the top-level function `function` of the file being checked
+    made in another module of its project (the modules `caller_scan_files` searches), each call once."""
     found = found or checked_file()
     if found is None:
         return []
@@ -37,7 +44,7 @@ def looped_callers(function: str, found: Optional[Tuple[ProjectIndex, str]] = No
     root, name = source_root_of(Path(own))
     files = caller_scan_files(root, name) or ()
     needle = function.encode("utf-8")
-    out: List[Tuple[str, int]] = []
+    out: List[Tuple[str, int, bool]] = []
     for path in files:
         if os.path.abspath(path) == own:
             continue
@@ -58,18 +65,18 @@ def looped_callers(function: str, found: Optional[Tuple[ProjectIndex, str]] = No
             continue
         if info is None:
             continue
-        for loop in ast.walk(tree):
-            if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        in_loops = {id(call) for loop in ast.walk(tree) if isinstance(loop, (ast.For, ast.AsyncFor, ast.While))
+                    for call in ast.walk(loop) if isinstance(call, ast.Call)}  # fmt: skip
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call):
                 continue
-            for call in ast.walk(loop):
-                if not isinstance(call, ast.Call):
-                    continue
-                dotted = ast_dotted_name(call.func)
-                if dotted is None or dotted.rpartition(".")[2] != function:
-                    continue
-                qualified = qualified_in(info, dotted)
-                resolved = index.resolve(qualified) if qualified is not None else None
-                if resolved is not None and resolved[1] == function and os.path.abspath(resolved[0].path) == own:
-                    if (path, call.lineno) not in out:
-                        out.append((path, call.lineno))
-    return sorted(out)[:MAX_CALLERS]
+            dotted = ast_dotted_name(call.func)
+            if dotted is None or dotted.rpartition(".")[2] != function:
+                continue
+            qualified = qualified_in(info, dotted)
+            resolved = index.resolve(qualified) if qualified is not None else None
+            if resolved is not None and resolved[1] == function and os.path.abspath(resolved[0].path) == own:
+                entry = (path, call.lineno, id(call) in in_loops)
+                if entry not in out:
+                    out.append(entry)
+    return sorted(out)

@@ -30,12 +30,14 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.call_sites import argument_for, references
-from amp_lint.conversion.project_callers import looped_callers
+from amp_lint.conversion.caller_scaler import scaler_in_caller
+from amp_lint.conversion.project_callers import project_calls
 from amp_lint.conversion.refusals import Refusal
 from amp_lint.conversion.syntax import add_keyword, add_parameter, append_with_comma
 from amp_lint.conversion.training_steps import amp_in_reach
 
 if TYPE_CHECKING:
+    from amp_lint.fixes.types import FileEdit
     from amp_lint.conversion.devices import DeviceExpression
     from amp_lint.conversion.edits import EditPlanner
 
@@ -67,6 +69,8 @@ class ScalerPlacement:
         self._parameters_added: Set[int] = set()
         self._hints: Set[str] = set()
         self._passed_device: Dict[int, str] = {}
+        # Edits of other files (the scaler beside an optimizer another module creates): part of the same fix.
+        self.file_edits: List["FileEdit"] = planner.file_edits
 
     # --- the plan ---
     def plan(self) -> str:
@@ -194,7 +198,8 @@ class ScalerPlacement:
                     f"`{name}` runs one training step, but not all of its call sites are visible in this file "
                     "(the GradScaler must be created once, outside the loop that calls it)"
                 )
-            self._refuse_looped_callers_elsewhere(scope, optimizer)
+            if self._scaler_in_other_module(scope, function, optimizer, sites):
+                return True
             return False
         in_loops = [call for call, _ in sites if self.tree.loops_around(call)]
         if not step_function and not in_loops:
@@ -252,21 +257,34 @@ class ScalerPlacement:
             self._home(caller, key, caller_loops, depth + 1, step_function=False, hints=hints)
         return True
 
-    def _refuse_looped_callers_elsewhere(self, scope: Scope, optimizer: str) -> None:
+    def _scaler_in_other_module(self, scope: Scope, function: cst.FunctionDef, optimizer: str, sites) -> bool:
         """`train_one_epoch(model, loader, optimizer)` called per epoch from another module: a scaler created in it
-        would restart every epoch, and its place (beside the optimizer, with the checkpoint) is in that file."""
+        would restart every epoch; its place (beside the optimizer, with the checkpoint) is in that file. The
+        function gets a `scaler` parameter and the caller's file a `FileEdit` (`caller_scaler`). False when no
+        loop of another module calls it (the scaler it creates lives as long as the call)."""
         if scope.class_name is not None or scope.parent is None or scope.parent.is_function:
-            return
+            return False
         name = scope.name or ""
-        callers = looped_callers(name)
-        if not callers:
-            return
-        where = ", ".join(f"{os.path.basename(path)}:{line}" for path, line in callers)
-        raise Refusal(
-            f"`{name}` receives `{optimizer.split('.')[0]}` and is called in a loop from another module ({where}): "
-            "a GradScaler created inside it would restart on every call; create it beside the optimizer there, "
-            f"pass it in, and save and load its state where the optimizer's is (the conversion edits one file)"
-        )
+        calls = project_calls(name)
+        looped = [(path, line) for path, line, in_loop in calls if in_loop]
+        if not looped:
+            return False
+        where = ", ".join(f"{os.path.basename(path)}:{line}" for path, line in looped[:3])
+        if sites:
+            raise Refusal(
+                f"`{name}` is called in this file and in a loop of another module ({where}): a GradScaler created "
+                "inside it would restart on every call, and it has no one place beside its optimizer"
+            )
+        try:
+            edit = scaler_in_caller(function, calls, optimizer.split(".")[0], self.name, self.planner.autocast_device)
+        except Refusal as refusal:
+            raise Refusal(
+                f"`{name}` receives `{optimizer.split('.')[0]}` and is called in a loop from another module ({where}): "
+                f"a GradScaler created inside it would restart on every call, and it cannot go beside the optimizer there: {refusal}"
+            ) from None
+        self._add_parameter(function)
+        self.file_edits.append(edit)
+        return True
 
     def _optimizer_made_per_call(
         self, function: cst.FunctionDef, call: cst.Call, caller: Optional[Scope], optimizer: str

@@ -26,17 +26,19 @@ from amp_lint.diagnostics import (
     FileError,
     FixSummary,
     Location,
-    RelatedLocation,
     one_line,
 )
 from amp_lint.fixes.builder import forget_text, remember_text
-from amp_lint.fixes.text_edits import EditsOfFixes
-from amp_lint.fixes.apply import ancestry_of, apply_fixes, select_compatible
+from amp_lint.fixes.text_edits import EditsOfFixes, text_edits
+from amp_lint.fixes.apply import ancestry_of, apply_fixes, fix_targets_in, select_compatible
 from amp_lint.files.lines import split_lines
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis import values
 from amp_lint.analysis.file_model import FileModel
+from amp_lint.engine.related import _related_locations, _related_text, _short_code
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
+from amp_lint.engine.file_edits import OtherFiles, OtherTexts, file_edits, refused_files
+from amp_lint.fixes.types import FileEdit
 from amp_lint.parse import python_ast
 from amp_lint.parse.cst_parse import parse_module
 from amp_lint.parse.gc_pause import no_cyclic_gc
@@ -64,6 +66,8 @@ class SourceResult:
     # The other files of the project this result depends on, (absolute path, digest): the modules the
     # analysis read to follow calls (`ProjectIndex.recording`). The result cache stores them with it.
     dependencies: Tuple[Tuple[str, str], ...] = ()
+    # The other files the applied fixes change (`FileEdit`s): written with `fixed_source`, all or none.
+    other_files: Tuple[FileEdit, ...] = ()
 
 
 class Checker:
@@ -99,6 +103,11 @@ class Checker:
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
+        # Fixes that change other files too: only with a project (its files are where they are written), never
+        # in the files a run refuses (`refused_files`: outside the checked paths, or excluded).
+        self.writes_others = project is not None
+        self.refused_files = refused_files(options)
+        self._on_disk = False
         self.with_edits = with_edits
         # Findings that rest on an assumption are reported only when asked for (`--show-assumed`).
         self.show_assumed = bool(show_assumed if show_assumed is not None else options.get("show_assumed"))
@@ -124,6 +133,7 @@ class Checker:
         """Check `source`, shown as `filename`; `path`, where it lives on disk, lets the analysis follow
         its calls into the project's other modules (with a project index). `prefiltered`: the caller has
         run the same prefilter (`may_match`) and it passed."""
+        self._on_disk = path is not None  # a fix may change other files only beside a file on disk
         with no_cyclic_gc():
             if self.project is None or path is None:
                 return self._check(source, filename, prefiltered)
@@ -295,8 +305,10 @@ class Checker:
 
     def _at_call_site(self, finding: Finding, locator: NodeLocator):
         """The range of the call in this file through which a finding's event of another module was
-        reached; the finding then names that place (message and `related`), and has no fix (a fix edits
-        only the file that holds the finding)."""
+        reached; the finding then names that place (message and `related`). Its fix is kept when every node
+        it replaces is in this file (an edit at the call site: an `unscale_` before the call that reaches a
+        clip); a fix that would replace the other module's nodes is dropped (another file's edits travel as
+        `FileEdit`s, checked and written with this file's: `amp_lint.engine.multi_file`)."""
         place = self._foreign_place(finding.node)
         if place is None:
             return None
@@ -304,7 +316,8 @@ class Checker:
             site = locator.range_of(id(node))
             if site is not None:
                 finding.related = tuple(finding.related) + ((f"`{_short_code(finding.node)}`", finding.node),)
-                finding.fix = None
+                if finding.fix is not None and not fix_targets_in(locator.module, finding.fix, locator.parents):
+                    finding.fix = None  # it edits the other module's tree: only a `FileEdit` of it may
                 return site
         return None
 
@@ -323,6 +336,8 @@ class Checker:
         """
         current = self._analysed(module, source, filename, result.errors, file_ignored)
         rejected: Dict[FindingKey, _Rejected] = {}
+        others = OtherFiles(self._other_file_analysis(file_ignored), {r.code: r.name for r in self.check_rules},
+                            self.refused_files, self.writes_others and self._on_disk)  # fmt: skip
         for _ in range(MAX_FIX_PASSES):
             fixes: List[Fix] = []
             owners: Dict[int, List[_Found]] = {}
@@ -342,7 +357,7 @@ class Checker:
             chosen = select_compatible(fixes, current.module, ancestry)
             if not chosen:
                 break
-            accepted, fixed = self._checked_pass(current, chosen, owners, ancestry, filename, file_ignored, rejected)
+            accepted, fixed = self._checked_pass(current, chosen, owners, ancestry, filename, file_ignored, rejected, others)
             if fixed is None:
                 continue  # every fix of this pass was dropped; those that waited for them get their turn
             result.errors.extend(e for e in fixed.errors if e not in result.errors)
@@ -350,11 +365,24 @@ class Checker:
                 result.fixed[code] = result.fixed.get(code, 0) + count
             current = fixed
             result.fixed_source = current.code if current.code != source else None
+            result.other_files = file_edits(current.other_files)
         self._report_rejected(rejected, current, filename, result)
         enabled = [i for i, found in enumerate(current.findings) if found.finding.rule.code in self.enabled_codes]
         findings = [current.findings[i].finding for i in enabled]
         positions = [current.positions[i] for i in enabled]
         return current.module, (findings, positions, current.locator, current.model)
+
+    def _other_file_analysis(self, file_ignored: FrozenSet[str]):
+        """How a text of another file that a fix changes is analysed: its findings' keys, and how many carry a
+        fix this run would apply."""
+
+        def analyse(path: str, text: str) -> Tuple[List[FindingKey], int]:
+            module = cst.parse_module(text)
+            found, model = self._rule_findings(module, text, path, SourceResult(), frozenset(), self.check_rules)
+            fixable = sum(1 for f in found if f.rule.code in self.enabled_codes and self._applicable(f.fix))
+            return [finding_key(f, model.parents) for f in found], fixable
+
+        return analyse
 
     def _removed(self, before: "_Analysed", after: "_Analysed") -> Counter:
         """{rule code: findings of the enabled rules that a pass removed}: every finding its fixes made go
@@ -386,6 +414,7 @@ class Checker:
         filename: str,
         file_ignored: FrozenSet[str],
         rejected: Dict[FindingKey, "_Rejected"],
+        others: OtherFiles,
     ) -> Tuple[List[Fix], Optional["_Analysed"]]:
         """The fixes of `chosen` that pass the check together, and the analysed code with them applied.
 
@@ -411,7 +440,11 @@ class Checker:
             why = hazard_regression(current.code, new_code)
             if why is not None:
                 return why
+            other_texts, why = others.combined(current.other_files, group)  # the other files it changes
+            if why is not None:
+                return why
             fixed = self._analysed(new_module, new_code, filename, [], file_ignored)
+            fixed.other_files = other_texts
             fixed_keys = [found.key for fix in group for found in owners[id(fix)]]
             why = regression(before_keys, [found.key for found in fixed.findings], fixed_keys, rule_names)
             return fixed if why is None else why
@@ -470,7 +503,9 @@ class Checker:
                 edits = edits_of.edits(fix)
             except Exception:
                 edits = ()
-        return FixSummary(fix.applicability, fix.message, edits)
+        # The other files a fix changes (an editor applies all of them or none): their edits when asked for.
+        files = tuple((e.path, text_edits(e.before, e.after) if edits_of is not None else ()) for e in fix.files)
+        return FixSummary(fix.applicability, fix.message, edits, files)
 
 
 # Findings with their positions, the locator that placed them and the model they came from.
@@ -496,6 +531,7 @@ class _Analysed:
     locator: NodeLocator
     model: FileModel
     errors: List[FileError]
+    other_files: OtherTexts = field(default_factory=dict)  # the other files' texts, with the fixes so far
 
 
 @dataclass(frozen=True)
@@ -553,51 +589,3 @@ def _confidence_policy(findings: List[Finding], show_assumed: bool, shown_for: F
             finding.fix = dataclasses.replace(finding.fix, applicability=Applicability.UNSAFE)
         kept.append(finding)
     return kept
-
-
-def _related_text(related, range_of, foreign_place=None) -> str:
-    """The " (label at line N; ...)" suffix of a message; `range_of(id(node))` gives a node's CodeRange,
-    `foreign_place(node)` the (path, CodeRange) of a node of another module."""
-    parts = []
-    for label, node in dict.fromkeys(related):
-        code_range = range_of(id(node))
-        if code_range is None and foreign_place is not None:
-            place = foreign_place(node)
-            if place is not None:
-                parts.append(f"{label} at `{_shown_path(place[0])}` line {place[1].start.line}")
-                continue
-        parts.append(f"{label} at line {code_range.start.line}" if code_range is not None else label)
-    return " (" + "; ".join(dict.fromkeys(parts)) + ")"  # two events reached through one call: named once
-
-
-def _related_locations(related, range_of, foreign_place=None) -> Tuple[RelatedLocation, ...]:
-    """The related nodes that have a place in the file (or, with `filename`, in another module), 1-based,
-    each (label, place) once."""
-    located = []
-    for label, node in dict.fromkeys(related):
-        code_range = range_of(id(node))
-        if code_range is None and foreign_place is not None:
-            place = foreign_place(node)
-            if place is not None:
-                path, code_range = place
-                start = Location(code_range.start.line, code_range.start.column + 1)
-                end = Location(code_range.end.line, code_range.end.column + 1)
-                located.append(RelatedLocation(label, start, end, filename=_shown_path(path)))
-            continue
-        if code_range is not None:
-            start = Location(code_range.start.line, code_range.start.column + 1)
-            located.append(RelatedLocation(label, start, Location(code_range.end.line, code_range.end.column + 1)))
-    return tuple(dict.fromkeys(located))
-
-
-def _shown_path(path: str) -> str:
-    """A path as reports show it: relative to the working folder when it is below it."""
-    import os
-
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
-
-
-def _short_code(node: cst.CSTNode) -> str:
-    text = " ".join(cst.Module([]).code_for_node(node).split())
-    return text if len(text) <= 50 else text[:47] + "..."

@@ -54,6 +54,9 @@ class FileOutcome:
     fixed_text: Optional[str] = None  # for stdin
     # Other project files the result depends on, (absolute path, digest): stored with it in the cache.
     dependencies: Tuple[Tuple[str, str], ...] = ()
+    # A fix that changes other files too: (path, text as read, new text) of this file and of each of them,
+    # written (or shown by --diff) all or none by the main process (`amp_lint.engine.multi_file`).
+    file_group: Tuple[Tuple[str, str, str], ...] = ()
 
 
 _CHECKERS: Dict[CheckConfig, object] = {}
@@ -178,6 +181,7 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
     outcome.unsafe_fixable = result.unsafe_fixable
     outcome.fixed_text = result.fixed_source
     outcome.dependencies = result.dependencies
+    outcome.file_group = tuple((e.path, e.before, e.after) for e in result.other_files)
     return outcome
 
 
@@ -276,6 +280,9 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
         outcome.diagnostics = [_in_cell(d, notebook) for d in outcome.diagnostics]
         outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
     if outcome.fixed_text is None:
+        return outcome
+    if outcome.file_group:  # with other files: written or shown together, by the main process
+        outcome.file_group = ((os.path.abspath(path), text, outcome.fixed_text),) + outcome.file_group
         return outcome
     new_text = outcome.fixed_text
     if notebook is not None:
@@ -389,6 +396,10 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
             callers = _callers_key(outcome.path, raw.decode("utf-8", errors="replace"))
             cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies, callers)
+    if any(o.file_group or any(d.fix is not None and d.fix.files for d in o.diagnostics) for o in outcomes.values()):
+        from amp_lint.engine.multi_file import settle_multi_file_fixes  # fixes that change several files
+
+        settle_multi_file_fixes(outcomes, dict(plan.files), check_file)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
         cache.put(_NEGATIVES_KEY, b"", {"files": _merged_negatives(known_negatives, negatives, outcomes)})
     diffs = []

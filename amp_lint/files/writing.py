@@ -9,7 +9,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 from amp_lint.files.sources import FileChangedError, SourceError, SourceText, _file_id, _read_regular_file
 
@@ -53,6 +53,75 @@ def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
         _replace(target, data, info, original.raw)
     except OSError as exc:
         raise SourceError(f"{exc.strerror or exc}; file left unchanged") from exc
+
+
+def write_all_or_none(items: Sequence[Tuple[Path, str, SourceText]]) -> None:
+    """Replace several files, each with its new text (a fix that changes several files), or raise and leave
+    every one of them exactly as it was.
+
+    Each file gets what `write_atomic` gives one: a temporary copy beside it with its permission bits, owner,
+    extended attributes and ACLs, fsynced, and the check that it is still the file that was read and holds the
+    same bytes. Only when every copy is ready are they renamed over the originals; a rename that fails puts the
+    originals already replaced back (from the bytes that were read). A file with hard links is refused (writing
+    it in place could not be undone with the others).
+    """
+    import tempfile
+
+    staged: List[Tuple[Path, str, bytes, SourceText]] = []
+    try:
+        for path, new_text, original in items:
+            data = original.encode(new_text)
+            if data == original.raw:
+                continue
+            target = Path(os.path.realpath(path))
+            info = _writable_or_raise(target, original)
+            if info.st_nlink > 1:
+                raise SourceError(f"{path} has hard links, and a fix that changes several files writes none in place; not written")
+            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+            staged.append((target, temporary, data, original))
+            try:
+                _keep_owner(temporary, fd, info)
+                os.chmod(temporary, stat.S_IMODE(info.st_mode))
+                _copy_extended_attributes(target, fd)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for target, _, _, original in staged:
+            _unchanged_or_raise(target, original.raw, os.stat(target))
+    except BaseException:
+        for _, temporary, _, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        raise
+    replaced: List[Tuple[Path, SourceText]] = []
+    try:
+        for target, temporary, _, original in staged:
+            os.replace(temporary, target)
+            replaced.append((target, original))
+    except BaseException:
+        for _, temporary, _, _ in staged[len(replaced) :]:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        for target, original in replaced:  # the originals back, the same way
+            with contextlib.suppress(OSError):
+                _replace(target, original.raw, os.stat(target), _read_bytes(target) or b"")
+        raise
+
+
+def _writable_or_raise(target: Path, original: SourceText) -> os.stat_result:
+    """The file's stat when it may be written (still the file that was read, not read-only); else raise."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        raise FileChangedError(f"{target} was removed after it was read; not written") from None
+    except OSError as exc:
+        raise SourceError(f"{exc.strerror or exc}; not written") from exc
+    if original.identity is not None and _file_id(info) != original.identity:
+        raise FileChangedError(f"{target} was replaced by another file after it was read; not written")
+    if not info.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise SourceError(f"{target} is read-only; not written")
+    return info
 
 
 def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -> None:

@@ -272,6 +272,13 @@ def _is_docstring(statement: cst.CSTNode) -> bool:
 Ancestry = Dict[int, Set[int]]
 
 
+def fix_targets_in(module: cst.Module, fix: Fix, parents: Optional[Mapping[int, cst.CSTNode]] = None) -> bool:
+    """Does every node `fix` replaces lie in `module`? (A finding reached through a call into another module
+    may carry a fix of the call site, in this file, or one whose nodes are the other module's.)"""
+    targets = set(fix.replacements)
+    return len(_ancestry(module, targets, parents)) == len({id(node) for node in targets})
+
+
 def ancestry_of(module: cst.Module, fixes: Iterable[Fix], parents: Optional[Mapping[int, cst.CSTNode]] = None) -> Ancestry:
     """For each target of `fixes` (by id), the ids of the nodes above it. `parents` (the analysis
     model's `FileModel.parents`) answers for the targets the model's walk visited, without a walk."""

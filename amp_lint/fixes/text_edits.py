@@ -177,3 +177,31 @@ def text_edits(old: str, new: str) -> Tuple[Edit, ...]:
             continue
         edits.append(Edit(Location(head + i1 + 1, 1), Location(head + i2 + 1, 1), "".join(new_middle[j1:j2])))
     return tuple(edits)
+
+
+def merged_text(base: str, versions: Iterable[str]) -> Optional[str]:
+    """One text with the changes that each of `versions` makes to `base`; None when two of them change the same
+    lines differently (or insert different lines at one place): those fixes wait for the next run.
+
+    Each version is a fix's new text of one other file, all made on the same `base` (the file as read): their
+    line changes are combined when they touch different lines; a change two of them make alike is made once.
+    """
+    changes: List[Tuple[int, int, str]] = []  # (first line, line after the last, new text), 1-based
+    for version in versions:
+        for edit in text_edits(base, version):
+            change = (edit.location.row, edit.end_location.row, edit.content)
+            if change not in changes:
+                changes.append(change)
+    changes.sort(key=lambda change: (change[0], change[1]))
+    for (first, end, _), (next_first, next_end, _) in zip(changes, changes[1:]):
+        if next_first < end or (next_first == first and (first == end or next_first == next_end)):
+            return None  # overlapping lines, or two insertions (or an insertion and a change) at one place
+    lines = lines_with_ends(base)
+    pieces: List[str] = []
+    done = 1
+    for first, end, content in changes:
+        pieces.append("".join(lines[done - 1 : first - 1]))
+        pieces.append(content)
+        done = end
+    pieces.append("".join(lines[done - 1 :]))
+    return "".join(pieces)

@@ -2,6 +2,11 @@
 
 Rules build these (usually through `amp_lint.fixes.builder.FixBuilder`); `amp_lint.fixes.apply` applies them.
 They sit below the rules so that the fixer never needs to know what a rule is.
+
+A fix may change other files of the project with the checked one (issue 32: the GradScaler of a trainer
+belongs beside the optimizer its caller creates, in the caller's file): each such file's new text is a
+`FileEdit`, made on the text the analysis read. `with_file_edits(fix, edits)` attaches them; the engine
+fix-checks every file's new text and writes the checked file and its `FileEdit`s all or none.
 """
 
 from __future__ import annotations
@@ -42,5 +47,24 @@ class Fix:
     # let two fixes that insert next to the same node go in one pass, their equal insertions made once.
     edits: Optional[Dict[cst.CSTNode, Any]] = None
 
+    # Other files of the project this fix changes with the checked one (`FileEdit`s, one per file).
+    files: Tuple["FileEdit", ...] = ()
+
     def nodes(self) -> Sequence[cst.CSTNode]:
         return list(self.replacements)
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """The change a fix makes to another file: its absolute `path`, the text the edit was made on (`before`,
+    as the analysis read it from disk) and its new text (`after`)."""
+
+    path: str
+    before: str  # as `amp_lint.files.sources.read_source(path).text` gives it: the write checks it is still that
+    after: str
+
+
+def with_file_edits(fix: Fix, edits: Sequence[FileEdit]) -> Fix:
+    """`fix`, which changes the checked file, also changing the files of `edits` (all of them or none)."""
+    fix.files = tuple(fix.files) + tuple(e for e in edits if e.before != e.after)
+    return fix

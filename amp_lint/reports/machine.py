@@ -29,6 +29,8 @@ def diagnostic_dict(diagnostic: Diagnostic) -> dict:
                 for edit in diagnostic.fix.edits
             ],
         }
+        if diagnostic.fix.files:  # a fix that changes other files too: every file's edits, applied together
+            fix["other_files"] = [{"filename": path, "edits": [_edit_dict(e) for e in edits]} for path, edits in diagnostic.fix.files]
     return {
         "code": diagnostic.code,
         "message": diagnostic.message,

@@ -83,8 +83,10 @@ class Fp32TrainingLoop(Rule):
     `torch.autograd.grad(..., create_graph=True)` is refused like the inline gradient penalty; so do helpers of
     the project's other modules (`from utils import clip_gradients`, `utils.clip_gradients(...)`, a star import),
     when the file is checked from disk. A training function that receives its optimizer and is called in a loop
-    from another module (`train_one_epoch(...)` per epoch from `main.py`) is refused, naming that call: its scaler
-    belongs beside the optimizer in the caller's file, which this fix does not edit. A loop that
+    from another module (`train_one_epoch(...)` per epoch from `main.py`) gets a `scaler` parameter, and the same
+    fix edits the caller's file: the scaler right after the optimizer's creation, `scaler=scaler` at the calls,
+    its state beside the optimizer's checkpoint. Both files are written or neither; when the caller's file is
+    not among the checked files (or is excluded), nothing is written and the reason names it. A loop that
     builds an optimizer per run (a hyperparameter sweep) gets its scaler right after that optimizer. The
     scaler's state is checkpointed only where the optimizer's is both saved (`{...}`, `dict(...)`,
     `state["optimizer"] = ...`) and loaded, or not at all. A Gram-like product (`torch.mm(f, f.t())`,

@@ -58,7 +58,8 @@ class CodeActions:
         """The fixes of the checked findings, with their text edits (the engine computes them on request)."""
         if checked.fixes is None:
             config = self.settings.for_path(checked.view.path).with_edits
-            outcome = await self.in_check_thread(check_text, checked.view.program, checked.view.path, config)
+            view = checked.view
+            outcome = await self.in_check_thread(check_text, view.program, view.path, config, _on_disk(view))
             checked.fixes = {_finding_key(d): d.fix for d in outcome.diagnostics if d.fix is not None}
         return checked.fixes
 
@@ -75,7 +76,7 @@ class CodeActions:
                 if fix is not None and (fix.applicability is Applicability.SAFE or unsafe_allowed):
                     fix = (await self.fixes_of(checked)).get(_finding_key(finding))
                 if fix is not None and fix.edits and (fix.applicability is Applicability.SAFE or unsafe_allowed):
-                    edit = self._edit_from(view, fix.edits)
+                    edit = self._edit_from(view, fix.edits, fix.files)
                     if edit is not None:
                         unsafe = " (unsafe)" if fix.applicability is Applicability.UNSAFE else ""
                         actions.append(
@@ -109,12 +110,49 @@ class CodeActions:
                 actions.append(types.CodeAction(title="amp-lint: Fix all safe fixes", kind=FIX_ALL, edit=fix_all))
         return actions
 
-    def _edit_from(self, view: DocumentView, edits: Sequence[Edit]) -> Optional[types.WorkspaceEdit]:
+    def _edit_from(self, view: DocumentView, edits: Sequence[Edit], files=()) -> Optional[types.WorkspaceEdit]:
         try:
             new_program = apply_edits(view.program, edits)
         except SourceError:
             return None
-        return self.workspace_edit(view, new_program)
+        edit = self.workspace_edit(view, new_program)
+        return self._with_other_files(edit, [(path, file_edits) for path, file_edits in files])
+
+    def _with_other_files(self, edit: Optional[types.WorkspaceEdit], files) -> Optional[types.WorkspaceEdit]:
+        """`edit` with the edits of the other files a fix changes (one WorkspaceEdit, several documents), or
+        None when one of them cannot go with it: the fix is offered whole or not at all. The edits were made on
+        the file as it is on disk: a file open with other text in the editor (unsaved changes) refuses the fix."""
+        if edit is None or not files:
+            return edit
+        from pathlib import Path
+
+        from amp_lint.files.sources import read_source
+
+        units = self.workspace.position_codec.client_num_units
+        changes = dict(edit.changes or {})
+        for path, file_edits in files:
+            uri = Path(path).as_uri()
+            try:
+                text = read_source(Path(path)).text
+            except SourceError:
+                return None
+            document = self.workspace.text_documents.get(uri)
+            if (document is not None and document.source != text) or uri in changes:
+                return None
+            if self.settings.for_path(path).excluded:  # excluded by the project's configuration: never edited
+                return None
+            lines = split_lines(text)
+            changes[uri] = [
+                types.TextEdit(
+                    range=types.Range(
+                        types.Position(*client_position(lines, text, e.location, units)),
+                        types.Position(*client_position(lines, text, e.end_location, units)),
+                    ),
+                    new_text=e.content,
+                )
+                for e in file_edits
+            ]
+        return types.WorkspaceEdit(changes=changes)
 
     def _noqa_edit(self, view: DocumentView, finding: Diagnostic) -> Optional[types.WorkspaceEdit]:
         from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines
@@ -128,11 +166,26 @@ class CodeActions:
         return self.workspace_edit(view, "".join(lines)) if edited else None
 
     async def fix_all_edit(self, view: DocumentView) -> Optional[types.WorkspaceEdit]:
-        outcome = await self.in_check_thread(check_text, view.program, view.path, self.settings.for_path(view.path).fix_all)
+        outcome = await self.in_check_thread(check_text, view.program, view.path, self.settings.for_path(view.path).fix_all, _on_disk(view))
         if outcome.fixed_text is None or outcome.fixed_text == view.program:
             return None
-        return self.workspace_edit(view, outcome.fixed_text)
+        edit = self.workspace_edit(view, outcome.fixed_text)
+        if outcome.file_group:  # fixes that change other files too: all their files in the one edit
+            from amp_lint.fixes.text_edits import text_edits
 
+            return self._with_other_files(edit, [(path, text_edits(before, after)) for path, before, after in outcome.file_group])
+        return edit
+
+
+
+def _on_disk(view: DocumentView) -> Optional[str]:
+    """The path of a saved Python file (not a notebook, not an unsaved buffer): its fixes may follow its calls into
+    the project's other modules, and change them too (a fix offered whole, with every document, or not at all)."""
+    import os
+
+    from amp_lint.server.documents import TextView
+
+    return view.path if isinstance(view, TextView) and os.path.isfile(view.path) else None
 
 
 def _wants(only: Optional[Sequence[str]], kind: str) -> bool:
