@@ -104,3 +104,36 @@ def test_a_factory_that_may_return_something_else_is_not_a_scaler_builder(tmp_pa
     # Principle 3 (evidence): one path returns None (or anything but a GradScaler): not proved a builder,
     # so the per-call AMP011 (which needs a scaler the class builds) stays silent.
     assert _check(tmp_path, NOT_A_FACTORY, "loss.backward()", ONE_UNSCALE) == []
+
+
+SUBCLASS = """
+import torch
+from torch.amp.grad_scaler import GradScaler, OptState
+
+
+class {name}({base}):
+    def unscale_and_check(self, optimizer):
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.READY:
+            {unscale}
+        return not sum(v.item() for v in state["found_inf_per_device"].values())
+"""
+
+
+def _codes(source: str):
+    from amp_lint.engine.checker import Checker
+
+    result = Checker(frozenset({"AMP024"})).check(textwrap.dedent(source), "example.py")
+    assert not result.errors, result.errors
+    return [d.code for d in result.diagnostics]
+
+
+def test_self_in_a_grad_scaler_subclass_is_a_scaler():
+    # Principle 4: `self` inside a subclass of torch's GradScaler is a GradScaler; its unscale_ called twice
+    # in one call raises (principle 2: per call).
+    doubled = SUBCLASS.format(name="ClosureScaler", base="GradScaler", unscale="self.unscale_(optimizer)\n            self.unscale_(optimizer)")
+    once = SUBCLASS.format(name="ClosureScaler", base="GradScaler", unscale="self.unscale_(optimizer)")
+    other = SUBCLASS.format(name="Helper", base="object", unscale="self.unscale_(optimizer)\n            self.unscale_(optimizer)")
+    assert _codes(doubled) == ["AMP024"]
+    assert _codes(once) == []
+    assert _codes(other) == []  # `self` of a class that is not a GradScaler: nothing known

@@ -318,6 +318,8 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
     bindings = model.scaler_bindings(key, scope)
     if bindings:
         return True
+    if key == "self" and _in_scaler_subclass(scope, model):
+        return True
     last = key.split(".")[-1]
     if not _SCALER_NAME.search(last):
         for outer in scope.chain():
@@ -327,6 +329,15 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
         return False
     # Named like a scaler: still not one if the file builds it from something that is not torch's.
     return not _built_by_someone_else(key, scope, model, imports_count=True)
+
+
+def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
+    """`self` in a method of a class whose base is torch's GradScaler (composer's `ClosureGradScaler`): the
+    instance is a GradScaler, `self.unscale_(opt)` keeps torch's protocol (issue 26, principle 4)."""
+    from amp_lint.analysis.names import GRAD_SCALER
+
+    cls = model.classes.get(scope.class_name or "")
+    return cls is not None and any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases)
 
 
 def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:
