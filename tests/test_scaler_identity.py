@@ -137,3 +137,14 @@ def test_self_in_a_grad_scaler_subclass_is_a_scaler():
     assert _codes(doubled) == ["AMP024"]
     assert _codes(once) == []
     assert _codes(other) == []  # `self` of a class that is not a GradScaler: nothing known
+
+
+def test_a_subclass_that_overrides_the_called_method_keeps_its_own_meaning():
+    # Principle 3 (evidence): the subclass's own `unscale_` (idempotent here) is what `self.unscale_` runs.
+    overriding = SUBCLASS.format(
+        name="IdempotentScaler", base="GradScaler", unscale="self.unscale_(optimizer)\n            self.unscale_(optimizer)"
+    ).replace(
+        "    def unscale_and_check",
+        "    def unscale_(self, optimizer):\n        if id(optimizer) not in self.done:\n            super().unscale_(optimizer)\n\n    def unscale_and_check",
+    )
+    assert _codes(overriding) == []

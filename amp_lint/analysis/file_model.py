@@ -337,7 +337,15 @@ def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
     from amp_lint.analysis.names import GRAD_SCALER
 
     cls = model.classes.get(scope.class_name or "")
-    return cls is not None and any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases)
+    if cls is None or not any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases):
+        return False
+    # A protocol method the subclass overrides and also calls on `self` keeps the subclass's meaning, not
+    # torch's (an idempotent `unscale_`): then nothing is known about `self`.
+    overridden = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)} & _PROTOCOL_METHODS
+    return not any(re.search(rf"\bself\.{re.escape(name)}\(", code_of(cls)) for name in overridden)
+
+
+_PROTOCOL_METHODS = frozenset({"scale", "unscale_", "step", "update"})
 
 
 def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:
