@@ -432,6 +432,9 @@ class ModelBuilder(CallRecorder, Walker):
                             loops=tuple(self.loop_stack[-1]),
                         ),
                     )
+                elif isinstance(candidate.func, cst.Name) and qualified is not None and self._scaler_factory(candidate.func.value):
+                    # a project function of another module returning a GradScaler on every path (issue 26)
+                    self._add_scaler(key, ScalerBinding(key=key, enabled=None, statement=statement, scope=self.scope, factory=candidate))
                 elif qualified is not None and names.is_optimizer_class(qualified):
                     self.optimizer_keys.add(key)
                 elif qualified in names.AUTOCAST:
@@ -446,6 +449,12 @@ class ModelBuilder(CallRecorder, Walker):
                 qualified = self.qualify(candidate)
                 if qualified in names.AUTOCAST:
                     self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
+
+    @staticmethod
+    def _scaler_factory(name: str) -> bool:
+        from amp_lint.analysis.scaler_factories import scaler_factory  # another module of the project
+
+        return scaler_factory(name) is not None
 
     def _class_alias(self, func: cst.BaseExpression) -> Optional[str]:
         """`scaler_type = GradScaler` (or `ShardedGradScaler` on another branch) earlier in this function, then

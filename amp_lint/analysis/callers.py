@@ -128,6 +128,19 @@ def scaler_attributes(tree: ast.AST) -> List[str]:
     through (`self.scaler.step(opt)`): the names whose uses elsewhere in the project decide whether
     anything updates that scaler (AMP021)."""
     built, stepped = set(), set()
+    # `scaler_type = GradScaler` (or `ShardedGradScaler`) then `self.scaler = scaler_type()`: a local alias
+    aliases = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and (ast_dotted_name(node.value) or "").endswith("GradScaler")
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def builds(call: ast.AST) -> bool:
+        dotted = ast_dotted_name(call.func) if isinstance(call, ast.Call) else None
+        return dotted is not None and (dotted.split(".")[-1].endswith("GradScaler") or dotted in aliases)
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step":
             holder = node.func.value
@@ -135,9 +148,7 @@ def scaler_attributes(tree: ast.AST) -> List[str]:
                 stepped.add(holder.attr)
         elif isinstance(node, ast.Assign):
             targets = [t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
-            if targets and any(
-                isinstance(n, ast.Call) and (ast_dotted_name(n.func) or "").split(".")[-1] == "GradScaler" for n in ast.walk(node.value)
-            ):
+            if targets and any(builds(n) for n in ast.walk(node.value)):
                 built.update(targets)
     return sorted(built & stepped)
 

@@ -41,6 +41,7 @@ class ScalerBinding:
     statement: Optional[Statement] = None
     scope: Optional["Scope"] = None
     loops: Tuple[Loop, ...] = ()  # loops around the construction, in its scope
+    factory: Optional[cst.Call] = None  # a project function that returns a GradScaler on every path (`call` is None)
 
     @property
     def is_enabled(self) -> bool:
@@ -317,6 +318,8 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
     bindings = model.scaler_bindings(key, scope)
     if bindings:
         return True
+    if key == "self" and _in_scaler_subclass(scope, model):
+        return True
     last = key.split(".")[-1]
     if not _SCALER_NAME.search(last):
         for outer in scope.chain():
@@ -326,6 +329,23 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
         return False
     # Named like a scaler: still not one if the file builds it from something that is not torch's.
     return not _built_by_someone_else(key, scope, model, imports_count=True)
+
+
+def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
+    """`self` in a method of a class whose base is torch's GradScaler (composer's `ClosureGradScaler`): the
+    instance is a GradScaler, `self.unscale_(opt)` keeps torch's protocol (issue 26, principle 4)."""
+    from amp_lint.analysis.names import GRAD_SCALER
+
+    cls = model.classes.get(scope.class_name or "")
+    if cls is None or not any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases):
+        return False
+    # A protocol method the subclass overrides and also calls on `self` keeps the subclass's meaning, not
+    # torch's (an idempotent `unscale_`): then nothing is known about `self`.
+    overridden = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)} & _PROTOCOL_METHODS
+    return not any(re.search(rf"\bself\.{re.escape(name)}\(", code_of(cls)) for name in overridden)
+
+
+_PROTOCOL_METHODS = frozenset({"scale", "unscale_", "step", "update"})
 
 
 def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:

@@ -362,7 +362,8 @@ def class_builds_scaler(model: FileModel, key: Optional[str], scope: Scope) -> b
     if key is None or not key.startswith("self.") or scope.class_name is None:
         return False
     bindings = model.scaler_bindings(key, scope)
-    return bool(bindings) and all(b.call is not None for b in bindings) and any(b.is_enabled for b in bindings)
+    built = all(b.call is not None or b.factory is not None for b in bindings)  # a project factory builds it too
+    return bool(bindings) and built and any(b.is_enabled for b in bindings)
 
 
 # --- which optimizer holds which module's parameters ---

@@ -31,6 +31,7 @@ def unscales_twice(model: FileModel) -> Iterator[Breach]:
     a path from it to the end of the iteration leaves UNSCALED with no update (`detail`: "iteration" or
     "call"). An `unscale_` that asks the scaler's state first (allennlp) is not one. Each call once."""
     reported: Set[int] = set()
+    yield from _twice_in_one_block(model, reported)
     for step in model.steps:
         for unscale in step.of(EventKind.SCALER_UNSCALE):
             if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale, step):
@@ -194,3 +195,52 @@ def _target_names(target: cst.BaseExpression) -> Set[str]:
     if isinstance(target, cst.StarredElement):
         return _target_names(target.value)
     return set()
+
+
+def _twice_in_one_block(model: FileModel, reported: Set[int]) -> Iterator[Breach]:
+    """Issue 26, principle 2 (per call): `unscale_(opt)` and again `unscale_(opt)` in one block of statements,
+    nothing between them that could run `update()` (no call, no jump): the first leaves the optimizer
+    UNSCALED (or raises), so the second raises whatever came before, in a function whose scaler calls
+    no training step holds (an unscale_ after a micro-batch loop, then again before the step).
+    UNSCALE_TWICE with no `step`: `cause` is the first call."""
+    in_steps = {id(e.call) for step in model.steps for e in step.events}
+    for scope in model.scopes:
+        events = sorted((e for e in scope.events if not e.in_helper), key=lambda e: e.index)
+        unscales = [e for e in events if e.kind is EventKind.SCALER_UNSCALE and id(e.call) not in in_steps]
+        for first, second in zip(unscales, unscales[1:]):
+            if id(second.call) in reported or first.receiver != second.receiver or first.target is None:
+                continue
+            if first.target != second.target or not model.scaler_enabled(first.receiver, scope):
+                continue
+            between = [e for e in events if first.index < e.index < second.index]
+            if between or not _adjacent_in_one_block(model, first, second):
+                continue
+            reported.add(id(second.call))
+            yield Breach(UNSCALE_TWICE, second, None, first.receiver, cause=first, related=(first,))
+
+
+def _adjacent_in_one_block(model: FileModel, first: Event, second: Event) -> bool:
+    """Both calls are whole statements of one block, and the statements between them hold no call and no jump."""
+    if not (_whole_statement(first) and _whole_statement(second)):
+        return False
+    parent = model.parents.get(id(first.statement))
+    if parent is None or parent is not model.parents.get(id(second.statement)):
+        return False
+    body = list(getattr(parent, "body", ()))
+    try:
+        start, end = body.index(first.statement), body.index(second.statement)
+    except ValueError:
+        return False
+    return start < end and all(_inert(statement) for statement in body[start + 1 : end])
+
+
+def _whole_statement(event: Event) -> bool:
+    return not event.in_helper and isinstance(event.small_statement, cst.Expr) and event.small_statement.value is event.call
+
+
+def _inert(statement: cst.CSTNode) -> bool:
+    """No call, no jump, no compound statement: cannot update the scaler or leave the block."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    text = code_of(statement)
+    return "(" not in text and not re.search(r"\b(return|break|continue|raise|yield)\b", text)

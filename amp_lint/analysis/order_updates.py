@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.names import GRAD_SCALER, dotted_name
 from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.flow_queries import again_in_loop, any_path, first_of, last_of
@@ -196,7 +196,10 @@ def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: st
         return False
     built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
     # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
-    if not built or not all(code_of(b.call.func).split(".")[-1] == "GradScaler" for b in built):
+    # (or through a local alias of the class, `scaler_type = GradScaler; scaler_type()`: its qualified name)
+    if not built or not all(
+        code_of(b.call.func).split(".")[-1].endswith("GradScaler") or b.qualified_name in GRAD_SCALER for b in built
+    ):
         return False
     if _updates_elsewhere(model, step, scaler):
         return False

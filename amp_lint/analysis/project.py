@@ -47,6 +47,9 @@ class ModuleInfo:
     # Local name -> what it names: "pkg.mod" for a module, "pkg.mod.attr" for a name from a module.
     imports: Dict[str, str] = field(default_factory=dict)
     star_imports: Tuple[str, ...] = ()  # modules imported with `from m import *`
+    # class -> name -> the return annotation (dotted, as written) of `@property def name(self) -> T`; "" for a
+    # name the class binds otherwise (a method, a class attribute, a property without an annotation).
+    members: Dict[str, Dict[str, str]] = field(default_factory=dict)
 
     def defines(self, name: str) -> bool:
         return name in self.functions or name in self.classes
@@ -97,6 +100,7 @@ def read_module_facts(text: str, name: str, path: str, digest: str, is_package: 
         return ModuleInfo(name=name, path=path, digest=digest, is_package=is_package)
     functions = set()
     classes: Dict[str, Tuple[str, ...]] = {}
+    members: Dict[str, Dict[str, str]] = {}
     imports: Dict[str, str] = {}
     stars: List[str] = []
     for statement in _top_level(tree.body):
@@ -104,6 +108,7 @@ def read_module_facts(text: str, name: str, path: str, digest: str, is_package: 
             functions.add(statement.name)
         elif isinstance(statement, ast.ClassDef):
             classes[statement.name] = tuple(filter(None, (ast_dotted_name(base) for base in statement.bases)))
+            members[statement.name] = _class_members(statement)
         elif isinstance(statement, ast.Import):
             for alias in statement.names:
                 if alias.asname:
@@ -129,7 +134,28 @@ def read_module_facts(text: str, name: str, path: str, digest: str, is_package: 
         classes=classes,
         imports=imports,
         star_imports=tuple(stars),
+        members=members,
     )
+
+
+def _class_members(node: ast.ClassDef) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            is_property = any(ast_dotted_name(d) == "property" for d in statement.decorator_list)
+            returns = statement.returns
+            if isinstance(returns, ast.Constant) and isinstance(returns.value, str):
+                annotation = returns.value  # `-> "torch.device"`
+            else:
+                annotation = ast_dotted_name(returns) if returns is not None else None
+            out.setdefault(statement.name, annotation if is_property and annotation else "")
+            if not is_property or out[statement.name] != (annotation or ""):
+                out[statement.name] = ""  # bound twice (a property's setter, an overload): not one declaration
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            for target in statement.targets if isinstance(statement, ast.Assign) else [statement.target]:
+                if isinstance(target, ast.Name):
+                    out[target.id] = ""
+    return out
 
 
 def _top_level(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
@@ -290,6 +316,35 @@ class ProjectIndex:
                 break
         self._path_of_module[module] = found
         return found
+
+    def declared_property(self, info: ModuleInfo, class_name: str, attr: str) -> Optional[str]:
+        """The qualified return annotation of the `@property def attr(self) -> T` that `class_name` (a class of
+        `info`) has or inherits from a project class (bases first to last, depth first: the MRO of a single
+        chain); None when it is not declared so, is bound otherwise first, or a base cannot be read. A
+        property with no setter is what every instance answers: `self.attr = ...` raises."""
+        bound, annotation = self._member(info, class_name, attr, 0)
+        return annotation if bound else None
+
+    def _member(self, info: ModuleInfo, class_name: str, attr: str, depth: int) -> Tuple[bool, Optional[str]]:
+        """(bound in the class or its bases, the qualified annotation when a declared property); an unreadable
+        base answers (True, None): it may bind it."""
+        if depth > 8 or class_name not in info.classes:
+            return True, None
+        members = info.members.get(class_name, {})
+        if attr in members:
+            annotation = members[attr]
+            return True, (qualified_in(info, annotation) or annotation) if annotation else None
+        for base in info.classes[class_name]:
+            qualified = qualified_in(info, base) or (f"{info.name}.{base}" if info.name and base in info.classes else None)
+            resolved = self.resolve(qualified) if qualified is not None else None
+            if resolved is None:
+                if base == "object" or (qualified or "").startswith(("torch.nn.", "typing.")):
+                    continue  # binds no property of the project's
+                return True, None  # an unknown base may bind it
+            bound, annotation = self._member(resolved[0], resolved[1], attr, depth + 1)
+            if bound:
+                return True, annotation
+        return False, None
 
     def resolve(self, qualified: str, _depth: int = 0) -> Optional[Tuple[ModuleInfo, str]]:
         """Where a qualified name is defined in the project: `pkg.train.make_scaler` -> (module of

@@ -4,11 +4,12 @@ indexed on CUDA), whether an expression can take a postfix, and the fixes that r
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Iterator, Optional
 
 import libcst as cst
 
-from amp_lint.analysis import values
+from amp_lint.analysis import project, values
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
@@ -35,6 +36,89 @@ def tensor_device(node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
     if not isinstance(owner, cst.Name) or owner.value in ("self", "cls") or scope is None or not scope.is_function:
         return False
     return re.search(rf"(?<![\w.]){re.escape(owner.value)}{_TENSOR_USE}", code_of(scope.node)) is not None
+
+
+_DEVICE_ONLY = ("type", "index")  # attributes a torch.device has and a str has not
+
+
+def read_as_device(model: FileModel, node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
+    """Does the code itself show that `node` (a name or dotted attribute) is a torch.device: it reads
+    `node.type` or `node.index` (not called, not assigned), which a device string has not (issue 26,
+    principle 4, duck typing)? Where the same value is read: a local name in its function, `self.x` in the
+    methods of its class (or the class's declared `-> torch.device` property `x`), a module-level name
+    (an imported module's attribute, `flair.device`) anywhere in the file."""
+    text = dotted_name(node)
+    if text is None or scope is None:
+        return False
+    root = text.split(".")[0]
+    if root in ("self", "cls"):
+        cls = model.classes.get(scope.class_name or "")
+        if cls is None:
+            return False
+        if root == "self" and text.count(".") == 1 and _declared_device_property(model, cls, text.split(".")[1], scope):
+            return True
+        where: cst.CSTNode = cls
+    elif scope.is_function and (root in scope.params or root in scope.assignments):
+        where = scope.node
+    elif scope.names.lookup(root) is not None:  # an imported module or name: the same object file-wide
+        where = model.module
+    else:
+        where = scope.node
+    finder = _DeviceReads(text)
+    where.visit(finder)
+    return finder.found and not finder.called
+
+
+class _DeviceReads(cst.CSTVisitor):
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.found = False
+        self.called = False  # `x.type(...)`: a tensor's method, not a device's attribute
+        self._targets: set = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in _DEVICE_ONLY:
+            if dotted_name(node.func.value) == self.text:
+                self.called = True
+            self._targets.add(id(node.func))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._targets.add(id(node.target))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in _DEVICE_ONLY and id(node) not in self._targets and dotted_name(node.value) == self.text:
+            self.found = True
+
+
+def _declared_device_property(model: FileModel, cls: cst.ClassDef, attr: str, scope: Scope) -> bool:
+    """`@property def attr(self) -> torch.device` in the class itself or (through the project index) in a
+    project base class of another module (transformers' `PreTrainedModel.device`)."""
+    bound = [
+        s
+        for s in cls.body.body
+        if (isinstance(s, cst.FunctionDef) and s.name.value == attr)
+        or (isinstance(s, cst.SimpleStatementLine) and attr in (dotted_name(t.target) for a in s.body if isinstance(a, cst.Assign) for t in a.targets))
+    ]
+    if bound:  # one getter, no setter: what every instance answers
+        only = bound[0]
+        return (
+            len(bound) == 1
+            and isinstance(only, cst.FunctionDef)
+            and any(dotted_name(d.decorator) == "property" for d in only.decorators)
+            and only.returns is not None
+            and scope.names.qualify(only.returns.annotation) == "torch.device"
+        )
+    checked = project.checked_file()
+    if checked is None or "." in (scope.class_name or "."):
+        return False
+    index, path = checked
+    try:
+        info = index.add_file(Path(path))
+        return index.declared_property(info, scope.class_name, attr) == "torch.device"
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:  # an unreadable corner of another module never costs this file its findings
+        return False
 
 
 def certainly_indexed(resolved: Value) -> bool:
@@ -80,7 +164,11 @@ def check_str_call(rule: Rule, model: FileModel, value: cst.Call, scope: Scope) 
         if resolved.kind is Kind.STRING or resolved.no_index:
             return  # str() of a string, or of a device without an index
     # A tensor's device (the function reads its shape, casts or moves it) carries an index on CUDA: proved.
-    proven = (resolved.kind is Kind.DEVICE and resolved.certain) or tensor_device(inner, scope)
+    proven = (
+        (resolved.kind is Kind.DEVICE and resolved.certain)
+        or tensor_device(inner, scope)
+        or (not any(a.kind is Kind.STRING for a in resolved.atoms) and read_as_device(model, inner, scope))
+    )
     if not proven and not resolved.indexed() and dotted_name(inner) is None:
         return  # str() of something nobody knows
     text = code_of(inner)

@@ -333,10 +333,10 @@ for x in loader:
             yield self.finding(
                 backward.call,
                 f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}`, which this class builds, "
-                f"steps the optimizer in `{stepped.scope.name}`; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
+                f"{'unscales the gradients' if stepped.kind is EventKind.SCALER_UNSCALE else 'steps the optimizer'} in `{stepped.scope.name}`; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
                 fix=_scale_fix(model, backward, scaler, []),
                 context=backward.scope.name,
-                related=(("the scaler's step", stepped.call),),
+                related=(("the scaler's unscale_" if stepped.kind is EventKind.SCALER_UNSCALE else "the scaler's step", stepped.call),),
             )
 
 
@@ -358,7 +358,9 @@ def _per_call_backwards(model: FileModel):
             e
             for s in siblings
             for e in s.events
-            if e.kind is EventKind.SCALER_STEP and class_builds_scaler(model, e.receiver, s)
+            # the scaler's step divides the gradients by the scale, and so does its unscale_ (accelerate's
+            # `unscale_gradients()`): either consumes the backward's gradients as scaled ones
+            if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and class_builds_scaler(model, e.receiver, s)
         ]
         plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
         if not steps or _called_with_a_scaled_loss(model, scope):
@@ -368,7 +370,10 @@ def _per_call_backwards(model: FileModel):
                 continue
             if any(backward.compatible(e) for e in plain):
                 continue
-            consumer = next((e for e in steps if backward.compatible(e)), None)
+            # on a path where the scaler is None or off (`else:` of `if self.scaler is not None:`), nothing of
+            # its consumes the backward's gradients
+            off = {key for key, holds in (b.condition for b in backward.branches) if not holds}
+            consumer = next((e for e in steps if backward.compatible(e) and e.receiver not in off), None)
             if consumer is not None:
                 yield backward, consumer
 

@@ -53,7 +53,10 @@ class AutocastDeviceType(Rule):
     and the file's other autocast regions name a single device, which is then inserted, or when `str(x)`
     is rewritten without proof that `x` is a `torch.device`. `str(x.device)` of a tensor `x` (the function
     reads its shape or dtype, casts or moves it; or `next(m.parameters()).device`) is proved, directly or
-    through a name: a tensor on CUDA always carries an index, so it becomes `x.device.type` safely. A
+    through a name: a tensor on CUDA always carries an index, so it becomes `x.device.type` safely. So is
+    `str(x)` where the code reads `x.type` or `x.index` of the same value (a str has neither: in its function,
+    in the methods of its class for `self.x`, file-wide for an imported module's attribute), or where `x` is
+    a property declared `-> torch.device` in the class or in a project base class. A
     `torch.device` built only from index-free literals (`torch.device("cuda")`) is fine. A value that is
     indexed on some paths and unknown on others (the caller's device) is reported at medium confidence
     without a fix.
