@@ -533,27 +533,6 @@ def test_bundled_scripts_are_plain_fp32_training_scripts():
         assert 'os.environ.get("AMP_LINT_VERIFY_DEVICE")' in source and "torch.manual_seed(" in source
 
 
-@needs_torch
-def test_verify_bundled_scripts_end_to_end(tmp_path):
-    """amp-lint's own conversion of bundled scripts, as `--fix` writes it (the scripts' own device expression).
-
-    Two of them (the cheapest, one with accumulation): all six take minutes on a CI machine's two cores."""
-    scripts = [str(BUNDLED_SCRIPTS / "mlp_regression.py"), str(BUNDLED_SCRIPTS / "grad_accumulation.py")]
-    result = CliRunner().invoke(
-        verify_cli.verify,
-        ["--device", "cpu", "--steps", "40", "--warmup", "5", "--output-format", "json",
-         "--output-dir", str(tmp_path), *scripts],
-    )  # fmt: skip
-
-    report = json.loads(result.stdout)
-    verdicts = {
-        Path(entry["script"]).name: (entry["status"], entry["reasons"], entry["crash"]) for entry in report["scripts"]
-    }
-    assert len(verdicts) == 2
-    assert all(status == EQUIVALENT for status, _, _ in verdicts.values()), verdicts
-    assert result.exit_code == 0
-
-
 FAKE_TORCH = """
 import os
 __version__ = "fake"
