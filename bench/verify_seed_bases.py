@@ -1,7 +1,7 @@
 """Verify's must-show (issue 32): pairwise verdicts over several seed bases, and the bundled fixtures.
 
     python bench/verify_seed_bases.py pairs [--bases 0,1,2,3,4] [--steps 40] [--out bench/verify-seed-bases.md]
-    python bench/verify_seed_bases.py fixtures [--bases 0] [--steps 30]
+    python bench/verify_seed_bases.py fixtures [--bases 0] [--steps 30] [--scripts conditional_gan,cpu_only_no_device]
 
 ``pairs`` runs `verify_scripts` (3 seeds, 40 steps, warmup 5, CPU) on the SGD and AdamW regressions of
 tests/test_verify.py, right and with the clip before ``scaler.unscale_`` (the user's AMP version given through a
@@ -85,12 +85,14 @@ def pairs(bases: list[int], steps: int) -> list[str]:
     return rows
 
 
-def fixtures(bases: list[int], steps: int) -> list[str]:
+def fixtures(bases: list[int], steps: int, only: list[str]) -> list[str]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cpu_only = Path(tmp) / "cpu_only_no_device.py"
         cpu_only.write_text(CPU_ONLY_SCRIPT)
         scripts = [*sorted(BUNDLED_SCRIPTS.glob("*.py")), cpu_only]
+        if only:  # in the order given
+            scripts = [next(s for s in scripts if s.stem == name) for name in only]
         for base in bases:
             for script in scripts:
                 began = time.perf_counter()
@@ -107,6 +109,7 @@ def main() -> None:
     parser.add_argument("what", choices=["pairs", "fixtures"])
     parser.add_argument("--bases", default="0,1,2,3,4")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--scripts", default="", help="fixtures: the script stems to run, in order (default: all)")
     options = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     bases = [int(base) for base in options.bases.split(",")]
@@ -114,7 +117,7 @@ def main() -> None:
     if options.what == "pairs":
         pairs(bases, options.steps or 40)
     else:
-        fixtures(bases, options.steps or 30)
+        fixtures(bases, options.steps or 30, [name for name in options.scripts.split(",") if name])
 
 
 if __name__ == "__main__":
