@@ -131,10 +131,9 @@ class ProjectSummaries(CallerSearch):
 
     @contextlib.contextmanager
     def following(self, path: str) -> Iterator[None]:
-        """While this runs, `gradient_effects` resolves the calls of the file at `path` (and of the modules read
-        for it) to top-level functions of other project modules through `function_of`, whatever the file drives:
-        AMP100 converting an fp32 file asks what its helpers do to gradients. Use a provider of its own (the
-        models it reads are memoised with answers of this mode), not the checker's."""
+        """While this runs, `gradient_effects` resolves the calls of the file at `path` (and of modules read for
+        it) to other modules' functions through `function_of`, whatever the file drives (AMP100 on an fp32 file).
+        Use a provider of its own, not the checker's (its models are memoised with this mode's answers)."""
         self.index.add_file(Path(path))
         saved = (self._building, self._read_for_file, self.following_functions)
         self._building, self._read_for_file, self.following_functions = [os.path.abspath(path)], {}, True
@@ -146,21 +145,18 @@ class ProjectSummaries(CallerSearch):
             self._building, self._read_for_file, self.following_functions = saved
 
     def function_of(self, model, target: str):
-        """(model, scope) of the top-level function of another project module that the plain or dotted name
-        `target` calls in `model` (the file being followed or a module read for it): through its imports, or
-        the one star-imported project module that defines the name. A module is read when it could touch
-        gradients or imports another module that could (within MAX_MODULE_BYTES and MAX_MODULES_PER_FILE);
-        each one read is a dependency of the file's result. None otherwise."""
+        """(model, scope) of the top-level function of another project module that the name `target` calls in
+        `model` (through its imports, or the one star-imported module that defines it). A module is read when it
+        could touch gradients or imports one that could (within the size and count bounds); each one read is a
+        dependency of the file's result. None otherwise."""
         path = self._model_paths.get(id(model)) or (self._building[0] if self._building else None)
         if path is None or not target or target.startswith("self."):
             return None
         try:
             info = self.index.module_at(Path(path))
-            if info is None:
-                return None
-            qualified = _qualified(info, target)
+            qualified = _qualified(info, target) if info is not None else None
             resolved = self.index.resolve(qualified) if qualified is not None else None
-            if qualified is None and "." not in target and not info.defines(target):
+            if info is not None and qualified is None and "." not in target and not info.defines(target):
                 found = [r for r in (self.index.resolve(f"{star}.{target}") for star in info.star_imports) if r is not None]
                 resolved = found[0] if len({(os.path.abspath(r[0].path), r[1]) for r in found}) == 1 else None
             if resolved is None:
