@@ -221,3 +221,59 @@ def test_a_trainer_that_no_loop_of_the_project_calls_keeps_its_scaler_inside(tmp
     assert (tmp_path / "pkg_c" / "main.py").read_text() == textwrap.dedent(main).lstrip()
     done = subprocess.run([sys.executable, "-m", "pkg_c.main"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+# A helper that clamps gradients through the optimizer's groups, not `model.parameters()` (sgrvinod's tutorials):
+# no loop over parameters, so no GRAD_READ event; the summary still sees the `.grad` read in its body.
+GROUPS_UTILS = """
+def clip_gradient(optimizer, grad_clip):
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                param.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+def clear_gradients(optimizer):
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = None
+"""
+
+
+@pytest.mark.parametrize("helper", ["clip_gradient", "clear_gradients"])
+def test_a_clamp_over_the_optimizers_groups_in_another_module_gets_unscale_before_it(tmp_path: Path, helper):
+    """Reading `param.grad` anywhere in the helper's body counts (a clamp); assigning `param.grad = None` does not."""
+    train = TRAIN.replace("{call}(model, 1.0)", "{call}(optimizer, 1.0)" if helper == "clip_gradient" else "{call}(optimizer)")
+    project(tmp_path, {"grouputils.py": GROUPS_UTILS,
+                       "train.py": train.format(import_line="from grouputils import *", call=helper, log="print")})  # fmt: skip
+    fix(tmp_path, "train.py")
+    text = (tmp_path / "train.py").read_text()
+    assert "scaler.step(optimizer)" in text
+    if helper == "clip_gradient":
+        lines = [line.strip() for line in text.splitlines()]
+        assert lines.index("scaler.unscale_(optimizer)") == lines.index("clip_gradient(optimizer, 1.0)") - 1
+        assert run(tmp_path, "train.py").strip().endswith("done")
+    else:
+        assert "unscale_" not in text
+
+
+def test_the_conversion_asks_the_analysis_summary_of_a_helper(tmp_path: Path):
+    """The conversion's answer is `analysis.gradient_effects`' summary, asked while the project's summary provider
+    follows the fp32 file: another module's penalty and its clip are found there, with the function that holds them."""
+    import libcst as cst
+
+    from amp_lint.analysis.builder import build_model
+    from amp_lint.analysis.events import EventKind
+    from amp_lint.analysis.project import ProjectIndex
+    from amp_lint.conversion.helper_effects import HelperEffects
+
+    project(tmp_path, {"utils.py": UTILS, "train.py": TRAIN.format(import_line="from utils import clip_gradients, log_lr",
+                                                                   call="clip_gradients", log="log_lr")})  # fmt: skip
+    model = build_model(cst.parse_module((tmp_path / "train.py").read_text()))
+    calls = {e.target: e for scope in model.scopes for e in scope.events if e.kind is EventKind.CALL}
+    effects = HelperEffects(model, str(tmp_path / "train.py"), ProjectIndex())
+    clip = effects.of_call(calls["clip_gradients"])
+    assert clip.reads_gradients and clip.where == "clip_gradients" and clip.gradient_penalty is None
+    assert effects.of_call(calls["log_lr"]) == type(clip)()
+    # Without the project, the helper is not the file's: nothing is known of it.
+    assert HelperEffects(model, None, None).of_call(calls["clip_gradients"]).reads_gradients is None

@@ -21,7 +21,6 @@ from click.testing import CliRunner
 from amp_lint.verify import (
     BUNDLED_SCRIPTS,
     EQUIVALENT,
-    EXIT_CODES,
     INCONCLUSIVE,
     NOT_EQUIVALENT,
     NOT_RUN,
@@ -29,10 +28,11 @@ from amp_lint.verify import (
     ScriptResult,
     VerifyReport,
     local_imports,
+    reporting,
+    runner,
     verify_scripts,
 )
 from amp_lint.verify import cli as verify_cli
-from amp_lint.verify import reporting, runner
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="amp-lint verify runs training scripts, which needs torch"
@@ -83,41 +83,6 @@ with torch.autocast("cpu", dtype=torch.float32):
     pass
 raise ValueError("deliberate failure")
 """
-
-
-# A small regression trained with SGD and gradient clipping, seeded by the script itself (the bootstrap offsets that
-# seed per run). The AMP versions below are the user's own (`--amp-script`).
-TINY_FP32_SCRIPT = """
-import torch
-
-torch.manual_seed(0)
-x = torch.randn(256, 16)
-y = torch.sin(x @ torch.randn(16, 1))
-model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for epoch in range(100):
-    optimizer.zero_grad()
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-"""
-
-_AMP_TEMPLATE = TINY_FP32_SCRIPT.replace("for epoch", 'scaler = torch.amp.GradScaler("cpu")\nfor epoch').replace(
-    "    loss = torch.nn.functional.mse_loss(model(x), y)\n    loss.backward()\n",
-    '    with torch.autocast("cpu", dtype=torch.float16):\n'
-    "        loss = torch.nn.functional.mse_loss(model(x), y)\n    scaler.scale(loss).backward()\n{unscale}",
-).replace("    optimizer.step()\n", "    scaler.step(optimizer)\n    scaler.update()\n")
-AMP_VERSIONS = {
-    # The canonical pattern: unscale_ before clipping.
-    "correct": _AMP_TEMPLATE.format(unscale="    scaler.unscale_(optimizer)\n"),
-    # Clipping the *scaled* gradients (65536x): they are cut to norm 1, then unscaled to almost nothing.
-    "clip before unscale_": _AMP_TEMPLATE.format(unscale=""),
-    # scaler.update() never called: the second iteration's unscale_() raises.
-    "never updated": _AMP_TEMPLATE.format(unscale="    scaler.unscale_(optimizer)\n").replace(
-        "    scaler.update()\n", ""
-    ),
-}
 
 
 def run_bootstrap(script: Path, out: Path, *args: str, steps: int = 12) -> subprocess.CompletedProcess[str]:
@@ -222,123 +187,8 @@ def test_bootstrap_runs_from_the_origin_folder_seeds_everything_and_hooks_autogr
     assert runs[0][3:] != runs[1][3:]  # the script's own seeds are offset per run: random and torch differ
 
 
-# The same regression trained with AdamW on a classification task (the optimizer the issue's trials used): Adam
-# normalises the gradients, so clipping the scaled ones before unscale_ hides well; only the pairing shows it.
-ADAMW_FP32_SCRIPT = """
-import torch
-
-torch.manual_seed(0)
-x = torch.randn(512, 20)
-y = (x @ torch.randn(20, 4)).argmax(1)
-model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-for epoch in range(100):
-    for i in range(0, 512, 64):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-"""
-_ADAMW_TEMPLATE = ADAMW_FP32_SCRIPT.replace("for epoch", 'scaler = torch.amp.GradScaler("cpu")\nfor epoch').replace(
-    "        loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])\n        loss.backward()\n",
-    '        with torch.autocast("cpu", dtype=torch.float16):\n'
-    "            loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])\n"
-    "        scaler.scale(loss).backward()\n{unscale}",
-).replace("        optimizer.step()\n", "        scaler.step(optimizer)\n        scaler.update()\n")
-ADAMW_VERSIONS = {
-    "correct": _ADAMW_TEMPLATE.format(unscale="        scaler.unscale_(optimizer)\n"),
-    "clip before unscale_": _ADAMW_TEMPLATE.format(unscale=""),
-}
-
-#: (fp32 script, AMP version) per case; the fp32 scripts carry their case's name, so one conversion maps each.
-CASES = {
-    "sgd_correct": (TINY_FP32_SCRIPT, AMP_VERSIONS["correct"]),
-    "sgd_clip_before_unscale": (TINY_FP32_SCRIPT, AMP_VERSIONS["clip before unscale_"]),
-    "sgd_never_updated": (TINY_FP32_SCRIPT, AMP_VERSIONS["never updated"]),
-    "adamw_correct": (ADAMW_FP32_SCRIPT, ADAMW_VERSIONS["correct"]),
-    "adamw_clip_before_unscale": (ADAMW_FP32_SCRIPT, ADAMW_VERSIONS["clip before unscale_"]),
-}
-
-
-@pytest.fixture(scope="module")
-def amp_versions(tmp_path_factory):
-    """One verify run (3 seeds, 40 steps) over every case, the AMP side given by a converter that maps each case's
-    fp32 script to its hand-written AMP version: the slow part of this module, run once."""
-    folder = tmp_path_factory.mktemp("cases")
-    for name, (fp32, _) in CASES.items():
-        (folder / f"{name}.py").write_text(f"# case: {name}\n{fp32}")
-
-    def convert(source, **options):
-        name = source.splitlines()[0].removeprefix("# case: ")
-        return SimpleNamespace(code=CASES[name][1], converted=True, reasons=[])
-
-    progress = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        report = verify_scripts([folder], device="cpu", steps=40, warmup=5, seeds=3, converter=convert,
-                                progress=progress.append, progress_steps=False, output_dir=folder / "out")  # fmt: skip
-    return {result.script.stem: result for result in report.results}, report, progress, folder
-
-
-@needs_torch
-@pytest.mark.parametrize(
-    ("case", "status"),
-    [("sgd_correct", EQUIVALENT), ("adamw_correct", EQUIVALENT), ("sgd_clip_before_unscale", NOT_EQUIVALENT),
-     ("adamw_clip_before_unscale", NOT_EQUIVALENT), ("sgd_never_updated", NOT_EQUIVALENT)],
-)  # fmt: skip
-def test_verify_compares_the_runs_of_one_seed_pairwise(amp_versions, case, status):
-    """The right AMP version is equivalent, a clip before unscale_ is not, with SGD and with AdamW: AdamW's gap
-    (a fraction of a percent) sits far inside fp32's seed-to-seed spread, and outside the paired band. The runtime
-    guard names the rule that was broken, first among the reasons."""
-    results, _, _, folder = amp_versions
-    result = results[case]
-
-    assert result.status == status, result.reasons
-    assert [record.seed for record in result.fp32] == [0, 1, 2]
-    assert [record.seed for record in result.amp] == ([0] if case == "sgd_never_updated" else [0, 1, 2])
-    judgement = result.judgement
-    if status == EQUIVALENT:
-        assert result.reasons == [] and result.guard == []
-        assert judgement.gap <= judgement.allowed and judgement.parted_at is None
-    elif case.endswith("clip_before_unscale"):
-        assert judgement.gap > judgement.allowed and judgement.parted_at is not None
-        assert result.reasons[0].startswith("the runtime guard saw AMP030 at ") and "clips gradients before `scaler.unscale_(optimizer)`" in (
-            result.reasons[0]
-        )
-        assert any("the same seed" in reason and "beyond the allowed band" in reason for reason in result.reasons)
-        if case.startswith("adamw"):
-            assert judgement.gap < judgement.spread  # what the unpaired judgement called equivalent
-    else:
-        assert "unscale_() is being called after step()" in result.crash
-        assert result.reasons[0].startswith("the runtime guard saw AMP021")
-        assert result.reasons[-1] == "the AMP run crashed after 1 training step(s); the fp32 run did not"
-    csv_lines = (folder / "out" / case / "losses.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("step,fp32_seed0,fp32_seed1,fp32_seed2,amp_seed0")
-    assert len(csv_lines) == 41
-
-
-@needs_torch
-def test_progress_off_a_terminal_is_one_line_per_phase(amp_versions):
-    _, report, progress, _ = amp_versions
-    per_script = [line for line in progress if "sgd_correct.py" in line]
-
-    assert [line.split(": ", 1)[1] for line in per_script] == ["converting", "fp32 run, seeds 0-2", "AMP run, seeds 0-2"]
-    assert not any("step" in line for line in progress)
-
-
-@needs_torch
-def test_the_text_report_shows_what_was_judged(amp_versions):
-    _, report, _, _ = amp_versions
-
-    text = runner.format_text(report)
-
-    header = text.splitlines()[0].split()
-    assert header[:4] == ["script", "device/dtype", "steps", "x"] and "allowed" in header and "fell" in header
-    assert "skipped" in header and "parted" in header
-    assert "allowed: the band it must stay within (3 x the seed-to-seed error of those paired differences" in text
-    row = next(line for line in text.splitlines() if line.startswith("adamw_clip_before_unscale.py"))
-    assert row.split()[-2:] == ["not", "equivalent"] and "0/0/0" in row
+# The pairwise verdicts on hand-written AMP versions (SGD, AdamW) run in tests/test_verify_pairs_sgd.py and
+# tests/test_verify_pairs_adamw.py (tests/verify_cases.py): one shared verify run each, so two xdist workers share them.
 
 
 # A training function called once per epoch, with the device chosen at run time: the shape of pytorch/examples'
@@ -681,27 +531,6 @@ def test_bundled_scripts_are_plain_fp32_training_scripts():
         names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         assert not names & {"autocast", "GradScaler", "half", "bfloat16", "float16"}, script.name
         assert 'os.environ.get("AMP_LINT_VERIFY_DEVICE")' in source and "torch.manual_seed(" in source
-
-
-@needs_torch
-def test_verify_bundled_scripts_end_to_end(tmp_path):
-    """amp-lint's own conversion of bundled scripts, as `--fix` writes it (the scripts' own device expression).
-
-    Two of them (the cheapest, one with accumulation): all six take minutes on a CI machine's two cores."""
-    scripts = [str(BUNDLED_SCRIPTS / "mlp_regression.py"), str(BUNDLED_SCRIPTS / "grad_accumulation.py")]
-    result = CliRunner().invoke(
-        verify_cli.verify,
-        ["--device", "cpu", "--steps", "40", "--warmup", "5", "--output-format", "json",
-         "--output-dir", str(tmp_path), *scripts],
-    )  # fmt: skip
-
-    report = json.loads(result.stdout)
-    verdicts = {
-        Path(entry["script"]).name: (entry["status"], entry["reasons"], entry["crash"]) for entry in report["scripts"]
-    }
-    assert len(verdicts) == 2
-    assert all(status == EQUIVALENT for status, _, _ in verdicts.values()), verdicts
-    assert result.exit_code == 0
 
 
 FAKE_TORCH = """

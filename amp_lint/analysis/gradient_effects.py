@@ -59,7 +59,11 @@ class GradientEffects:
     scaler: FrozenSet[str] = frozenset()  # the scaler methods it calls: scale, unscale_, step, update
     mentions_scale: bool = False  # `unscale`/`get_scale` written in it: it may unscale or rescale itself
     unknown: bool = False  # a call through `self` or a scaler that could not be resolved
+    penalty: bool = False  # `torch.autograd.grad(..., create_graph=True)`: a gradient penalty
+    reads_grad_attribute: bool = False  # reads some `x.grad` in its body, not only in a loop over parameters
     sites: Tuple[Event, ...] = field(default=(), compare=False)  # the reads and clips, where they are
+    penalty_sites: Tuple[Event, ...] = field(default=(), compare=False)  # the penalties' autograd.grad calls
+    grad_attribute_scopes: Tuple[Scope, ...] = field(default=(), compare=False)  # the functions reading `.grad`
 
     @property
     def reads_gradients(self) -> bool:
@@ -85,7 +89,11 @@ class GradientEffects:
             scaler=self.scaler | other.scaler,
             mentions_scale=self.mentions_scale or other.mentions_scale,
             unknown=self.unknown or other.unknown,
+            penalty=self.penalty or other.penalty,
+            reads_grad_attribute=self.reads_grad_attribute or other.reads_grad_attribute,
             sites=self.sites + other.sites,
+            penalty_sites=self.penalty_sites + other.penalty_sites,
+            grad_attribute_scopes=self.grad_attribute_scopes + other.grad_attribute_scopes,
         )
 
 
@@ -111,6 +119,26 @@ def effects_of_call(model: FileModel, call: Event) -> GradientEffects:
     if model is None:
         return UNKNOWN
     return _call_effects(model, call, _memo(model), depth=0, active=frozenset())
+
+
+def effects_of_function_named(model: FileModel, target: str) -> GradientEffects:
+    """The gradient effects of the function of another project module that the dotted name `target` (a call
+    the model records no event for: `utils.clip_gradients(model)` in a file that drives no scaler) calls, while
+    a provider follows the file (`summaries.ProjectSummaries.following`); NONE when it cannot be resolved."""
+    from amp_lint.analysis import summaries
+
+    if not summaries._ACTIVE or not summaries._ACTIVE[-1].following_functions:
+        return NONE
+    found = summaries._ACTIVE[-1].function_of(model, target)
+    if found is None:
+        return NONE
+    return _effects(found[0], found[1], _memo(found[0]), depth=1, active=frozenset())
+
+
+def creates_graph(call: cst.Call) -> bool:
+    """`create_graph=` given and not literally False: the gradients are differentiated again."""
+    value = next((a.value for a in call.args if a.keyword and a.keyword.value == "create_graph"), None)
+    return value is not None and not (isinstance(value, cst.Name) and value.value == "False")
 
 
 def _model_of(model: FileModel, scope: Scope) -> Optional[FileModel]:
@@ -261,6 +289,8 @@ def _foreign(model: FileModel, call: Event):
 
     if not summaries._ACTIVE:
         return None
+    if summaries._ACTIVE[-1].following_functions:  # a file that drives no scaler: its function, in its model
+        return summaries._ACTIVE[-1].function_of(model, call.target or "")
     try:
         summary = summaries._ACTIVE[-1].provide(model, call)
     except (RecursionError, MemoryError):
@@ -278,11 +308,15 @@ def _foreign(model: FileModel, call: Event):
 
 # --- effects ---
 def _memo(model: FileModel) -> Dict[int, GradientEffects]:
-    memo = getattr(model, "_gradient_effects", None)
+    from amp_lint.analysis import summaries
+
+    following = bool(summaries._ACTIVE) and summaries._ACTIVE[-1].following_functions
+    attribute = "_gradient_effects_followed" if following else "_gradient_effects"  # answers of that mode apart
+    memo = getattr(model, attribute, None)
     if memo is None:
         memo = {}
         try:
-            object.__setattr__(model, "_gradient_effects", memo)
+            object.__setattr__(model, attribute, memo)
         except AttributeError:
             pass
     return memo
@@ -295,7 +329,9 @@ def _effects(model: FileModel, scope: Scope, memo, depth: int, active: FrozenSet
     if key in active or depth > _MAX_DEPTH:
         return UNKNOWN  # recursion, or too deep to follow
     text = code_of(scope.node) if isinstance(scope.node, cst.FunctionDef) else ""
-    total = GradientEffects(mentions_scale="unscale" in text or "get_scale" in text)
+    reads_grad = ".grad" in text and _reads_grad_attribute(scope.node)
+    total = GradientEffects(mentions_scale="unscale" in text or "get_scale" in text, reads_grad_attribute=reads_grad,
+                            grad_attribute_scopes=(scope,) if reads_grad else ())  # fmt: skip
     for event in scope.events:
         total = total.joined(_event_effects(model, event, memo, depth, active | {key}))
     memo[key] = total
@@ -312,6 +348,8 @@ def _event_effects(model: FileModel, event: Event, memo, depth: int, active: Fro
         return GradientEffects(zeroes=True)
     if kind in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
         scaler = frozenset({"scale"}) if event.scaled_by else frozenset()
+        if kind is EventKind.AUTOGRAD_GRAD and creates_graph(event.call):
+            return GradientEffects(backward=True, scaler=scaler, penalty=True, penalty_sites=(event,))
         return GradientEffects(backward=True, scaler=scaler)
     if kind is EventKind.OPTIMIZER_STEP:
         return GradientEffects(steps=True)
@@ -354,6 +392,31 @@ def _call_effects(model: FileModel, call: Event, memo, depth: int, active: Froze
             continue  # followed: its events are in the list
         total = total.joined(_event_effects(model, event, memo, depth + 1, active))
     return total
+
+
+def _reads_grad_attribute(node: cst.CSTNode) -> bool:
+    """Does the function read some `x.grad` in its own body (not `torch.autograd`, not an assignment target:
+    `p.grad = None` clears, it does not read)? Wherever it sits: `for group in optimizer.param_groups:` loops
+    are not parameter loops, so their reads are no GRAD_READ events."""
+    from amp_lint.analysis.calls import is_grad
+    from amp_lint.analysis.walk import visit_read_only
+
+    found: List[bool] = []
+
+    class Reads(cst.CSTVisitor):
+        def visit_FunctionDef(self, inner: cst.FunctionDef) -> bool:
+            return inner is node
+
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> bool:
+            return not isinstance(target.target, cst.Attribute)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            if is_grad(attribute) and not (dotted_name(attribute.value) or "").endswith("autograd"):
+                found.append(True)
+
+    if isinstance(node, cst.FunctionDef):
+        visit_read_only(node, Reads())
+    return bool(found)
 
 
 def class_builds_scaler(model: FileModel, key: Optional[str], scope: Scope) -> bool:

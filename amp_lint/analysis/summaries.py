@@ -40,10 +40,12 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from amp_lint.analysis.caller_search import CallerSearch
+from amp_lint.analysis.caller_search import defines_method as _defines_method
 from amp_lint.analysis.callers import MAX_MODULE_BYTES
-from amp_lint.analysis.caller_search import CallerSearch, defines_method as _defines_method
 from amp_lint.analysis.calls import drives_a_scaler
-from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name, qualified_in as _qualified
+from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
+from amp_lint.analysis.project import qualified_in as _qualified
 from amp_lint.analysis.steps import call_params
 from amp_lint.parse import python_ast
 from amp_lint.parse.cst_parse import parse_module
@@ -53,6 +55,7 @@ from amp_lint.parse.cst_parse import parse_module
 # so it is never parsed (LibCST costs ~1.4 us a byte) and its calls stay unknown, as without a project.
 _MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad\b|zero_grad|\.step\(")
 _NAMES_A_SCALER = re.compile("scaler", re.IGNORECASE)
+_IMPORTS = re.compile(rb"^\s*(?:from|import)\s", re.M)  # a module that may call another one's gradient code
 MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
 # The providers of the files being checked (innermost last): rules ask them about other modules.
 _ACTIVE: List["ProjectSummaries"] = []
@@ -98,6 +101,8 @@ class ProjectSummaries(CallerSearch):
         self._caller_modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}  # callers read for AMP013
         self._scan_sets: Dict[str, Optional[Tuple[str, ...]]] = {}
         self._reading_callers = False  # a caller's model needs its call sites only: no summaries for it
+        self.following_functions = False  # `function_of` answers `gradient_effects` (a file that drives no scaler)
+        self._tried_with_imports: Dict[Tuple[str, str], None] = {}
 
     # --- the checked file ---
     @contextlib.contextmanager
@@ -123,6 +128,53 @@ class ProjectSummaries(CallerSearch):
             scaler_flow.SUMMARIES.remove(self.provide)
             scaler_flow.FOLLOWED_CALLS.remove(self.follows)
             self._building = []
+
+    @contextlib.contextmanager
+    def following(self, path: str) -> Iterator[None]:
+        """While this runs, `gradient_effects` resolves the calls of the file at `path` (and of modules read for
+        it) to other modules' functions through `function_of`, whatever the file drives (AMP100 on an fp32 file).
+        Use a provider of its own, not the checker's (its models are memoised with this mode's answers)."""
+        self.index.add_file(Path(path))
+        saved = (self._building, self._read_for_file, self.following_functions)
+        self._building, self._read_for_file, self.following_functions = [os.path.abspath(path)], {}, True
+        _ACTIVE.append(self)
+        try:
+            yield
+        finally:
+            _ACTIVE.remove(self)
+            self._building, self._read_for_file, self.following_functions = saved
+
+    def function_of(self, model, target: str):
+        """(model, scope) of the top-level function of another project module that the name `target` calls in
+        `model` (through its imports, or the one star-imported module that defines it). A module is read when it
+        could touch gradients or imports one that could (within the size and count bounds); each one read is a
+        dependency of the file's result. None otherwise."""
+        path = self._model_paths.get(id(model)) or (self._building[0] if self._building else None)
+        if path is None or not target or target.startswith("self."):
+            return None
+        try:
+            info = self.index.module_at(Path(path))
+            qualified = _qualified(info, target) if info is not None else None
+            resolved = self.index.resolve(qualified) if qualified is not None else None
+            if info is not None and qualified is None and "." not in target and not info.defines(target):
+                found = [r for r in (self.index.resolve(f"{star}.{target}") for star in info.star_imports) if r is not None]
+                resolved = found[0] if len({(os.path.abspath(r[0].path), r[1]) for r in found}) == 1 else None
+            if resolved is None:
+                return None
+            module_info, name = resolved
+            if name not in module_info.functions or os.path.abspath(module_info.path) == os.path.abspath(path):
+                return None
+            self.index.note_read(module_info.path)
+            foreign = self._load(module_info, imports_too=True)
+        except (RecursionError, MemoryError):
+            raise
+        except Exception:  # an unreadable corner of another module never costs this file its answer
+            return None
+        if foreign is None or foreign.model is None:
+            return None
+        scopes = [s for s in foreign.model.scopes if s.is_function and s.class_name is None and s.parent is not None
+                  and not s.parent.is_function and s.node.name.value == name]  # fmt: skip
+        return (foreign.model, scopes[0]) if len(scopes) == 1 else None
 
     @property
     def files_read(self) -> List[str]:
@@ -304,25 +356,27 @@ class ProjectSummaries(CallerSearch):
         return out
 
     # --- modules and their models ---
-    def _load(self, info: ModuleInfo) -> Optional[_Foreign]:
+    def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[_Foreign]:
         path = os.path.abspath(info.path)
         if path in self._building:
             return None  # a cycle of imports being analysed: unknown
         key = (path, info.digest)
-        if key in self._modules:
+        if key in self._modules and (self._modules[key] is not None or not imports_too or key in self._tried_with_imports):
             foreign = self._modules[key]
             if foreign is not None:
                 self._read_for_file.setdefault(path)
             return foreign
         if len(self._read_for_file) >= MAX_MODULES_PER_FILE:
             return None
-        foreign = self._parse(path, info.digest)
+        if imports_too:
+            self._tried_with_imports[key] = None
+        foreign = self._parse(path, info.digest, imports_too=imports_too)
         self._modules[key] = foreign
         if foreign is not None:
             self._read_for_file.setdefault(path)
         return foreign
 
-    def _parse(self, path: str, digest: str, any_text: bool = False) -> Optional[_Foreign]:
+    def _parse(self, path: str, digest: str, any_text: bool = False, imports_too: bool = False) -> Optional[_Foreign]:
         from amp_lint.analysis.builder import build_model
 
         try:
@@ -330,7 +384,7 @@ class ProjectSummaries(CallerSearch):
                 return None
             with open(path, "rb") as handle:
                 data = handle.read()
-            if not any_text and not _MAY_TOUCH_THE_PROTOCOL.search(data):
+            if not any_text and not _MAY_TOUCH_THE_PROTOCOL.search(data) and not (imports_too and _IMPORTS.search(data)):
                 return None  # nothing in it can scale, backpropagate, step, clip or read gradients: not worth a parse
             code = data.decode("utf-8-sig")
             module = parse_module(code)
@@ -348,8 +402,10 @@ class ProjectSummaries(CallerSearch):
         return foreign
 
     def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
-        from amp_lint.analysis.steps import with_helpers_inlined as _with_helpers_inlined
         from amp_lint.analysis.scaler_flow import Summary
+        from amp_lint.analysis.steps import (
+            with_helpers_inlined as _with_helpers_inlined,
+        )
 
         model = foreign.model
         candidates = [
