@@ -190,14 +190,20 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     totals = {}
     interpreters, not_installed = {}, []
+
+    def interpreter(folder: Path) -> str:
+        """This interpreter, or with --venvs the package's own venv (built when a file first changes)."""
+        if folder not in interpreters:
+            interpreters[folder] = sys.executable
+            if args.venvs:
+                python, why = roundtrip_venvs.venv_for(folder.name, rebuild=args.rebuild_venvs)
+                if python is None:
+                    not_installed.append(f"{folder.name}: {why}")
+                else:
+                    interpreters[folder] = str(python)
+        return interpreters[folder]
+
     for folder in args.folders:
-        interpreters[folder] = sys.executable
-        if args.venvs and not args.no_import:
-            python, why = roundtrip_venvs.venv_for(folder.name, rebuild=args.rebuild_venvs)
-            if python is None:
-                not_installed.append(f"{folder.name}: {why}")
-            else:
-                interpreters[folder] = str(python)
         for mode in args.modes.split(","):
             command = base + MODES[mode]
             with tempfile.TemporaryDirectory(prefix="amp-lint-roundtrip-") as temporary:
@@ -215,7 +221,7 @@ def main() -> int:
                 second = run(command, copy)
                 again = digests(copy)
                 unstable = [p for p in again if again[p] != after.get(p)]
-                imported = (0, 0, [], 0) if args.no_import else import_check(changed, copy, unfixed, interpreters[folder])
+                imported = (0, 0, [], 0) if args.no_import else import_check(changed, copy, unfixed, interpreter(folder) if changed else sys.executable)
                 output = first.stdout + first.stderr
                 dropped = [line for line in output.splitlines() if "error: not fixed:" in line]
                 errors = [
@@ -232,7 +238,8 @@ def main() -> int:
                 )
                 rows.append(row)
                 name_, mode_, *numbers, seconds_ = row
-                print(f"| {name_} | {mode_} | " + " | ".join(str(n) for n in numbers) + f" | {seconds_:.1f} |", flush=True)
+                where = " (own venv)" if changed and not args.no_import and interpreter(folder) != sys.executable else ""
+                print(f"| {name_}{where} | {mode_} | " + " | ".join(str(n) for n in numbers) + f" | {seconds_:.1f} |", flush=True)
                 keys = ("files", "changed", "fixes", "dropped", "broken", "import_ok", "import_same", "import_differs", "unstable")
                 for key, value in zip(keys, row[2:11]):
                     totals[(mode, key)] = totals.get((mode, key), 0) + value

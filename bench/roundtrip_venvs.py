@@ -93,7 +93,17 @@ def base_venv() -> Tuple[Optional[Path], str]:
 
 
 def venv_for(folder: str, rebuild: bool = False) -> Tuple[Optional[Path], str]:
-    """(the python of `folder`'s venv, "") or (None, why it could not be built)."""
+    """(the python of `folder`'s venv, "") or (None, why it could not be built). Two builders of one venv
+    (two runs at once) take turns: the second finds the first's result."""
+    import fcntl
+
+    VENVS.mkdir(parents=True, exist_ok=True)
+    with open(VENVS / f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _venv_for(folder, rebuild)
+
+
+def _venv_for(folder: str, rebuild: bool) -> Tuple[Optional[Path], str]:
     spec = pins().get(folder)
     if spec is None:
         return None, f"no pinned version known for {folder}"

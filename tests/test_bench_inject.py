@@ -217,3 +217,35 @@ def test_a_fix_that_drops_an_import_is_broken():
     fixed = TRAIN.replace("from .helpers import make_model\n", "").replace("model = make_model()", "model = None")
     outcome = inject_compare.classify_fix(mutant, TRAIN, fixed, [], [], "", mutant_findings=[])
     assert outcome["class"] == "broken" and "make_model" in outcome["why"]
+
+
+def test_the_roundtrip_import_runs_under_the_packages_own_venv(tmp_path: Path):
+    """Issue 27: without a package's dependencies a changed module fails to import alike fixed and unfixed,
+    which proves nothing; `--venvs` imports it under a venv that has them (bench/roundtrip_venvs.py)."""
+    import subprocess
+    import sysconfig
+
+    import fix_roundtrip
+    import roundtrip_venvs
+
+    pins = roundtrip_venvs.pins()
+    assert len(pins) >= 26 and pins["transformers"].startswith("transformers==") and pins["timm"].startswith("timm==")
+    assert roundtrip_venvs.venv_for("no_such_package_here") == (None, "no pinned version known for no_such_package_here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(site, "a_dependency_installed_there.py").write_text("X = 1\n")
+    fixed, unfixed = tmp_path / "fixed" / "proj", tmp_path / "unfixed" / "proj"
+    for root, body in ((fixed, "X = undefined_name\n"), (unfixed, "X = 1\n")):
+        (root / "pkg").mkdir(parents=True)
+        (root / "pkg" / "__init__.py").write_text("")
+        (root / "pkg" / "uses_dep.py").write_text("import a_dependency_installed_there\n" + body)
+    changed = [fixed / "pkg" / "uses_dep.py"]
+    # Here the dependency is missing: both fail alike and the broken fix goes unseen.
+    assert fix_roundtrip.import_check(changed, fixed, unfixed)[:3] == (0, 1, [])
+    # Under the venv that has it, the fixed module's own error shows.
+    _, _, differ, _ = fix_roundtrip.import_check(changed, fixed, unfixed, str(venv / "bin" / "python"))
+    assert [(p.name, a.split(":")[0], b) for p, a, b in differ] == [("uses_dep.py", "NameError", "ok")]
