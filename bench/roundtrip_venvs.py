@@ -97,6 +97,8 @@ def venv_for(folder: str, rebuild: bool = False) -> Tuple[Optional[Path], str]:
     (two runs at once) take turns: the second finds the first's result."""
     import fcntl
 
+    if folder not in pins():
+        return None, f"no pinned version known for {folder}"
     VENVS.mkdir(parents=True, exist_ok=True)
     with open(VENVS / f"{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
