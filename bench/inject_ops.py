@@ -43,6 +43,11 @@ EXPECTED: Dict[str, Tuple[str, ...]] = {
     "unscaled_backward": ("AMP011",),
     "indexed_device": ("AMP075",),
 }
+# Operators whose mistake has more than one right fix by its nature: an update moved before the step may go
+# back right after the step or where it was; a zero_grad moved between backward and step may go after the step
+# or before the backward. Their mutants are never `one_answer`.
+MANY_ANSWERS = ("update_before_step", "zero_grad_between")
+
 # The principle of issue 26 a miss of each operator most likely breaks (1: one protocol with the gradients'
 # state; 2: an iteration is not only a loop body; 3: open world; 4: values followed everywhere). The report
 # names the evidence of each miss too (its function and what it calls); this is the starting guess.
@@ -481,7 +486,8 @@ def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS)) -
             seen.add(new)
             node = _node_at(module, line)
             function = module.function_name(node) if node else ""
-            out.append(Mutant(name, file, line, mutant_line, function, description, new, bool(one[0]) if one else True))
+            one_answer = name not in MANY_ANSWERS and (bool(one[0]) if one else True)
+            out.append(Mutant(name, file, line, mutant_line, function, description, new, one_answer))
     return out
 
 

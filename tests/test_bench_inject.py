@@ -125,8 +125,11 @@ def test_operators_make_the_mistake_whose_one_fix_is_the_original():
     same_block = code.replace("    if clip:\n        torch.nn", "    torch.nn")
     (dropped,) = inject_ops.mutants(same_block, "f.py", ["unscale_dropped"])
     assert dropped.one_answer
-    # The other operators' mutants have one answer.
+    # The other operators' mutants have one answer, but for those whose mistake has two right fixes by its
+    # nature (an update moved before the step: right after the step, or where it was).
     assert all(m.one_answer for m in inject_ops.mutants(code, "f.py", ["update_dropped", "step_direct", "unscaled_backward"]))
+    moved = inject_ops.mutants(code, "f.py", ["update_before_step", "zero_grad_between"])
+    assert moved and not any(m.one_answer for m in moved)
 
 
 def test_line_map_follows_insertions_and_deletions():
