@@ -397,7 +397,7 @@ def _step_through_scaler_fix(
 
     def through_scaler(updated: cst.CSTNode) -> cst.CSTNode:
         new = builder.expression(f"{scaler}.step(__optimizer__)")
-        forwarded = tuple(event.call.args)  # keywords only (see above), forwarded to `optimizer.step`
+        forwarded = tuple(event.call.args)  # as checked above: `scaler.step` hands them to `optimizer.step`
         return new.with_changes(args=(cst.Arg(value=optimizer_node), *forwarded), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
