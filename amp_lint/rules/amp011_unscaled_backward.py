@@ -49,7 +49,9 @@ class UnscaledBackward(Rule):
     ## Fix safety
     Safe. `loss.backward(args)` becomes `scaler.scale(loss).backward(args)` (arguments such as
     `retain_graph` are kept; `torch.autograd.backward(loss, ...)` gets `scaler.scale(loss)`), and a
-    discarded `scaler.scale(loss)` statement is removed.
+    discarded `scaler.scale(loss)` statement is removed. A backward reached through a helper is fixed in the
+    helper only when the helper is handed the scaler and backpropagates on its branch for it (`if scaler
+    is not None:`); otherwise the finding has no fix (an edit of a helper on one caller's behalf).
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)

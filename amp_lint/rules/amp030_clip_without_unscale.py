@@ -55,7 +55,10 @@ class ClipWithoutUnscale(Rule):
     ## Fix safety
     Safe. `scaler.unscale_(optimizer)` is inserted right before the clip, once for every optimizer the
     scaler steps afterwards (`unscale_` is optional and idempotent until `step`). No fix when the
-    optimizer of the following step is not a plain name.
+    optimizer of the following step is not a plain name. Where the scaler may be `None` on the clip's
+    path, the inserted call carries the scaled backward's guard; when that guard is not known here (the
+    backward is in a sibling method or a helper) and `scaler.step` does not run on every path through the
+    clip, no fix.
 
     ## References
     - [AMP examples: gradient clipping](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping)
