@@ -11,7 +11,7 @@ and listed, each with its reason (the run's "not fixed: ..." lines). Prints a Ma
 corpus and mode, then the dropped fixes and any failure; exits 1 when a file does not parse, does not import
 as its unfixed self does, a second --fix changed something, or amp-lint failed otherwise.
 
-usage: python bench/fix_roundtrip.py [--select CODES] [--modes safe,unsafe] [--amp-lint CMD] [--no-import]
+usage: python bench/fix_roundtrip.py [--select CODES] [--modes safe,unsafe] [--amp-lint CMD] [--no-import] [--venvs]
                                      FOLDER [FOLDER ...]
 """
 
@@ -31,6 +31,9 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import roundtrip_venvs  # noqa: E402
 
 MODES = {"safe": ["--fix"], "unsafe": ["--fix", "--unsafe-fixes"]}
 
@@ -119,13 +122,13 @@ for name in sys.stdin.read().split():
 """
 
 
-def import_outcomes(root: Path, modules: list) -> dict:
-    """{module: "ok" or "ErrorType: message"}, each imported in its own fresh child process."""
+def import_outcomes(root: Path, modules: list, python: str = sys.executable) -> dict:
+    """{module: "ok" or "ErrorType: message"}, each imported in its own fresh child process of `python`."""
     if not modules:
         return {}
     with tempfile.TemporaryDirectory(prefix="amp-lint-import-") as cwd:  # what an import writes lands here
         done = subprocess.run(
-            [sys.executable, "-c", _IMPORTER, str(root)], input="\n".join(modules), capture_output=True, text=True,
+            [python, "-c", _IMPORTER, str(root)], input="\n".join(modules), capture_output=True, text=True,
             cwd=cwd, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore"},
         )
     out = {}
@@ -138,13 +141,13 @@ def import_outcomes(root: Path, modules: list) -> dict:
     return {m: out.get(m, f"importer failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}") for m in modules}
 
 
-def import_check(changed: list, fixed_copy: Path, unfixed_copy: Path) -> tuple:
+def import_check(changed: list, fixed_copy: Path, unfixed_copy: Path, python: str = sys.executable) -> tuple:
     """(imported in both, failed the same way in both, [(file, fixed outcome, unfixed outcome)] that differ,
     files that are not importable modules)."""
     fixed_root, unfixed_root = package_root(fixed_copy), package_root(unfixed_copy)
     names = {p: module_name(p, fixed_root) for p in changed}
     modules = sorted({n for n in names.values() if n})
-    fixed, unfixed = import_outcomes(fixed_root, modules), import_outcomes(unfixed_root, modules)
+    fixed, unfixed = import_outcomes(fixed_root, modules, python), import_outcomes(unfixed_root, modules, python)
     differ = [(p, fixed[n], unfixed[n]) for p, n in sorted(names.items()) if n and fixed[n] != unfixed[n]]
     same_ok = sum(1 for n in modules if fixed[n] == unfixed[n] == "ok")
     same_failed = sum(1 for n in modules if fixed[n] == unfixed[n] != "ok")
@@ -167,6 +170,12 @@ def main() -> int:
     parser.add_argument("--modes", default="safe,unsafe")
     parser.add_argument("--amp-lint", default=f"{sys.executable} -m amp_lint")
     parser.add_argument("--no-import", action="store_true", help="skip the import check of the changed files")
+    parser.add_argument(
+        "--venvs", action="store_true",
+        help="import in a per-package venv holding the package's pinned version and its dependencies "
+        "(built once under ~/.cache/amp-lint-roundtrip-venvs; see bench/roundtrip_venvs.py)",
+    )
+    parser.add_argument("--rebuild-venvs", action="store_true", help="with --venvs: rebuild even a cached venv")
     args = parser.parse_args()
     base = shlex.split(args.amp_lint) + [
         "check", "--isolated", "--no-cache", "--no-respect-gitignore", "--exit-zero", "--output-format", "concise",
@@ -180,6 +189,20 @@ def main() -> int:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     totals = {}
+    interpreters, not_installed = {}, []
+
+    def interpreter(folder: Path) -> str:
+        """This interpreter, or with --venvs the package's own venv (built when a file first changes)."""
+        if folder not in interpreters:
+            interpreters[folder] = sys.executable
+            if args.venvs:
+                python, why = roundtrip_venvs.venv_for(folder.name, rebuild=args.rebuild_venvs)
+                if python is None:
+                    not_installed.append(f"{folder.name}: {why}")
+                else:
+                    interpreters[folder] = str(python)
+        return interpreters[folder]
+
     for folder in args.folders:
         for mode in args.modes.split(","):
             command = base + MODES[mode]
@@ -198,7 +221,7 @@ def main() -> int:
                 second = run(command, copy)
                 again = digests(copy)
                 unstable = [p for p in again if again[p] != after.get(p)]
-                imported = (0, 0, [], 0) if args.no_import else import_check(changed, copy, unfixed)
+                imported = (0, 0, [], 0) if args.no_import else import_check(changed, copy, unfixed, interpreter(folder) if changed else sys.executable)
                 output = first.stdout + first.stderr
                 dropped = [line for line in output.splitlines() if "error: not fixed:" in line]
                 errors = [
@@ -215,7 +238,8 @@ def main() -> int:
                 )
                 rows.append(row)
                 name_, mode_, *numbers, seconds_ = row
-                print(f"| {name_} | {mode_} | " + " | ".join(str(n) for n in numbers) + f" | {seconds_:.1f} |", flush=True)
+                where = " (own venv)" if changed and not args.no_import and interpreter(folder) != sys.executable else ""
+                print(f"| {name_}{where} | {mode_} | " + " | ".join(str(n) for n in numbers) + f" | {seconds_:.1f} |", flush=True)
                 keys = ("files", "changed", "fixes", "dropped", "broken", "import_ok", "import_same", "import_differs", "unstable")
                 for key, value in zip(keys, row[2:11]):
                     totals[(mode, key)] = totals.get((mode, key), 0) + value
@@ -233,6 +257,10 @@ def main() -> int:
         t = lambda key: totals.get((mode, key), 0)  # noqa: E731
         cells = " | ".join(str(t(k)) for k in ("files", "changed", "fixes", "dropped", "broken", "import_ok", "import_same", "import_differs", "unstable"))
         print(f"| **all** | {mode} | {cells} | |")
+    if not_installed:
+        print("\nPackages whose venv could not be built (their imports ran under this interpreter):")
+        for line in not_installed:
+            print(f"- {line}")
     if dropped_lines:
         print("\nFixes dropped by the check before writing:")
         for line in dropped_lines:

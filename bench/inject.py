@@ -138,15 +138,17 @@ def _one(worker, root, file, path, original, before, mutant, fix_back) -> dict:
     verdict = judge_catch(mutant, original, before, after)
     record = _record(mutant, **verdict, seconds=round(after_run["seconds"], 2))
     if fix_back and verdict["caught"]:
-        record["fix_back"] = fix_back_one(worker, root, file, path, original, before, mutant, verdict)
+        record["fix_back"] = fix_back_one(worker, root, file, path, original, before, mutant, verdict, after)
     return record
 
 
-def fix_back_one(worker, root, file, path, original, before, mutant, verdict) -> dict:
+def fix_back_one(worker, root, file, path, original, before, mutant, verdict, mutant_findings=None) -> dict:
     flags = ["--fix", "--select", ",".join(mutant.expected)]
     if verdict.get("fix_applicability") == "unsafe":
         flags.append("--unsafe-fixes")
     path.write_text(mutant.text, encoding="utf-8")
+    if mutant_findings is None:  # an earlier run's verdict: the mutant's own findings, checked again
+        mutant_findings = check(worker, root, file)["findings"]
     run = worker.run(root, ["--no-cache", "--isolated", "--output-format", "json", "-j", "1", *flags, file])
     fixed = path.read_text(encoding="utf-8")
     if run["rc"] not in (0, 1, 2):
@@ -155,7 +157,7 @@ def fix_back_one(worker, root, file, path, original, before, mutant, verdict) ->
         return {"class": "restored", "why": "", "flags": flags}
     recheck = check(worker, root, file)
     after_fix = recheck["findings"] or []
-    outcome = classify_fix(mutant, original, fixed, before, after_fix, run["stderr"])
+    outcome = classify_fix(mutant, original, fixed, before, after_fix, run["stderr"], mutant_findings)
     if verdict.get("fix_applicability") is None and outcome["class"] in ("refused", "not fixed"):
         outcome["why"] = "no fix offered" + (f" ({outcome['why']})" if outcome.get("why") and "no fix applied" not in outcome["why"] else "")
     outcome["flags"] = flags
@@ -184,6 +186,7 @@ def _record(mutant: Mutant, **fields) -> dict:
         "function": mutant.function,
         "mutation": mutant.description,
         "expected": list(mutant.expected),
+        "one_answer": mutant.one_answer,
     }
     out.update(fields)
     return out
@@ -295,11 +298,12 @@ def refresh(results: List[dict], projects: Dict[str, Path]) -> List[dict]:
                 text = (projects[r["project"]] / r["file"]).read_text(encoding="utf-8")
             except (KeyError, OSError, UnicodeDecodeError):
                 text = ""
-            produced[place] = {(m.operator, m.line, m.description) for m in mutants(text, r["file"])} if text else set()
-            produced[place].add(("text", 0, text))
+            produced[place] = {(m.operator, m.line, m.description): m.one_answer for m in mutants(text, r["file"])} if text else {}
+            produced[place][("text", 0, text)] = True
         if (r["operator"], r["line"], r["mutation"]) not in produced[place]:
             print(f"dropped (no longer a site): {key(r)}", file=sys.stderr)
             continue
+        r["one_answer"] = produced[place][(r["operator"], r["line"], r["mutation"])]
         if not r.get("caught") and not r.get("error"):
             text = next(d for o, _, d in produced[place] if o == "text")
             span = function_span(text, r["function"]) or (r["line"] - 6, r["line"] + 6)

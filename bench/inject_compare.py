@@ -91,30 +91,75 @@ def judge_catch(mutant: Mutant, original: str, before: Sequence[dict], after: Se
 
 
 def classify_fix(
-    mutant: Mutant, original: str, fixed: str, before: Sequence[dict], after_fix: Sequence[dict], fix_stderr: str
+    mutant: Mutant, original: str, fixed: str, before: Sequence[dict], after_fix: Sequence[dict], fix_stderr: str,
+    mutant_findings: Optional[Sequence[dict]] = None,
 ) -> dict:
-    """restored / fixed-otherwise / refused / not-fixed / broken, with why."""
+    """restored / fixed-otherwise / refused / not-fixed / broken, with why.
+
+    `before`: the original's findings; `mutant_findings`: the mutant's own, before any fix. Broken is what the
+    fix did: the fixed code does not parse, drops a name the mutant imported, or has a default finding that
+    neither the original nor the mutant had. A finding the mutant already had (a second bug the operator made
+    along with the one measured, such as an update moved into one branch of an `if` that also leaves the
+    other branch without one) is the mutant's, not the fix's: it is named in `why`, and does not make the fix
+    broken."""
     try:
-        fixed_tree = ast.dump(ast.parse(fixed))
+        fixed_ast = ast.parse(fixed)
     except (SyntaxError, ValueError) as error:
         return {"class": "broken", "why": f"does not parse: {error}"}
-    if fixed_tree == ast.dump(ast.parse(original)):
+    if ast.dump(fixed_ast) == ast.dump(ast.parse(original)):
         return {"class": "restored", "why": ""}
-    to_original = line_map(original, fixed)
-    old = Counter((r["code"], row(r)) for r in before if is_default(r))
-    new = Counter((r["code"], to_original(row(r))) for r in after_fix if is_default(r))
-    new_codes = Counter(r["code"] for r in after_fix if is_default(r)) - Counter(r["code"] for r in before if is_default(r))
+    if fixed == mutant.text:
+        return {"class": "refused", "why": _reason(fix_stderr) or "no fix applied, no reason given"}
+    lost = sorted(imported_names(ast.parse(mutant.text)) - imported_names(fixed_ast))
+    if lost:
+        return {"class": "broken", "why": "imports dropped: " + ", ".join(lost), "diff": short_diff(original, fixed)}
     still = _count(after_fix, mutant.expected, _span(fixed, mutant.function, mutant.mutant_line), True) > _count(
         before, mutant.expected, _span(original, mutant.function, mutant.line), True
     )
-    if fixed == mutant.text:
-        return {"class": "refused", "why": _reason(fix_stderr) or "no fix applied, no reason given"}
-    extra = [f"{c}@{n}" for (c, n) in (new - old) if c not in mutant.expected and new_codes.get(c)]
+    new = _new_findings(original, fixed, before, after_fix, skip=mutant.expected)
+    if mutant_findings is not None and new:
+        of_mutant = _new_findings(mutant.text, fixed, mutant_findings, after_fix, skip=mutant.expected)
+        own = [label for place, label in new.items() if place not in of_mutant]  # the mutant had it there
+        extra = [label for place, label in new.items() if place in of_mutant]
+    else:
+        own, extra = [], list(new.values())
     if extra:
         return {"class": "broken", "why": "new findings: " + ", ".join(sorted(extra)), "diff": short_diff(original, fixed)}
+    left = f"the mutant's own other findings remain: {', '.join(sorted(own))}" if own else ""
     if still:
-        return {"class": "not fixed", "why": _reason(fix_stderr) or "changed, the finding remains", "diff": short_diff(original, fixed)}
-    return {"class": "fixed otherwise", "why": "", "diff": short_diff(original, fixed)}
+        why = " | ".join(x for x in (_reason(fix_stderr) or "changed, the finding remains", left) if x)
+        return {"class": "not fixed", "why": why, "diff": short_diff(original, fixed)}
+    return {"class": "fixed otherwise", "why": left, "diff": short_diff(original, fixed)}
+
+
+def _new_findings(old_text: str, fixed: str, old: Sequence[dict], new: Sequence[dict], skip: Sequence[str]) -> Dict[tuple, str]:
+    """{(code, line in `fixed`): "CODE@line of old_text"} of the default findings of `new` (on `fixed`) that
+    `old` (on `old_text`) does not have at the same place, rules in `skip` left out; only rules whose count
+    in the file grew."""
+    to_old = line_map(old_text, fixed)
+    before = Counter((r["code"], row(r)) for r in old if is_default(r))
+    grew = Counter(r["code"] for r in new if is_default(r)) - Counter(r["code"] for r in old if is_default(r))
+    out: Dict[tuple, str] = {}
+    for r in sorted((r for r in new if is_default(r)), key=row):
+        place = (r["code"], to_old(row(r)))
+        if r["code"] in skip or not grew.get(r["code"]):
+            continue
+        if before[place] > 0:
+            before[place] -= 1
+            continue
+        out[(r["code"], row(r))] = f"{place[0]}@{place[1]}"
+    return out
+
+
+def imported_names(tree: ast.AST) -> set:
+    """The names a module's imports bind (`import a.b` binds `a`), wherever the import is."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names if a.name != "*"}
+    return names
 
 
 def _reason(stderr: str) -> str:

@@ -7,14 +7,21 @@ does not parse is dropped. The rule catalog (`shared/amp-reference/rules.md`) na
     update_dropped        scaler.update() deleted                                 AMP021
     update_doubled        scaler.update() written twice                           AMP023
     update_before_step    scaler.update() moved to just before scaler.step(opt)   AMP022
-    unscale_dropped       scaler.unscale_(opt) deleted before a clip of its block  AMP030
+    unscale_dropped       scaler.unscale_(opt) deleted before a clip              AMP030
     unscale_doubled       scaler.unscale_(opt) written twice                      AMP024
     step_direct           scaler.step(opt) -> opt.step()                          AMP020 (or AMP022)
     zero_grad_between     opt.zero_grad() moved (or added) after the scaled backward, before the step   AMP043
-    backward_in_autocast  the backward statement right after an autocast block moved into it     AMP001
+    backward_in_autocast  the backward statement after an autocast block (and what is between) moved into it  AMP001
     unscaled_backward     scaler.scale(loss).backward() -> loss.backward()        AMP011
-    indexed_device        autocast's device "cuda" -> "cuda:0" / f"cuda:{torch.cuda.current_device()}",
+    indexed_device        autocast's device "cuda" (or a name) -> "cuda:0" / f"cuda:{torch.cuda.current_device()}",
                           X.type -> str(X)                                         AMP075
+
+Detection counts every mutant. Each mutant also says whether its fix has one right answer, the original
+(`Mutant.one_answer`): the fix-back floor of issue 27 (97% restored) is measured on those. A mutant has more
+than one right fix when the operator also moved or renamed what the author chose freely: an `unscale_`
+deleted before an `if` that holds the clip (before the `if` and inside it are both right), forward work moved
+into autocast with the backward (whether `loss = ...` runs under autocast is the author's choice), a device
+name turned into `"cuda:0"` (its fix is `"cuda"`, not the name that was there).
 """
 
 from __future__ import annotations
@@ -36,6 +43,11 @@ EXPECTED: Dict[str, Tuple[str, ...]] = {
     "unscaled_backward": ("AMP011",),
     "indexed_device": ("AMP075",),
 }
+# Operators whose mistake has more than one right fix by its nature: an update moved before the step may go
+# back right after the step or where it was; a zero_grad moved between backward and step may go after the step
+# or before the backward. Their mutants are never `one_answer`.
+MANY_ANSWERS = ("update_before_step", "zero_grad_between")
+
 # The principle of issue 26 a miss of each operator most likely breaks (1: one protocol with the gradients'
 # state; 2: an iteration is not only a loop body; 3: open world; 4: values followed everywhere). The report
 # names the evidence of each miss too (its function and what it calls); this is the starting guess.
@@ -55,6 +67,7 @@ class Mutant:
     function: str  # qualified name of the enclosing function ("" at module level)
     description: str
     text: str  # the mutated module
+    one_answer: bool = True  # the one right fix is the original (see the module's docstring)
 
     @property
     def expected(self) -> Tuple[str, ...]:
@@ -202,7 +215,7 @@ def remove_stmt(module: Module, stmt: ast.stmt) -> List[str]:
 
 # --- operators ---------------------------------------------------------------------------------------
 
-Site = Tuple[int, int, str, str]  # (original line, mutant line, description, mutated text)
+Site = Tuple  # (original line, mutant line, description, mutated text[, one answer: bool, default True])
 
 
 def _stmt_calls(module: Module, method: str) -> Iterator[Tuple[ast.Call, ast.stmt]]:
@@ -273,14 +286,16 @@ def _clips_after(module: Module, stmt: ast.stmt) -> List[ast.Call]:
 
 
 def op_unscale_dropped(module: Module) -> Iterator[Site]:
-    """Only an `unscale_` whose clip is a later statement of its own block: one before an `if` that holds the
-    clip (`unscale_(opt)` then `if max_norm: clip(...)`) has two right fixes, before the `if` or before the
-    clip inside it, and the fix (before the clip) restoring the other is no measure of it."""
+    """An `unscale_` with a clip after it in its function, deleted. One answer only where the clip is a later
+    statement of the `unscale_`'s own block: one before an `if` that holds the clip (`unscale_(opt)` then
+    `if max_norm: clip(...)`) has two right fixes, before the `if` or before the clip inside it."""
     for call, stmt in _stmt_calls(module, "unscale_"):
         clips = _clips_after(module, stmt)
-        clip_stmt = module.statement_of(clips[0]) if clips else None
-        if clip_stmt is not None and module.block.get(clip_stmt, (None,))[0] is module.block[stmt][0]:
-            yield stmt.lineno, stmt.lineno, f"deleted `{_text(call)}` before `{_text(clips[0].func)}(...)` (line {clips[0].lineno})", "".join(remove_stmt(module, stmt))
+        if not clips:
+            continue
+        clip_stmt = module.statement_of(clips[0])
+        one = clip_stmt is not None and module.block.get(clip_stmt, (None,))[0] is module.block[stmt][0]
+        yield stmt.lineno, stmt.lineno, f"deleted `{_text(call)}` before `{_text(clips[0].func)}(...)` (line {clips[0].lineno})", "".join(remove_stmt(module, stmt)), one
 
 
 def op_unscale_doubled(module: Module) -> Iterator[Site]:
@@ -384,39 +399,38 @@ def _resolved(func: ast.AST, aliases: Dict[str, str]) -> str:
 
 
 def op_backward_in_autocast(module: Module) -> Iterator[Site]:
-    """The backward statement right after an autocast block indented into the block, as its last statement.
-
-    Only a backward that directly follows the block: with forward work between them (`loss = ...`), moving
-    that work into the block too has no one right fix (whether `loss = ...` runs under autocast is the
-    author's choice, and autocast's own docs put the loss inside), so the fix moves the backward out and
-    leaves the rest where the mutant put it. The realistic mistake whose right fix is the original is the
-    backward written one indent too deep."""
+    """The statement holding the backward after an autocast block, and the statements between the block and
+    it, indented into the block. One answer only where the backward directly follows the block (the backward
+    written one indent too deep): with forward work between them (`loss = ...`), whether that work runs under
+    autocast is the author's choice (autocast's own docs put the loss inside), so the fix moves the backward
+    out and leaves the rest where the mutant put it."""
     for node in ast.walk(module.tree):
         if not isinstance(node, (ast.With, ast.AsyncWith)) or node not in module.block:
             continue
         if not any(_is_autocast(item.context_expr) for item in node.items) or not module.alone(node):
             continue
         body, i = module.block[node]
-        later = body[i + 1] if i + 1 < len(body) else None
-        if later is None or isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return)):
-            continue
-        if not module.alone(later) or not any(isinstance(c, ast.Call) and _method(c) == "backward" for c in ast.walk(later)):
-            continue
-        outer, inner = module.indent(node), module.indent(node.body[0])
-        lines = list(module.lines)
-        for n in range(node.end_lineno, later.end_lineno):
-            if lines[n].strip() and lines[n].startswith(outer):
-                lines[n] = inner + lines[n][len(outer) :]
-        yield later.lineno, later.lineno, f"line {later.lineno} (the backward) moved into the autocast block of line {node.lineno}", "".join(lines)
+        for j, later in enumerate(body[i + 1 :], i + 1):
+            if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return)) or not module.alone(later):
+                break
+            if any(isinstance(c, ast.Call) and _method(c) == "backward" for c in ast.walk(later)):
+                outer, inner = module.indent(node), module.indent(node.body[0])
+                lines = list(module.lines)
+                for n in range(node.end_lineno, later.end_lineno):
+                    if lines[n].strip() and lines[n].startswith(outer):
+                        lines[n] = inner + lines[n][len(outer) :]
+                moved = f"lines {body[i + 1].lineno}-{later.end_lineno}" if j > i + 1 else f"line {later.lineno}"
+                yield later.lineno, later.lineno, f"{moved} (the backward) moved into the autocast block of line {node.lineno}", "".join(lines), j == i + 1
+                break
 
 
 def op_indexed_device(module: Module) -> Iterator[Site]:
     """`torch.autocast` / `torch.amp.autocast` (whose first argument is the device type; not
     `torch.cuda.amp.autocast`, whose first argument is `enabled`) given an indexed device where the original
-    names the device type: a literal `"cuda"` -> `"cuda:0"` / `f"cuda:{torch.cuda.current_device()}"`, and a
-    device's type `X.type` -> `str(X)` (the string of a device, `'cuda:0'` for an indexed one). Another
-    expression (`device_type`, `self.device`) is left alone: its indexed spelling has no one right fix that
-    is the original (the fix of `"cuda:0"` is `"cuda"`, not the name that was there)."""
+    names the device type: a literal `"cuda"` -> `"cuda:0"` / `f"cuda:{torch.cuda.current_device()}"`, a
+    device's type `X.type` -> `str(X)` (the string of a device, `'cuda:0'` for an indexed one), and another
+    expression (`device_type`, `self.device`) -> the same indexed literals. The last has no one right fix
+    that is the original (the fix of `"cuda:0"` is `"cuda"`, not the name that was there): not one answer."""
     uses_torch = re.search(r"^\s*import torch\b", module.text, re.M) is not None
     aliases = _aliases(module.tree)
     count = 0
@@ -428,16 +442,15 @@ def op_indexed_device(module: Module) -> Iterator[Site]:
             target = call.args[0]
         if target is None:
             continue
-        if isinstance(target, ast.Constant) and isinstance(target.value, str):
-            if target.value != "cuda":
-                continue  # "cpu"/"mps"/...: an index there is another mistake
-            new = 'f"cuda:{torch.cuda.current_device()}"' if count % 2 and uses_torch else '"cuda:0"'
-            count += 1
-        elif isinstance(target, ast.Attribute) and target.attr == "type":
-            new = f"str({_text(target.value)})"
+        if isinstance(target, ast.Constant) and isinstance(target.value, str) and target.value != "cuda":
+            continue  # "cpu"/"mps"/...: an index there is another mistake
+        if isinstance(target, ast.Attribute) and target.attr == "type":
+            new, one = f"str({_text(target.value)})", True
         else:
-            continue
-        yield call.lineno, call.lineno, f"autocast device `{_text(target)}` -> `{new}`", replace_node(module, target, new)
+            new = 'f"cuda:{torch.cuda.current_device()}"' if count % 2 and uses_torch else '"cuda:0"'
+            one = isinstance(target, ast.Constant)
+            count += 1
+        yield call.lineno, call.lineno, f"autocast device `{_text(target)}` -> `{new}`", replace_node(module, target, new), one
 
 
 OPERATORS: Dict[str, Callable[[Module], Iterator[Site]]] = {
@@ -463,7 +476,7 @@ def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS)) -
     out: List[Mutant] = []
     for name in operators:
         seen = set()
-        for line, mutant_line, description, new in OPERATORS[name](module):
+        for line, mutant_line, description, new, *one in OPERATORS[name](module):
             if new == text or new in seen:
                 continue
             try:
@@ -472,7 +485,9 @@ def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS)) -
                 continue
             seen.add(new)
             node = _node_at(module, line)
-            out.append(Mutant(name, file, line, mutant_line, module.function_name(node) if node else "", description, new))
+            function = module.function_name(node) if node else ""
+            one_answer = name not in MANY_ANSWERS and (bool(one[0]) if one else True)
+            out.append(Mutant(name, file, line, mutant_line, function, description, new, one_answer))
     return out
 
 

@@ -87,12 +87,13 @@ def test_a_block_left_empty_gets_pass_and_misreads_are_skipped():
 
 
 def test_operators_make_the_mistake_whose_one_fix_is_the_original():
-    """Issue 27: an injected bug whose right fix is not the original measures nothing about the fix."""
+    """Issue 27: an injected bug whose right fix is not the original measures nothing about the fix. Detection
+    counts every mutant; the ones marked `one_answer` are those whose one right fix is the original."""
     code = textwrap.dedent(
         """\
         import torch
 
-        def f(model, x, device_type, scaler):
+        def f(model, x, device_type, scaler, opt, clip):
             with torch.autocast(x.device.type, enabled=False):
                 a = model(x.float())
             with torch.autocast(device_type=device_type):
@@ -101,16 +102,34 @@ def test_operators_make_the_mistake_whose_one_fix_is_the_original():
                 loss = model(x)
             total = loss + a + b
             scaler.scale(total).backward()
+            scaler.unscale_(opt)
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            scaler.step(opt)
+            scaler.update()
         """
     )
-    devices = {m.description.split("->")[1].strip(" `") for m in inject_ops.mutants(code, "f.py", ["indexed_device"])}
-    # A device's type becomes the string of the device; a name has no indexed spelling whose fix is itself.
-    assert devices == {"str(x.device)", '"cuda:0"'}
+    devices = {m.description.split("`")[1]: m.one_answer for m in inject_ops.mutants(code, "f.py", ["indexed_device"])}
+    # A device's type becomes the string of the device, a literal "cuda" an indexed literal: one answer each.
+    # A name given an indexed literal is detected, but its fix is "cuda", not the name that was there.
+    assert devices == {"x.device.type": True, "'cuda'": True, "device_type": False}
     # Forward work between the block and the backward: which of it runs under autocast is not one answer.
-    assert inject_ops.mutants(code, "f.py", ["backward_in_autocast"]) == []
+    (moved,) = [m for m in inject_ops.mutants(code, "f.py", ["backward_in_autocast"]) if "block of line 8" in m.description]
+    assert not moved.one_answer and "        total = loss + a + b\n        scaler.scale(total)" in moved.text
     adjacent = code.replace("    total = loss + a + b\n    scaler.scale(total)", "    scaler.scale(loss)")
-    (moved,) = inject_ops.mutants(adjacent, "f.py", ["backward_in_autocast"])
-    assert "        loss = model(x)\n        scaler.scale(loss).backward()\n" in moved.text
+    (moved,) = [m for m in inject_ops.mutants(adjacent, "f.py", ["backward_in_autocast"]) if "block of line 8" in m.description]
+    assert moved.one_answer and "        loss = model(x)\n        scaler.scale(loss).backward()\n" in moved.text
+    # An unscale_ before an `if` that holds the clip: before the `if` and inside it are both right.
+    (dropped,) = inject_ops.mutants(code, "f.py", ["unscale_dropped"])
+    assert not dropped.one_answer
+    same_block = code.replace("    if clip:\n        torch.nn", "    torch.nn")
+    (dropped,) = inject_ops.mutants(same_block, "f.py", ["unscale_dropped"])
+    assert dropped.one_answer
+    # The other operators' mutants have one answer, but for those whose mistake has two right fixes by its
+    # nature (an update moved before the step: right after the step, or where it was).
+    assert all(m.one_answer for m in inject_ops.mutants(code, "f.py", ["update_dropped", "step_direct", "unscaled_backward"]))
+    moved = inject_ops.mutants(code, "f.py", ["update_before_step", "zero_grad_between"])
+    assert moved and not any(m.one_answer for m in moved)
 
 
 def test_line_map_follows_insertions_and_deletions():
@@ -159,3 +178,77 @@ def test_caught_and_fixed_back_with_the_real_amp_lint(project: Path):
         inject_ops.Mutant("update_dropped", "pkg/train.py", 19, 19, "train", "", TRAIN), TRAIN, base["findings"], base["findings"]
     )
     assert not verdict["caught"] and not verdict["other_changes"]
+
+
+BRANCHES = textwrap.dedent(
+    """\
+    def step(scaler, optimizer, loss, hvd):
+        scaler.scale(loss).backward()
+        if hvd:
+            optimizer.synchronize()
+            scaler.step(optimizer)
+        else:
+            scaler.step(optimizer)
+        scaler.update()
+    """
+)
+
+
+def test_a_finding_the_mutant_had_before_the_fix_is_not_the_fix_breaking_code():
+    """Issue 27: an operator that moves `update()` into one branch also takes it from the other branch; the
+    finding that leaves is the mutant's own second bug, there before any fix, not what the fix broke."""
+    mutant = inject_ops.Mutant(
+        "update_before_step", "f.py", 8, 7, "step", "moved",
+        BRANCHES.replace("        scaler.step(optimizer)\n    scaler.update()\n", "        scaler.update()\n        scaler.step(optimizer)\n"),
+    )
+    fixed = BRANCHES.replace("        scaler.step(optimizer)\n    scaler.update()\n", "        scaler.step(optimizer)\n        scaler.update()\n")
+    assert fixed != BRANCHES and "scaler.update()\n        scaler.step" in mutant.text
+    lost_update = {"code": "AMP021", "location": {"row": 5}, "confidence": "high"}
+    classify = inject_compare.classify_fix
+    # Judged against the original only, the finding looks new: broken.
+    assert classify(mutant, BRANCHES, fixed, [], [lost_update], "")["class"] == "broken"
+    # The mutant already had it at the same place: the fix did its part.
+    outcome = classify(mutant, BRANCHES, fixed, [], [lost_update], "", mutant_findings=[lost_update])
+    assert outcome["class"] == "fixed otherwise" and "AMP021@5" in outcome["why"]
+    # One the fix adds (another rule, not in the mutant) is still the fix breaking code.
+    added = {"code": "AMP023", "location": {"row": 8}, "confidence": "high"}
+    assert classify(mutant, BRANCHES, fixed, [], [lost_update, added], "", mutant_findings=[lost_update])["class"] == "broken"
+
+
+def test_a_fix_that_drops_an_import_is_broken():
+    (mutant,) = inject_ops.mutants(TRAIN, "pkg/train.py", ["update_dropped"])
+    fixed = TRAIN.replace("from .helpers import make_model\n", "").replace("model = make_model()", "model = None")
+    outcome = inject_compare.classify_fix(mutant, TRAIN, fixed, [], [], "", mutant_findings=[])
+    assert outcome["class"] == "broken" and "make_model" in outcome["why"]
+
+
+def test_the_roundtrip_import_runs_under_the_packages_own_venv(tmp_path: Path):
+    """Issue 27: without a package's dependencies a changed module fails to import alike fixed and unfixed,
+    which proves nothing; `--venvs` imports it under a venv that has them (bench/roundtrip_venvs.py)."""
+    import subprocess
+    import sysconfig
+
+    import fix_roundtrip
+    import roundtrip_venvs
+
+    pins = roundtrip_venvs.pins()
+    assert len(pins) >= 26 and pins["transformers"].startswith("transformers==") and pins["timm"].startswith("timm==")
+    assert roundtrip_venvs.venv_for("no_such_package_here") == (None, "no pinned version known for no_such_package_here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(site, "a_dependency_installed_there.py").write_text("X = 1\n")
+    fixed, unfixed = tmp_path / "fixed" / "proj", tmp_path / "unfixed" / "proj"
+    for root, body in ((fixed, "X = undefined_name\n"), (unfixed, "X = 1\n")):
+        (root / "pkg").mkdir(parents=True)
+        (root / "pkg" / "__init__.py").write_text("")
+        (root / "pkg" / "uses_dep.py").write_text("import a_dependency_installed_there\n" + body)
+    changed = [fixed / "pkg" / "uses_dep.py"]
+    # Here the dependency is missing: both fail alike and the broken fix goes unseen.
+    assert fix_roundtrip.import_check(changed, fixed, unfixed)[:3] == (0, 1, [])
+    # Under the venv that has it, the fixed module's own error shows.
+    _, _, differ, _ = fix_roundtrip.import_check(changed, fixed, unfixed, str(venv / "bin" / "python"))
+    assert [(p.name, a.split(":")[0], b) for p, a, b in differ] == [("uses_dep.py", "NameError", "ok")]

@@ -250,3 +250,117 @@ def test_a_direct_step_after_a_flagged_unscale_goes_through_the_scaler():
     assert finding.fix is not None and finding.fix.applicability.value == "unsafe"
     result = Checker(frozenset({"AMP022"}), fix=True, unsafe_fixes=True).check(direct, "t.py")
     assert same(result.fixed_source, with_kwargs)
+
+
+def test_a_per_call_step_passes_its_callers_arguments_through_the_scaler():
+    """Principle: `GradScaler.step(optimizer, *args, **kwargs)` forwards its arguments to `optimizer.step`
+    (torch/amp/grad_scaler.py) and refuses only a `closure` keyword. A per-call step method whose
+    `scaler.step(optimizer, **kwargs)` / `(optimizer, closure)` became `optimizer.step(...)` (lightning's and
+    mmengine's precision plugins, accelerate's optimizer) steps through the scaler with the same arguments:
+    unsafe, as they may carry a closure; a `closure=` keyword or a closure built here gets no fix (AMP025)."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        class Precision:
+            def __init__(self):
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def backward(self, loss):
+                self.scaler.scale(loss).backward()
+
+            def optimizer_step(self, optimizer, **kwargs):
+                out = self.scaler.step(optimizer, **kwargs)
+                self.scaler.update()
+                return out
+
+            def wrapped_step(self, optimizer, closure=None):
+                self.scaler.step(optimizer, closure)
+                self.scaler.update()
+        """
+    )
+    for original, direct in (
+        ("self.scaler.step(optimizer, **kwargs)", "optimizer.step(**kwargs)"),
+        ("self.scaler.step(optimizer, closure)", "optimizer.step(closure)"),
+    ):
+        mutant = code.replace(original, direct)
+        (finding,) = Checker(frozenset({"AMP020"})).check(mutant, "t.py").diagnostics
+        assert finding.fix is not None and finding.fix.applicability.value == "unsafe", finding.message
+        assert Checker(frozenset({"AMP020"}), fix=True).check(mutant, "t.py").fixed_source in (None, mutant)
+        result = Checker(frozenset({"AMP020"}), fix=True, unsafe_fixes=True).check(mutant, "t.py")
+        assert same(result.fixed_source, code)
+    # A closure keyword (GradScaler raises on it) or a closure made here, not handed in: no fix.
+    keyword = code.replace("self.scaler.step(optimizer, closure)", "optimizer.step(closure=closure)")
+    local = code.replace("self.scaler.step(optimizer, closure)", "closure = lambda: None\n        optimizer.step(closure)")
+    for mutant in (keyword, local):
+        findings = Checker(frozenset({"AMP020"})).check(mutant, "t.py").diagnostics
+        assert findings and all(f.fix is None for f in findings if "closure" in f.message)
+
+
+def test_a_per_call_clip_gets_its_unscale_where_the_scaler_steps_on_every_path_through_it():
+    """Principle: where `scaler.step` runs on every path through the clip, the scaler is called there anyway,
+    so an `unscale_` before the clip needs no guard, and the backward's guard (in a sibling method, not known
+    here: colbert's and mmengine's `backward()` / `step()` pairs) does not matter."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        class MixedPrecision:
+            def __init__(self, enabled):
+                self.enabled = enabled
+                if enabled:
+                    self.scaler = torch.amp.GradScaler("cuda")
+
+            def backward(self, loss):
+                if self.enabled:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+
+            def step(self, model, optimizer):
+                if self.enabled:
+                    self.scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    self.scaler.step(optimizer)
+                    self.scaler.update()
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                optimizer.zero_grad()
+        """
+    )
+    dropped = code.replace("            self.scaler.unscale_(optimizer)\n", "")
+    assert same(fixed(dropped, "AMP030"), code)
+
+
+def test_a_helper_handed_the_scaler_scales_its_own_backward():
+    """Principle: a helper that takes the scaler and backpropagates on the branch where it holds one
+    (`if scaler is not None:`) means the protocol for every caller: its unscaled backward there scales with
+    its own parameter (open_clip's `backward(total_loss, scaler)`), whatever the caller calls the scaler.
+    Without that branch the helper may serve fp32 callers too: no fix."""
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        def backward(total_loss, scaler):
+            if scaler is not None:
+                scaler.scale(total_loss).backward()
+            else:
+                total_loss.backward()
+
+        def train(model, loader, optimizer, grad_scaler):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).sub(y).pow(2).mean()
+                backward(loss, grad_scaler)
+                grad_scaler.step(optimizer)
+                grad_scaler.update()
+                optimizer.zero_grad()
+        """
+    )
+    unscaled = code.replace("scaler.scale(total_loss).backward()", "total_loss.backward()")
+    assert same(fixed(unscaled, "AMP011"), code)
+    unguarded = unscaled.replace("    if scaler is not None:\n        total_loss.backward()\n    else:\n        total_loss.backward()\n", "    total_loss.backward()\n")
+    assert "if scaler" not in unguarded
+    findings = Checker(frozenset({"AMP011"})).check(unguarded, "t.py").diagnostics
+    assert findings and all(f.fix is None for f in findings)

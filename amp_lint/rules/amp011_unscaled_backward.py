@@ -12,6 +12,7 @@ from amp_lint.analysis.gradient_effects import class_builds_scaler
 from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
+from amp_lint.analysis.steps import argument_names
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -48,7 +49,9 @@ class UnscaledBackward(Rule):
     ## Fix safety
     Safe. `loss.backward(args)` becomes `scaler.scale(loss).backward(args)` (arguments such as
     `retain_graph` are kept; `torch.autograd.backward(loss, ...)` gets `scaler.scale(loss)`), and a
-    discarded `scaler.scale(loss)` statement is removed.
+    discarded `scaler.scale(loss)` statement is removed. A backward reached through a helper is fixed in the
+    helper only when the helper is handed the scaler and backpropagates on its branch for it (`if scaler
+    is not None:`); otherwise the finding has no fix (an edit of a helper on one caller's behalf).
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -318,7 +321,7 @@ for x in loader:
                     backward.call,
                     f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}.{_verb(scaler_event)}` "
                     f"unscales the gradients{note}; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
-                    fix=None if backward.in_helper else _scale_fix(model, backward, scaler, dangling),
+                    fix=_helper_scale_fix(model, backward, scaler) if backward.in_helper else _scale_fix(model, backward, scaler, dangling),
                     context=step.scope.name,
                     related=self.through_helpers(backward) + self.through_helpers(scaler_event),
                     assumption=assumption_text(proof),
@@ -409,6 +412,31 @@ def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Even
         if proof is not None and (found is None or (proof is PROVED and best is not PROVED)):
             found, best = event, proof
     return found, best
+
+
+def _helper_scale_fix(model: FileModel, backward: Event, scaler: str) -> Optional[Fix]:
+    """An unscaled backward in a helper of this file that is handed the scaler (open_clip's
+    `backward(total_loss, scaler)`: `if scaler is not None: scaler.scale(loss).backward() else:
+    loss.backward()`). Fixes never edit a helper on one caller's behalf; but a helper that takes the scaler
+    and backpropagates on the branch where it holds one (`if scaler is not None:` / `if scaler:`) means the
+    scaler protocol for every caller: the backward there scales with its own parameter. Not when a call in
+    this file hands the helper an already scaled loss, or through more than one call."""
+    trail = backward.trail()
+    helper = backward.scope
+    if len(trail) != 1 or helper is None or helper.node is None or backward.loss is None:
+        return None
+    if _called_with_a_scaled_loss(model, helper):
+        return None
+    names = argument_names(helper, trail[0].call)
+    params = [p for p, arg in names.items() if arg == scaler]
+    if len(params) != 1:
+        return None
+    param = params[0]
+    own = backward.branches[len(trail[0].branches) :]  # the helper's own `if`s around the backward
+    present = {(f"{param} is not None", True), (param, True), (f"{param} is None", False), (f"not {param}", False)}
+    if not any((code_of(b.node.test), b.taken) in present for b in own):
+        return None
+    return _scale_fix(model, backward, param, [])
 
 
 def _scale_fix(model: FileModel, backward: Event, scaler: str, dangling) -> Optional[Fix]:

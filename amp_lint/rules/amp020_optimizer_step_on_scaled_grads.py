@@ -50,7 +50,12 @@ class OptimizerStepOnScaledGrads(Rule):
     fp32 path of an `if scaler: ... else: ...` keeps it). Unsafe for a direct `optimizer.step()` that
     bypasses the scaler when nothing else of the protocol follows: `scaler.step(optimizer)` skips
     overflowing steps and unscales, which changes the numerics of code that steps directly on purpose;
-    safe when `scaler.update()` follows (that update raises today, finding no step). No fix when the step takes a closure (AMP025).
+    safe when `scaler.update()` follows (that update raises today, finding no step). Keyword arguments
+    are forwarded (`scaler.step(optimizer, **kwargs)` passes them to `optimizer.step`), and so is a
+    positional argument that the step's function passes on from its own caller (`def step(self,
+    closure=None)`); both unsafe: they may carry a closure, which `scaler.step` refuses as a keyword and
+    runs after its inf check when positional. No fix for a `closure=` keyword or a closure built here
+    (AMP025).
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -244,10 +249,24 @@ def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step
 def _step_through_scaler_fix(
     model: FileModel, event: Event, scaler: str, protocol: bool, step: TrainingStep
 ) -> Optional[Fix]:
-    if any(arg.keyword is not None and arg.keyword.value == "closure" for arg in event.call.args):
+    # `GradScaler.step(optimizer, *args, **kwargs)` forwards its arguments to `optimizer.step` (torch/amp/
+    # grad_scaler.py); enabled, it refuses any `closure` keyword (RuntimeError, even `closure=None`) and runs
+    # a positional closure inside `optimizer.step`, after its own inf check (AMP025). So: no fix for a
+    # `closure=` keyword; a positional argument (`Optimizer.step`'s first is the closure) or `*args` is
+    # forwarded only when it passes on what the step function's own caller handed it (accelerate's
+    # `def step(self, closure=None): ... self.optimizer.step(closure)`): the function's contract stays
+    # "whatever my caller passes, as `scaler.step` takes it"; one built here is AMP025's. Other keywords and
+    # `**kwargs` are forwarded as they are.
+    passes_through = False
+    for arg in event.call.args:
+        if arg.keyword is not None:
+            if arg.keyword.value == "closure":
+                return None
+            continue
+        if arg.star == "**" or _caller_hands_it(event, arg.value):
+            passes_through = True
+            continue
         return None
-    if event.call.args:
-        return None  # a positional closure (AMP025)
     add_update = False
     if not protocol:
         # `scaler.step(opt)` with no `update()` after it raises on the next step (issue 27, item 4): the
@@ -265,7 +284,8 @@ def _step_through_scaler_fix(
 
     def through_scaler(updated: cst.CSTNode) -> cst.CSTNode:
         new = builder.expression(f"{scaler}.step(__optimizer__)")
-        return new.with_changes(args=(cst.Arg(value=optimizer_node),), lpar=updated.lpar, rpar=updated.rpar)
+        forwarded = tuple(event.call.args)  # as checked above: `scaler.step` hands them to `optimizer.step`
+        return new.with_changes(args=(cst.Arg(value=optimizer_node), *forwarded), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
     if add_update:
@@ -273,8 +293,22 @@ def _step_through_scaler_fix(
     # Stepping through the scaler skips steps on overflow and unscales first. Safe where the iteration
     # already runs the rest of the protocol (its update() needs the step); otherwise the direct step may
     # be deliberate (nerfacc steps its optimizer directly on purpose, issue #307): unsafe.
-    applicability = Applicability.SAFE if protocol else Applicability.UNSAFE
+    # A pass-through (`**kwargs`, a closure parameter) may hold a closure, which `opt.step` ran and
+    # `scaler.step` refuses (a keyword) or runs after its inf check (positional): unsafe, whatever follows.
+    applicability = Applicability.SAFE if protocol and not passes_through else Applicability.UNSAFE
     return builder.build(f"Step through `{scaler}.step(...)`", applicability)
+
+
+def _caller_hands_it(event: Event, value: cst.BaseExpression) -> bool:
+    """`value` is a parameter of the step's own function, never rebound there: what its caller handed in."""
+    scope = event.scope
+    return (
+        not event.in_helper
+        and isinstance(value, cst.Name)
+        and scope is not None
+        and value.value in scope.params
+        and value.value not in scope.assignments
+    )
 
 
 def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:

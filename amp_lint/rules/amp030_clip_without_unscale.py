@@ -55,7 +55,10 @@ class ClipWithoutUnscale(Rule):
     ## Fix safety
     Safe. `scaler.unscale_(optimizer)` is inserted right before the clip, once for every optimizer the
     scaler steps afterwards (`unscale_` is optional and idempotent until `step`). No fix when the
-    optimizer of the following step is not a plain name.
+    optimizer of the following step is not a plain name. Where the scaler may be `None` on the clip's
+    path, the inserted call carries the scaled backward's guard; when that guard is not known here (the
+    backward is in a sibling method or a helper) and `scaler.step` does not run on every path through the
+    clip, no fix.
 
     ## References
     - [AMP examples: gradient clipping](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping)
@@ -229,7 +232,9 @@ def train_step(self, batch):
             # clip there. Two clips of one helper call (its if/else) share one fix.
             site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
             fix = fix or next((f for earlier, f in flagged if earlier is site), None)
-            if fix is None and backward is not None and not _every_micro_batch(model, step, site):
+            # The backward may be in a sibling method (`backward` is None): its guard is then unknown,
+            # which matters only when the scaler is not called on every path through the clip.
+            if fix is None and not _every_micro_batch(model, step, site):
                 fix = _unscale_fix(model, step, site, scaler, steps, backward)
             flagged.append((clip, fix))
             if site is not clip:
@@ -347,7 +352,7 @@ def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
 
 
 def _unscale_fix(
-    model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Event
+    model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Optional[Event]
 ) -> Optional[Fix]:
     flow = flow_of(model, step)
     optimizers: List[str] = []
@@ -361,8 +366,8 @@ def _unscale_fix(
         return None
     if _scaler_called_anyway(clip, steps):
         guard = ""  # the scaler is called on every path through the clip: the unscale_ needs no guard
-    elif backward.in_helper:
-        return None  # the backward's guard is inside a helper: not known here
+    elif backward is None or backward.in_helper:
+        return None  # the backward's guard is in a sibling method or inside a helper: not known here
     else:
         guard = _guard_of(backward, clip)
     if guard and len(guard) > 80:
