@@ -321,8 +321,14 @@ def _judged(fp32, amp, warmup=5, dtype="float16"):
         # AMP learns half as fast: beyond the noise.
         (lambda seed: _curve(seed, rate=0.025), NOT_EQUIVALENT, "the AMP curve is"),
         (lambda seed: [*_curve(seed)[:20], *[None] * 40], NOT_EQUIVALENT, "the AMP loss is non-finite in 40"),
+        # Drifted by rounding, batch by batch: each pair's difference jitters by ~1% of the loss from one step to the
+        # next, either way, and happens to lean one way over a short run (bundled cnn_classifier at seed base 2,
+        # 20 compared steps). The seeds' own spread is ten times the pairs' (different batches), so the chaos weight
+        # alone called these pairs "together"; the step-to-step jitter is noise the gap shows too.
+        (lambda seed: [loss * (1 - 0.002 + 0.01 * math.sin(2.9 * step + 1.7 * seed)) for step, loss in enumerate(_curve(seed))],
+         EQUIVALENT, None),
     ],
-    ids=["chaotic-drift", "rounding", "same-way-within-spread", "calibration-skips", "slower", "nan"],
+    ids=["chaotic-drift", "rounding", "same-way-within-spread", "calibration-skips", "slower", "nan", "jittered-drift"],
 )
 def test_judge_pairwise(amp, status, reason):
     result = _judged([_record(_curve(seed)) for seed in range(3)], [_record(amp(seed)) for seed in range(3)])

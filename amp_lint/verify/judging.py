@@ -44,7 +44,8 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     *i*'s fp32 curve. The mean of these paired differences over the seeds is the gap; its noise is their
     seed-to-seed standard error, ``sd(paired differences) / sqrt(n)``, counted only as far as the pairs have come
     apart (``sd(paired differences) / (sqrt(2) x fp32's seed-to-seed sd)``, at most 1: pairs as far apart as two
-    seeds), and at least the AMP dtype's rounding (:data:`ROUNDING`) of the fp32 loss. A right conversion's paired
+    seeds), and at least the AMP dtype's rounding (:data:`ROUNDING`) of the fp32 loss and the pairs' step-to-step
+    jitter (how much each pair's difference moves from one step to the next, over sqrt(smoothing x seeds)). A right conversion's paired
     differences are rounding: tiny while the runs stay together, and of either sign once a chaotic run (a GAN)
     drifts apart, which the weighted standard error then admits. A wrong one (clipping before ``unscale_``) keeps
     the pairs together and moves every seed the same way. The sides are *not equivalent* when the mean gap over the
@@ -131,7 +132,15 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     # conversion may show; a wrong one keeps the pairs together and moves them all one way.
     chaos = [min(1.0, paired_sd[t] / (math.sqrt(2) * spread[t])) if spread[t] > 0 else 1.0 for t in range(points)]
     floor = ROUNDING[dtype]
-    noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t])) for t in range(points)]
+    # Jitter: how much each pair's difference moves from one step to the next (raw losses, after the warm-up). Once
+    # a right conversion's weights have drifted from fp32's by rounding, each batch meets the two models a little
+    # differently, and the paired difference jitters by that much, of either sign, from step to step; averaged over
+    # the smoothing window and the seeds, that jitter is noise the gap shows too. (The seed-to-seed spread above is
+    # no measure of it when the batch losses themselves differ widely between seeds: the chaos weight then calls
+    # drifted pairs "together", and a real conversion fails on rounding; a wrong one that moves every step the same
+    # way has a smooth paired difference and keeps a small jitter.)
+    jitter = statistics.fmean(_jitter(f, a, warmup, length) for f, a in zip(fp32, amp)) / math.sqrt(window * seeds)
+    noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t]), jitter) for t in range(points)]
     # A step the GradScaler skipped applied no update, so that AMP run lags its fp32 run by the steps skipped so
     # far: the band also admits what fp32's own curve moves in that many steps (a GAN that skips 3 steps while its
     # scale calibrates is 3 steps behind, all along; a wrong conversion that skips nothing gets no such room).
@@ -253,6 +262,15 @@ def _calibration(record: RunRecord) -> int:
     while calibrating in record.skipped_steps:
         calibrating += 1
     return calibrating
+
+
+def _jitter(fp32: RunRecord, amp: RunRecord, warmup: int, length: int) -> float:
+    """The step-to-step jitter of one pair's difference (AMP - fp32 loss of the same seed and step), after the
+    warm-up: the standard deviation of its first differences over sqrt(2), in loss units (0 with too few steps)."""
+    paired = [a - f for f, a in zip(_filled(fp32.losses[:length])[warmup:], _filled(amp.losses[:length])[warmup:])
+              if f is not None and a is not None]  # fmt: skip
+    moves = [later - earlier for earlier, later in zip(paired, paired[1:])]
+    return statistics.pstdev(moves) / math.sqrt(2) if len(moves) > 1 else 0.0
 
 
 def _filled(losses: Sequence[float | None]) -> list[float | None]:

@@ -108,8 +108,8 @@ def format_text(report: VerifyReport) -> str:
 _LEGEND = (
     "gap: AMP minus fp32 of the same seed, smoothed, averaged over the seeds, then over the steps after the warm-up "
     "(relative to the fp32 loss); allowed: the band it must stay within ({tolerance:g} x the seed-to-seed error of "
-    "those paired differences, as far as the pairs came apart, at least the AMP dtype's rounding, plus fp32's own "
-    "movement over the steps AMP skipped); fp32 fell: how "
+    "those paired differences, as far as the pairs came apart, at least the AMP dtype's rounding and the pairs' "
+    "step-to-step jitter, plus fp32's own movement over the steps AMP skipped); fp32 fell: how "
     "much fp32's own loss fell over those steps; "
     "skipped: steps the GradScaler skipped (overflow) in each AMP run; parted at: the first step the gap leaves "
     "the band."
