@@ -6,16 +6,34 @@ import warnings
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="module")
+def _sigint_state():
+    """(Python's SIGINT handler, SIGINT blocked in this thread, SIGINT ignored by the process at the OS level)."""
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ignored = False
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("SigIgn:"):
+                    ignored = bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except OSError:
+        pass
+    return signal.getsignal(signal.SIGINT), blocked, ignored
+
+
+@pytest.fixture(autouse=True)
 def _sigint_left_as_found(request):
-    """Ctrl-C reaches the processes the tests start only while this process leaves SIGINT at its default: an
-    ignored SIGINT (SIG_IGN) is inherited across exec, and a Python child started with it keeps ignoring Ctrl-C
-    (`nohup` semantics, which amp-lint rightly respects). A module that leaves it ignored would make the Ctrl-C
-    tests of whichever module runs next in the same worker fail for a reason of its own: put it back and say
-    which module did it."""
-    before = signal.getsignal(signal.SIGINT)
+    """Ctrl-C reaches the processes the tests start only while this process leaves SIGINT deliverable: an ignored
+    SIGINT (SIG_IGN) is inherited across exec, and so is a blocked one (the signal mask), and a child started with
+    either never sees Ctrl-C (`nohup` semantics, which amp-lint rightly respects). A test that leaves SIGINT
+    ignored or blocked would make the Ctrl-C tests that run after it in the same worker fail for a
+    reason of its own: put it back after each test and say which test did it."""
+    before = _sigint_state()
     yield
-    after = signal.getsignal(signal.SIGINT)
-    if after is not before:
-        signal.signal(signal.SIGINT, before if before is not None else signal.default_int_handler)
-        warnings.warn(f"{request.module.__name__} left SIGINT as {after!r} (was {before!r}); put back", stacklevel=1)
+    after = _sigint_state()
+    if after != before:
+        handler, blocked, ignored = before
+        if after[1] and not blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        if after[0] is not handler or after[2] != ignored:
+            signal.signal(signal.SIGINT, handler if handler is not None else signal.default_int_handler)
+        warnings.warn(f"{request.node.nodeid} left SIGINT as {after!r} (was {before!r}); put back", stacklevel=1)
