@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import os
-from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from amp_lint.analysis.names import GRAD_SCALER
@@ -30,27 +29,7 @@ def scaler_factory(name: str) -> Optional[str]:
     without a project)."""
     from amp_lint.analysis import summaries
 
-    if not summaries._ACTIVE or not summaries._ACTIVE[-1]._building:
-        return None
-    provider = summaries._ACTIVE[-1]
-    try:
-        info = provider.index.module_at(Path(provider._building[-1]))
-        qualified = qualified_in(info, name) if info is not None else None
-        resolved = provider.index.resolve(qualified) if qualified is not None else None
-        if resolved is None:
-            return None
-        module_info, function = resolved
-        if function not in module_info.functions:
-            return None
-        key = (module_info.path, module_info.digest, function)
-        if key not in _FACTORIES:
-            _FACTORIES[key] = _read_scaler_factory(provider.index, module_info, function)
-        provider.index.note_read(module_info.path)
-        return _FACTORIES[key]
-    except (RecursionError, MemoryError):
-        raise
-    except Exception:  # an unreadable corner of another module never costs this file its findings
-        return None
+    return summaries.project_function_answer(name, _FACTORIES, _read_scaler_factory)
 
 
 def _read_scaler_factory(index, info: ModuleInfo, function: str) -> Optional[str]:

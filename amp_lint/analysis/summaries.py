@@ -485,10 +485,13 @@ def _held_by(event, holder: str):
 
 
 def autocast_factory(name: str) -> Optional[Tuple[str, Optional[str], Optional[bool]]]:
-    """For the module being built: the imported name `name` (`autocast` from `pkg.utils`) is a project
-    function that returns an autocast on every path (issue 26, principle 4: ultralytics' `autocast(amp)`).
-    (qualified autocast name, literal device or None, literal enabled or None); None when it is not, or
-    without a project."""
+    """A project function returning an autocast on every path: (qualified name, device, enabled) or None."""
+    return project_function_answer(name, _FACTORIES, lambda index, info, function: _read_factory(info, function))
+
+
+def project_function_answer(name: str, memo: dict, read):
+    """For the module being built: `read(index, module, function)` of the project function `name` resolves to,
+    memoised per module version in `memo`, recorded as a dependency; None when unresolved or unreadable."""
     if not _ACTIVE or not _ACTIVE[-1]._building:
         return None
     provider = _ACTIVE[-1]
@@ -496,19 +499,17 @@ def autocast_factory(name: str) -> Optional[Tuple[str, Optional[str], Optional[b
         info = provider.index.module_at(Path(provider._building[-1]))
         qualified = _qualified(info, name) if info is not None else None
         resolved = provider.index.resolve(qualified) if qualified is not None else None
-        if resolved is None:
+        if resolved is None or resolved[1] not in resolved[0].functions:
             return None
         module_info, function = resolved
-        if function not in module_info.functions:
-            return None
         key = (module_info.path, module_info.digest, function)
-        if key not in _FACTORIES:
-            _FACTORIES[key] = _read_factory(module_info, function)
+        if key not in memo:
+            memo[key] = read(provider.index, module_info, function)
         provider.index.note_read(module_info.path)
-        return _FACTORIES[key]
+        return memo[key]
     except (RecursionError, MemoryError):
         raise
-    except Exception:
+    except Exception:  # an unreadable corner of another module never costs this file its findings
         return None
 
 
