@@ -23,10 +23,8 @@ The other way round, for AMP013 (a function that builds its own GradScaler and r
 called once per epoch from another module, animl #298): `callers_in_project` finds the project's calls of a
 function of the checked file. The finding is reported in the checked file, at the construction (the file
 that holds the bug, the one a pre-commit run on it checks); the caller's module is read to prove the
-epoch loop, and the finding names its file and line. Only the checked file's own package (and the modules
-beside its source root's top) is searched, by a byte search for the function's name first, bounded by
-`callers.MAX_CALLER_SCAN_FILES`: the same files whatever the run was asked to check, so a run on one file and a run
-on the whole tree agree. `amp_lint.analysis.callers.caller_dependencies` lists those files for a result cache.
+epoch loop, and the finding names its file and line. The search is `amp_lint.analysis.callers`' (the same files
+whatever the run was asked to check); `callers.caller_dependencies` lists those files for a result cache.
 """
 
 from __future__ import annotations
