@@ -37,3 +37,17 @@ def _sigint_left_as_found(request):
         if after[0] is not handler or after[2] != ignored:
             signal.signal(signal.SIGINT, handler if handler is not None else signal.default_int_handler)
         warnings.warn(f"{request.node.nodeid} left SIGINT as {after!r} (was {before!r}); put back", stacklevel=1)
+
+
+# The modules that take longest (end-to-end runs: Ctrl-C on big trees, verify's and conversion's training runs,
+# whole-project checks, the pre-commit hooks) go to the workers first: with `--dist loadfile` a long module that
+# starts last keeps one worker busy while the other has nothing left to do. Order only: every test still runs.
+_LONGEST_FIRST = (
+    "test_robustness.py", "test_verify.py", "test_convert.py", "test_project_analysis.py", "test_ci_gate.py",
+    "test_daily_use.py", "test_fixtures.py", "test_guard.py", "test_fix_check.py", "test_faults.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: position for position, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
