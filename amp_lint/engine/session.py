@@ -76,7 +76,8 @@ class RunSpec:
         def settings_of(path: Path):
             folder = os.path.dirname(os.path.abspath(path))
             if folder not in settings_by_folder:
-                settings_by_folder[folder] = self.resolver.for_path(path)
+                for_folder = getattr(self.resolver, "for_folder", None)
+                settings_by_folder[folder] = for_folder(folder) if for_folder else self.resolver.for_path(path)
             return settings_by_folder[folder]
 
         return [(str(path), self.config_for(settings_of(path), str(path))) for path in files], errors

@@ -395,19 +395,32 @@ class SettingsResolver:
         self._isolated = isolated
         self._all_codes = list(all_codes)
         self._settings_by_config: Dict[Optional[Path], Settings] = {}
+        self._by_folder: Dict[str, Settings] = {}  # `for_folder`'s answers (a run's files do not move meanwhile)
 
     def for_path(self, path: Path) -> Settings:
-        config = self._config_for(path)
-        if config is None and not self._isolated:
-            return self._settings_for_project(path)
-        return self._settings_from(config)
+        absolute = os.path.abspath(path)
+        return self.for_folder(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
 
-    def _settings_for_project(self, path: Path) -> Settings:
+    def for_folder(self, folder: str) -> Settings:
+        """The settings of the files in `folder` (an absolute, normalized path): `for_path` without asking the
+        file system whether the path is a folder (a run asks for every folder it walks)."""
+        settings = self._by_folder.get(folder)
+        if settings is None:
+            if self._isolated:
+                settings = self._settings_from(None)
+            elif self._config_path is not None:
+                settings = self._settings_from(self._config_path)
+            else:
+                config = _config_above(folder)
+                settings = self._settings_for_project(folder) if config is None else self._settings_from(config)
+            self._by_folder[folder] = settings
+        return settings
+
+    def _settings_for_project(self, folder: str) -> Settings:
         """No configuration file: the defaults, with `target-torch` from the closest `pyproject.toml`'s project."""
         from amp_lint.files.torch_version import project_root_above
 
-        absolute = os.path.abspath(path)
-        root = project_root_above(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
+        root = project_root_above(folder)
         key = ("project", root)
         if key not in self._settings_by_config:
             base = with_project_torch(Settings(), root)
@@ -428,13 +441,6 @@ class SettingsResolver:
     def root_settings(self, cwd: Path) -> Settings:
         """The settings for run-wide choices (output format, fix mode): those of the working folder."""
         return self.for_path(cwd)
-
-    def _config_for(self, path: Path) -> Optional[Path]:
-        if self._isolated:
-            return None
-        if self._config_path is not None:
-            return self._config_path
-        return find_config(path)
 
     def _settings_from(self, config: Optional[Path]) -> Settings:
         if config not in self._settings_by_config:
