@@ -17,11 +17,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
 from amp_lint.files.sources import SourceError, read_bytes
+from amp_lint.files.torch_version import toml_parser
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 CONFIG_NAMES = (".amp-lint.toml", "amp-lint.toml", "pyproject.toml")
 AMP_DTYPES = ("float16", "bfloat16")
@@ -70,6 +67,7 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         return False
     if b"amp-lint" not in content and b"amp_lint" not in content:  # skip the many pyproject.toml files that cannot match
         return False
+    tomllib = toml_parser()
     try:
         data = tomllib.loads(content.decode("utf-8", errors="replace"))
     except (tomllib.TOMLDecodeError, RecursionError):
@@ -164,6 +162,7 @@ def _anchored(settings: Settings) -> Settings:
 
 def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
     """`--config 'select = ["AMP0"]'`: one TOML `KEY = VALUE` pair, checked like a configuration file's."""
+    tomllib = toml_parser()
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -181,6 +180,7 @@ def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
 
 def _read_table(path: Path) -> Tuple[dict, str]:
     """The amp-lint settings table of the file, and how messages name it (" in [tool.amp-lint]" or "")."""
+    tomllib = toml_parser()
     try:
         # Not `read_text`: `--config` naming a FIFO or a device must fail at once, not hang.
         data = tomllib.loads(read_bytes(str(path), _CONFIG_BYTES).decode("utf-8"))
