@@ -165,3 +165,56 @@ def test_a_per_epoch_finding_still_follows_its_callers_when_files_are_known_by_t
     )
     _age(tree)
     assert _cli(".", cwd=tree, cache=cache) == ["AMP013"]
+
+
+_LOADED = (
+    "import runpy, sys\n"
+    "sys.argv = ['amp-lint', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('amp_lint', run_name='__main__')\n"
+    "except SystemExit as stop:\n"
+    "    code = stop.code\n"
+    "heavy = sorted(m for m in sys.modules if m == 'libcst' or m.startswith(('amp_lint.analysis', 'amp_lint.rules.amp')))\n"
+    "print('LOADED', heavy, code, file=sys.stderr)\n"
+)
+
+
+def _loaded(args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+    line = next(line for line in result.stderr.splitlines() if line.startswith("LOADED"))
+    return result.stdout, line
+
+
+def test_a_warm_run_and_a_run_the_prefilter_settles_load_neither_libcst_nor_the_rules_nor_the_analysis(tmp_path):
+    """What a run of cache hits or of files without AMP content needs is the walk, the prefilter and the
+    report: LibCST's import alone costs more than the whole run should (issue 31: warm 0.3 s, pre-commit 0.15 s)."""
+    (tmp_path / "dep.py").write_text(DEPRECATED)
+    (tmp_path / "plain.py").write_text("import os\n\nprint(os.getcwd())\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    _age(tmp_path)
+    # No AMP content: settled by the prefilter, no cache needed.
+    out, line = _loaded(["check", "--no-cache", "plain.py"], tmp_path)
+    assert line == "LOADED [] 0", line
+    # A cold run with a finding loads the checker; the warm run after it replays the result alone.
+    cold, line = _loaded(["check", "--output-format", "json", "--cache-dir", "cache", "."], tmp_path)
+    assert "libcst" in line and line.endswith(" 1"), line
+    warm, line = _loaded(["check", "--output-format", "json", "--cache-dir", "cache", "."], tmp_path)
+    assert line == "LOADED [] 1", line
+    assert warm == cold and json.loads(warm)[0]["code"] == "AMP070"
+
+
+def test_settings_asked_per_folder_are_those_asked_per_file(tmp_path):
+    from amp_lint import rules as registry
+    from amp_lint.files.config import SettingsResolver
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "amp-lint.toml").write_text('select = ["AMP070"]\n')
+    (tmp_path / "sub" / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    for options in ({}, {"isolated": True}, {"config_path": tmp_path / "sub" / "amp-lint.toml"}):
+        per_file = SettingsResolver({}, all_codes=registry.all_codes(), **options)
+        per_folder = SettingsResolver({}, all_codes=registry.all_codes(), **options)
+        for file in (tmp_path / "sub" / "a.py", tmp_path / "b.py"):
+            assert per_folder.for_folder(str(file.parent)) == per_file.for_path(file), (options, file)
+            assert per_folder.for_path(file.parent) is per_folder.for_folder(str(file.parent))
