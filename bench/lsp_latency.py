@@ -114,13 +114,84 @@ FINDINGS = textwrap.dedent(
 )
 
 
-def training_script(lines: int = 1000, seed: int = 0) -> str:
-    """A training script of about `lines` lines (exactly, padded with constants), findings included."""
-    parts = [HEADER, FINDINGS]
+# The same training code as the methods of one class (issue 31: "a 3,000-line file whose training code is
+# methods of one big class"): the state (model, optimizer, scaler) is set in `__init__` and read by every method.
+TRAINER_HEADER = textwrap.dedent(
+    """\
+
+    class Trainer:
+        \"\"\"Mixed-precision training and evaluation, one method per variant.\"\"\"
+
+        def __init__(self, model, loader, optimizer, scheduler):
+            self.model = model
+            self.loader = loader
+            self.optimizer = optimizer
+            self.scheduler = scheduler
+            self.scaler = torch.amp.GradScaler("cuda")
+
+        def legacy_step(self, batch):
+            scaler = torch.cuda.amp.GradScaler()
+            with torch.autocast("cuda"):
+                loss = self.model(batch).mean()
+            scaler.scale(loss)
+            loss.backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+    """
+)
+
+TRAINING_METHOD = textwrap.indent(
+    textwrap.dedent(
+        """\
+
+        def train_{n}(self, epochs={n}):
+            \"\"\"Train variant {n}: mixed precision with a gradient scaler and clipping.\"\"\"
+            self.model.train()
+            for epoch in range(epochs):
+                total = 0.0
+                for step, (inputs, targets) in enumerate(self.loader):
+                    inputs, targets = inputs.cuda(), targets.cuda()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        outputs = self.model(inputs)
+                        loss = F.cross_entropy(outputs, targets)
+                    self.scaler.scale(loss).backward()
+                    self.scaler.unscale_(self.optimizer)
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=1.0)
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                    self.scheduler.step()
+                    total += loss.item()
+                print(f"epoch {{epoch}}: loss {{total / max(len(self.loader), 1):.4f}}")
+            return self.model
+
+        def evaluate_{n}(self, loader):
+            self.model.eval()
+            correct = 0
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+                for inputs, targets in loader:
+                    outputs = self.model(inputs.cuda())
+                    correct += (outputs.argmax(-1) == targets.cuda()).sum().item()
+            return correct / max(len(loader.dataset), 1)
+        """
+    ),
+    "    ",
+)
+
+SHAPES = ("functions", "class")
+
+
+def training_script(lines: int = 1000, seed: int = 0, shape: str = "functions") -> str:
+    """A training script of about `lines` lines (exactly, padded with constants), findings included: its
+    training code as top-level functions, or (`shape="class"`) as the methods of one class."""
+    parts = [HEADER, FINDINGS] if shape == "functions" else [HEADER, TRAINER_HEADER]
+    unit = TRAINING_FUNCTION if shape == "functions" else TRAINING_METHOD
     n = seed * 1000
-    while sum(part.count("\n") for part in parts) + TRAINING_FUNCTION.count("\n") < lines - 2:
-        parts.append(TRAINING_FUNCTION.format(n=n))
+    while sum(part.count("\n") for part in parts) + unit.count("\n") < lines - 2:
+        parts.append(unit.format(n=n))
         n += 1
+    if shape == "class":
+        parts.append("\n\n")
     text = "".join(parts)
     index = 0
     while text.count("\n") < lines - 1:

@@ -11,7 +11,7 @@ import pytest
 
 from amp_lint import rules as registry
 from amp_lint.engine.runner import CheckConfig, check_text
-from amp_lint.engine.units import UnitChecker
+from amp_lint.engine.units import FINE, UnitChecker
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
@@ -126,7 +126,7 @@ def test_an_edit_in_one_training_function_checks_that_function_alone():
     text = training_script(600)
     checker = UnitChecker(CONFIG)
     first = checker.check(text, "t.py", "doc")
-    assert checker.verified["doc"][1]  # the groups' union is the whole file's
+    assert checker.verified["doc"][1] == FINE  # the fine groups' union is the whole file's
     lines = text.split("\n")
     line = _inside_line(text)
     lines[line] += " * 2"
@@ -162,7 +162,7 @@ def test_a_question_of_the_whole_file_keeps_it_checked_whole():
     checker = UnitChecker(config)
     outcome = checker.check(text, "t.py", "doc")
     assert "AMP080" in {d.code for d in outcome.diagnostics}
-    assert checker.verified["doc"] == (checker.verified["doc"][0], False)
+    assert checker.verified["doc"] == (checker.verified["doc"][0], None)
     edited = text.replace("(model, optimizer, path)", "(model, optimizer, path, extra=None)")
     assert _seen(checker.check(edited, "t.py", "doc")) == _seen(check_text(edited, "t.py", config))
 
@@ -174,7 +174,7 @@ def test_the_server_mode_publishes_the_whole_check_first_and_verifies_step_by_st
     steps = 0
     while checker.settle("doc"):
         steps += 1
-    assert steps >= 1 and "doc" not in checker.pending and checker.verified["doc"][1]
+    assert steps >= 1 and "doc" not in checker.pending and checker.verified["doc"][1] is not None
 
 
 TRAINING = textwrap.dedent(
@@ -244,7 +244,7 @@ def test_units_found_after_an_edit_are_those_of_a_fresh_split(path):
         text = "\n".join(lines)
         incremental = checker.units(text, "doc")
         fresh = UnitChecker(CONFIG).units(text)
-        shown = lambda units: None if units is None else [(u.first, u.last, u.digest) for u in units]  # noqa: E731
+        shown = lambda units: None if units is None else [(u.first, u.last, u.digest, u.role) for u in units]  # noqa: E731
         assert shown(incremental) == shown(fresh), (seed, step, kind)
 
 
