@@ -321,6 +321,8 @@ async def test_published_diagnostics_after_random_incremental_edits_are_a_full_c
     documents = [("edited_training.py", TRAINING, _edit), ("edited_fixture.py", fixture.read_text(encoding="utf-8"), _edit)]
     # A real training file, edited inside its functions (issue 31: the group-by-group path, verified first).
     documents += [(f"edited_{name}", text, _edit_inside) for name, text in _training_files()[:1]]
+    # Training code as the methods of one class: an edit inside a method checks that method's group.
+    documents += [(f"edited_{name}", text, _edit_inside) for name, text in _training_files() if name == "bench_class_600.py"]
     for name, text, edit_of in documents:
         uri = open_file(client, folder / name, text)
         lines = text.split("\n")

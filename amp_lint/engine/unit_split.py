@@ -44,6 +44,9 @@ class UnitFacts:
     # attribute, the docstring) or a special method (`__init__`, `__call__`, ...). A class's header is
     # checked with them (`UnitChecker.groups`).
     defines_class: bool = False
+    # The names its code reads or writes (names, attributes, keywords, strings that are names: `getattr(x,
+    # "step")`), without comments and docstrings: what the fine groups follow (`UnitChecker.groups`).
+    uses: FrozenSet[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,24 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
         not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) or (s.name.startswith("__") and s.name.endswith("__"))
         for s in statements
     )
+    uses: set = set()
+    for statement in statements:
+        if role == HEADER:  # the class's own line: decorators, bases, keywords (its body is its members')
+            parts = list(statement.decorator_list) + list(statement.bases) + list(statement.keywords)
+        else:
+            parts = [statement]
+        for part in parts:
+            for node in ast.walk(part):
+                if isinstance(node, ast.Name):
+                    uses.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    uses.add(node.attr)
+                elif isinstance(node, ast.keyword) and node.arg:
+                    uses.add(node.arg)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                    uses.add(node.value)
+                elif isinstance(node, ast.alias):
+                    uses.update(node.name.split("."))
     # What the parse guard reads: the unit as it parses (a member inside a class, a header with a body).
     guarded = _WRAPPER + text if role == MEMBER else text + "\n pass" if role == HEADER else text
     return UnitFacts(
@@ -177,6 +198,7 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
         relevant_lines,
         future,
         defines_class,
+        frozenset(uses),
     )
 
 

@@ -214,8 +214,8 @@ class UnitChecker:
         """The core split into groups the rules can see apart; indices in file order, each group holding
         at least one relevant unit (units no group reaches are outside the core).
 
-        FINE: each unit of the core with what it depends on, transitively: the units that bind a name it
-        uses (a called function or method, the `__init__` that sets an attribute it reads, a module-level
+        FINE: each unit of the core with what it depends on, transitively: the units that bind a name its
+        code uses (`UnitFacts.uses`: not a word of a comment or a docstring; a called function or method, the `__init__` that sets an attribute it reads, a module-level
         binding, an import), and its class's header with the members that define the class. A group that
         another holds is left out. An edit inside one method checks the groups that hold that method: its
         own, and its callers'.
@@ -261,7 +261,7 @@ class UnitChecker:
                 while stack:
                     index = stack.pop()
                     unit = units[index]
-                    reached = [b for word in unit.facts.words for b in binders.get(word, ())]
+                    reached = [b for name in unit.facts.uses for b in binders.get(name, ())]
                     if unit.role == MEMBER and owner[index] is not None:
                         reached.append(owner[index])
                     elif unit.role == HEADER:
