@@ -7,6 +7,7 @@ JSON-RPC bytes to `python -m amp_lint server` directly, since no well-behaved cl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -379,3 +380,23 @@ async def test_a_change_of_a_notebook_that_is_not_open_is_ignored(shared):  # no
     )
     await wait_for(lambda: any("notebook that is not open" in m.message for m in client.log_messages))
     assert not [m for m in client.messages if m.type == types.MessageType.Error]
+
+
+@e2e
+async def test_an_edit_after_a_pause_is_checked_at_once_and_one_right_after_waits_for_the_debounce(tmp_path):
+    """Issue 31: edit -> diagnostics with a debounce of at most 50 ms. The debounce holds back edits that come
+    faster than it (a burst: checked once it pauses); the first edit after a pause is checked at once. A
+    debounce of 3 s makes the two cases apart on a loaded machine."""
+    async with session([tmp_path], options={"debounce": 3000}) as client:
+        uri = open_file(client, tmp_path / "paused.py", "import torch\n")
+        await no_diagnostics(client, uri)
+        await asyncio.sleep(0.2)
+        sent = time.monotonic()
+        change(client, uri, 2, text=DEPRECATED_SCALER)
+        await wait_for(lambda: any(entry[:2] == (uri, 2) for entry in client.published), 60)
+        assert time.monotonic() - sent < 2.5  # not held back by the 3 s debounce
+        sent = time.monotonic()
+        change(client, uri, 3, text=DEPRECATED_SCALER + "x = 1\n")  # right after the last one: waits
+        await wait_for(lambda: any(entry[:2] == (uri, 3) for entry in client.published), 60)
+        assert time.monotonic() - sent >= 2.9
+        assert codes(client.diagnostics[uri]) == ["AMP072"]
