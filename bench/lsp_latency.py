@@ -374,6 +374,7 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-edits", type=int, default=200)
     parser.add_argument("--pause", type=float, default=0.1, help="seconds between edits")
     parser.add_argument("--self-test", action="store_true", help="3 edits each: that it all runs")
+    parser.add_argument("--lines", nargs="+", type=int, default=[300, 3000], help="sizes of the training scripts")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES), help="training code as functions, or as one class's methods")
     args = parser.parse_args(argv)
     if args.self_test:
@@ -391,7 +392,7 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
-        for lines in (300, 3000):
+        for lines in args.lines:
             for shape in args.shapes:
                 for where in ("outside", "inside"):
                     print(f"{lines:,}-line training script ({shape}), {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
@@ -423,10 +424,10 @@ def main(argv=None) -> int:
             (("open", shape), f"open a 3,000-line file ({shape})", "ms"),
             (("settled", shape), "then busy until idle (group verification)", "ms"),
         ]
-        for lines in (300, 3000):
+        for lines in args.lines:
             for where in ("outside", "inside"):
                 rows.append(((lines, shape, where), f"edit -> diagnostics, {lines:,} lines, {shape}, {where}", "ms"))
-        for lines in (300, 3000):
+        for lines in args.lines:
             rows.append((("cpu", lines, shape, "inside"), f"server CPU per edit, {lines:,} lines, {shape}, inside", "ms"))
     rows += [("rss", "memory after the edits", "MiB"), ("python", "python -c pass (interpreter start, wall)", "ms")]
     for key, label, unit in rows:
