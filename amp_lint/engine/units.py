@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
-from amp_lint.engine.unit_split import HEADER, MEMBER, TOP, Unit, UnitFacts, owners, split_units, unit_facts
+from amp_lint.engine.unit_split import HEADER, MEMBER, Unit, UnitFacts, owners, split_units, unit_facts
 
 __all__ = ["UnitChecker", "Unit", "UnitFacts"]
 

@@ -39,7 +39,7 @@ CAPABILITIES = {
 NOTEBOOK_SYNC = {"notebookSelector": [{"cells": [{"language": "python"}], "notebook": "jupyter-notebook"}], "save": True}
 
 
-def initialize_answer(params: object) -> Optional[dict]:
+def initialize_answer(params: object) -> "dict | None":
     """The `InitializeResult` for these params, as pygls would build it; None when undecided here."""
     from amp_lint import __version__
 
@@ -75,7 +75,7 @@ def initialize_answer(params: object) -> Optional[dict]:
     return {"capabilities": result, "serverInfo": {"name": "amp-lint", "version": __version__}}
 
 
-def read_first(fd: int) -> Tuple[bytes, Optional[dict]]:
+def read_first(fd: int) -> "tuple[bytes, dict | None]":
     """The bytes read up to the end of the first message (and any beyond it), and that message when it
     is a well-formed JSON object; (bytes, None) when the stream ends or the first message is not."""
     buffer = b""
