@@ -3,6 +3,7 @@ is identical to a full check of the edited text, and a result is reused when an 
 
 from __future__ import annotations
 
+import os
 import random
 import textwrap
 from pathlib import Path
@@ -50,16 +51,21 @@ def _edit(lines, rng):
     return kind
 
 
-def _class_script(tmp=Path(__file__).resolve().parent / "__pycache__" / "bench_class_300.py"):
-    """The benchmark's class-shaped training script (its training code the methods of one class), on disk."""
+def _class_script():
+    """The benchmark's class-shaped training script (its training code the methods of one class), on disk
+    (written at collection time, so not under a test's tmp_path)."""
     import sys
+    import tempfile
 
     sys.path.insert(0, str(ROOT / "bench"))
     from lsp_latency import training_script
 
-    tmp.parent.mkdir(exist_ok=True)
-    tmp.write_text(training_script(300, shape="class"), encoding="utf-8")
-    return tmp
+    path = Path(tempfile.gettempdir()) / f"amp-lint-tests-{os.getuid() if hasattr(os, 'getuid') else 0}" / "bench_class_300.py"
+    path.parent.mkdir(exist_ok=True)
+    text = training_script(300, shape="class")
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
 
 
 def _files():
