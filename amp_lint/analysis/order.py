@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Tuple
 
+from amp_lint.analysis.protocol import PREDICATE_OF, Predicate
 from amp_lint.analysis.scaler_flow import assumption_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +58,11 @@ class Breach:
     def assumption(self) -> Optional[str]:
         """What the breach rests on when it is not proved (a finding's `assumption`)."""
         return self.assumed or assumption_text(self.proof)
+
+    @property
+    def predicate(self) -> Predicate:
+        """The order rule's predicate this breach is ("event E while the state is S", `protocol.PREDICATES`)."""
+        return PREDICATE_OF[self.kind]
 
     @property
     def context(self) -> str:

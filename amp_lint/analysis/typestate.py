@@ -282,6 +282,33 @@ def run(flow: "StepFlow") -> Typestate:
     return result
 
 
+def holds(state: ProtocolState, predicate: P.Predicate, scaler: str, optimizer: Optional[str] = None) -> bool:
+    """Does the state part of an order rule's predicate (`protocol.PREDICATES`) hold in `state`, for the
+    (scaler, optimizer) its event names? The one evaluator every order query asks."""
+    if predicate.stage is not None and state._stage_value(scaler, optimizer) != predicate.stage:
+        return False
+    if predicate.grads is not None or predicate.accumulating is not None:
+        grads, acc = state.grads_of(scaler, optimizer) if optimizer is not None else _every(state, scaler)
+        if predicate.grads is not None and grads not in predicate.grads:
+            return False
+        if predicate.accumulating is not None and acc != predicate.accumulating:
+            return False
+    if predicate.checks is not None and (scaler in state.checks) != predicate.checks:
+        return False
+    return predicate.updated is None or bool(state.updates(scaler)) == predicate.updated
+
+
+def matching(states, kind: str, scaler: str, optimizer: Optional[str] = None) -> List[ProtocolState]:
+    """The states in which the predicate of breach `kind` holds for (scaler, optimizer)."""
+    predicate = P.PREDICATE_OF[kind]
+    return [state for state in states if holds(state, predicate, scaler, optimizer)]
+
+
+def violations_of(flow: "StepFlow", event, *kinds: str) -> List[Violation]:
+    """The table's violations at `event` that the predicates of breach `kinds` are."""
+    return run(flow).at(event, *(P.PREDICATE_OF[kind].violation for kind in kinds))
+
+
 def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) -> bool:
     """Issue 26, principle 1: whichever way the branches go, this `update()` is wrong. On every protocol
     state that reaches it, either no inf checks were recorded ("update-without-inf-checks") or an optimizer
@@ -293,8 +320,8 @@ def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) 
         return False
     steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
     for state in states:
-        if scaler not in state.checks:
-            continue
+        if matching([state], "update-breaks-every-path", scaler):
+            continue  # no inf checks recorded: the update raises
         unscaled = [o for s, o, stage, _ in state.stages if s == scaler and stage == P.UNSCALED]
         if not unscaled or any(s == scaler and stage == P.STEPPED for s, _, stage, _ in state.stages):
             return False

@@ -12,6 +12,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class OptimizerStepOnScaledGrads(Rule):
@@ -63,6 +64,8 @@ class OptimizerStepOnScaledGrads(Rule):
     """
 
     code = "AMP020"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "optimizer-step-on-scaled-grads"
     summary = "optimizer.step() called directly on scaled gradients"
     severity = Severity.ERROR

@@ -17,6 +17,7 @@ from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ClipWithoutUnscale(Rule):
@@ -66,6 +67,8 @@ class ClipWithoutUnscale(Rule):
     """
 
     code = "AMP030"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "clip-without-unscale"
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR

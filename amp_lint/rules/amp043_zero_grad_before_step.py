@@ -13,6 +13,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ZeroGradBeforeStep(Rule):
@@ -58,6 +59,8 @@ class ZeroGradBeforeStep(Rule):
     """
 
     code = "AMP043"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "zero-grad-before-scaler-step"
     summary = "zero_grad() between the scaled backward and scaler.step()"
     severity = Severity.ERROR

@@ -78,6 +78,8 @@ class Rule:
     ast_needs: ClassVar[Tuple[str, ...]] = ()
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
+    # An order rule: the GradScaler protocol's predicates it reports (`amp_lint.analysis.protocol`).
+    predicates: ClassVar[Tuple[object, ...]] = ()
 
     def __init__(self, options: Optional[dict] = None) -> None:
         self.options = options or {}
