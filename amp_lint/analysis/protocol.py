@@ -187,6 +187,17 @@ class Predicate:
     violation: Optional[str] = None
     where: str = ""
 
+    def describe(self) -> str:
+        """`kind`: event while state (one line, for the rule's docs)."""
+        state = [f"stage {self.stage}"] if self.stage else []
+        state += [f"gradients {' or '.join(self.grads)}"] if self.grads else []
+        state += ["accumulating"] if self.accumulating else []
+        state += [f"inf checks {'recorded' if self.checks else 'not recorded'}"] if self.checks is not None else []
+        state += ["after an update of this iteration"] if self.updated else []
+        text = f"`{self.kind}`: {self.operation} while " + (", ".join(state) or "any state")
+        text += f" ({self.where})" if self.where else ""
+        return text + (f"; {VIOLATIONS[self.violation][1]}" if self.violation else "")
+
 
 _p = Predicate
 _S = (SCALED,)

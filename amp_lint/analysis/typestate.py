@@ -32,6 +32,8 @@ STEPPED = P.STEPPED
 
 _MAX_STATES = 64  # per node; beyond, further states are dropped (no finding rests on them)
 
+_READ_SCALED = P.PREDICATE_OF["read-scaled"]  # gradients read while every one of the scaler's is SCALED
+
 EVERY = P.ANY  # the gradients of every optimizer of a scaler that has no entry of its own
 
 
@@ -65,9 +67,6 @@ class ProtocolState:
             if s == scaler and o == EVERY:
                 every = (state, acc)
         return every
-
-    def grad_states(self, scaler: str) -> FrozenSet[str]:
-        return frozenset(state for s, _, state, _ in self.grads if s == scaler) or frozenset({P.FRESH})
 
     @property
     def scaled(self) -> FrozenSet[str]:
@@ -160,9 +159,8 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
     grads = state.grads
     for s in {t[0] for t in state.grads}:
         if operation == P.READ_GRADS:
-            entries = [t for t in state.grads if t[0] == s]
-            if entries and all(t[2] == P.SCALED for t in entries):
-                report("read-scaled", None, s, None)
+            if holds(state, _READ_SCALED, s):
+                report(_READ_SCALED.violation, None, s, None)
             continue
         if optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads):
             targets = [optimizer]
@@ -288,11 +286,16 @@ def holds(state: ProtocolState, predicate: P.Predicate, scaler: str, optimizer: 
     if predicate.stage is not None and state._stage_value(scaler, optimizer) != predicate.stage:
         return False
     if predicate.grads is not None or predicate.accumulating is not None:
-        grads, acc = state.grads_of(scaler, optimizer) if optimizer is not None else _every(state, scaler)
-        if predicate.grads is not None and grads not in predicate.grads:
-            return False
-        if predicate.accumulating is not None and acc != predicate.accumulating:
-            return False
+        # One optimizer's gradients, or (no optimizer: a read of every gradient) all of the scaler's.
+        if optimizer is not None:
+            pairs = [state.grads_of(scaler, optimizer)]
+        else:
+            pairs = [(t[2], t[3]) for t in state.grads if t[0] == scaler] or [(P.FRESH, False)]
+        for grads, acc in pairs:
+            if predicate.grads is not None and grads not in predicate.grads:
+                return False
+            if predicate.accumulating is not None and acc != predicate.accumulating:
+                return False
     if predicate.checks is not None and (scaler in state.checks) != predicate.checks:
         return False
     return predicate.updated is None or bool(state.updates(scaler)) == predicate.updated

@@ -169,6 +169,19 @@ class AmpStep:
         self.scaler.update()
 """,
         ),
+        # The protocol's "step-around-unscaled": the optimizer steps directly while its scaler holds it
+        # UNSCALED and an update() follows (the magnitude is right, an overflowing step is never skipped).
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scaler.update()
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:

@@ -265,14 +265,6 @@ def _bound_by_a_later_loop(flow, clip: Event, event: Event) -> bool:
     return any(header not in around_clip for _, header in _loops_holding(flow, flow.node(event)))
 
 
-def _threshold_carries_scale(clip: Event) -> bool:
-    """`clip_grad_norm_(params, max_norm * scaler.get_scale())` (issue 26, principle 4): the threshold is
-    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first."""
-    if not isinstance(clip.call, cst.Call):
-        return False  # a `p.grad` read
-    return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
-
-
 def _every_micro_batch(model: FileModel, step: TrainingStep, clip: Event) -> bool:
     """Does the clip run on micro-batches that only accumulate (the step waits for a boundary)? An
     `unscale_` inserted before it would run there too and raise on the second micro-batch (issue 27,

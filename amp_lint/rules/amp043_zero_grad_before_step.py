@@ -160,6 +160,33 @@ for i, x in enumerate(loader):
         optimizer.zero_grad()
 """,
         ),
+        # A module's zero_grad, the stepped optimizer built here from that module's parameters: proved.
+        Invalid(
+            """
+import torch
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    model.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # A module's zero_grad, the optimizer a parameter (not known to hold the module's parameters):
+        # reported with --show-assumed.
+        Invalid(
+            """
+import torch
+def train(model, optimizer, scaler, loader):
+    for x, y in loader:
+        scaler.scale(loss_fn(model(x), y)).backward()
+        model.zero_grad()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+        ),
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:

@@ -125,7 +125,11 @@ class Rule:
     @classmethod
     def explanation(cls) -> str:
         """The rule's documentation in Markdown: What it does, Why is this bad?, Example, Use instead, ..."""
-        return textwrap.dedent(cls.__doc__ or "").strip()
+        text = textwrap.dedent(cls.__doc__ or "").strip()
+        if cls.predicates:
+            text += "\n\n## Protocol predicates\nWhat this rule reports, as \"event while state\" over the GradScaler protocol "
+            text += "(`amp_lint.analysis.protocol.PREDICATES`):\n\n" + "\n".join(f"- {p.describe()}" for p in cls.predicates)  # type: ignore[attr-defined]
+        return text
 
     @classmethod
     def explanation_section(cls, title: str) -> str:
