@@ -8,8 +8,10 @@ the table names at it (with the event that caused each: the `unscale_` before a 
 `update()` before a step that divides the gradients again), and the states that reach the end of the
 iteration (the loop's latch, or a step function's return): what the next iteration starts from.
 
-The order rules are predicates over this: "a violation of mine at this event", "a state at the end of
-the iteration that the next iteration's first call refuses".
+The order rules are predicates over this (`protocol.PREDICATES`): "a violation of mine at this event",
+"a state at the end of the iteration that the next iteration's first call refuses"; `holds` evaluates a
+predicate's state part on one state, `matching` on the states at an event, `violations_of` names the
+table's violations that a predicate is.
 """
 
 from __future__ import annotations
