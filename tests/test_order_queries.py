@@ -2,7 +2,10 @@
 
 What each order rule used to compute for itself is a query of the analysis (`analysis.order_*`), which
 answers with `Breach`es that any rule (or tool) can ask for; the rule turns them into findings. These
-tests ask the analysis directly, on our own shapes, and hold the rule modules to asking it.
+tests ask the analysis directly, on our own shapes, and hold the rule modules to asking it. The last ones
+hold the order rules to being entries of the protocol's predicate table (`protocol.PREDICATES`: "event E
+while the state is S"), each shown by an INVALID example of its rule, and ask the one engine that
+evaluates a predicate's state part (`typestate.matching`).
 """
 
 from __future__ import annotations
