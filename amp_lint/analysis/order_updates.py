@@ -128,8 +128,8 @@ def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Ite
     """`unscale_(); update(); step()`: the protocol's "unscaled-twice" at a step, caused by this update
     (the step finds the optimizer READY again and divides the unscaled gradients a second time; the
     next iteration's `unscale_()` then meets a STEPPED optimizer)."""
-    states = typestate.run(flow)
-    hit = [e for e in flow.step.of(EventKind.SCALER_STEP) if any(v.cause is update for v in states.at(e, "unscaled-twice"))]
+    steps = flow.step.of(EventKind.SCALER_STEP)
+    hit = [e for e in steps if any(v.cause is update for v in typestate.violations_of(flow, e, RESETS_UNSCALED))]
     if not hit:
         return
     proof = flow.path(update, hit[0])
