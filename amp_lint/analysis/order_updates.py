@@ -194,18 +194,26 @@ def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: st
     parts = scaler.split(".")
     if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
         return False
+    if _updates_elsewhere(model, step, scaler):
+        return False
     built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
     # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
     # (or through a local alias of the class, `scaler_type = GradScaler; scaler_type()`: its qualified name)
-    if not built or not all(
+    if built and all(
         code_of(b.call.func).split(".")[-1].endswith("GradScaler") or b.qualified_name in GRAD_SCALER for b in built
     ):
-        return False
-    if _updates_elsewhere(model, step, scaler):
-        return False
-    from amp_lint.analysis.summaries import attribute_kept_in_project
+        from amp_lint.analysis.summaries import attribute_kept_in_project
 
-    return attribute_kept_in_project(model, parts[1]) is True
+        if attribute_kept_in_project(model, parts[1]) is True:
+            return True
+    return _package_drives_alone(model, parts[1])
+
+
+def _package_drives_alone(model: FileModel, attribute: str) -> bool:
+    """The data-flow proof (`scaler_reach`): the package builds the scaler and nothing it reaches can update it."""
+    from amp_lint.analysis.scaler_reach import package_drives_alone_for
+
+    return package_drives_alone_for(model, attribute)
 
 
 def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
@@ -216,7 +224,13 @@ def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str)
         e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
         for e in model.events
     ):
-        return False
+        # No scaled backward beside it: the step is still a second step() without update() on the next
+        # call when the package is proved to be the scaler's only driver (`scaler_reach`).
+        parts = scaler.split(".")
+        return (
+            len(parts) == 2 and parts[0] == "self" and step.scope.class_name is not None
+            and not _updates_elsewhere(model, step, scaler) and _package_drives_alone(model, parts[1])
+        )
     return _nothing_in_project_updates(model, step, scaler)
 
 

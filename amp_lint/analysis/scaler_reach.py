@@ -1,0 +1,347 @@
+"""Where a scaler held in an attribute can go, followed by data flow through the whole package (issue 26,
+principle 3: open world, report what is proved).
+
+A step through `self.<attribute>` with no `update()` in its function is a finding only when no caller can
+supply the update. That is proved when the package is the scaler's only driver:
+
+- the attribute is bound to a GradScaler the package builds (a `*GradScaler(...)` call, a local alias of the
+  class, or a package function that returns such a call on every path), directly or through locals,
+  on at least one path (a scaler a user may pass in instead does not undo the path where it is built);
+- every read of the attribute, anywhere in the package and on any object (the attribute name stands for
+  every class that uses it: conservative), and of every value it flows to (a local, another attribute, a
+  parameter of a package function it is passed to) is a protocol call or a read that cannot reach
+  `update`: a method or attribute other than `update`, a test (`is None`, `if x:`), a formatted value,
+  `isinstance`/`type`/`id`/`hasattr`/`getattr(x, "<not update>")`;
+- it is never `update`d, returned, yielded, put in a container, called, passed to a call that does not
+  resolve to a package function whose parameter is followed in turn, or named in a string
+  (`getattr(obj, "scaler")`, `attrgetter("scaler")`: a property that exposes it, lightning's
+  `Trainer.scaler`).
+
+The attribute itself being public does not count as handing the scaler out (a user who reads
+`plugin.scaler` does not drive the protocol the package drives); anything the package returns does.
+Only `ast` and the file system are used, so the answer costs a parse of the files that name the attribute.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from amp_lint.analysis.project import ast_dotted_name
+
+# A module read for this proof (accelerate's accelerator.py is 200 kB; larger files are generated tables).
+MAX_REACH_MODULE_BYTES = 400_000
+_READS_ONLY = frozenset({"isinstance", "type", "id", "hasattr", "callable", "str", "repr", "bool"})
+_TEST_PARENTS = (ast.If, ast.While, ast.Assert)
+
+
+class _Package:
+    """The package's files, read and parsed on demand (each at most once)."""
+
+    def __init__(self, files: Iterable[str]) -> None:
+        self.files = tuple(files)
+        self._data: Dict[str, Optional[bytes]] = {}
+        self._trees: Dict[str, Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]] = {}
+
+    def data(self, path: str) -> Optional[bytes]:
+        if path not in self._data:
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read(MAX_REACH_MODULE_BYTES + 1)
+            except OSError:
+                data = None
+            self._data[path] = data
+        return self._data[path]
+
+    def tree(self, path: str) -> Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]:
+        if path not in self._trees:
+            data = self.data(path)
+            parsed = None
+            if data is not None and len(data) <= MAX_REACH_MODULE_BYTES:
+                try:
+                    tree = ast.parse(data.decode("utf-8-sig", "replace"))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    tree = None
+                if tree is not None:
+                    parents: Dict[ast.AST, ast.AST] = {}
+                    for node in ast.walk(tree):
+                        for child in ast.iter_child_nodes(node):
+                            parents[child] = node
+                    parsed = (tree, parents)
+            self._trees[path] = parsed
+        return self._trees[path]
+
+    def naming(self, name: str) -> Iterable[str]:
+        needle = name.encode("utf-8")
+        for path in self.files:
+            data = self.data(path)
+            if data is not None and needle in data:
+                yield path
+
+
+class _Failed(Exception):
+    """The scaler may reach something that could update it."""
+
+
+class _Reach:
+    def __init__(self, package: _Package) -> None:
+        self.package = package
+        self.attributes: List[str] = []
+        self.followed: Set[Tuple[int, str]] = set()  # (id of a function node, local name)
+        self.built = False
+        self._defs: Dict[str, List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]] = {}
+
+    # --- the attributes the scaler is stored in --------------------------------------------------------
+    def run(self, attribute: str) -> bool:
+        self.attributes.append(attribute)
+        done = 0
+        while done < len(self.attributes):
+            self._scan_attribute(self.attributes[done])
+            done += 1
+        return self.built
+
+    def _scan_attribute(self, attribute: str) -> None:
+        for path in self.package.naming(attribute):
+            parsed = self.package.tree(path)
+            if parsed is None:
+                raise _Failed(path)  # a file we cannot read may do anything with it
+            tree, parents = parsed
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr == attribute:
+                    if isinstance(node.ctx, ast.Load):
+                        self._use(node, parents)
+                    elif isinstance(node.ctx, ast.Store):
+                        self._stored(node, parents)
+                elif isinstance(node, ast.Constant) and node.value == attribute:
+                    self._named_in_string(node, parents)
+
+    def _stored(self, target: ast.AST, parents) -> None:
+        statement = parents.get(target)
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            if target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target]):
+                self._origin(statement.value, parents)
+                return
+        if isinstance(statement, ast.AugAssign):
+            raise _Failed("augmented assignment")
+        # a tuple target, a `for`/`with` target: what it holds is not followed
+
+    def _named_in_string(self, node: ast.Constant, parents) -> None:
+        call = parents.get(node)
+        if isinstance(call, ast.Call) and node in call.args:
+            name = ast_dotted_name(call.func) or ""
+            if name == "hasattr":
+                return
+            if name == "getattr" and call.args.index(node) == 1:
+                self._use(call, parents)  # `getattr(obj, "scaler", None)`: its result is the scaler
+                return
+            raise _Failed(f"{name}(... {node.value!r})")
+        # a docstring, a log message, a dict key: not a way to the object
+
+    # --- where the scaler is built --------------------------------------------------------------------
+    def _origin(self, value: ast.AST, parents, depth: int = 0) -> None:
+        if depth > 8 or self.built:
+            return
+        if isinstance(value, ast.IfExp):
+            self._origin(value.body, parents, depth + 1)
+            self._origin(value.orelse, parents, depth + 1)
+        elif isinstance(value, ast.BoolOp):
+            for operand in value.values:
+                self._origin(operand, parents, depth + 1)
+        elif isinstance(value, ast.Call):
+            self.built = self._builds(value, parents)
+        elif isinstance(value, ast.Name):
+            function = _enclosing_function(value, parents)
+            for node in ast.walk(function) if function is not None else ():
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
+                    self._origin(node.value, parents, depth + 1)
+
+    def _builds(self, call: ast.Call, parents) -> bool:
+        dotted = ast_dotted_name(call.func) or ""
+        last = dotted.split(".")[-1]
+        if last.endswith("GradScaler"):
+            return True
+        function = _enclosing_function(call, parents)
+        # a local alias of the class (`scaler_type = GradScaler; scaler_type()`)
+        scope = function if function is not None else None
+        for node in ast.walk(scope) if scope is not None else ():
+            if isinstance(node, ast.Assign) and (ast_dotted_name(node.value) or "").endswith("GradScaler"):
+                if any(isinstance(t, ast.Name) and t.id == dotted for t in node.targets):
+                    return True
+        # a package function that returns a GradScaler construction on every path
+        defs = self._definitions(last)
+        return bool(defs) and all(_returns_a_scaler(d) for d, _, _ in defs)
+
+    # --- one read of the scaler ------------------------------------------------------------------------
+    def _use(self, node: ast.AST, parents) -> None:
+        parent = parents.get(node)
+        if isinstance(parent, ast.Attribute):
+            if parent.attr == "update":
+                raise _Failed("update")
+            return  # a protocol call (`.step(opt)`, `.scale(loss)`, `.state_dict()`) or a read of it
+        if isinstance(parent, (ast.Compare, ast.FormattedValue, ast.Expr)):
+            return
+        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+            return
+        if isinstance(parent, _TEST_PARENTS) and parent.test is node:
+            return
+        if isinstance(parent, ast.IfExp):
+            if parent.test is node:
+                return
+            self._use(parent, parents)
+            return
+        if isinstance(parent, ast.BoolOp):
+            self._use(parent, parents)  # `if a and x:` is a test; `y = x or z` hands x to y
+            return
+        if isinstance(parent, ast.keyword):
+            call = parents.get(parent)
+            if isinstance(call, ast.Call):
+                self._passed(call, None, parent.arg, parents)
+                return
+        if isinstance(parent, ast.Call) and node is not parent.func and node in parent.args:
+            self._passed(parent, parent.args.index(node), None, parents)
+            return
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            for target in targets:
+                self._flows_to(target, node, parents)
+            return
+        raise _Failed(type(parent).__name__)  # returned, yielded, put in a container, called, ...
+
+    def _flows_to(self, target: ast.AST, node: ast.AST, parents) -> None:
+        if isinstance(target, ast.Name):
+            function = _enclosing_function(node, parents)
+            if function is None:
+                raise _Failed("a module-level name")
+            self._follow_local(function, target.id, parents)
+        elif isinstance(target, ast.Attribute):
+            if target.attr not in self.attributes:
+                self.attributes.append(target.attr)
+        else:
+            raise _Failed("stored in a subscript or unpacked")
+
+    def _follow_local(self, function: ast.AST, name: str, parents) -> None:
+        key = (id(function), name)
+        if key in self.followed:
+            return
+        self.followed.add(key)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                self._use(node, parents)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                raise _Failed("a global")
+
+    def _passed(self, call: ast.Call, position: Optional[int], keyword: Optional[str], parents) -> None:
+        dotted = ast_dotted_name(call.func)
+        if dotted in _READS_ONLY:
+            return
+        if dotted == "getattr" and position == 0 and len(call.args) >= 2:
+            name = call.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value != "update":
+                return  # `getattr(scaler, "_scale")`: a read of one attribute, not the update
+        if keyword is None and any(isinstance(a, ast.Starred) for a in call.args[: (position or 0) + 1]):
+            raise _Failed("a starred call")
+        callee = _callee_name(call)
+        defs = self._definitions(callee) if callee else []
+        if not defs:
+            raise _Failed(f"passed to {dotted or callee}")  # an unresolved call may do anything with it
+        for function, is_method, callee_parents in defs:
+            parameter = _parameter(function, is_method, position, keyword)
+            if parameter is None:
+                raise _Failed(f"{callee}: *args/**kwargs or no such parameter")
+            self._follow_local(function, parameter, callee_parents)
+
+    def _definitions(self, name: str) -> List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]:
+        """Every function named `name` in the package (a class: its `__init__`), with whether it is a method."""
+        if name in self._defs:
+            return self._defs[name]
+        found: List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]] = []
+        for path in self.package.naming(name):
+            parsed = self.package.tree(path)
+            if parsed is None:
+                continue
+            tree, parents = parsed
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                    found.append((node, isinstance(parents.get(node), ast.ClassDef) and not _static(node), parents))
+                elif isinstance(node, ast.ClassDef) and node.name == name:
+                    inits = [b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"]
+                    if not inits:
+                        found.append((node, False, parents))  # an inherited constructor: unresolved
+                    found.extend((i, True, parents) for i in inits)
+        # a class without its own `__init__` makes the answer unknown
+        self._defs[name] = [] if any(isinstance(d, ast.ClassDef) for d, _, _ in found) else found
+        return self._defs[name]
+
+
+def _static(function: ast.AST) -> bool:
+    return any(ast_dotted_name(d) == "staticmethod" for d in getattr(function, "decorator_list", ()))
+
+
+def _callee_name(call: ast.Call) -> Optional[str]:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _parameter(function: ast.AST, is_method: bool, position: Optional[int], keyword: Optional[str]) -> Optional[str]:
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    if is_method:
+        positional = positional[1:]
+    if keyword is not None:
+        names = positional + [a.arg for a in arguments.kwonlyargs]
+        return keyword if keyword in names else None
+    if position is not None and position < len(positional):
+        return positional[position]
+    return None
+
+
+def _enclosing_function(node: ast.AST, parents) -> Optional[ast.AST]:
+    current = parents.get(node)
+    while current is not None and not isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        current = parents.get(current)
+    return current
+
+
+def _returns_a_scaler(function: ast.AST) -> bool:
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+    if not returns or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    for node in returns:
+        call = node.value
+        dotted = ast_dotted_name(call.func) if isinstance(call, ast.Call) else None
+        if dotted is None or not dotted.split(".")[-1].endswith("GradScaler"):
+            return False
+    return True
+
+
+def package_drives_alone(files: Iterable[str], attribute: str) -> bool:
+    """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path
+    and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
+    try:
+        return _Reach(_Package(files)).run(attribute)
+    except (_Failed, RecursionError):
+        return False
+
+
+def package_drives_alone_for(model, attribute: str) -> bool:
+    """For a rule: `package_drives_alone` over the checked file's project (its caller search set, the file
+    itself included); False without a project or for a model that is not the checked file's."""
+    import os
+
+    from amp_lint.analysis.summaries import _ACTIVE
+
+    if not _ACTIVE:
+        return False
+    provider = _ACTIVE[-1]
+    if id(model) in provider._model_paths or not provider._building:
+        return False
+    checked = provider._building[0]
+    files = provider._scan_set(checked)
+    if not files:
+        return False
+    own = os.path.abspath(checked)
+    return package_drives_alone(files if own in files else (*files, own), attribute)
