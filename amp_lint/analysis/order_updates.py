@@ -9,6 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import Iterator, List, Optional
 
+import libcst as cst
+
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -29,9 +31,10 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
     """The protocol's "update-twice": an update() after which the same iteration updates the scaler again
     (`last`: the last of those later updates), or an update() in an inner loop of the iteration that also
     steps the scaler and can run again on the loop's next pass (one update per optimizer).
-    `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update."""
+    `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update; but
+    `update(x)` where `x` is None on a path the code shows is `update()` there (`_bare_update`)."""
     for step in model.steps:
-        updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
+        updates = [u for u in step.of(EventKind.SCALER_UPDATE) if _bare_update(model, u, step)]
         flow = flow_of(model, step) if updates else None
         for update in updates:
             scaler = update.receiver
@@ -46,6 +49,31 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             again = _again_in_inner_loop_with_step(flow, update)
             if again is not None:
                 yield Breach(UPDATE_PER_OPTIMIZER, update, step, scaler, flow, proof=again)
+
+
+def _bare_update(model: FileModel, update: Event, step: TrainingStep) -> bool:
+    """`update()`, or `update(x)` where `x` is `None` on some path the code shows (torch's `update(new_scale)`
+    with `new_scale=None` consumes the inf checks like `update()`, and asserts when there are none): `None`
+    itself, or a name / `self.x` that its function (its class, for `self.x`) assigns `None` to
+    (mmengine's `self._scale_update_param`, None unless a static loss scale is configured)."""
+    args = update.call.args
+    if not args:
+        return True
+    if len(args) != 1 or args[0].star or (args[0].keyword is not None and args[0].keyword.value != "new_scale"):
+        return False
+    value = args[0].value
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    text = dotted_name(value)
+    if text is None or text.count(".") > 1 or (text.count(".") == 1 and not text.startswith("self.")):
+        return False
+    return any(
+        site.target == text
+        and isinstance(site.value, cst.Name)
+        and site.value.value == "None"
+        and (site.scope is step.scope or (text.startswith("self.") and site.scope.class_name == step.scope.class_name))
+        for site in model.assignment_sites
+    )
 
 
 def _again_in_inner_loop_with_step(flow: StepFlow, update: Event) -> Optional[Proof]:
