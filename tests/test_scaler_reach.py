@@ -175,3 +175,10 @@ def test_the_proof_itself(tmp_path):
     # put in a container
     (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def all(self):\n        return [self.scaler]\n")
     assert package_drives_alone(files, "scaler") is False
+
+
+def test_a_scaler_the_package_only_steps_is_left_to_its_users(tmp_path):
+    # Nothing in the package scales a loss with it: its users must use the scaler themselves (to scale),
+    # so they may update it too.
+    text = _plugin().replace("            loss = self.scaler.scale(loss)\n", "            loss = loss * 1.0\n")
+    assert _check(tmp_path, {"plugin.py": text}, "plugin.py") == []

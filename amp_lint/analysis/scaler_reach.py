@@ -4,6 +4,8 @@ principle 3: open world, report what is proved).
 A step through `self.<attribute>` with no `update()` in its function is a finding only when no caller can
 supply the update. That is proved when the package is the scaler's only driver:
 
+- the package scales losses with it (`.scale(loss)`): a scaler the package only steps must be driven by its
+  users (they scale through it), who may update it too;
 - the attribute is bound to a GradScaler the package builds (a `*GradScaler(...)` call, a local alias of the
   class, or a package function that returns such a call on every path), directly or through locals,
   on at least one path (a scaler a user may pass in instead does not undo the path where it is built);
@@ -89,6 +91,7 @@ class _Reach:
         self.attributes: List[str] = []
         self.followed: Set[Tuple[int, str]] = set()  # (id of a function node, local name)
         self.built = False
+        self.scaled = False  # the package scales losses with it: its users need not touch the scaler
         self._defs: Dict[str, List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]] = {}
 
     # --- the attributes the scaler is stored in --------------------------------------------------------
@@ -98,7 +101,7 @@ class _Reach:
         while done < len(self.attributes):
             self._scan_attribute(self.attributes[done])
             done += 1
-        return self.built
+        return self.built and self.scaled
 
     def _scan_attribute(self, attribute: str) -> None:
         for path in self.package.naming(attribute):
@@ -177,6 +180,7 @@ class _Reach:
         if isinstance(parent, ast.Attribute):
             if parent.attr == "update":
                 raise _Failed("update")
+            self.scaled = self.scaled or parent.attr == "scale"
             return  # a protocol call (`.step(opt)`, `.scale(loss)`, `.state_dict()`) or a read of it
         if isinstance(parent, (ast.Compare, ast.FormattedValue, ast.Expr)):
             return
@@ -319,8 +323,8 @@ def _returns_a_scaler(function: ast.AST) -> bool:
 
 
 def package_drives_alone(files: Iterable[str], attribute: str) -> bool:
-    """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path
-    and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
+    """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path,
+    scales losses with it, and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
     try:
         return _Reach(_Package(files)).run(attribute)
     except (_Failed, RecursionError):
