@@ -182,3 +182,47 @@ def test_a_scaler_the_package_only_steps_is_left_to_its_users(tmp_path):
     # so they may update it too.
     text = _plugin().replace("            loss = self.scaler.scale(loss)\n", "            loss = loss * 1.0\n")
     assert _check(tmp_path, {"plugin.py": text}, "plugin.py") == []
+
+
+SIBLING = """
+import torch
+
+
+class Base:
+    pass
+
+
+class OtherPlugin(Base):
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
+"""
+
+
+def test_a_sibling_class_updating_its_own_attribute_of_that_name_is_not_this_scaler(tmp_path):
+    # `self.scaler` in a method of a class unrelated by inheritance (a sibling under a shared base) is that
+    # class's own scaler: its update() is not an update of the plugin's.
+    plugin = _plugin().replace("class MixedPrecisionPlugin:", "from pkg.other import Base\n\n\nclass MixedPrecisionPlugin(Base):")
+    assert _check(tmp_path, {"plugin.py": plugin, "other.py": SIBLING}, "plugin.py") == [("AMP021", 27)]
+
+
+def test_a_subclass_or_any_other_object_updating_it_keeps_it_silent(tmp_path):
+    sub = "from pkg.plugin import MixedPrecisionPlugin\n\n\nclass Sub(MixedPrecisionPlugin):\n    def finish(self):\n        self.scaler.update()\n"
+    assert _check(tmp_path / "", {"plugin.py": _plugin(), "sub.py": sub}, "plugin.py") == []
+
+
+def test_the_scaler_a_constructor_is_given_is_followed_back_to_its_holder(tmp_path):
+    # The wrapper's scaler comes from `Engine.scaler`: a getter on the engine hands it out as well.
+    getter = OWNER + "\n    @property\n    def grad_scaler(self):\n        return self.scaler\n"
+    files = {"wrapper.py": WRAPPER, "engine.py": getter, "saving.py": SAVING}
+    assert _check(tmp_path, files, "wrapper.py") == []
+    # the engine's attribute under another name: found only by following the constructor's callers back
+    renamed = OWNER.replace("self.scaler", "self.amp").replace("scaler = self.amp", "scaler = self.amp")
+    (tmp_path / "renamed").mkdir()
+    assert _check(tmp_path / "renamed", {"wrapper.py": WRAPPER, "engine.py": renamed, "saving.py": SAVING}, "wrapper.py") == [("AMP021", 9)]
+    exposed = renamed + "\n    @property\n    def grad_scaler(self):\n        return self.amp\n"
+    (tmp_path / "exposed").mkdir()
+    assert _check(tmp_path / "exposed", {"wrapper.py": WRAPPER, "engine.py": exposed, "saving.py": SAVING}, "wrapper.py") == []

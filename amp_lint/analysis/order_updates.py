@@ -234,14 +234,14 @@ def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: st
 
         if attribute_kept_in_project(model, parts[1]) is True:
             return True
-    return _package_drives_alone(model, parts[1])
+    return _package_drives_alone(model, parts[1], step)
 
 
-def _package_drives_alone(model: FileModel, attribute: str) -> bool:
+def _package_drives_alone(model: FileModel, attribute: str, step: TrainingStep) -> bool:
     """The data-flow proof (`scaler_reach`): the package builds the scaler and nothing it reaches can update it."""
     from amp_lint.analysis.scaler_reach import package_drives_alone_for
 
-    return package_drives_alone_for(model, attribute)
+    return package_drives_alone_for(model, attribute, step.scope.class_name)
 
 
 def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
@@ -257,7 +257,7 @@ def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str)
         parts = scaler.split(".")
         return (
             len(parts) == 2 and parts[0] == "self" and step.scope.class_name is not None
-            and not _updates_elsewhere(model, step, scaler) and _package_drives_alone(model, parts[1])
+            and not _updates_elsewhere(model, step, scaler) and _package_drives_alone(model, parts[1], step)
         )
     return _nothing_in_project_updates(model, step, scaler)
 

@@ -27,7 +27,7 @@ Only `ast` and the file system are used, so the answer costs a parse of the file
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.analysis.project import ast_dotted_name
 
@@ -89,14 +89,18 @@ class _Reach:
     def __init__(self, package: _Package) -> None:
         self.package = package
         self.attributes: List[str] = []
+        # attribute -> the classes whose `self.<attribute>` may hold the scaler (None: any object's)
+        self.holders: Dict[str, Optional[Set[str]]] = {}
+        self._families: Dict[str, Set[str]] = {}
         self.followed: Set[Tuple[int, str]] = set()  # (id of a function node, local name)
         self.built = False
         self.scaled = False  # the package scales losses with it: its users need not touch the scaler
         self._defs: Dict[str, List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]] = {}
 
     # --- the attributes the scaler is stored in --------------------------------------------------------
-    def run(self, attribute: str) -> bool:
+    def run(self, attribute: str, class_name: Optional[str] = None) -> bool:
         self.attributes.append(attribute)
+        self.holders[attribute] = self.family(class_name) if class_name else None
         done = 0
         while done < len(self.attributes):
             self._scan_attribute(self.attributes[done])
@@ -111,12 +115,54 @@ class _Reach:
             tree, parents = parsed
             for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and node.attr == attribute:
+                    if not self._may_hold(node, attribute, parents):
+                        continue  # `self.<attribute>` of a class unrelated to the scaler's holders
                     if isinstance(node.ctx, ast.Load):
                         self._use(node, parents)
                     elif isinstance(node.ctx, ast.Store):
                         self._stored(node, parents)
                 elif isinstance(node, ast.Constant) and node.value == attribute:
                     self._named_in_string(node, parents)
+
+    def _may_hold(self, node: ast.Attribute, attribute: str, parents) -> bool:
+        """Can `node` (`x.<attribute>`) be the scaler? Any object's attribute can, except `self.<attribute>` in a
+        method of a class that is neither a holder nor related to one by inheritance (lightning's
+        FSDPPrecision keeps its own `self.scaler` beside MixedPrecision's)."""
+        classes = self.holders.get(attribute)
+        if classes is None:
+            return True
+        holder = _self_class(node, parents)
+        return holder is None or holder in classes
+
+    def family(self, class_name: str) -> Set[str]:
+        """The classes whose methods may run on an instance of `class_name` (by name, in the package): its
+        subclasses, and the bases of it and of them, transitively; not a sibling class (another subclass of
+        a shared base) unless a subclass inherits from it too."""
+        if class_name in self._families:
+            return self._families[class_name]
+        down, todo = {class_name}, [class_name]
+        while todo and len(down) < 64:
+            name = todo.pop()
+            for node in self._classes_naming(name):
+                if name in _base_names(node) and node.name not in down:
+                    down.add(node.name)
+                    todo.append(node.name)
+        family, todo = set(down), list(down)
+        while todo and len(family) < 128:
+            name = todo.pop()
+            for node in self._classes_naming(name):
+                if node.name == name:
+                    for base in _base_names(node) - family - {"", "object"}:
+                        family.add(base)
+                        todo.append(base)
+        self._families[class_name] = family
+        return family
+
+    def _classes_naming(self, name: str) -> Iterator[ast.ClassDef]:
+        for path in self.package.naming(name):
+            parsed = self.package.tree(path)
+            if parsed is not None:
+                yield from (n for n in ast.walk(parsed[0]) if isinstance(n, ast.ClassDef))
 
     def _stored(self, target: ast.AST, parents) -> None:
         statement = parents.get(target)
@@ -142,7 +188,9 @@ class _Reach:
 
     # --- where the scaler is built --------------------------------------------------------------------
     def _origin(self, value: ast.AST, parents, depth: int = 0) -> None:
-        if depth > 8 or self.built:
+        """Where the value stored in a holder comes from: a construction (`built`), or a package attribute or
+        a parameter whose callers pass one (followed too: the same object is reachable through them)."""
+        if depth > 8:
             return
         if isinstance(value, ast.IfExp):
             self._origin(value.body, parents, depth + 1)
@@ -151,12 +199,66 @@ class _Reach:
             for operand in value.values:
                 self._origin(operand, parents, depth + 1)
         elif isinstance(value, ast.Call):
-            self.built = self._builds(value, parents)
+            self.built = self.built or self._builds(value, parents)
+        elif isinstance(value, ast.Attribute):
+            holder = _self_class(value, parents)
+            self._hold(value.attr, self.family(holder) if holder is not None else None)
         elif isinstance(value, ast.Name):
             function = _enclosing_function(value, parents)
             for node in ast.walk(function) if function is not None else ():
                 if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets):
                     self._origin(node.value, parents, depth + 1)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._passed_in(function, value.id, parents, depth)
+
+    def _passed_in(self, function, param: str, parents, depth: int) -> None:
+        """`param` of `function`: what the package's calls of it pass there (a class's `__init__`: its
+        constructions, and `super().__init__(...)` in its subclasses)."""
+        owner = parents.get(function)
+        is_method = isinstance(owner, ast.ClassDef) and not _static(function)
+        if param not in _parameter_names(function):
+            return
+        positional = [a.arg for a in function.args.posonlyargs + function.args.args][1 if is_method else 0 :]
+        position = positional.index(param) if param in positional else None
+        constructor = isinstance(owner, ast.ClassDef) and function.name == "__init__"
+        name = owner.name if constructor else function.name
+        for path in self.package.naming(name):
+            parsed = self.package.tree(path)
+            if parsed is None:
+                raise _Failed(path)
+            tree, call_parents = parsed
+            for call in ast.walk(tree):
+                if not isinstance(call, ast.Call) or _callee_name(call) not in (name, "__init__"):
+                    continue
+                if _callee_name(call) == "__init__":
+                    subclass = _enclosing_class(call, call_parents)
+                    if subclass is None or name not in _base_names(subclass):
+                        continue
+                passed = [k.value for k in call.keywords if k.arg == param]
+                if not passed and position is not None:
+                    if any(isinstance(a, ast.Starred) for a in call.args[: position + 1]) or any(k.arg is None for k in call.keywords):
+                        raise _Failed("a starred call")
+                    passed = call.args[position : position + 1]
+                for argument in passed:
+                    self._origin(argument, call_parents, depth + 1)
+                    if isinstance(argument, ast.Name):
+                        caller = _enclosing_function(call, call_parents)
+                        if caller is not None:
+                            self._follow_local(caller, argument.id, call_parents)
+
+    def _hold(self, attribute: str, classes: Optional[Set[str]]) -> None:
+        """The scaler may be held in `<instance of classes>.attribute` (None: any object's)."""
+        known = self.holders.get(attribute, set())
+        if attribute not in self.attributes:
+            self.attributes.append(attribute)
+            self.holders[attribute] = classes
+        elif known is not None:
+            if classes is None:
+                self.holders[attribute] = None
+                self.attributes.append(attribute)
+            elif not classes <= known:
+                self.holders[attribute] = known | classes
+                self.attributes.append(attribute)  # scanned again for the classes added
 
     def _builds(self, call: ast.Call, parents) -> bool:
         dotted = ast_dotted_name(call.func) or ""
@@ -218,8 +320,8 @@ class _Reach:
                 raise _Failed("a module-level name")
             self._follow_local(function, target.id, parents)
         elif isinstance(target, ast.Attribute):
-            if target.attr not in self.attributes:
-                self.attributes.append(target.attr)
+            holder = _self_class(target, parents)
+            self._hold(target.attr, self.family(holder) if holder is not None else None)
         else:
             raise _Failed("stored in a subscript or unpacked")
 
@@ -303,6 +405,33 @@ def _parameter(function: ast.AST, is_method: bool, position: Optional[int], keyw
     return None
 
 
+def _parameter_names(function) -> Set[str]:
+    arguments = function.args
+    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+
+
+def _enclosing_class(node: ast.AST, parents) -> Optional[ast.ClassDef]:
+    current = parents.get(node)
+    while current is not None and not isinstance(current, ast.ClassDef):
+        current = parents.get(current)
+    return current
+
+
+def _base_names(node: ast.ClassDef) -> Set[str]:
+    return {(ast_dotted_name(b) or "").split(".")[-1] for b in node.bases}
+
+
+def _self_class(node: ast.Attribute, parents) -> Optional[str]:
+    """The class whose method `node` (`self.x`) is in; None for another receiver or outside a method."""
+    if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+        return None
+    function = _enclosing_function(node, parents)
+    while function is not None and isinstance(function, ast.Lambda):
+        function = _enclosing_function(function, parents)
+    owner = parents.get(function) if function is not None else None
+    return owner.name if isinstance(owner, ast.ClassDef) else None
+
+
 def _enclosing_function(node: ast.AST, parents) -> Optional[ast.AST]:
     current = parents.get(node)
     while current is not None and not isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -322,16 +451,16 @@ def _returns_a_scaler(function: ast.AST) -> bool:
     return True
 
 
-def package_drives_alone(files: Iterable[str], attribute: str) -> bool:
+def package_drives_alone(files: Iterable[str], attribute: str, class_name: Optional[str] = None) -> bool:
     """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path,
     scales losses with it, and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
     try:
-        return _Reach(_Package(files)).run(attribute)
+        return _Reach(_Package(files)).run(attribute, class_name)
     except (_Failed, RecursionError):
         return False
 
 
-def package_drives_alone_for(model, attribute: str) -> bool:
+def package_drives_alone_for(model, attribute: str, class_name: Optional[str] = None) -> bool:
     """For a rule: `package_drives_alone` over the checked file's project (its caller search set, the file
     itself included); False without a project or for a model that is not the checked file's."""
     import os
@@ -348,4 +477,4 @@ def package_drives_alone_for(model, attribute: str) -> bool:
     if not files:
         return False
     own = os.path.abspath(checked)
-    return package_drives_alone(files if own in files else (*files, own), attribute)
+    return package_drives_alone(files if own in files else (*files, own), attribute, class_name)
