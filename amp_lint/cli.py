@@ -61,10 +61,10 @@ class _DefaultToCheck(click.Group):
 
 def _refuse_mistyped_subcommand(word: str) -> None:
     """`amp-lint chekc`: a bare word close to a subcommand that names no file is a typo, not a path."""
-    import difflib
-
     if word.startswith("-") or os.sep in word or "/" in word or "." in word or os.path.lexists(word):
         return
+    import difflib
+
     close = difflib.get_close_matches(word, _SUBCOMMANDS, n=1, cutoff=0.6)
     if close:
         click.echo(f"amp-lint: error: {word!r} is not a subcommand (nor a file); did you mean {close[0]!r}?", err=True)

@@ -3,6 +3,7 @@
 real LSP client (pygls's), in one run.
 
     python bench/lsp_latency.py                  # 300- and 3,000-line training scripts, 20 edits each, 200-edit memory
+    python bench/lsp_latency.py --shapes class   # only the training code as the methods of one class
     python bench/lsp_latency.py --edits 50 --memory-edits 200
     python bench/lsp_latency.py --self-test      # a few edits, for the test suite
 
@@ -10,8 +11,9 @@ Measured, per server:
 - `initialize`: from sending the request to its answer (a fresh process each time; the process start not counted);
 - opening a 3,000-line file: `didOpen` to its first `publishDiagnostics`;
 - edit -> diagnostics: from an incremental `didChange` (one line) to the `publishDiagnostics` of that version,
-  debounce included, median and 90th percentile, on a 300-line and a 3,000-line training script; edits of two
-  kinds: a module-level constant (outside the training code) and a line inside a training function;
+  debounce included, median and 90th percentile, on a 300-line and a 3,000-line training script, its training
+  code as top-level functions or as the methods of one class; edits of two kinds: a module-level constant
+  (outside the training code) and a line inside a training function or method;
 - resident memory (VmRSS) after `--memory-edits` edits of the 3,000-line file;
 - after opening the 3,000-line file, the time until the server is idle (amp-lint verifies the file's groups,
   `amp_lint.engine.units`, before an edit inside a function checks that function alone);
@@ -114,13 +116,84 @@ FINDINGS = textwrap.dedent(
 )
 
 
-def training_script(lines: int = 1000, seed: int = 0) -> str:
-    """A training script of about `lines` lines (exactly, padded with constants), findings included."""
-    parts = [HEADER, FINDINGS]
+# The same training code as the methods of one class (issue 31: "a 3,000-line file whose training code is
+# methods of one big class"): the state (model, optimizer, scaler) is set in `__init__` and read by every method.
+TRAINER_HEADER = textwrap.dedent(
+    """\
+
+    class Trainer:
+        \"\"\"Mixed-precision training and evaluation, one method per variant.\"\"\"
+
+        def __init__(self, model, loader, optimizer, scheduler):
+            self.model = model
+            self.loader = loader
+            self.optimizer = optimizer
+            self.scheduler = scheduler
+            self.scaler = torch.amp.GradScaler("cuda")
+
+        def legacy_step(self, batch):
+            scaler = torch.cuda.amp.GradScaler()
+            with torch.autocast("cuda"):
+                loss = self.model(batch).mean()
+            scaler.scale(loss)
+            loss.backward()
+            scaler.step(self.optimizer)
+            scaler.update()
+    """
+)
+
+TRAINING_METHOD = textwrap.indent(
+    textwrap.dedent(
+        """\
+
+        def train_{n}(self, epochs={n}):
+            \"\"\"Train variant {n}: mixed precision with a gradient scaler and clipping.\"\"\"
+            self.model.train()
+            for epoch in range(epochs):
+                total = 0.0
+                for step, (inputs, targets) in enumerate(self.loader):
+                    inputs, targets = inputs.cuda(), targets.cuda()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        outputs = self.model(inputs)
+                        loss = F.cross_entropy(outputs, targets)
+                    self.scaler.scale(loss).backward()
+                    self.scaler.unscale_(self.optimizer)
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=1.0)
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                    self.scheduler.step()
+                    total += loss.item()
+                print(f"epoch {{epoch}}: loss {{total / max(len(self.loader), 1):.4f}}")
+            return self.model
+
+        def evaluate_{n}(self, loader):
+            self.model.eval()
+            correct = 0
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+                for inputs, targets in loader:
+                    outputs = self.model(inputs.cuda())
+                    correct += (outputs.argmax(-1) == targets.cuda()).sum().item()
+            return correct / max(len(loader.dataset), 1)
+        """
+    ),
+    "    ",
+)
+
+SHAPES = ("functions", "class")
+
+
+def training_script(lines: int = 1000, seed: int = 0, shape: str = "functions") -> str:
+    """A training script of about `lines` lines (exactly, padded with constants), findings included: its
+    training code as top-level functions, or (`shape="class"`) as the methods of one class."""
+    parts = [HEADER, FINDINGS] if shape == "functions" else [HEADER, TRAINER_HEADER]
+    unit = TRAINING_FUNCTION if shape == "functions" else TRAINING_METHOD
     n = seed * 1000
-    while sum(part.count("\n") for part in parts) + TRAINING_FUNCTION.count("\n") < lines - 2:
-        parts.append(TRAINING_FUNCTION.format(n=n))
+    while sum(part.count("\n") for part in parts) + unit.count("\n") < lines - 2:
+        parts.append(unit.format(n=n))
         n += 1
+    if shape == "class":
+        parts.append("\n\n")
     text = "".join(parts)
     index = 0
     while text.count("\n") < lines - 1:
@@ -263,14 +336,14 @@ def _inside_line(text: str) -> int:
     return next(i for i in range(middle, len(lines)) if lines[i].strip() == "total += loss.item()")
 
 
-async def edits_of(folder: Path, command, lines: int, edits: int, pause: float, where: str, debounce_ms=None):
+async def edits_of(folder: Path, command, lines: int, edits: int, pause: float, where: str, debounce_ms=None, shape: str = "functions"):
     """Times (s) from each change to its diagnostics, the server's CPU seconds per edit, RSS (MiB) after,
     `initialize` and open times (s)."""
     session = Session(folder, debounce_ms, command)
     await session.start()
     try:
-        text = training_script(lines)
-        path = folder / f"train_{lines}_{where}_{command[0].rsplit('/', 1)[-1]}.py"
+        text = training_script(lines, shape=shape)
+        path = folder / f"train_{lines}_{shape}_{where}_{command[0].rsplit('/', 1)[-1]}.py"
         opened = await session.open(path, text)
         settled = await session.idle()  # the reader looks at the file before typing: the server may settle
         rows = text.split("\n")
@@ -301,6 +374,8 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-edits", type=int, default=200)
     parser.add_argument("--pause", type=float, default=0.1, help="seconds between edits")
     parser.add_argument("--self-test", action="store_true", help="3 edits each: that it all runs")
+    parser.add_argument("--lines", nargs="+", type=int, default=[300, 3000], help="sizes of the training scripts")
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES), help="training code as functions, or as one class's methods")
     args = parser.parse_args(argv)
     if args.self_test:
         args.edits, args.memory_edits = 3, 3
@@ -317,18 +392,19 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
-        for lines in (300, 3000):
-            for where in ("outside", "inside"):
-                print(f"{lines:,}-line training script, {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
-                for server, command in servers.items():
-                    times, cpu, _, initialize, opened = asyncio.run(edits_of(folder, command, lines, args.edits, args.pause, where))
-                    results[(server, lines, where)] = statistics.median(times)
-                    results[(server, "cpu", lines, where)] = cpu
-                    for index, key in enumerate(("initialize", "initialize CPU")):
-                        results[(server, key)] = min(results.get((server, key), initialize[index]), initialize[index])
-                    if lines == 3000:
-                        results[(server, "open")], results[(server, "settled")] = opened
-                    print(f"  {server:9s} {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
+        for lines in args.lines:
+            for shape in args.shapes:
+                for where in ("outside", "inside"):
+                    print(f"{lines:,}-line training script ({shape}), {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
+                    for server, command in servers.items():
+                        times, cpu, _, initialize, opened = asyncio.run(edits_of(folder, command, lines, args.edits, args.pause, where, shape=shape))
+                        results[(server, lines, shape, where)] = statistics.median(times)
+                        results[(server, "cpu", lines, shape, where)] = cpu
+                        for index, key in enumerate(("initialize", "initialize CPU")):
+                            results[(server, key)] = min(results.get((server, key), initialize[index]), initialize[index])
+                        if lines == 3000:
+                            results[(server, "open", shape)], results[(server, "settled", shape)] = opened
+                        print(f"  {server:9s} {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
         print(f"memory after {args.memory_edits} edits of the 3,000-line script (outside the training code):")
         for server, command in servers.items():
             _, _, rss, _, _ = asyncio.run(edits_of(folder, command, 3000, args.memory_edits, 0.0, "outside"))
@@ -342,25 +418,26 @@ def main(argv=None) -> int:
         starts.append(time.perf_counter() - begun)
     results[("amp-lint", "python")] = min(starts)
     print("summary (amp-lint / ruff):")
-    for key, label, unit in (
-        ("initialize", "initialize answered", "ms"),
-        ("initialize CPU", "server CPU until initialize answered", "ms"),
-        ("open", "open a 3,000-line file", "ms"),
-        ("settled", "then busy until idle (group verification)", "ms"),
-        ((300, "outside"), "edit -> diagnostics, 300 lines, outside", "ms"),
-        ((300, "inside"), "edit -> diagnostics, 300 lines, inside", "ms"),
-        ((3000, "outside"), "edit -> diagnostics, 3,000 lines, outside", "ms"),
-        ((3000, "inside"), "edit -> diagnostics, 3,000 lines, inside", "ms"),
-        (("cpu", 300, "inside"), "server CPU per edit, 300 lines, inside", "ms"),
-        (("cpu", 3000, "inside"), "server CPU per edit, 3,000 lines, inside", "ms"),
-        ("rss", "memory after the edits", "MiB"),
-        ("python", "python -c pass (interpreter start, wall)", "ms"),
-    ):
+    rows = [("initialize", "initialize answered", "ms"), ("initialize CPU", "server CPU until initialize answered", "ms")]
+    for shape in args.shapes:
+        rows += [
+            (("open", shape), f"open a 3,000-line file ({shape})", "ms"),
+            (("settled", shape), "then busy until idle (group verification)", "ms"),
+        ]
+        for lines in args.lines:
+            for where in ("outside", "inside"):
+                rows.append(((lines, shape, where), f"edit -> diagnostics, {lines:,} lines, {shape}, {where}", "ms"))
+        for lines in args.lines:
+            rows.append((("cpu", lines, shape, "inside"), f"server CPU per edit, {lines:,} lines, {shape}, inside", "ms"))
+    rows += [("rss", "memory after the edits", "MiB"), ("python", "python -c pass (interpreter start, wall)", "ms")]
+    for key, label, unit in rows:
         parts = key if isinstance(key, tuple) else (key,)
         ours = results.get(("amp-lint", *parts))
         theirs = results.get(("ruff", *parts))
         scale = 1 if unit == "MiB" else 1000
-        shown = f"  {label:44s} {ours * scale:9.1f} {unit}"
+        if ours is None:
+            continue
+        shown = f"  {label:52s} {ours * scale:9.1f} {unit}"
         if theirs is not None:
             ratio = f"{ours / theirs:7.1f}x" if theirs else "      -"
             shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ratio}"

@@ -81,7 +81,9 @@ MEMORY_METHOD = (
     "peak MB is the largest summed resident memory (RSS) of the process and all its descendants, "
     f"sampled every {SAMPLE_INTERVAL_S * 1000:.0f} ms from /proc (pages shared between processes count "
     "once per process, so it errs high), and never less than the largest single process's ru_maxrss "
-    "as reported by wait4(2) for that run alone"
+    "as reported by wait4(2) for that run alone; CPU s is the user and system CPU time of the same run "
+    "(the process and the workers it waited for, from wait4(2)): other processes on a shared machine "
+    "stretch the wall clock far more than they stretch it"
 )
 
 
@@ -92,6 +94,9 @@ MEMORY_METHOD = (
 class Measurement:
     seconds: float
     peak_mb: float
+    # user + system CPU seconds of the process and the children it waited for (its workers): unlike the
+    # wall clock, barely moved by other processes on a shared machine.
+    cpu_seconds: float
     returncode: int
     timed_out: bool
     stdout_path: Path
@@ -221,6 +226,7 @@ def run_measured(command: Sequence[str], *, cwd: Path, timeout_s: float, log_dir
     return Measurement(
         seconds=seconds,
         peak_mb=max(sampler.peak_bytes, max_rss_bytes) / 2**20,
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
         returncode=process.returncode,
         timed_out=timed_out.is_set(),
         stdout_path=stdout_path,
@@ -629,6 +635,7 @@ class Row:
     files: Optional[int] = None
     seconds: Optional[float] = None
     peak_mb: Optional[float] = None
+    cpu_seconds: Optional[float] = None  # of the same run as `seconds` (median or best), see Measurement
     status: str = "ok"  # ok | error | unavailable | skipped
     note: str = ""
     extrapolated: bool = False
@@ -683,7 +690,7 @@ class CorpusBenchmark:
         Tools run in the scratch folder, never in the corpus: `python -m` puts the working folder first
         on sys.path, and torch's package has modules named `signal` and `random`.
         """
-        seconds, peaks, last = [], [], None
+        seconds, peaks, cpus, last = [], [], [], None
         for attempt in range(runs):
             if prepare:
                 prepare()
@@ -703,7 +710,9 @@ class CorpusBenchmark:
                 return None
             seconds.append(last.seconds)
             peaks.append(last.peak_mb)
+            cpus.append(last.cpu_seconds)
         row.seconds = min(seconds) if best_of else statistics.median(seconds)
+        row.cpu_seconds = min(cpus) if best_of else statistics.median(cpus)
         row.peak_mb = max(peaks)
         if runs > 1:
             row.note = _join(row.note, f"{'best' if best_of else 'median'} of {runs}")
@@ -976,7 +985,7 @@ def seconds_text(row: Row) -> str:
     return ("~" if row.extrapolated else "") + value
 
 
-TABLE_HEADER = ("row", "files", "seconds", "vs amp-lint cold", "peak MB", "notes")
+TABLE_HEADER = ("row", "files", "seconds", "CPU s", "vs amp-lint cold", "peak MB", "notes")
 
 
 def table_cells(rows: Sequence[Row]) -> List[List[str]]:
@@ -986,6 +995,7 @@ def table_cells(rows: Sequence[Row]) -> List[List[str]]:
             row.label,
             f"{row.files:,}" if row.files is not None else "",
             seconds_text(row),
+            f"{row.cpu_seconds:.2f}" if row.cpu_seconds is not None and row.measured and not row.extrapolated else "",
             ratio_text(row, reference),
             f"{row.peak_mb:.0f}" if row.peak_mb is not None and row.measured else "",
             row.note,

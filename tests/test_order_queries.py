@@ -2,7 +2,10 @@
 
 What each order rule used to compute for itself is a query of the analysis (`analysis.order_*`), which
 answers with `Breach`es that any rule (or tool) can ask for; the rule turns them into findings. These
-tests ask the analysis directly, on our own shapes, and hold the rule modules to asking it.
+tests ask the analysis directly, on our own shapes, and hold the rule modules to asking it. The last ones
+hold the order rules to being entries of the protocol's predicate table (`protocol.PREDICATES`: "event E
+while the state is S"), each shown by an INVALID example of its rule, and ask the one engine that
+evaluates a predicate's state part (`typestate.matching`).
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import libcst as cst
 import pytest
 
 from amp_lint.analysis import order_accumulation, order_gradients, order_reads, order_steps, order_unscale, order_updates
+from amp_lint.analysis import protocol as P
+from amp_lint.analysis import typestate
 from amp_lint.analysis.builder import build_model
+from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED
+from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.rules import ALL_RULES
 
 RULES = Path(__file__).resolve().parent.parent / "amp_lint" / "rules"
 
@@ -171,6 +179,7 @@ PREDICATE_RULES = [
     "amp023_update_twice.py",
     "amp024_unscale_twice.py",
     "amp025_closure_to_scaler_step.py",
+    "amp031_clip_error_if_nonfinite.py",
     "amp040_step_every_microbatch.py",
     "amp041_unscale_outside_boundary.py",
     "amp042_accumulated_loss_not_divided.py",
@@ -187,3 +196,114 @@ def test_order_rules_ask_the_analysis(name):
     assert any(m and m.startswith("amp_lint.analysis") for m in imported)
     assert not imported & DETECTION_MODULES, f"{name} computes its own protocol states"
     assert any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.startswith("order_") for n in ast.walk(tree))
+
+
+# --- the order rules are entries of the protocol's predicate table -----------------------------------
+# Each order rule's query, as the rule asks it.
+QUERIES = {
+    "AMP020": order_steps.direct_steps,
+    "AMP021": order_updates.missing_updates,
+    "AMP022": order_updates.updates_before_inf_checks,
+    "AMP023": order_updates.updates_twice,
+    "AMP024": order_unscale.unscales_twice,
+    "AMP025": order_gradients.closures_to_scaler_step,
+    "AMP030": order_reads.scaled_gradient_reads,
+    "AMP031": order_reads.clips_raising_on_nonfinite,
+    "AMP040": order_accumulation.steps_every_micro_batch,
+    "AMP041": order_accumulation.unscales_every_micro_batch,
+    "AMP042": order_accumulation.losses_not_divided,
+    "AMP043": order_gradients.zero_grads_before_step,
+    "AMP081": order_gradients.scaler_saved_mid_iteration,
+}
+ORDER_MODULES = [order_accumulation, order_gradients, order_reads, order_steps, order_unscale, order_updates]
+# Shown only on a project (its proof reads every file): tests/test_never_updated_alias.py exercises it.
+NEEDS_A_PROJECT = {"update-never-in-project"}
+
+
+def _breach_kinds_yielded(module) -> set:
+    """The breach kinds a query module can yield: the constants passed first to `Breach(...)` (or chosen
+    into a variable passed first), read from its source."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    kinds = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Breach" and node.args:
+            for name in ast.walk(node.args[0]):
+                if isinstance(name, ast.Name) and name.id.isupper():
+                    kinds.add(getattr(module, name.id))
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "kind" for t in node.targets):
+            for name in ast.walk(node.value):
+                if isinstance(name, ast.Name) and name.id.isupper() and isinstance(getattr(module, name.id, None), str):
+                    kinds.add(getattr(module, name.id))
+    return kinds
+
+
+def test_every_breach_is_a_predicate_of_the_protocol_table():
+    yielded = set().union(*(_breach_kinds_yielded(m) for m in ORDER_MODULES))
+    assert yielded == set(P.PREDICATE_OF), (yielded ^ set(P.PREDICATE_OF))
+    assert len(P.PREDICATE_OF) == len(P.PREDICATES)  # one entry per kind
+    for predicate in P.PREDICATES:
+        assert predicate.operation in P.OPERATIONS | {P.END, P.MICRO_BATCH, P.SAVE}, predicate
+        assert predicate.stage in (None,) + P.STAGES, predicate
+        assert predicate.grads is None or set(predicate.grads) <= set(P.GRAD_STATES), predicate
+        assert predicate.violation is None or predicate.violation in P.VIOLATIONS, predicate
+
+
+def test_every_order_rule_lists_its_predicates_next_to_its_docs():
+    rules = {rule.code: rule for rule in ALL_RULES}
+    assert {p.rule for p in P.PREDICATES} == set(QUERIES)
+    for code in QUERIES:
+        rule = rules[code]
+        assert rule.predicates == P.predicates_of(code) and rule.predicates, code
+        section = rule.explanation_section("Protocol predicates")
+        assert all(f"`{p.kind}`" in section for p in rule.predicates), code
+    assert all(not rule.predicates for rule in ALL_RULES if rule.code not in QUERIES)
+
+
+@pytest.mark.parametrize("code", sorted(QUERIES))
+def test_every_predicate_is_shown_by_an_invalid_example_of_its_rule(code):
+    (rule,) = [r for r in ALL_RULES if r.code == code]
+    shown = set()
+    for example in rule.invalid:
+        for breach in QUERIES[code](build_model(cst.parse_module(textwrap.dedent(example.code)))):
+            assert breach.predicate.rule == code
+            shown.add(breach.kind)
+    assert shown == {p.kind for p in rule.predicates} - NEEDS_A_PROJECT
+
+
+def _states_before(source: str, kind: EventKind, nth: int = 0):
+    model = _model(source)
+    (step,) = model.steps
+    flow = flow_of(model, step)
+    event = step.of(kind)[nth]
+    return flow, event, typestate.run(flow).before.get(id(event), frozenset())
+
+
+def test_the_engine_evaluates_a_predicate_over_the_states_at_an_event():
+    # "unscale_ while the optimizer is UNSCALED": the second unscale_ only.
+    source = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(opt)\n    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n"
+    _, _, states = _states_before(source, EventKind.SCALER_UNSCALE, 0)
+    assert states and typestate.matching(states, order_unscale.UNSCALE_TWICE, "scaler", "opt") == []
+    flow, second, states = _states_before(source, EventKind.SCALER_UNSCALE, 1)
+    assert typestate.matching(states, order_unscale.UNSCALE_TWICE, "scaler", "opt") == list(states)
+    first = flow.step.of(EventKind.SCALER_UNSCALE)[0]
+    assert [v.cause for v in typestate.violations_of(flow, second, order_unscale.UNSCALE_TWICE)] == [first]
+    # "read grads while they are SCALED": a clip before unscale_, not one after it.
+    clip = "for x in loader:\n    scaler.scale(l).backward()\n    torch.nn.utils.clip_grad_norm_(p, 1.0)\n    scaler.step(opt)\n    scaler.update()\n"
+    _, _, states = _states_before(clip, EventKind.CLIP)
+    assert typestate.matching(states, order_reads.READ_SCALED, "scaler")
+    _, _, states = _states_before(clip.replace("    torch.nn", "    scaler.unscale_(opt)\n    torch.nn"), EventKind.CLIP)
+    assert states and not typestate.matching(states, order_reads.READ_SCALED, "scaler")
+    # "update while no inf checks are recorded" / "update after an update of this iteration".
+    twice = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.update()\n    scaler.step(opt)\n    scaler.update()\n"
+    _, _, states = _states_before(twice, EventKind.SCALER_UPDATE, 0)
+    assert typestate.matching(states, order_updates.BEFORE_STEP, "scaler")
+    assert not typestate.matching(states, order_updates.UPDATE_AGAIN, "scaler")
+    _, _, states = _states_before(twice, EventKind.SCALER_UPDATE, 1)
+    assert typestate.matching(states, order_updates.UPDATE_AGAIN, "scaler")
+    assert not typestate.matching(states, order_updates.BEFORE_STEP, "scaler")
+
+
+def test_a_breach_names_its_predicate():
+    (breach,) = order_unscale.unscales_twice(_model("for x in loader:\n    scaler.scale(l).backward()\n    scaler.step(opt)\n    scaler.unscale_(opt)\n    scaler.update()\n"))
+    assert breach.predicate == P.PREDICATE_OF[order_unscale.UNSCALE_AFTER_STEP]
+    assert (breach.predicate.operation, breach.predicate.stage) == (P.UNSCALE, P.STEPPED)

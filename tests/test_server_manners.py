@@ -7,6 +7,7 @@ JSON-RPC bytes to `python -m amp_lint server` directly, since no well-behaved cl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -321,6 +322,8 @@ async def test_published_diagnostics_after_random_incremental_edits_are_a_full_c
     documents = [("edited_training.py", TRAINING, _edit), ("edited_fixture.py", fixture.read_text(encoding="utf-8"), _edit)]
     # A real training file, edited inside its functions (issue 31: the group-by-group path, verified first).
     documents += [(f"edited_{name}", text, _edit_inside) for name, text in _training_files()[:1]]
+    # Training code as the methods of one class: an edit inside a method checks that method's group.
+    documents += [(f"edited_{name}", text, _edit_inside) for name, text in _training_files() if name == "bench_class_600.py"]
     for name, text, edit_of in documents:
         uri = open_file(client, folder / name, text)
         lines = text.split("\n")
@@ -377,3 +380,29 @@ async def test_a_change_of_a_notebook_that_is_not_open_is_ignored(shared):  # no
     )
     await wait_for(lambda: any("notebook that is not open" in m.message for m in client.log_messages))
     assert not [m for m in client.messages if m.type == types.MessageType.Error]
+
+
+@e2e
+async def test_an_edit_after_a_pause_is_checked_at_once_and_one_right_after_waits_for_the_debounce(tmp_path):
+    """Issue 31: edit -> diagnostics with a debounce of at most 50 ms. The debounce holds back edits that come
+    faster than it (a burst: checked once it pauses); the first edit after a pause is checked at once. A
+    debounce of 3 s makes the two cases apart on a loaded machine."""
+    from amp_lint.server.lsp import DEFAULT_DEBOUNCE
+
+    assert DEFAULT_DEBOUNCE <= 0.05
+    async with session([tmp_path], options={"debounce": 3000}) as client:
+        # The warm-up after `initialized` runs in the check thread; a document opened once a first one is
+        # checked is checked after it: then nothing but the edit waits in that thread.
+        await diagnostics(client, open_file(client, tmp_path / "first.py", DEPRECATED_SCALER))
+        uri = open_file(client, tmp_path / "paused.py", "import torch\n")
+        await no_diagnostics(client, uri)
+        await asyncio.sleep(0.2)
+        sent = time.monotonic()
+        change(client, uri, 2, text=DEPRECATED_SCALER)
+        await wait_for(lambda: any(entry[:2] == (uri, 2) for entry in client.published), 60)
+        assert time.monotonic() - sent < 2.5  # not held back by the 3 s debounce
+        sent = time.monotonic()
+        change(client, uri, 3, text=DEPRECATED_SCALER + "x = 1\n")  # right after the last one: waits
+        await wait_for(lambda: any(entry[:2] == (uri, 3) for entry in client.published), 60)
+        assert time.monotonic() - sent >= 2.9
+        assert codes(client.diagnostics[uri]) == ["AMP072"]

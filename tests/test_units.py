@@ -3,6 +3,7 @@ is identical to a full check of the edited text, and a result is reused when an 
 
 from __future__ import annotations
 
+import os
 import random
 import textwrap
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 
 from amp_lint import rules as registry
 from amp_lint.engine.runner import CheckConfig, check_text
-from amp_lint.engine.units import UnitChecker
+from amp_lint.engine.unit_split import HEADER, MEMBER, TOP
+from amp_lint.engine.units import FINE, UnitChecker
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
@@ -49,9 +51,26 @@ def _edit(lines, rng):
     return kind
 
 
+def _class_script():
+    """The benchmark's class-shaped training script (its training code the methods of one class), on disk
+    (written at collection time, so not under a test's tmp_path)."""
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_latency import training_script
+
+    path = Path(tempfile.gettempdir()) / f"amp-lint-tests-{os.getuid() if hasattr(os, 'getuid') else 0}" / "bench_class_300.py"
+    path.parent.mkdir(exist_ok=True)
+    text = training_script(300, shape="class")
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
 def _files():
     found = [REAL / name for name in REAL_FILES if (REAL / name).is_file()]
-    return found + FIXTURES
+    return found + FIXTURES + [_class_script()]
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: p.name)
@@ -78,9 +97,12 @@ def _training_files():
         extra / "yolov5/yolov5/classify/train.py",
         extra / "yolov5/yolov5/train.py",
         REAL / "composer/composer/algorithms/selective_backprop/selective_backprop.py",
+        # Training code as the methods of classes (issue 31: methods are units).
+        extra / "accelerate/accelerate/optimizer.py",
+        REAL / "monai/monai/engines/trainer.py",
     ]
     found = [(p.name, p.read_text(encoding="utf-8")) for p in names if p.is_file()]
-    return found + [("bench_600.py", training_script(600))]
+    return found + [("bench_600.py", training_script(600)), ("bench_class_600.py", training_script(600, shape="class"))]
 
 
 def _edit_inside(lines, rng):
@@ -126,7 +148,7 @@ def test_an_edit_in_one_training_function_checks_that_function_alone():
     text = training_script(600)
     checker = UnitChecker(CONFIG)
     first = checker.check(text, "t.py", "doc")
-    assert checker.verified["doc"][1]  # the groups' union is the whole file's
+    assert checker.verified["doc"][1] == FINE  # the fine groups' union is the whole file's
     lines = text.split("\n")
     line = _inside_line(text)
     lines[line] += " * 2"
@@ -141,6 +163,71 @@ def test_an_edit_in_one_training_function_checks_that_function_alone():
     before = dict(checker.stats)
     assert _seen(checker.check(moved, "t.py", "doc")) == _seen(check_text(moved, "t.py", CONFIG))
     assert checker.stats["groups"] == before["groups"]
+
+
+def test_an_edit_inside_one_method_of_a_big_class_checks_that_method_alone():
+    """Issue 31: a class's methods are units. An edit inside one method of a class-shaped training script
+    checks one group (the method with its class's header, `__init__` and docstring, and the imports it
+    uses), not the class; the result is the full check's."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_latency import _inside_line, training_script
+
+    text = training_script(600, shape="class")
+    checker = UnitChecker(CONFIG)
+    checker.check(text, "t.py", "doc")
+    assert checker.verified["doc"][1] == FINE
+    units = checker.units(text)
+    line = _inside_line(text)
+    [method] = [u for u in units if u.first <= line <= u.last]
+    assert method.role == MEMBER and method.last - method.first < 30  # the method, not the class
+    [group] = [g for g in checker.groups(units) if units.index(method) in g]
+    assert sum(units[i].last + 1 - units[i].first for i in group) < 60
+    lines = text.split("\n")
+    for version in range(3):
+        lines[line] += f" * {version + 2}"
+        edited = "\n".join(lines)
+        before = dict(checker.stats)
+        again = checker.check(edited, "t.py", "doc")
+        assert checker.stats["groups"] == before["groups"] + 1 and checker.stats["whole"] == before["whole"]
+        assert _seen(again) == _seen(check_text(edited, "t.py", CONFIG))
+    # A method typed above the edited one moves every later finding; it is one group more, checked alone.
+    lines.insert(line - 20, "    def added(self):\n        return self.scaler.get_scale()\n")
+    edited = "\n".join(lines)
+    assert _seen(checker.check(edited, "t.py", "doc")) == _seen(check_text(edited, "t.py", CONFIG))
+
+
+def test_class_headers_and_members_are_units_that_parse_where_they_stand():
+    text = textwrap.dedent(
+        """\
+        import torch
+
+
+        @decorated
+        class Trainer(Base, metaclass=Meta):
+            \"\"\"Docs.\"\"\"
+
+            scale = 2.0
+
+            def __init__(self):
+                self.scaler = torch.amp.GradScaler()
+
+            @torch.no_grad()
+            def step(self): self.scaler.update()
+
+
+        class OneLine: x = 1
+        """
+    )
+    units = UnitChecker(CONFIG).units(text)
+    shown = [(u.first, u.last, u.role) for u in units]
+    assert shown == [(0, 0, TOP), (3, 4, HEADER), (5, 5, MEMBER), (7, 7, MEMBER), (9, 10, MEMBER), (12, 13, MEMBER), (16, 16, TOP)]
+    header = units[1]
+    assert header.facts.binds == {"Trainer"} and {"Base", "Meta", "decorated"} <= header.facts.uses
+    docstring, scale, init, step = units[2:6]
+    assert docstring.facts.defines_class and scale.facts.defines_class and init.facts.defines_class
+    assert not step.facts.defines_class and "scaler" in init.facts.binds and "scaler" in step.facts.uses
 
 
 def test_a_question_of_the_whole_file_keeps_it_checked_whole():
@@ -162,7 +249,7 @@ def test_a_question_of_the_whole_file_keeps_it_checked_whole():
     checker = UnitChecker(config)
     outcome = checker.check(text, "t.py", "doc")
     assert "AMP080" in {d.code for d in outcome.diagnostics}
-    assert checker.verified["doc"] == (checker.verified["doc"][0], False)
+    assert checker.verified["doc"] == (checker.verified["doc"][0], None)
     edited = text.replace("(model, optimizer, path)", "(model, optimizer, path, extra=None)")
     assert _seen(checker.check(edited, "t.py", "doc")) == _seen(check_text(edited, "t.py", config))
 
@@ -174,7 +261,7 @@ def test_the_server_mode_publishes_the_whole_check_first_and_verifies_step_by_st
     steps = 0
     while checker.settle("doc"):
         steps += 1
-    assert steps >= 1 and "doc" not in checker.pending and checker.verified["doc"][1]
+    assert steps >= 1 and "doc" not in checker.pending and checker.verified["doc"][1] is not None
 
 
 TRAINING = textwrap.dedent(
@@ -244,7 +331,7 @@ def test_units_found_after_an_edit_are_those_of_a_fresh_split(path):
         text = "\n".join(lines)
         incremental = checker.units(text, "doc")
         fresh = UnitChecker(CONFIG).units(text)
-        shown = lambda units: None if units is None else [(u.first, u.last, u.digest) for u in units]  # noqa: E731
+        shown = lambda units: None if units is None else [(u.first, u.last, u.digest, u.role) for u in units]  # noqa: E731
         assert shown(incremental) == shown(fresh), (seed, step, kind)
 
 

@@ -146,6 +146,8 @@ def scaler_attributes(tree: ast.AST) -> List[str]:
             holder = node.func.value
             if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
                 stepped.add(holder.attr)
+                if node.args:  # `self.scaler.step(opt)`, however it was bound: `scaler_reach` follows it
+                    built.add(holder.attr)
         elif isinstance(node, ast.Assign):
             targets = [t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
             if targets and any(builds(n) for n in ast.walk(node.value)):

@@ -254,6 +254,12 @@ class CallRecorder:
                 # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`). Asked
                 # once the walk is done (`resolve_followed_calls`), for the functions where it matters.
                 self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}", pending=True))
+            elif receiver is None and isinstance(func.value, cst.Call) and _FOLLOWED_CALLS_HOOKED():
+                # `Callback(args).on_backward(self, ...)`: a method of an instance built right here, followed
+                # when its class is a project class of another module (`instance_calls`)
+                ctor = dotted_name(func.value.func)
+                if ctor is not None:
+                    self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{ctor}().{method}", pending=True))
         elif isinstance(func, cst.Name):
             self._add_event(EventKind.CALL, node, target=func.value)
         elif isinstance(func, cst.Call):

@@ -451,10 +451,79 @@ def optimizer_holds_parameters_of(model: FileModel, optimizer: str, module: str,
         argument = code_of(value.args[0].value)
         if pattern.search(argument):
             return True
-        derived = _derived_names(site.scope.node, pattern)
+        derived = _derived_names(site.scope.node, pattern) | _names_from_helpers(model, site.scope.node, module)
         if any(re.search(rf"(?<![\w.]){re.escape(name)}\b", argument) for name in derived):
             return True
     return False
+
+
+def _names_from_helpers(model: FileModel, function: cst.CSTNode, module: str) -> FrozenSet[str]:
+    """Names of `function` bound to what a function of this file returns when it is given `module`
+    (`groups = self.get_optimizer_parameters(model, args)`), where that function builds its return value from
+    the parameters of the module it gets (`<param>.named_parameters()`, through its own names): the
+    optimizer is built from the module's parameters one call away (issue 26, principle 4)."""
+    import re
+
+    found: set = set()
+    if not isinstance(function, cst.FunctionDef):
+        return frozenset()
+    for node in _assignments(function):
+        call = node.value
+        if not isinstance(call, cst.Call):
+            continue
+        func = call.func
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        positions = [i for i, a in enumerate(call.args) if a.keyword is None and not a.star and code_of(a.value) == module]
+        keywords = [a.keyword.value for a in call.args if a.keyword is not None and code_of(a.value) == module]
+        if name is None or not (positions or keywords):
+            continue
+        method = isinstance(func, cst.Attribute)
+        for callee in model.functions_named(name):
+            params = [p.name.value for p in list(callee.params.posonly_params) + list(callee.params.params)]
+            if method and params[:1] == ["self"]:
+                params = params[1:]
+            chosen = [params[i] for i in positions if i < len(params)] + [k for k in keywords if k in params]
+            for param in chosen:
+                inner = re.compile(rf"(?<![\w.]){re.escape(param)}\.(parameters|named_parameters)\(")
+                derived = _derived_names(callee, inner)
+                returned = [code_of(r.value) for r in _returns(callee) if r.value is not None]
+                if returned and any(
+                    inner.search(text) or any(re.search(rf"(?<![\w.]){re.escape(d)}\b", text) for d in derived) for text in returned
+                ):
+                    for target in node.targets:
+                        found.update(_target_names(target.target))
+    return frozenset(found)
+
+
+def _assignments(function: cst.FunctionDef) -> List[cst.Assign]:
+    found: List[cst.Assign] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
+            return node is function
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            found.append(node)
+
+    function.visit(Collector())
+    return found
+
+
+def _returns(function: cst.FunctionDef) -> List[cst.Return]:
+    found: List[cst.Return] = []
+
+    class Collector(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
+            return node is function
+
+        def visit_Lambda(self, node: cst.Lambda) -> Optional[bool]:
+            return False
+
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+    function.visit(Collector())
+    return found
 
 
 def _derived_names(function: cst.CSTNode, pattern) -> FrozenSet[str]:

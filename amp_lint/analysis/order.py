@@ -7,6 +7,11 @@ is a `Breach`: which condition (`kind`), at which event, the events that make it
 that left the state, the later call it breaks), and whether it is proved or rests on a condition.
 A rule turns a breach into its message and fix; it computes nothing of its own.
 
+Every breach kind is an entry of the protocol's predicate table (`protocol.PREDICATES`, `Breach.predicate`):
+"event E while the state is S", plus what the entry's `where` names beyond the state (a path on, a
+micro-batch, the call's syntax). The state part is evaluated by one engine (`typestate.holds`,
+`typestate.matching`, `typestate.violations_of`); the rule lists its entries next to its docs.
+
 The questions live by subject: `order_updates` (update() too early, twice, never), `order_unscale`
 (unscale_ twice, after the step, left for the next call), `order_accumulation` (micro-batch
 boundaries), `order_gradients` (zero_grad, closures, checkpoint state).
@@ -17,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Tuple
 
+from amp_lint.analysis.protocol import PREDICATE_OF, Predicate
 from amp_lint.analysis.scaler_flow import assumption_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +63,11 @@ class Breach:
     def assumption(self) -> Optional[str]:
         """What the breach rests on when it is not proved (a finding's `assumption`)."""
         return self.assumed or assumption_text(self.proof)
+
+    @property
+    def predicate(self) -> Predicate:
+        """The order rule's predicate this breach is ("event E while the state is S", `protocol.PREDICATES`)."""
+        return PREDICATE_OF[self.kind]
 
     @property
     def context(self) -> str:

@@ -10,15 +10,19 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis.accumulation import first_on_path
+from amp_lint.analysis.cfg import EXCEPTION
+from amp_lint.analysis.flow_queries import site_path
+from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.syntax import argument, code_of, literal_bool
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
+CLIP_RAISES_NONFINITE = "clip-raises-nonfinite"  # `node`: the `error_if_nonfinite=True` argument
 
 
 def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
@@ -141,3 +145,64 @@ def _threshold_carries_scale(clip: Event) -> bool:
     if not isinstance(clip.call, cst.Call):
         return False  # a `p.grad` read
     return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
+
+
+# clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None)
+_NONFINITE_POSITION = 3
+_NORM_CLIPS = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad_norm",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_norm",
+    }
+)
+_CAUGHT = frozenset({"RuntimeError", "Exception", "BaseException"})
+
+
+def clips_raising_on_nonfinite(model: FileModel) -> Iterator[Breach]:
+    """CLIP_RAISES_NONFINITE: a `clip_grad_norm_(..., error_if_nonfinite=True)` with a scaler step in its own
+    pass through the iteration (before or after it; `related`: those steps, `node`: the argument): it
+    raises on the inf/NaN gradients the scaler's step would skip. Not inside a `try` whose handler catches
+    the RuntimeError (issue 26, principle 4: exceptions are paths, the raise is the skip branch)."""
+    for step in model.steps:
+        for clip in step.of(EventKind.CLIP):
+            if clip.target not in _NORM_CLIPS:
+                continue
+            arg = argument(clip.call, _NONFINITE_POSITION, "error_if_nonfinite")
+            if arg is None or literal_bool(arg.value) is not True:
+                continue
+            flow = flow_of(model, step)
+            if not clip.in_helper and _caught(flow, clip):
+                continue
+            scaler_steps, proof = [], None
+            for e in step.of(EventKind.SCALER_STEP):
+                if not model.scaler_enabled(e.receiver, step.scope):
+                    continue
+                found = site_path(flow, clip, e) or site_path(flow, e, clip)
+                if found is not None:
+                    scaler_steps.append(e)
+                    proof = found if proof is None or found is PROVED else proof
+            if scaler_steps:
+                scaler = scaler_steps[0].receiver
+                yield Breach(CLIP_RAISES_NONFINITE, clip, step, scaler, flow, related=tuple(scaler_steps), proof=proof, node=arg)
+
+
+def _caught(flow, clip: Event) -> bool:
+    """Is the clip in a `try` whose handler catches the RuntimeError it raises?"""
+    graph = flow.flow.graph
+    node = flow.node(clip)
+    if node is None:
+        return False
+    for target, atom in graph.succ[node]:
+        if atom is not EXCEPTION:
+            continue
+        handler = graph.statements[target]
+        if not isinstance(handler, cst.ExceptHandler):
+            continue
+        if handler.type is None:
+            return True
+        caught = [handler.type] if not isinstance(handler.type, cst.Tuple) else [e.value for e in handler.type.elements]
+        if any((dotted_name(t) or "").split(".")[-1] in _CAUGHT for t in caught):
+            return True
+    return False

@@ -76,8 +76,10 @@ def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) 
     states = typestate.run(flow).before.get(id(optimizer_step), ())
     optimizer = optimizer_step.target
     for state in states:
-        for scaler, o, stage, unscale in state.stages:
-            if o != optimizer or stage != typestate.UNSCALED or not model.scaler_enabled(scaler, step.scope):
+        for scaler, o, _, unscale in state.stages:
+            if o != optimizer or not typestate.matching([state], AROUND_UNSCALED, scaler, o):
+                continue
+            if not model.scaler_enabled(scaler, step.scope):
                 continue
             updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
             if not updates:
@@ -112,10 +114,9 @@ def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update
     if flow.path(optimizer_step, update) is not PROVED:
         return False
     for state in states:
-        stage = state.stage(scaler, optimizer_step.target)
-        if stage is not None and stage[0] == typestate.UNSCALED:
+        if typestate.matching([state], AROUND_UNSCALED, scaler, optimizer_step.target):
             continue
-        if scaler in state.checks or flow.path(optimizer_step, update, checks) is None:
+        if not typestate.matching([state], CLOSED_BY_UPDATE, scaler) or flow.path(optimizer_step, update, checks) is None:
             return False
     return True
 

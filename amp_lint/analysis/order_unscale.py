@@ -69,7 +69,8 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
     states = typestate.run(flow)
     if id(unscale) not in states.before:
         return None
-    causes = {id(v.cause): v.cause for v in states.at(unscale, "unscale-twice", "unscale-after-step") if v.cause is not None}
+    found = typestate.violations_of(flow, unscale, UNSCALE_TWICE, UNSCALE_AFTER_STEP)
+    causes = {id(v.cause): v.cause for v in found if v.cause is not None}
     previous = [e for e in causes.values() if _same_optimizer(step, e, unscale)]
     if not previous:
         return []
@@ -125,9 +126,9 @@ def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Eve
     in a loop of the function."""
     if not step.scope.is_function or unscale.loops or any(u.in_helper for u in updates):
         return None
-    ends = typestate.run(flow_of(model, step)).end
-    left = [s.stage(scaler, unscale.target) for s in ends if unscale.target is not None]
-    if not any(stage is not None and stage[0] == typestate.UNSCALED and stage[1] is unscale for stage in left):
+    ends = typestate.run(flow_of(model, step)).end if unscale.target is not None else ()
+    left = typestate.matching(ends, UNSCALE_NEXT_ITERATION, scaler, unscale.target)
+    if not any(state.stage(scaler, unscale.target)[1] is unscale for state in left):
         return None
     flow = flow_of(model, step)
     steps = step.scaler_events(scaler, EventKind.SCALER_STEP)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import weakref
 from typing import Iterator, List, Optional
 
+import libcst as cst
+
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -29,9 +31,10 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
     """The protocol's "update-twice": an update() after which the same iteration updates the scaler again
     (`last`: the last of those later updates), or an update() in an inner loop of the iteration that also
     steps the scaler and can run again on the loop's next pass (one update per optimizer).
-    `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update."""
+    `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update; but
+    `update(x)` where `x` is None on a path the code shows is `update()` there (`_bare_update`)."""
     for step in model.steps:
-        updates = [u for u in step.of(EventKind.SCALER_UPDATE) if not u.call.args]
+        updates = [u for u in step.of(EventKind.SCALER_UPDATE) if _bare_update(model, u, step)]
         flow = flow_of(model, step) if updates else None
         for update in updates:
             scaler = update.receiver
@@ -46,6 +49,31 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             again = _again_in_inner_loop_with_step(flow, update)
             if again is not None:
                 yield Breach(UPDATE_PER_OPTIMIZER, update, step, scaler, flow, proof=again)
+
+
+def _bare_update(model: FileModel, update: Event, step: TrainingStep) -> bool:
+    """`update()`, or `update(x)` where `x` is `None` on some path the code shows (torch's `update(new_scale)`
+    with `new_scale=None` consumes the inf checks like `update()`, and asserts when there are none): `None`
+    itself, or a name / `self.x` that its function (its class, for `self.x`) assigns `None` to
+    (mmengine's `self._scale_update_param`, None unless a static loss scale is configured)."""
+    args = update.call.args
+    if not args:
+        return True
+    if len(args) != 1 or args[0].star or (args[0].keyword is not None and args[0].keyword.value != "new_scale"):
+        return False
+    value = args[0].value
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    text = dotted_name(value)
+    if text is None or text.count(".") > 1 or (text.count(".") == 1 and not text.startswith("self.")):
+        return False
+    return any(
+        site.target == text
+        and isinstance(site.value, cst.Name)
+        and site.value.value == "None"
+        and (site.scope is step.scope or (text.startswith("self.") and site.scope.class_name == step.scope.class_name))
+        for site in model.assignment_sites
+    )
 
 
 def _again_in_inner_loop_with_step(flow: StepFlow, update: Event) -> Optional[Proof]:
@@ -128,8 +156,8 @@ def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Ite
     """`unscale_(); update(); step()`: the protocol's "unscaled-twice" at a step, caused by this update
     (the step finds the optimizer READY again and divides the unscaled gradients a second time; the
     next iteration's `unscale_()` then meets a STEPPED optimizer)."""
-    states = typestate.run(flow)
-    hit = [e for e in flow.step.of(EventKind.SCALER_STEP) if any(v.cause is update for v in states.at(e, "unscaled-twice"))]
+    steps = flow.step.of(EventKind.SCALER_STEP)
+    hit = [e for e in steps if any(v.cause is update for v in typestate.violations_of(flow, e, RESETS_UNSCALED))]
     if not hit:
         return
     proof = flow.path(update, hit[0])
@@ -194,18 +222,26 @@ def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: st
     parts = scaler.split(".")
     if len(parts) != 2 or parts[0] != "self" or step.scope.class_name is None:
         return False
+    if _updates_elsewhere(model, step, scaler):
+        return False
     built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
     # Built by a `GradScaler(...)` call: what the result cache's key follows (`callers.scaler_attributes`).
     # (or through a local alias of the class, `scaler_type = GradScaler; scaler_type()`: its qualified name)
-    if not built or not all(
+    if built and all(
         code_of(b.call.func).split(".")[-1].endswith("GradScaler") or b.qualified_name in GRAD_SCALER for b in built
     ):
-        return False
-    if _updates_elsewhere(model, step, scaler):
-        return False
-    from amp_lint.analysis.summaries import attribute_kept_in_project
+        from amp_lint.analysis.summaries import attribute_kept_in_project
 
-    return attribute_kept_in_project(model, parts[1]) is True
+        if attribute_kept_in_project(model, parts[1]) is True:
+            return True
+    return _package_drives_alone(model, parts[1], step)
+
+
+def _package_drives_alone(model: FileModel, attribute: str, step: TrainingStep) -> bool:
+    """The data-flow proof (`scaler_reach`): the package builds the scaler and nothing it reaches can update it."""
+    from amp_lint.analysis.scaler_reach import package_drives_alone_for
+
+    return package_drives_alone_for(model, attribute, step.scope.class_name)
 
 
 def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str) -> bool:
@@ -216,7 +252,13 @@ def _never_updated_in_project(model: FileModel, step: TrainingStep, scaler: str)
         e.kind is EventKind.BACKWARD and e.scaled_by == scaler and e.scope.class_name == class_name and e.scope is not step.scope
         for e in model.events
     ):
-        return False
+        # No scaled backward beside it: the step is still a second step() without update() on the next
+        # call when the package is proved to be the scaler's only driver (`scaler_reach`).
+        parts = scaler.split(".")
+        return (
+            len(parts) == 2 and parts[0] == "self" and step.scope.class_name is not None
+            and not _updates_elsewhere(model, step, scaler) and _package_drives_alone(model, parts[1], step)
+        )
     return _nothing_in_project_updates(model, step, scaler)
 
 

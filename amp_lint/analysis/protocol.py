@@ -29,6 +29,7 @@ over these states and violations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional, Tuple
 
 # --- operations: what an event of the training step does to the protocol -------------------------------
@@ -154,3 +155,98 @@ def inf_checks_after(operation: str, recorded: bool, updated: bool) -> Tuple[boo
 
 def rule_of(violation: str) -> str:
     return VIOLATIONS[violation][0]
+
+
+# --- the order rules, as predicates over the protocol ----------------------------------------------------
+# Each order rule is "event E happens while the state is S": one `Predicate` per condition it reports (its
+# `kind`, the `Breach.kind` the analysis answers with). `operation` is E (an operation above, or one of the
+# pseudo-events below); the state is given as data, for the (scaler, optimizer) the event names:
+#   stage: the scaler's stage of the optimizer (READY / UNSCALED / STEPPED), or None (any);
+#   grads: the gradients' states it holds in (a tuple of GRAD_STATES), or None (any);
+#   accumulating: the gradients hold earlier micro-batches (True), or None (either);
+#   checks: inf checks recorded since the last update (True / False), or None (either);
+#   updated: an update of this iteration already ran (True / False), or None (either);
+#   violation: the table's violation at the event that this predicate is (`VIOLATIONS`), when it is one.
+# `where` names what the predicate needs beyond the state (a path on, a micro-batch, the syntax of the
+# call); `typestate.matching` evaluates the state part, one engine for every entry.
+END = "end of the iteration"  # the state the next iteration (or the next call) starts from
+MICRO_BATCH = "a micro-batch that only accumulates"  # a path on which the accumulation boundary is false
+SAVE = "save the scaler"  # torch.save / pickle / deepcopy of the scaler, or its state_dict()
+
+
+@dataclass(frozen=True)
+class Predicate:
+    rule: str
+    kind: str
+    operation: str
+    stage: Optional[str] = None
+    grads: Optional[Tuple[str, ...]] = None
+    accumulating: Optional[bool] = None
+    checks: Optional[bool] = None
+    updated: Optional[bool] = None
+    violation: Optional[str] = None
+    where: str = ""
+
+    def describe(self) -> str:
+        """`kind`: event while state (one line, for the rule's docs)."""
+        state = [f"stage {self.stage}"] if self.stage else []
+        state += [f"gradients {' or '.join(self.grads)}"] if self.grads else []
+        state += ["accumulating"] if self.accumulating else []
+        state += [f"inf checks {'recorded' if self.checks else 'not recorded'}"] if self.checks is not None else []
+        state += ["after an update of this iteration"] if self.updated else []
+        text = f"`{self.kind}`: {self.operation} while " + (", ".join(state) or "any state")
+        text += f" ({self.where})" if self.where else ""
+        return text + (f"; {VIOLATIONS[self.violation][1]}" if self.violation else "")
+
+
+_p = Predicate
+_S = (SCALED,)
+PREDICATES: Tuple[Predicate, ...] = (
+    # AMP020: an optimizer applies gradients the scaler did not hand it.
+    _p("AMP020", "step-scaled", OPTIMIZER_STEP, grads=_S, violation="step-scaled", where="no scaler.step of it"),
+    _p("AMP020", "optimizer-stepped-twice", OPTIMIZER_STEP, stage=STEPPED, where="scaler.step on its path"),
+    _p("AMP020", "step-around-unscaled", OPTIMIZER_STEP, stage=UNSCALED, where="an update follows"),
+    _p("AMP020", "step-closed-by-update", OPTIMIZER_STEP, checks=False, where="an update follows, no scaler.step"),
+    # AMP021: the iteration ends with the optimizer STEPPED: the next step() raises "step-twice".
+    _p("AMP021", "update-missing", END, stage=STEPPED, violation="step-twice", where="no update anywhere"),
+    _p("AMP021", "update-never-in-project", END, stage=STEPPED, violation="step-twice", where="nothing in the project updates"),
+    # AMP022: update() with no inf checks, or between unscale_ and step.
+    _p("AMP022", "update-before-step", UPDATE, checks=False, violation="update-without-inf-checks", where="a step follows"),
+    _p("AMP022", "update-checks-on-some-paths", UPDATE, checks=False, violation="update-without-inf-checks", where="on some paths"),
+    _p("AMP022", "update-breaks-every-path", UPDATE, checks=False, violation="update-without-inf-checks", where="or UNSCALED, a step follows"),
+    _p("AMP022", "update-never-stepped", UPDATE, checks=False, violation="update-without-inf-checks", where="nothing in the file steps"),
+    _p("AMP022", "update-resets-unscaled", STEP, stage=READY, grads=(GRADS_UNSCALED,), violation="unscaled-twice"),
+    # AMP023: update() again in the same iteration.
+    _p("AMP023", "update-again", UPDATE, updated=True, violation="update-twice"),
+    _p("AMP023", "update-per-optimizer", UPDATE, updated=True, violation="update-twice", where="the next pass of an inner loop"),
+    # AMP024: unscale_ of an optimizer that is not READY.
+    _p("AMP024", "unscale-twice", UNSCALE, stage=UNSCALED, violation="unscale-twice"),
+    _p("AMP024", "unscale-after-step", UNSCALE, stage=STEPPED, violation="unscale-after-step"),
+    _p("AMP024", "unscale-next-iteration", END, stage=UNSCALED, where="a path skips the update"),
+    # AMP025: a closure to GradScaler.step (the call's arguments, whatever the state).
+    _p("AMP025", "closure-keyword", STEP, where="closure= argument"),
+    _p("AMP025", "closure-positional", STEP, where="a second positional argument"),
+    # AMP030 / AMP031: gradients read while scaled; a clip that raises on the scaler's inf steps.
+    _p("AMP030", "read-scaled", READ_GRADS, grads=_S, violation="read-scaled", where="a step of the scaler follows"),
+    _p("AMP031", "clip-raises-nonfinite", READ_GRADS, where="error_if_nonfinite=True, a scaler step on its path"),
+    # AMP040-AMP042: gradient accumulation.
+    _p("AMP040", "step-every-micro-batch", MICRO_BATCH, violation="step-twice", where="the boundary steps too"),
+    _p("AMP040", "step-on-partial-sums", MICRO_BATCH, grads=_S, accumulating=True, where="zero_grad only at the boundary"),
+    _p("AMP041", "unscale-every-micro-batch", MICRO_BATCH, violation="unscaled-mixed", where="the step at the boundary"),
+    _p("AMP041", "clip-every-micro-batch", MICRO_BATCH, grads=_S, accumulating=True, where="the step at the boundary"),
+    _p("AMP042", "loss-not-divided", SCALED_BACKWARD, accumulating=True, where="the loss never names `% n`'s n"),
+    # AMP043: zero_grad clears scaled gradients before the step reads them.
+    _p("AMP043", "zero-grad-same-optimizer", ZERO_GRAD, grads=_S, where="the step of that optimizer follows"),
+    _p("AMP043", "zero-grad-module", ZERO_GRAD, grads=_S, where="the optimizer holds the module's parameters"),
+    _p("AMP043", "zero-grad-module-assumed", ZERO_GRAD, grads=_S, where="the optimizer not known"),
+    # AMP081: the scaler saved mid-iteration.
+    _p("AMP081", "pickled-mid-iteration", SAVE, checks=True, where="an update follows"),
+    _p("AMP081", "state-saved-before-update", SAVE, grads=_S, where="an update follows"),
+)
+
+PREDICATE_OF: Dict[str, Predicate] = {p.kind: p for p in PREDICATES}
+
+
+def predicates_of(rule: str) -> Tuple[Predicate, ...]:
+    """The predicates a rule reports (for the rule's docs and tests)."""
+    return tuple(p for p in PREDICATES if p.rule == rule)

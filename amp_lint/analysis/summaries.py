@@ -5,9 +5,9 @@ A call it cannot follow in the file (`clip_gradients(model)` imported from `pkg.
 inherited from a base class of another module) is *unknown* to it. This provider answers some of those:
 
 - the callee's name resolves, through this file's imports and the `ProjectIndex`, to a top-level function
-  of a project module, or to a method of a base class (in another module) of the calling method's class,
-  or to a method of the class whose instance `__init__` stores in the attribute called on
-  (`self.clipper = GradClipper(...)` then `self.clipper.clip(model)`);
+  of a project module, a method of a base class (in another module) of the calling method's class, a
+  method of the class whose instance `__init__` stores in the attribute called on (`self.clipper =
+  GradClipper(...)` then `self.clipper.clip(model)`), or of an instance built in the call (`instance_calls`);
 - that module is small enough (MAX_MODULE_BYTES) and the file has not already read MAX_MODULES_PER_FILE
   others; it is parsed once per run (LibCST, cached by path and digest) and its model built;
 - the callee is a function without a loop of its own (a training loop is not a step part, as for
@@ -40,6 +40,8 @@ import libcst as cst
 
 from amp_lint.analysis.caller_search import CallerSearch
 from amp_lint.analysis.caller_search import defines_method as _defines_method
+from amp_lint.analysis.instance_calls import InstanceCalls
+from amp_lint.analysis.instance_calls import held_by as _held_by
 from amp_lint.analysis.callers import MAX_MODULE_BYTES
 from amp_lint.analysis.calls import drives_a_scaler
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
@@ -85,7 +87,7 @@ class _Foreign:
         return self._locator.range_of(id(node))
 
 
-class ProjectSummaries(CallerSearch):
+class ProjectSummaries(CallerSearch, InstanceCalls):
     """The cross-file summary provider of one run (one per worker process)."""
 
     def __init__(self, index: ProjectIndex) -> None:
@@ -190,6 +192,8 @@ class ProjectSummaries(CallerSearch):
             return False
         parts = target.split(".")
         try:
+            if self.instance_holder(target) is not None:
+                return self.instance_method(info, target) is not None
             if parts[0] == "self":
                 return len(parts) == 3 and any(parts[1] in attrs for attrs in self._attribute_classes(info, path).values())
             qualified = _qualified(info, target)
@@ -258,11 +262,13 @@ class ProjectSummaries(CallerSearch):
             return None
         foreign, class_name, function = found
         parts = target.split(".")
-        holder = ".".join(parts[:2]) if parts[0] == "self" and len(parts) == 3 else None
+        holder = ".".join(parts[:2]) if parts[0] == "self" and len(parts) == 3 else self.instance_holder(target)
         return self._summary_of(foreign, class_name, function, holder)
 
     def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[_Foreign, Optional[str], str]]:
         parts = target.split(".")
+        if self.instance_holder(target) is not None:  # `Callback(...).on_backward(self)`
+            return self.instance_method(info, target)
         if parts[0] == "self":
             class_name = call.scope.class_name
             if class_name is None:
@@ -466,20 +472,6 @@ def _order_unknown(model, callee, class_name: str, inner) -> bool:
             if event.scaled_by in mine:
                 return True
     return False
-
-
-def _held_by(event, holder: str):
-    """An event of a method of the object held in `holder` (`self.clipper`), seen from the holder's class."""
-    import dataclasses
-
-    def moved(key):
-        if key is None:
-            return None
-        if key == "self":
-            return holder
-        return holder + key[len("self") :] if key.startswith("self.") else key
-
-    return dataclasses.replace(event, receiver=moved(event.receiver), target=moved(event.target), scaled_by=moved(event.scaled_by))
 
 
 def autocast_factory(name: str) -> Optional[Tuple[str, Optional[str], Optional[bool]]]:

@@ -8,8 +8,10 @@ the table names at it (with the event that caused each: the `unscale_` before a 
 `update()` before a step that divides the gradients again), and the states that reach the end of the
 iteration (the loop's latch, or a step function's return): what the next iteration starts from.
 
-The order rules are predicates over this: "a violation of mine at this event", "a state at the end of
-the iteration that the next iteration's first call refuses".
+The order rules are predicates over this (`protocol.PREDICATES`): "a violation of mine at this event",
+"a state at the end of the iteration that the next iteration's first call refuses"; `holds` evaluates a
+predicate's state part on one state, `matching` on the states at an event, `violations_of` names the
+table's violations that a predicate is.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ UNSCALED = P.UNSCALED
 STEPPED = P.STEPPED
 
 _MAX_STATES = 64  # per node; beyond, further states are dropped (no finding rests on them)
+
+_READ_SCALED = P.PREDICATE_OF["read-scaled"]  # gradients read while every one of the scaler's is SCALED
 
 EVERY = P.ANY  # the gradients of every optimizer of a scaler that has no entry of its own
 
@@ -65,9 +69,6 @@ class ProtocolState:
             if s == scaler and o == EVERY:
                 every = (state, acc)
         return every
-
-    def grad_states(self, scaler: str) -> FrozenSet[str]:
-        return frozenset(state for s, _, state, _ in self.grads if s == scaler) or frozenset({P.FRESH})
 
     @property
     def scaled(self) -> FrozenSet[str]:
@@ -160,9 +161,8 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
     grads = state.grads
     for s in {t[0] for t in state.grads}:
         if operation == P.READ_GRADS:
-            entries = [t for t in state.grads if t[0] == s]
-            if entries and all(t[2] == P.SCALED for t in entries):
-                report("read-scaled", None, s, None)
+            if holds(state, _READ_SCALED, s):
+                report(_READ_SCALED.violation, None, s, None)
             continue
         if optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads):
             targets = [optimizer]
@@ -282,6 +282,38 @@ def run(flow: "StepFlow") -> Typestate:
     return result
 
 
+def holds(state: ProtocolState, predicate: P.Predicate, scaler: str, optimizer: Optional[str] = None) -> bool:
+    """Does the state part of an order rule's predicate (`protocol.PREDICATES`) hold in `state`, for the
+    (scaler, optimizer) its event names? The one evaluator every order query asks."""
+    if predicate.stage is not None and state._stage_value(scaler, optimizer) != predicate.stage:
+        return False
+    if predicate.grads is not None or predicate.accumulating is not None:
+        # One optimizer's gradients, or (no optimizer: a read of every gradient) all of the scaler's.
+        if optimizer is not None:
+            pairs = [state.grads_of(scaler, optimizer)]
+        else:
+            pairs = [(t[2], t[3]) for t in state.grads if t[0] == scaler] or [(P.FRESH, False)]
+        for grads, acc in pairs:
+            if predicate.grads is not None and grads not in predicate.grads:
+                return False
+            if predicate.accumulating is not None and acc != predicate.accumulating:
+                return False
+    if predicate.checks is not None and (scaler in state.checks) != predicate.checks:
+        return False
+    return predicate.updated is None or bool(state.updates(scaler)) == predicate.updated
+
+
+def matching(states, kind: str, scaler: str, optimizer: Optional[str] = None) -> List[ProtocolState]:
+    """The states in which the predicate of breach `kind` holds for (scaler, optimizer)."""
+    predicate = P.PREDICATE_OF[kind]
+    return [state for state in states if holds(state, predicate, scaler, optimizer)]
+
+
+def violations_of(flow: "StepFlow", event, *kinds: str) -> List[Violation]:
+    """The table's violations at `event` that the predicates of breach `kinds` are."""
+    return run(flow).at(event, *(P.PREDICATE_OF[kind].violation for kind in kinds))
+
+
 def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) -> bool:
     """Issue 26, principle 1: whichever way the branches go, this `update()` is wrong. On every protocol
     state that reaches it, either no inf checks were recorded ("update-without-inf-checks") or an optimizer
@@ -293,8 +325,8 @@ def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) 
         return False
     steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
     for state in states:
-        if scaler not in state.checks:
-            continue
+        if matching([state], "update-breaks-every-path", scaler):
+            continue  # no inf checks recorded: the update raises
         unscaled = [o for s, o, stage, _ in state.stages if s == scaler and stage == P.UNSCALED]
         if not unscaled or any(s == scaler and stage == P.STEPPED for s, _, stage, _ in state.stages):
             return False

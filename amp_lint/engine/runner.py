@@ -11,14 +11,15 @@ import contextlib
 import dataclasses
 import os
 import queue
-import stat
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from amp_lint.diagnostics import Diagnostic, FileError, Report, diagnostic_from_record, diagnostic_to_record
+from amp_lint.diagnostics import Diagnostic, FileError, Report
+from amp_lint.engine import stored
+from amp_lint.engine.stored import NEGATIVES_KEY as _NEGATIVES_KEY  # noqa: F401  (tests name it here)
 from amp_lint.parse.gc_pause import no_cyclic_gc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,6 +119,7 @@ def _callers_key(path: str, text: str) -> bytes:
     because a new file can become a caller. Empty, at once, for a file that never names a GradScaler."""
     if "GradScaler" not in text or path.endswith(".ipynb"):
         return b""
+    remember_caller_scans()
     from amp_lint.analysis.callers import caller_dependencies
 
     try:
@@ -159,6 +161,7 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
                     return
                 if not may_match(text, config):
                     return  # what the checker would decide first, decided without loading it
+                remember_caller_scans()
                 box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
@@ -345,10 +348,30 @@ def execute(
     SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
     are on, files not started are left alone.
     """
-    from amp_lint.analysis.callers import remembered_scans  # each package's caller search set, walked once
+    global _RUN_SCOPE
+    outer = _RUN_SCOPE
+    with terminate_as_interrupt(), contextlib.ExitStack() as scope:
+        _RUN_SCOPE = [scope, False]
+        try:
+            return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
+        finally:
+            _RUN_SCOPE = outer
 
-    with terminate_as_interrupt(), remembered_scans():
-        return _execute(plan, jobs=jobs, cache=cache, scheduler=scheduler)
+
+# The run in progress: its exit stack, and whether it remembers the caller searches yet (`remember_caller_scans`).
+_RUN_SCOPE: Optional[list] = None
+
+
+def remember_caller_scans() -> None:
+    """Within the run in progress, each package's caller search set is walked once (`callers.remembered_scans`).
+    Entered when a caller search is first needed (or before workers fork), not at the start of every run:
+    importing the analysis costs a warm run or a pre-commit run that never searches more than the search."""
+    if _RUN_SCOPE is None or _RUN_SCOPE[1]:
+        return
+    from amp_lint.analysis.callers import remembered_scans
+
+    _RUN_SCOPE[0].enter_context(remembered_scans())
+    _RUN_SCOPE[1] = True
 
 
 class Terminated(KeyboardInterrupt):
@@ -380,14 +403,16 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
     report = Report(errors=list(plan.errors))
     outcomes: Dict[str, FileOutcome] = {}
     # Files the prefilter ruled out last time, by content digest: a warm run skips even the prefilter.
-    known_negatives = _known_negatives(cache)
+    known_negatives = stored.known_negatives(cache)
     negatives: Dict[str, str] = {}
+    # Files whose result is stored, by content digest: a warm run finds their entry without reading them.
+    known = stored.Known(known_negatives, stored.known_files(cache, stored.POSITIVES_KEY), {}, {})
     if scheduler is None:
         from amp_lint.engine.workers import Scheduler
 
         scheduler = Scheduler(jobs)
     try:
-        _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives)
+        _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known, negatives)
     except BaseException:  # Ctrl-C while the prefilter runs: the workers must not go on writing fixes
         scheduler.close()
         raise
@@ -395,13 +420,19 @@ def _execute(plan: RunPlan, *, jobs: Optional[int], cache, scheduler: "Optional[
         outcomes[outcome.path] = outcome
         if cache is not None and raw is not None and not outcome.errors and not outcome.fixed and outcome.fixed_text is None:
             callers = _callers_key(outcome.path, raw.decode("utf-8", errors="replace"))
-            cache.put(Path(outcome.path), raw, _payload(outcome), outcome.dependencies, callers)
+            cache.put(Path(outcome.path), raw, stored.to_payload(outcome), outcome.dependencies, callers)
+            known.remember(outcome.path, raw, callers)
     if any(o.file_group or any(d.fix is not None and d.fix.files for d in o.diagnostics) for o in outcomes.values()):
         from amp_lint.engine.multi_file import settle_multi_file_fixes  # fixes that change several files
 
         settle_multi_file_fixes(outcomes, dict(plan.files), check_file)
     if cache is not None and any(known_negatives.get(p) != d for p, d in negatives.items()):
-        cache.put(_NEGATIVES_KEY, b"", {"files": _merged_negatives(known_negatives, negatives, outcomes)})
+        cache.put(stored.NEGATIVES_KEY, b"", {"files": stored.merged_negatives(known_negatives, negatives, outcomes)})
+    if cache is not None and any(known.positives.get(p) != d for p, d in known.found.items()):
+        planned = {path for path, _ in plan.files}
+        kept = {p: d for p, d in known.positives.items() if p not in planned and os.path.isfile(p)}
+        kept.update(known.found)
+        cache.put(stored.POSITIVES_KEY, b"", {"files": dict(list(kept.items())[: stored.NEGATIVES_LIMIT])})
     diffs = []
     for path in sorted(outcomes):
         outcome = outcomes[path]
@@ -431,7 +462,7 @@ def _remove_stale_temporaries(plan: RunPlan) -> None:
         remove_stale_temporaries(folder, started)
 
 
-def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_negatives, negatives) -> None:
+def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_files: "stored.Known", negatives) -> None:
     """Read each file, rule out what cannot hold a finding (or is cached), and schedule the rest.
 
     Largest first: the files that take longest start first, and the workers are busy with them while
@@ -439,16 +470,29 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
     """
     from amp_lint.files.sources import SourceError, read_bytes
 
-    infos = {path: _stat(path) for path, _ in plan.files}  # one `stat` per file: the order, and the warm run's key
+    known_negatives = known_files.negatives
+    infos = {path: stored.stat_of(path) for path, _ in plan.files}  # one `stat` per file: the order, and the warm run's key
+    known_files.signatures = {path: stored.signature(info) for path, info in infos.items()}
     for path, config in sorted(plan.files, key=lambda item: -(infos[item[0]].st_size if infos[item[0]] else 0)):
         report.files_checked += 1
         # A warm run: a file the prefilter ruled out, not changed since (the same size, times and inode,
         # as Ruff's cache asks), is not read again nor hashed (most of a package's files).
         known = known_negatives.get(path) if cache is not None and not config.fix else None
-        signature = _signature(infos[path])
+        signature = known_files.signatures[path]
         if known is not None and signature is not None and known.endswith(signature):
             negatives[path] = known
             continue
+        if cache is not None and not config.fix and signature is not None:
+            # A file whose result is stored, not changed since: its entry is found by the digest recorded
+            # with its `stat`, without reading it (only files whose key needs nothing but their content).
+            recorded = known_files.positives.get(path)
+            if recorded is not None and recorded.endswith(signature):
+                hit = cache.get(Path(path), b"", digest_of_content=recorded.split("@")[0])
+                cached = _outcome_from_payload(path, hit) if hit is not None else None
+                if cached is not None:
+                    outcomes[path] = cached
+                    known_files.found[path] = recorded
+                    continue
         try:
             # Non-blocking, regular files only, size-limited: a FIFO or a device must not hang the run.
             raw = read_bytes(path)
@@ -468,33 +512,14 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_nega
                     negatives[path] = digest
                 continue
             if cache is not None and not config.fix:
-                hit = cache.get(Path(path), raw, _callers_key(path, text))
+                callers = _callers_key(path, text)
+                hit = cache.get(Path(path), raw, callers)
                 cached = _outcome_from_payload(path, hit) if hit is not None else None
                 if cached is not None:
                     outcomes[path] = cached
+                    known_files.remember(path, raw, callers)
                     continue
         scheduler.add(path, config, len(raw) if raw is not None else 0, raw)
-
-
-# The cache entry that lists files the prefilter ruled out (one entry, replaced atomically).
-_NEGATIVES_KEY = Path("<files that cannot hold a finding>")
-
-
-# The most files the list of files the prefilter ruled out keeps (about 100 bytes each).
-_NEGATIVES_LIMIT = 200_000
-
-
-def _merged_negatives(known: Dict[str, str], found: Dict[str, str], outcomes: Dict[str, "FileOutcome"]) -> Dict[str, str]:
-    """The list of files the prefilter ruled out, as the next run should see it: this run's verdicts, and the
-    earlier ones about files this run did not check that still exist (a deleted file, or one of a checkout
-    that moved, is dropped); at most `_NEGATIVES_LIMIT`, this run's first."""
-    merged = dict(found)
-    for path, digest in known.items():
-        if len(merged) >= _NEGATIVES_LIMIT:
-            break
-        if path not in merged and path not in outcomes and os.path.isfile(path):
-            merged[path] = digest
-    return merged
 
 
 def _unique(errors: Sequence[FileError]) -> List[FileError]:
@@ -507,89 +532,12 @@ def _unique(errors: Sequence[FileError]) -> List[FileError]:
 
 
 def _blake2b(raw: bytes) -> str:
-    import hashlib  # only a run with a cache needs it: not imported at start-up
+    from amp_lint.files.cache import content_digest  # only a run with a cache needs hashlib
 
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
-
-def _stat(path: str) -> Optional[os.stat_result]:
-    try:
-        return os.stat(path)
-    except OSError:
-        return None
-
-
-def _signature(info: Optional[os.stat_result]) -> Optional[str]:
-    """`@size:mtime:ctime:inode` of a regular file (None otherwise): the part of a ruled-out file's entry
-    that lets a warm run skip reading it. A write changes the times (ctime too, which no tool sets back)."""
-    if info is None or not stat.S_ISREG(info.st_mode):
-        return None
-    return f"@{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}:{info.st_ino}"
-
-
-def _payload(outcome: FileOutcome) -> dict:
-    return {"diagnostics": [diagnostic_to_record(d) for d in outcome.diagnostics], "unsafe_fixable": outcome.unsafe_fixable}
+    return content_digest(raw)
 
 
 def _outcome_from_payload(path: str, payload: dict) -> Optional[FileOutcome]:
-    """The outcome a cache entry stored, or None when the entry is not one we wrote (a miss).
-
-    The entry is keyed by the absolute path, so another run may have named the file differently
-    (`pkg/train.py`, then `train.py` from inside pkg/): findings name the file as this run does.
-
-    A cache file is outside our control (a disk error, a hand edit, another version's bug): what it
-    holds is checked field by field, so that a renamed key or a number where a list belongs is a miss
-    instead of a crash in this run and every later one.
-    """
-    records = payload.get("diagnostics")
-    unsafe_fixable = payload.get("unsafe_fixable")
-    if set(payload) != {"diagnostics", "unsafe_fixable"} or not isinstance(records, list) or not _is_count(unsafe_fixable):
-        return None
-    diagnostics = []
-    for record in records:
-        diagnostic = _diagnostic_from_cache(record)
-        if diagnostic is None:
-            return None
-        diagnostics.append(dataclasses.replace(diagnostic, filename=path))
-    return FileOutcome(path, diagnostics=diagnostics, unsafe_fixable=unsafe_fixable)
-
-
-_RECORD_STRINGS = ("code", "message", "filename", "rule_name", "source_line", "context")
-
-
-def _diagnostic_from_cache(record: object) -> Optional[Diagnostic]:
-    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in _RECORD_STRINGS):
-        return None
-    positions = [record.get("location"), record.get("end_location")]
-    fix = record.get("fix")
-    if fix is not None:
-        edits = fix.get("edits") if isinstance(fix, dict) else None
-        if not isinstance(edits, list) or not isinstance(fix.get("message"), str):
-            return None
-        for edit in edits:
-            if not isinstance(edit, list) or len(edit) not in (5, 6) or not isinstance(edit[4], str):
-                return None
-            positions += [edit[0:2], edit[2:4]] + ([[edit[5], 1]] if len(edit) == 6 else [])
-    if not all(isinstance(p, list) and len(p) == 2 and all(_is_count(n) for n in p) for p in positions):
-        return None
-    if record.get("cell") is not None and not _is_count(record["cell"]):
-        return None
-    try:
-        diagnostic = diagnostic_from_record(record)
-    except (KeyError, TypeError, ValueError):  # a severity, confidence or applicability we do not know
-        return None
-    # Exactly what we write, no key more or less: anything else is not our entry.
-    return diagnostic if diagnostic_to_record(diagnostic) == record else None
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _known_negatives(cache) -> Dict[str, str]:
-    """The cache's list of files the prefilter ruled out ({path: digest}); empty when it does not validate."""
-    entry = cache.get(_NEGATIVES_KEY, b"") if cache is not None else None
-    files = entry.get("files") if isinstance(entry, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(d, str) for d in files.values()):
-        return {}
-    return files
+    """The outcome a cache entry stored (`stored.stored_outcome`), or None for a miss."""
+    found = stored.stored_outcome(path, payload)
+    return None if found is None else FileOutcome(path, diagnostics=found[0], unsafe_fixable=found[1])

@@ -70,16 +70,19 @@ class RunSpec:
         """The files the paths name, each with its check config, and the paths that could not be walked."""
         from amp_lint.files.sources import discover
 
-        files, errors = discover(paths, self.resolver.for_path, force_exclude=force_exclude, on_many_bytes=on_many_bytes)
+        files, errors = discover(
+            paths, self.resolver.for_path, force_exclude=force_exclude, on_many_bytes=on_many_bytes, as_text=True
+        )
         settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
 
-        def settings_of(path: Path):
+        def settings_of(path: str):
             folder = os.path.dirname(os.path.abspath(path))
             if folder not in settings_by_folder:
-                settings_by_folder[folder] = self.resolver.for_path(path)
+                for_folder = getattr(self.resolver, "for_folder", None)
+                settings_by_folder[folder] = for_folder(folder) if for_folder else self.resolver.for_path(path)
             return settings_by_folder[folder]
 
-        return [(str(path), self.config_for(settings_of(path), str(path))) for path in files], errors
+        return [(path, self.config_for(settings_of(path), path)) for path in files], errors
 
 
 def prefiltered(planned: Sequence[Tuple[str, CheckConfig]]) -> List[str]:

@@ -1,9 +1,9 @@
 """Units below the file: check again only what an edit can change, reuse the rest (the language server's engine).
 
-A module is a sequence of top-level statements; each function and class (with its decorators) is a unit, and so
-is every other top-level statement (statements that share a line are one unit). Each unit has a text hash, and
-per hash what `ast` says of it once: the names it binds, the words it uses, whether it holds a name the rules
-look for (`Rule.needs`, the prefilter's patterns) or a `# noqa` comment.
+A module is a sequence of units (`engine.unit_split`): each top-level function or statement, and for a class its
+header and each of its members (a method with its decorators, a class-level statement). Each unit has a text
+hash, and per hash what `ast` says of it once: the names it binds, the words it uses, whether it holds a name the
+rules look for (`Rule.needs`, the prefilter's patterns) or a `# noqa` comment.
 
 What the rules can see of a file is its *core*: the units that hold such a name, and, until nothing more is
 added, every unit that binds a name the core uses (a called helper, a module-level binding, an import) or that
@@ -22,45 +22,24 @@ file-level `# amp-lint: noqa`, line breaks other than `\\n`, form feeds, or a fi
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from amp_lint.diagnostics import Applicability, Diagnostic, Location
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
+from amp_lint.engine.unit_split import HEADER, MEMBER, Unit, UnitFacts, owners, split_units, unit_facts
 
-_WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
+__all__ = ["UnitChecker", "Unit", "UnitFacts"]
+
 # What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
-_UNSURE_CHARACTERS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# (Searched one by one: ten scans of a 100 kB text take a tenth of the time of one regex character class.)
+_UNSURE_CHARACTERS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _UNIT_INFO_LIMIT = 20_000  # unit facts kept (per process), by unit text hash
 _RESULTS_PER_DOCUMENT = 4  # core results kept per document
-
-
-@dataclass(frozen=True)
-class UnitFacts:
-    """What one unit's text says, whatever its place in the file."""
-
-    binds: FrozenSet[str]  # names it binds, at any depth (functions, classes, targets, imports, globals)
-    words: FrozenSet[str]  # every word of its text (names, attributes, strings, comments)
-    relevant: bool  # holds a name some rule's findings need, or a `# noqa` / `amp-lint` comment
-    only_imports: bool  # import statements: users of what they bind do not join the core through them
-    parse_refused: bool  # the parse guard refuses it (then the whole file is checked, for the same refusal)
-    # The lines (as written) that hold such a name or comment: an edit that changes none of them cannot
-    # change what the rules ask of the file as a whole (see `UnitChecker.check`).
-    relevant_lines: Tuple[str, ...] = ()
-    future: bool = False  # `from __future__ import ...`: it changes how every other unit is read
-
-
-@dataclass(frozen=True)
-class Unit:
-    first: int  # 0-based index of its first line
-    last: int  # 0-based index of its last line
-    digest: str
-    facts: UnitFacts
+FINE, COARSE = 0, 1  # the two groupings (`groups`)
 
 
 def _needs_patterns(config: CheckConfig) -> Tuple["re.Pattern", ...]:
@@ -68,6 +47,10 @@ def _needs_patterns(config: CheckConfig) -> Tuple["re.Pattern", ...]:
 
     patterns = {pattern for entry in registry.entries(config.enabled) for pattern in entry.needs}
     return tuple(re.compile(pattern) for pattern in sorted(patterns))
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 class UnitChecker:
@@ -80,14 +63,14 @@ class UnitChecker:
         self.patterns = _needs_patterns(config)
         # One search for any of them, or a `# noqa` / `amp-lint` comment.
         self.any_pattern = re.compile("|".join(["noqa", "amp-lint"] + [f"(?:{p.pattern})" for p in self.patterns]))
-        self._groups_of: "OrderedDict[tuple, List[List[int]]]" = OrderedDict()  # unit digests -> groups
+        self._groups_of: "OrderedDict[tuple, List[List[int]]]" = OrderedDict()  # unit facts, level -> groups
         self.facts: "OrderedDict[str, UnitFacts]" = OrderedDict()
         self.results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> core digest -> outcome
         self.stats = {"reused": 0, "core": 0, "whole": 0, "groups": 0, "verified": 0}
         self.group_results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> group text digest -> outcome
-        # document -> (signature, whether the groups' union was the whole core's findings) (`check`)
         self.previous: Dict[str, Tuple[List[str], List[Unit]]] = {}  # document -> its last lines and units
-        self.verified: Dict[str, Tuple[tuple, bool]] = {}
+        # document -> (signature, the grouping whose union was the whole core's findings, or None) (`check`)
+        self.verified: Dict[str, Tuple[tuple, Optional[int]]] = {}
 
     def forget(self, document: str) -> None:
         self.results.pop(document, None)
@@ -99,15 +82,16 @@ class UnitChecker:
     # --- units ---------------------------------------------------------------------------------------
 
     def units(self, text: str, document: Optional[str] = None) -> Optional[List[Unit]]:
-        """The top-level units of `text`, or None when it must be checked whole. With the `document`'s
-        previous units known, only the lines an edit touched (and the unit on each side) are parsed again."""
-        if _UNSURE_CHARACTERS.search(text):
+        """The units of `text` (`engine.unit_split`), or None when it must be checked whole. With the
+        `document`'s previous units known, only the lines an edit touched (and the unit on each side) are
+        parsed again: inside a class body, as members of that class."""
+        if any(character in text for character in _UNSURE_CHARACTERS):
             return None
         lines = text.split("\n")
         previous = self.previous.get(document) if document is not None else None
         units = self._units_after_edit(lines, previous) if previous is not None else None
         if units is None:
-            units = self._parse_units(lines, 0, len(lines))
+            units = split_units(lines, 0, len(lines), self._facts_of)
         if document is not None:
             if units is None:
                 self.previous.pop(document, None)
@@ -128,76 +112,55 @@ class UnitChecker:
             return old_units
         # Units wholly in the unchanged head or tail are kept, but for the one next to the edit on each side
         # (an edit can extend a function, or put a decorator on the next one).
-        head = [u for u in old_units if u.last < same_head][:-1]
+        count = len(old_units)
+        kept_head = max(sum(1 for u in old_units if u.last < same_head) - 1, 0)
         tail_start = len(old_lines) - same_tail
-        tail = [u for u in old_units if u.first >= tail_start][1:]
-        start = head[-1].last + 1 if head else 0
+        after = [i for i, u in enumerate(old_units) if u.first >= tail_start]
+        kept_tail = after[1] if len(after) > 1 else count  # the first unit kept after the edit
         shift = len(lines) - len(old_lines)
-        end = (tail[0].first if tail else len(old_lines)) + shift  # exclusive, in the new lines
-        middle = self._parse_units(lines, start, end)
+        old_owner = owners(old_units)
+        if kept_head < count and old_units[kept_head].role == MEMBER and old_owner[kept_head] is not None:
+            # The first unit parsed again is a member of a class whose header is kept: the piece is parsed
+            # as that class's body, unless it closes the class or the kept units after it are another's.
+            header = old_owner[kept_head]
+            tail_ok = kept_tail == count or old_units[kept_tail].role != MEMBER or old_owner[kept_tail] == header
+            if tail_ok:
+                start = old_units[kept_head - 1].last + 1 if kept_head else 0
+                end = old_units[kept_tail].first + shift if kept_tail < count else len(lines)
+                middle = split_units(lines, start, end, self._facts_of, members=True)
+                if middle is not None:
+                    return old_units[:kept_head] + middle + [u.moved(shift) for u in old_units[kept_tail:]]
+            kept_head = header  # parsed again from the class's header, at the top level
+        while kept_tail < count and old_units[kept_tail].role == MEMBER:
+            kept_tail += 1  # the members of a class whose header is parsed again
+        start = old_units[kept_head - 1].last + 1 if kept_head else 0
+        end = old_units[kept_tail].first + shift if kept_tail < count else len(lines)
+        middle = split_units(lines, start, end, self._facts_of)
         if middle is None:
             return None
-        moved = [Unit(u.first + shift, u.last + shift, u.digest, u.facts) for u in tail]
-        return head + middle + moved
+        return old_units[:kept_head] + middle + [u.moved(shift) for u in old_units[kept_tail:]]
 
-    def _parse_units(self, lines: List[str], start: int, end: int) -> Optional[List[Unit]]:
-        """The units of `lines[start:end]`, parsed on their own (a piece that starts and ends between
-        top-level statements parses as it does in the file); None when it does not parse."""
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tree = ast.parse("\n".join(lines[start:end]))
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-            return None
-        spans: List[List] = []
-        for statement in tree.body:
-            first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1 + start
-            last = (statement.end_lineno or statement.lineno) - 1 + start
-            if spans and first <= spans[-1][1]:  # `a = 1; b = 2`, or a statement that starts where one ends
-                spans[-1][1] = max(spans[-1][1], last)
-                spans[-1][2].append(statement)
-            else:
-                spans.append([first, last, [statement]])
-        units = []
-        for first, last, statements in spans:
-            unit_text = "\n".join(lines[first : last + 1])
-            digest = hashlib.blake2b(unit_text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-            facts = self.facts.get(digest)
-            if facts is None:
-                facts = self._facts(unit_text, statements)
-                self.facts[digest] = facts
-                if len(self.facts) > _UNIT_INFO_LIMIT:
-                    self.facts.popitem(last=False)
-            else:
-                self.facts.move_to_end(digest)
-            units.append(Unit(first, last, digest, facts))
-        return units
-
-    def _facts(self, unit_text: str, statements: Sequence[ast.stmt]) -> UnitFacts:
-        binds = set()
-        for statement in statements:
-            _visible_bindings(statement, binds, in_function=False)
-        relevant = self.any_pattern.search(unit_text) is not None
-        only_imports = all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
-        relevant_lines: Tuple[str, ...] = ()
-        if relevant:
-            search = self.any_pattern.search
-            relevant_lines = tuple(line for line in unit_text.split("\n") if search(line) is not None)
-        future = all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements)
-        return UnitFacts(
-            frozenset(binds),
-            frozenset(_WORD.findall(unit_text)),
-            relevant,
-            only_imports,
-            _refused(unit_text),
-            relevant_lines,
-            future,
-        )
+    def _facts_of(self, text: str, statements, role: int, digest: str) -> UnitFacts:
+        facts = self.facts.get(digest)
+        if facts is None:
+            facts = self.facts[digest] = unit_facts(text, statements, role, self.any_pattern)
+            if len(self.facts) > _UNIT_INFO_LIMIT:
+                self.facts.popitem(last=False)
+        else:
+            self.facts.move_to_end(digest)
+        return facts
 
     def core(self, units: Sequence[Unit]) -> List[bool]:
         """Which units the rules can see: the relevant ones, and what binds a name they use or uses a name
-        they bind (an import's users excepted), until nothing more joins."""
+        they bind (an import's users excepted), until nothing more joins. A class's header joins with any
+        of its members, and brings the members that define the class (`UnitFacts.defines_class`), or its
+        first member when it has none: a header is never left without a body."""
         inside = [unit.facts.relevant or unit.facts.future for unit in units]
+        owner = owners(units)
+        members: Dict[int, List[int]] = {}
+        for index, header in enumerate(owner):
+            if header is not None:
+                members.setdefault(header, []).append(index)
         used: set = set()
         bound: set = set()
 
@@ -206,7 +169,7 @@ class UnitChecker:
             # An import's users join only through a relevant import (`from torch.cuda.amp import autocast as
             # ac`: every `ac(...)` is a finding's place); `import torch` links nothing.
             if not unit.facts.only_imports or unit.facts.relevant:
-                bound.update(name for name in unit.facts.binds if not (name.startswith("__") and name.endswith("__")))
+                bound.update(name for name in unit.facts.binds if not _dunder(name))
 
         for unit, is_in in zip(units, inside):
             if is_in:
@@ -218,10 +181,21 @@ class UnitChecker:
                 if inside[index]:
                     continue
                 facts = unit.facts
-                if not facts.binds.isdisjoint(used) or not facts.words.isdisjoint(bound):
+                join = any(name in used for name in facts.binds if not _dunder(name)) or not facts.words.isdisjoint(bound)
+                if not join and unit.role == HEADER:
+                    join = any(inside[m] for m in members.get(index, ()))
+                elif not join and unit.role == MEMBER:
+                    join = facts.defines_class and inside[owner[index]]
+                if join:
                     inside[index] = True
                     take(unit)
                     grown = True
+            if not grown:
+                for header, its in members.items():
+                    if inside[header] and not any(inside[m] for m in its):
+                        inside[its[0]] = True
+                        take(units[its[0]])
+                        grown = True
         return inside
 
     # --- checking ------------------------------------------------------------------------------------
@@ -237,20 +211,96 @@ class UnitChecker:
             return None
         return self._core_of(text, units)
 
-    def groups(self, units: Sequence[Unit]) -> List[List[int]]:
-        """The core split into groups the rules can see apart: two units are in one group when one binds a
-        name the other uses (a called helper, a module-level binding); an import joins every group that uses
-        what it binds without joining them together (`torch` links nothing). Each group holds at least one
-        relevant unit; units no group reaches are outside the core. Indices in file order."""
-        # What the groups depend on: each unit's names, words and kind, in order (an edit that changes a
+    def groups(self, units: Sequence[Unit], level: int = FINE) -> List[List[int]]:
+        """The core split into groups the rules can see apart; indices in file order, each group holding
+        at least one relevant unit (units no group reaches are outside the core).
+
+        FINE: each unit of the core with what it depends on, transitively: the units that bind a name its
+        code uses (`UnitFacts.uses`: not a word of a comment or a docstring; a called function or method, the `__init__` that sets an attribute it reads, a module-level
+        binding, an import), and its class's header with the members that define the class. A group that
+        another holds is left out. An edit inside one method checks the groups that hold that method: its
+        own, and its callers'.
+        COARSE: two units are in one group when one binds a name the other uses, and a class's members are
+        in its header's group; an import joins every group that uses what it binds without joining them
+        together (`torch` links nothing). The fallback when the fine groups' findings are not the file's."""
+        # What the groups depend on: each unit's names, words, kind and role, in order (an edit that changes a
         # number or a string inside a function leaves them as they were). Frozensets keep their hashes.
-        key = tuple((f.binds, f.words, f.relevant, f.only_imports, f.future) for f in (unit.facts for unit in units))
+        key = (level,) + tuple(
+            (u.facts.binds, u.facts.words, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role) for u in units
+        )
         known = self._groups_of.get(key)
         if known is None:
-            known = self._groups_of[key] = self._grouped(units)
+            known = self._groups_of[key] = self._fine(units) if level == FINE else self._grouped(units)
             if len(self._groups_of) > 16:
                 self._groups_of.popitem(last=False)
+        else:
+            self._groups_of.move_to_end(key)
         return [list(group) for group in known]
+
+    def _fine(self, units: Sequence[Unit]) -> List[List[int]]:
+        inside = self.core(units)
+        owner = owners(units)
+        core = [i for i in range(len(units)) if inside[i]]
+        binders: Dict[str, List[int]] = {}
+        defining: Dict[int, List[int]] = {}  # header -> the members that define its class
+        first_member: Dict[int, int] = {}
+        for index in core:
+            for name in units[index].facts.binds:
+                if not _dunder(name):
+                    binders.setdefault(name, []).append(index)
+            header = owner[index]
+            if header is not None:
+                first_member.setdefault(header, index)
+                if units[index].facts.defines_class:
+                    defining.setdefault(header, []).append(index)
+        futures = [i for i in core if units[i].facts.future]
+
+        def closure(root: int) -> frozenset:
+            group = {root, *futures}
+            stack = list(group)
+            while True:
+                while stack:
+                    index = stack.pop()
+                    unit = units[index]
+                    reached = [b for name in unit.facts.uses for b in binders.get(name, ())]
+                    if unit.role == MEMBER and owner[index] is not None:
+                        reached.append(owner[index])
+                    elif unit.role == HEADER:
+                        reached.extend(defining.get(index, ()))
+                    for other in reached:
+                        if other not in group:
+                            group.add(other)
+                            stack.append(other)
+                # A header needs a member after it (one that defines the class was taken above).
+                bare = [h for h in group if units[h].role == HEADER and not any(owner[i] == h for i in group)]
+                if not bare:
+                    return frozenset(group)
+                for header in bare:
+                    if header in first_member:
+                        group.add(first_member[header])
+                        stack.append(first_member[header])
+                    else:  # cannot happen: the core gives every header of it a member
+                        return frozenset(core)
+
+        roots = [i for i in core if not units[i].facts.only_imports]
+        imports = [i for i in core if units[i].facts.only_imports]
+        found = sorted({closure(root) for root in roots}, key=len, reverse=True)
+        kept: List[frozenset] = []
+        for group in found:
+            if not any(group <= other for other in kept):
+                kept.append(group)
+        relevant_names = frozenset().union(*(units[i].facts.binds for i in imports if units[i].facts.relevant))
+        groups = [
+            sorted(group)
+            for group in kept
+            if any(units[i].facts.relevant or not relevant_names.isdisjoint(units[i].facts.words) for i in group)
+        ]
+        attached = {i for group in groups for i in group}
+        for index in imports:  # a relevant import nothing uses (`from torch.cuda.amp import autocast`)
+            if index not in attached and units[index].facts.relevant:
+                groups.append(sorted({index, *futures}))
+        groups.sort(key=lambda group: group[0])
+        return groups
 
     def _grouped(self, units: Sequence[Unit]) -> List[List[int]]:
         count = len(units)
@@ -273,6 +323,9 @@ class UnitChecker:
                 for other in binders.get(word, ()):
                     if other != index:
                         parent[root(other)] = root(index)
+        for index, header in enumerate(owners(units)):  # a class's members are in its header's group
+            if header is not None and inside[index] and inside[header]:
+                parent[root(index)] = root(header)
         by_root: Dict[int, List[int]] = {}
         for index in members:
             by_root.setdefault(root(index), []).append(index)
@@ -309,20 +362,23 @@ class UnitChecker:
         """The engine's findings for `text` (identical to `check_text` of the whole text).
 
         The core is checked group by group (`groups`), each group's units alone, keyed by their hashes: an
-        edit inside one function checks that function's group again and reuses the others' results. That
+        edit inside one method checks the groups that hold it again and reuses the others' results. That
         the union of the groups' findings is the whole core's is verified, against a check of the whole
         core, whenever the file's *signature* changes (the groups, and in each the lines that hold a name
         the rules look for): a rule may ask a question of the whole file ("a GradScaler anywhere?"), and
-        only such a line can change its answer. Until then, and when the union differs, the document is
-        checked whole. The verification runs at once (`eager`), or step by step in `settle` (the server's
-        idle time: the whole check's findings are published first)."""
+        only such a line can change its answer. The fine groups are tried first, then the coarse ones;
+        until one is verified, and when neither is, the document is checked whole. The verification runs
+        at once (`eager`), or step by step in `settle` (the server's idle time: the whole check's findings
+        are published first)."""
         units = self.units(text, document)
         if units is None or any(unit.facts.parse_refused for unit in units) or _file_noqa(text) or _gap_comments(text, units):
             self.verified.pop(document, None)
             self.pending.pop(document, None)
             return self._check_core(text, display_name, document, text)
-        groups = self.groups(units)
-        signature = tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups)
+        groupings = [self.groups(units, FINE), self.groups(units, COARSE)]
+        if groupings[COARSE] == groupings[FINE]:
+            groupings.pop()
+        signature = tuple(tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups) for groups in groupings)
         job = self.pending.get(document)
         if job is not None and job.signature == signature:
             # An edit before the verification of this signature was done: finish it now (the groups the
@@ -332,13 +388,13 @@ class UnitChecker:
         known = self.verified.get(document)
         if known is not None and known[0] == signature:
             self.pending.pop(document, None)
-            if known[1]:
-                split = self._check_groups(self.previous[document][0] if document in self.previous else text.split("\n"), display_name, document, units, groups)
+            if known[1] is not None:
+                split = self._check_groups(text.split("\n"), display_name, document, units, groupings[known[1]])
                 if split is not None:
                     return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
         whole = self._check_core(text, display_name, document, self._core_of(text, units))
-        self.pending[document] = _Verification(signature, text.split("\n"), units, groups, display_name, whole)
+        self.pending[document] = _Verification(signature, text.split("\n"), units, groupings, display_name, whole)
         if self.eager:
             while self.settle(document):
                 pass
@@ -350,13 +406,23 @@ class UnitChecker:
         if job is None:
             return False
         kept = self.group_results.setdefault(document, OrderedDict())
-        for group in job.groups:
+        groups = job.groupings[job.level]
+        usable = True
+        for group in groups:
             if self._group_key(job.units, group) not in kept:
                 if self._group_outcome(job.lines, job.units, group, job.display_name, kept) is None:
-                    break  # the groups cannot be used: checked whole
+                    usable = False  # the groups cannot be used
+                    break
                 return True
-        split = self._check_groups(job.lines, job.display_name, document, job.units, job.groups)
-        self.verified[document] = (job.signature, split is not None and _seen(split) == _seen(job.whole))
+        split = self._check_groups(job.lines, job.display_name, document, job.units, groups) if usable else None
+        if split is not None and _seen(split) == _seen(job.whole):
+            verdict: Optional[int] = job.level
+        elif job.level + 1 < len(job.groupings):
+            job.level += 1  # the coarse groups next
+            return True
+        else:
+            verdict = None  # checked whole
+        self.verified[document] = (job.signature, verdict)
         self.stats["verified"] += 1
         if self.pending.get(document) is job:
             del self.pending[document]
@@ -402,6 +468,8 @@ class UnitChecker:
             outcome = self._group_outcome(lines, units, group, display_name, kept)
             if outcome is None:
                 return None
+            if not outcome.diagnostics:
+                continue
             rows: List[int] = []  # the file's 1-based row of each line of the group's text
             for index in group:
                 rows.extend(range(units[index].first + 1, units[index].last + 2))
@@ -483,9 +551,10 @@ class _Verification:
     signature: tuple
     lines: List[str]
     units: List[Unit]
-    groups: List[List[int]]
+    groupings: List[List[List[int]]]  # the fine groups, then (when they differ) the coarse ones
     display_name: str
     whole: FileOutcome
+    level: int = 0  # the grouping being verified
 
 
 def _gap_comments(text: str, units: Sequence[Unit]) -> bool:
@@ -509,43 +578,3 @@ def _file_noqa(text: str) -> bool:
 def _seen(outcome: FileOutcome):
     """What a user sees of an outcome (the verification's comparison)."""
     return (outcome.diagnostics, [(e.message, e.location) for e in outcome.errors], outcome.unsafe_fixable)
-
-
-def _visible_bindings(node: ast.AST, binds: set, in_function: bool) -> None:
-    """The names `node` binds that another unit can reach: module-level names (and names declared
-    `global`), the names of functions and classes at any depth and attributes assigned anywhere (reached
-    as `obj.name`), class-level names; not a function's local variables, which nothing outside it sees."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        binds.add(node.name)
-        inner = in_function or not isinstance(node, ast.ClassDef)
-        for child in ast.iter_child_nodes(node):
-            _visible_bindings(child, binds, inner)
-        return
-    if isinstance(node, ast.Lambda):
-        return  # its parameters are its own
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-        if not in_function:
-            binds.add(node.id)
-    elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
-        binds.add(node.attr)
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        if not in_function:
-            for alias in node.names:
-                binds.add((alias.asname or alias.name).split(".")[0])
-    elif isinstance(node, (ast.Global, ast.Nonlocal)):
-        binds.update(node.names)
-    elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name and not in_function:
-        binds.add(node.name)
-    for child in ast.iter_child_nodes(node):
-        _visible_bindings(child, binds, in_function)
-
-
-def _refused(unit_text: str) -> bool:
-    """Would the parse guard refuse this statement? (Its limits are per statement and per expression: a
-    file is refused when one of its statements is.)"""
-    from amp_lint.parse.guard import check_parse_cost
-
-    try:
-        return check_parse_cost(unit_text, "unit.py") is not None
-    except Exception:
-        return True

@@ -97,6 +97,7 @@ class Scheduler:
         from amp_lint.engine import checker  # noqa: F401
 
         registry.ALL_RULES  # noqa: B018  (imports every rule module)
+        runner.remember_caller_scans()  # the workers fork inside the run: they remember their searches too
         # What is loaded now lives as long as the workers: their cyclic collector need never scan it, and
         # its memory pages stay shared with this process instead of being copied as the collector marks them.
         gc.freeze()

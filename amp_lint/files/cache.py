@@ -87,6 +87,14 @@ def dependency_digest(path: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def content_digest(content: bytes) -> str:
+    """The digest of a file's bytes that the cache keys by (blake2b, 128 bits, hex): also what the runner
+    keeps, beside the file's `stat`, for the files a warm run need not read again."""
+    import hashlib
+
+    return hashlib.blake2b(content, digest_size=16).hexdigest()
+
+
 class ResultCache:
     """Per-file results keyed by version, settings, absolute path and content."""
 
@@ -118,12 +126,16 @@ class ResultCache:
         """False once writing has failed: the run goes on without a cache."""
         return self._enabled
 
-    def key(self, path: Path, content: bytes, extra: bytes = b"") -> str:
-        """The hex sha256 of (version, settings key, absolute path, content, and `extra`: what else the
-        result depends on that must be computed afresh at each lookup, such as the set of files that call
-        this file's functions, which a new file can join)."""
+    def key(self, path: Path, content: bytes, extra: bytes = b"", *, digest_of_content: Optional[str] = None) -> str:
+        """The hex sha256 of (version, settings key, absolute path, the content's digest (`content_digest`),
+        and `extra`: what else the result depends on that must be computed afresh at each lookup, such as the
+        set of files that call this file's functions, which a new file can join). The content enters through
+        its digest, so that a run that knows a file's digest (an unchanged file: `get(digest_of_content=)`)
+        need not read the file to find its entry."""
         import hashlib
 
+        if digest_of_content is None:
+            digest_of_content = content_digest(content)
         digest = hashlib.sha256()
         absolute = os.path.abspath(path)
         for part in (
@@ -136,7 +148,7 @@ class ResultCache:
             # Length prefixes keep the parts apart: ("ab", "c") and ("a", "bc") differ.
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
-        digest.update(content)
+        digest.update(digest_of_content.encode("ascii"))
         return digest.hexdigest()
 
     def _entry_key(self, path: Path) -> str:
@@ -157,12 +169,13 @@ class ResultCache:
         self._enabled = False
         sys.stderr.write(f"amp-lint: warning: not using the cache: {reason}\n")
 
-    def get(self, path: Path, content: bytes, extra: bytes = b"") -> Optional[dict]:
-        """The payload stored for this file and content, or None on a miss (also when a file the stored
-        result depends on has changed since)."""
+    def get(self, path: Path, content: bytes, extra: bytes = b"", *, digest_of_content: Optional[str] = None) -> Optional[dict]:
+        """The payload stored for this file and content (or, without reading it, for the content whose
+        `content_digest` is `digest_of_content`), or None on a miss (also when a file the stored result
+        depends on has changed since)."""
         if not self._usable():
             return None
-        key = self.key(path, content, extra)
+        key = self.key(path, content, extra, digest_of_content=digest_of_content)
         try:  # never through a symbolic link, never a FIFO
             fd = os.open(self._entry_path(self._entry_key(path)), _ENTRY_READ_FLAGS)
             with open(fd, "rb") as entry_file:

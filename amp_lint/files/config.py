@@ -17,11 +17,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
 from amp_lint.files.sources import SourceError, read_bytes
+from amp_lint.files.torch_version import toml_parser
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 CONFIG_NAMES = (".amp-lint.toml", "amp-lint.toml", "pyproject.toml")
 AMP_DTYPES = ("float16", "bfloat16")
@@ -70,6 +67,7 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         return False
     if b"amp-lint" not in content and b"amp_lint" not in content:  # skip the many pyproject.toml files that cannot match
         return False
+    tomllib = toml_parser()
     try:
         data = tomllib.loads(content.decode("utf-8", errors="replace"))
     except (tomllib.TOMLDecodeError, RecursionError):
@@ -164,6 +162,7 @@ def _anchored(settings: Settings) -> Settings:
 
 def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
     """`--config 'select = ["AMP0"]'`: one TOML `KEY = VALUE` pair, checked like a configuration file's."""
+    tomllib = toml_parser()
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -181,6 +180,7 @@ def parse_inline_option(text: str, all_codes: Iterable[str]) -> Dict[str, Any]:
 
 def _read_table(path: Path) -> Tuple[dict, str]:
     """The amp-lint settings table of the file, and how messages name it (" in [tool.amp-lint]" or "")."""
+    tomllib = toml_parser()
     try:
         # Not `read_text`: `--config` naming a FIFO or a device must fail at once, not hang.
         data = tomllib.loads(read_bytes(str(path), _CONFIG_BYTES).decode("utf-8"))
@@ -395,19 +395,32 @@ class SettingsResolver:
         self._isolated = isolated
         self._all_codes = list(all_codes)
         self._settings_by_config: Dict[Optional[Path], Settings] = {}
+        self._by_folder: Dict[str, Settings] = {}  # `for_folder`'s answers (a run's files do not move meanwhile)
 
     def for_path(self, path: Path) -> Settings:
-        config = self._config_for(path)
-        if config is None and not self._isolated:
-            return self._settings_for_project(path)
-        return self._settings_from(config)
+        absolute = os.path.abspath(path)
+        return self.for_folder(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
 
-    def _settings_for_project(self, path: Path) -> Settings:
+    def for_folder(self, folder: str) -> Settings:
+        """The settings of the files in `folder` (an absolute, normalized path): `for_path` without asking the
+        file system whether the path is a folder (a run asks for every folder it walks)."""
+        settings = self._by_folder.get(folder)
+        if settings is None:
+            if self._isolated:
+                settings = self._settings_from(None)
+            elif self._config_path is not None:
+                settings = self._settings_from(self._config_path)
+            else:
+                config = _config_above(folder)
+                settings = self._settings_for_project(folder) if config is None else self._settings_from(config)
+            self._by_folder[folder] = settings
+        return settings
+
+    def _settings_for_project(self, folder: str) -> Settings:
         """No configuration file: the defaults, with `target-torch` from the closest `pyproject.toml`'s project."""
         from amp_lint.files.torch_version import project_root_above
 
-        absolute = os.path.abspath(path)
-        root = project_root_above(absolute if os.path.isdir(absolute) else os.path.dirname(absolute))
+        root = project_root_above(folder)
         key = ("project", root)
         if key not in self._settings_by_config:
             base = with_project_torch(Settings(), root)
@@ -428,13 +441,6 @@ class SettingsResolver:
     def root_settings(self, cwd: Path) -> Settings:
         """The settings for run-wide choices (output format, fix mode): those of the working folder."""
         return self.for_path(cwd)
-
-    def _config_for(self, path: Path) -> Optional[Path]:
-        if self._isolated:
-            return None
-        if self._config_path is not None:
-            return self._config_path
-        return find_config(path)
 
     def _settings_from(self, config: Optional[Path]) -> Settings:
         if config not in self._settings_by_config:

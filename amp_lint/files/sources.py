@@ -11,6 +11,7 @@ from __future__ import annotations
 import codecs
 import errno
 import io
+import operator
 import os
 import stat
 import tokenize
@@ -52,7 +53,8 @@ def discover(
     force_exclude: bool = False,
     on_many_bytes: Optional[Tuple[int, Callable[[], None]]] = None,
     on_warning: Optional[Callable[[FileError], None]] = None,
-) -> Tuple[List[Path], List[FileError]]:
+    as_text: bool = False,
+) -> Tuple[list, List[FileError]]:
     """Expand command-line paths into the files to check, sorted and without duplicates.
 
     Folders are walked for `.py`, `.pyi` and `.ipynb` files, skipping `exclude`/`extend_exclude`
@@ -68,11 +70,39 @@ def discover(
     Ruff, it does not fail the run: a broken `.py` symlink (Emacs' lock files `.#x.py`) or a file symlink
     loop is a warning (`on_warning`; by default a line on stderr), and a folder symlink that leads back to
     a folder being walked is skipped silently. Named on the command line, each is an error.
+
+    The files are Paths, or with `as_text` the strings their Paths print (a run's plan wants strings).
     """
     walker = _Walker(settings_for, on_many_bytes, on_warning or _warn_on_stderr)
     for argument in paths:
         walker.add(Path(argument), force_exclude)
-    return sorted(walker.files), walker.errors
+    files = _in_path_order(walker.files)
+    return (files if as_text else [Path(file) for file in files]), walker.errors
+
+
+def _child_prefix(folder: Path) -> Optional[str]:
+    """What `str(folder / name)` is `name` appended to, on POSIX (None elsewhere: a drive, `C:name`)."""
+    if os.name != "posix":
+        return None
+    text = str(folder)
+    if text == ".":
+        return ""  # Path(".") / "a.py" is "a.py"
+    return text if text.endswith("/") else text + "/"
+
+
+def _in_path_order(files: List[str]) -> List[str]:
+    """The paths sorted as their `Path`s sort (component by component: `a/x.py` before `a-b/x.py`), without
+    building a Path for each where every path is absolute or every one relative (then both orders agree on
+    POSIX, whatever the Python version)."""
+    if os.name == "posix" and not any(file.startswith("//") for file in files):
+        absolute = [file.startswith("/") for file in files]
+        if all(absolute) or not any(absolute):
+            return sorted(files, key=_components)
+    return [str(path) for path in sorted(Path(file) for file in files)]
+
+
+def _components(file: str) -> List[str]:
+    return file.split("/")
 
 
 def excluded_by_settings(path: Path, settings_for: Callable[[Path], Settings]) -> bool:
@@ -106,7 +136,7 @@ class _Walker:
         self._cwd = Path.cwd()  # the root of relative exclude globs when the settings have none
         self._seen_files: Set[_FileId] = set()
         self._walked_folders: Set[_FileId] = set()
-        self.files: List[Path] = []
+        self.files: List[str] = []  # as `str(Path)` prints each (a walk builds thousands: no Path objects)
         self.errors: List[FileError] = []
 
     def add(self, path: Path, force_exclude: bool) -> None:
@@ -136,7 +166,7 @@ class _Walker:
             folder, ignore_rules = pending.pop()
             try:
                 with os.scandir(folder) as scan:
-                    entries = sorted(scan, key=lambda entry: entry.name)
+                    entries = list(scan)
             except OSError as exc:
                 self._error(folder, exc.strerror or str(exc))
                 continue
@@ -148,36 +178,41 @@ class _Walker:
             if settings.respect_gitignore:
                 ignore_rules = self._folder_gitignores(folder, {entry.name for entry in entries}, ignore_rules)
             excluded = self._exclusion_test(settings)
-            # Strings, not pathlib, for what is asked of every entry: a walk of torch's package asks 3,000 times.
+            # Strings, not pathlib, for what is asked of every entry: a walk of torch's package asks 13,000 times.
             absolute_folder = os.path.join(os.path.abspath(folder), "")
+            # A file's path as `folder / name` names it, built as a string (`_child_prefix`).
+            file_prefix = _child_prefix(folder)
             subfolders = []
+            # Only folders and Python files, in name order: most entries of a tree (headers, data) are neither,
+            # and are dropped before the sort and before any question to the exclude globs.
+            entries = sorted(filter(_folder_or_python_file, entries), key=_entry_name)
             for entry in entries:
                 try:
                     is_folder = entry.is_dir()
                 except OSError:  # a symlink loop, say; described below
                     is_folder = False
                 if not is_folder and os.path.splitext(entry.name)[1] not in PYTHON_SUFFIXES:
-                    continue  # most entries of a tree: no need to ask the exclude globs about them
+                    continue
                 absolute = absolute_folder + entry.name
                 if excluded(absolute) or (
                     settings.respect_gitignore and ignore_rules and _gitignored(Path(absolute), is_folder, ignore_rules)
                 ):
                     continue
-                path = folder / entry.name
                 try:
                     is_file = not is_folder and entry.is_file()
                 except OSError:
                     is_file = False
                 if is_folder:
-                    subfolders.append(self._enter(path, entry, ignore_rules))
+                    subfolders.append(self._enter(folder / entry.name, entry, ignore_rules))
                 else:
+                    path = file_prefix + entry.name if file_prefix is not None else str(folder / entry.name)
                     if is_file:
                         try:
                             self._add_file(path, entry.stat())
                         except OSError as exc:
-                            self._error(path, exc.strerror or str(exc))
+                            self._error(Path(path), exc.strerror or str(exc))
                     elif entry.is_symlink():
-                        self._on_warning(FileError(str(path), _describe_unreachable(path) + "; skipped"))
+                        self._on_warning(FileError(path, _describe_unreachable(Path(path)) + "; skipped"))
             # Reversed so that the stack pops the subfolders in name order.
             pending.extend(reversed([item for item in subfolders if item is not None]))
 
@@ -195,11 +230,12 @@ class _Walker:
         self._walked_folders.add(folder_id)
         return path, ignore_rules
 
-    def _add_file(self, path: Path, info: os.stat_result) -> None:
+    def _add_file(self, path, info: os.stat_result) -> None:
+        """`path`: a Path, or the string a Path would print."""
         file_id = _file_id(info)
         if file_id not in self._seen_files:
             self._seen_files.add(file_id)
-            self.files.append(path)
+            self.files.append(str(path))
             if self._on_many_bytes is not None:
                 self._bytes_found += info.st_size
                 if self._bytes_found >= self._on_many_bytes[0]:
@@ -324,6 +360,22 @@ def _warn_on_stderr(warning: FileError) -> None:
     import sys
 
     sys.stderr.write(f"{warning.filename}: warning: {warning.message}\n")
+
+
+_PYTHON_SUFFIX_TUPLE = tuple(PYTHON_SUFFIXES)
+_entry_name = operator.attrgetter("name")
+
+
+def _folder_or_python_file(entry: os.DirEntry) -> bool:
+    """Could the walk keep this entry (a folder, or a name with a Python suffix)? A cheap first look: a name
+    that does not even end in a Python suffix is asked only whether it is a folder (from the folder listing's
+    file type, without a `stat` in most file systems); the walk then asks again exactly."""
+    if entry.name.endswith(_PYTHON_SUFFIX_TUPLE):
+        return True
+    try:
+        return entry.is_dir()
+    except OSError:  # a symlink loop, say: the walk describes it if it is a Python file, and it is not
+        return False
 
 
 def _file_id(info: os.stat_result) -> _FileId:

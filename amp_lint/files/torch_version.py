@@ -14,10 +14,6 @@ import re
 import sys
 from typing import Iterable, Optional, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 Version = Tuple[int, int, int]
 
@@ -108,11 +104,21 @@ def project_package_floors(folder: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(found)
 
 
+def toml_parser():
+    """The TOML parser (`tomllib`), imported when a TOML file is read: a run that finds none never imports it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python < 3.11
+        import tomli as tomllib
+    return tomllib
+
+
 @functools.lru_cache(maxsize=256)
 def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, str]]:
     """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no floor of `package`."""
     pyproject = os.path.join(folder, "pyproject.toml")
     if os.path.isfile(pyproject):
+        tomllib = toml_parser()
         try:
             with open(pyproject, "rb") as handle:
                 data = tomllib.loads(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))

@@ -23,7 +23,7 @@ from amp_lint.rules.base import Finding, Fix, Rule
 _TENSOR_USE = r"\.(?:shape|dtype|ndim|is_cuda|size\(|dim\(|numel\(|float\(|half\(|bfloat16\(|to\(|cuda\(|detach\(|view\(|reshape\(|contiguous\()"
 
 
-def tensor_device(node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
+def tensor_device(node: cst.BaseExpression, scope: Optional[Scope], model: Optional[FileModel] = None) -> bool:
     """Is `node` the `.device` of a tensor, shown by the code itself: `x.device` where the function also reads
     `x.shape` / `x.dtype` / `x.size()`, casts or moves `x`, or `next(m.parameters()).device`? A tensor on CUDA
     always has an index (`cuda:0`), so `str()` of its device is never a device type (issue 26, principle 4)."""
@@ -35,7 +35,80 @@ def tensor_device(node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
         return isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value == "parameters"
     if not isinstance(owner, cst.Name) or owner.value in ("self", "cls") or scope is None or not scope.is_function:
         return False
-    return re.search(rf"(?<![\w.]){re.escape(owner.value)}{_TENSOR_USE}", code_of(scope.node)) is not None
+    return is_tensor_in(model, owner.value, scope, depth=0)
+
+
+# torch functions whose first argument need not be a tensor (a path, a device string, a numpy array whose
+# `.device` is the string "cpu", anything): being passed to them proves nothing.
+_NOT_TENSOR_TAKING = frozenset(
+    {"device", "dtype", "save", "load", "tensor", "as_tensor", "asarray", "from_numpy", "compile", "is_tensor",
+     "is_storage", "autocast", "Generator", "Size", "stack", "cat", "concat", "concatenate", "set_default_device",
+     "get_device_module", "manual_seed", "typename"}
+)
+
+
+def is_tensor_in(model: Optional[FileModel], name: str, scope: Scope, depth: int) -> bool:
+    """Does the function `scope` show that its local or parameter `name` is a tensor (issue 26, principle 4:
+    `.device` of a tensor is a torch.device, indexed on CUDA)? The evidence, in the code itself:
+    - a tensor-only use of it (`x.shape`, `x.dtype`, `x.size()`, `x.to(...)`, ...);
+    - passed as the first argument of a torch operator (`torch.baddbmm(W, ...)`, `F.group_norm(x, ...)`),
+      not of one that takes anything (`torch.device(s)`, `torch.save(obj, path)`, `torch.tensor(a)`);
+    - passed to a function of this file whose parameter in that place is shown a tensor the same way.
+    A config object (`cfg.device`, `args.device`: often a string) shows none of these."""
+    code = code_of(scope.node)
+    if re.search(rf"(?<![\w.]){re.escape(name)}{_TENSOR_USE}", code) is not None:
+        return True
+    if name not in code or depth > 2:
+        return False
+    finder = _PassedAs(name)
+    scope.node.visit(finder)
+    for call, position in finder.calls:
+        if position == 0:
+            qualified = scope.names.qualify(call.func) or ""
+            head, _, op = qualified.rpartition(".")
+            if head in ("torch", "torch.nn.functional") and op not in _NOT_TENSOR_TAKING:
+                return True
+        if model is not None and isinstance(call.func, cst.Name):
+            for function in model.functions_named(call.func.value):
+                callee = model.scope_of(function)
+                params = list(function.params.posonly_params) + list(function.params.params)
+                if callee is not None and position < len(params) and is_tensor_in(model, params[position].name.value, callee, depth + 1):
+                    return True
+    return False
+
+
+class _PassedAs(cst.CSTVisitor):
+    """Calls that get the name `name` as a positional argument, with its position."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for position, arg in enumerate(node.args):
+            if arg.keyword is not None or arg.star:
+                break
+            if isinstance(arg.value, cst.Name) and arg.value.value == self.name:
+                self.calls.append((node, position))
+
+
+def tensor_device_value(model: FileModel, node: cst.BaseExpression, scope: Optional[Scope]) -> bool:
+    """`tensor_device`, or a local name every definition of which is `x.device` of a tensor `x`
+    (`module_device = x.device`)."""
+    if tensor_device(node, scope, model):
+        return True
+    if not isinstance(node, cst.Name) or scope is None or not scope.is_function:
+        return False
+    atoms = value_of(model, node, scope).atoms
+    return bool(atoms) and all(_assigned_tensor_device(model, a.defined_at, scope) for a in atoms)
+
+
+def _assigned_tensor_device(model: FileModel, node: Optional[cst.CSTNode], scope: Scope) -> bool:
+    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
+        node = node.body[0]
+    if isinstance(node, (cst.Assign, cst.AnnAssign)):
+        node = node.value
+    return isinstance(node, cst.Attribute) and tensor_device(node, scope, model)
 
 
 _DEVICE_ONLY = ("type", "index")  # attributes a torch.device has and a str has not
@@ -166,7 +239,7 @@ def check_str_call(rule: Rule, model: FileModel, value: cst.Call, scope: Scope) 
     # A tensor's device (the function reads its shape, casts or moves it) carries an index on CUDA: proved.
     proven = (
         (resolved.kind is Kind.DEVICE and resolved.certain)
-        or tensor_device(inner, scope)
+        or tensor_device_value(model, inner, scope)
         or (not any(a.kind is Kind.STRING for a in resolved.atoms) and read_as_device(model, inner, scope))
     )
     if not proven and not resolved.indexed() and dotted_name(inner) is None:
@@ -231,7 +304,7 @@ def check_resolved(rule: Rule, model: FileModel, value: cst.BaseExpression, scop
     certain = bool(indexed) and all(a.certain for a in resolved.atoms)
     # `dt = str(x.device)` of a tensor `x`, every definition so: proved as the direct form is.
     tensor_strings = bool(suspect) and len(suspect) == len(resolved.atoms) and all(
-        _str_of_tensor_device(a.defined_at, scope) for a in suspect
+        _str_of_tensor_device(model, a.defined_at, scope) for a in suspect
     )
     if (certain or tensor_strings) and torch_name is not None and postfix_ok(value):
         fix = replace_fix(model, value, f"{torch_name}.device({text}).type", Applicability.SAFE)
@@ -255,7 +328,7 @@ def check_resolved(rule: Rule, model: FileModel, value: cst.BaseExpression, scop
     )
 
 
-def _str_of_tensor_device(node: Optional[cst.CSTNode], scope: Scope) -> bool:
+def _str_of_tensor_device(model: FileModel, node: Optional[cst.CSTNode], scope: Scope) -> bool:
     """Is `node` (a definition: the value, or the statement that holds it) `str(x.device)` of a tensor `x`?"""
     if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
         node = node.body[0]
@@ -266,5 +339,5 @@ def _str_of_tensor_device(node: Optional[cst.CSTNode], scope: Scope) -> bool:
         and isinstance(node.func, cst.Name)
         and node.func.value == "str"
         and len(node.args) == 1
-        and tensor_device(node.args[0].value, scope)
+        and tensor_device_value(model, node.args[0].value, scope)
     )

@@ -12,6 +12,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class OptimizerStepOnScaledGrads(Rule):
@@ -63,6 +64,8 @@ class OptimizerStepOnScaledGrads(Rule):
     """
 
     code = "AMP020"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "optimizer-step-on-scaled-grads"
     summary = "optimizer.step() called directly on scaled gradients"
     severity = Severity.ERROR
@@ -164,6 +167,19 @@ class AmpStep:
     def step(self, optimizer):
         self.scaler.step(optimizer)
         self.scaler.update()
+""",
+        ),
+        # The protocol's "step-around-unscaled": the optimizer steps directly while its scaler holds it
+        # UNSCALED and an update() follows (the magnitude is right, an overflowing step is never skipped).
+        Invalid(
+            """
+import torch
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scaler.update()
 """,
         ),
     ]

@@ -11,6 +11,7 @@ from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class MissingScalerUpdate(Rule):
@@ -57,6 +58,8 @@ class MissingScalerUpdate(Rule):
     """
 
     code = "AMP021"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "missing-scaler-update"
     summary = "scaler.step() without scaler.update() in the iteration"
     severity = Severity.ERROR

@@ -13,6 +13,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import StepFlow
 from amp_lint.analysis.flow_queries import site_path
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 class UpdateBeforeStep(Rule):
     """
@@ -50,6 +51,8 @@ class UpdateBeforeStep(Rule):
     """
 
     code = "AMP022"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "update-before-step"
     summary = "scaler.update() before (or without) scaler.step()"
     severity = Severity.ERROR

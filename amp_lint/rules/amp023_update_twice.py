@@ -11,6 +11,7 @@ from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class UpdateTwice(Rule):
@@ -52,6 +53,8 @@ class UpdateTwice(Rule):
     """
 
     code = "AMP023"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "update-more-than-once"
     summary = "scaler.update() more than once per iteration"
     severity = Severity.WARNING

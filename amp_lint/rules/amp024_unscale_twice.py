@@ -12,6 +12,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis import order_unscale
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class UnscaleTwice(Rule):
@@ -55,6 +56,8 @@ class UnscaleTwice(Rule):
     """
 
     code = "AMP024"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "unscale-twice"
     summary = "scaler.unscale_() twice per optimizer per iteration, or after step()"
     severity = Severity.ERROR

@@ -7,6 +7,7 @@ from amp_lint.analysis import order_gradients
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ClosureToScalerStep(Rule):
@@ -50,6 +51,8 @@ class ClosureToScalerStep(Rule):
     """
 
     code = "AMP025"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "closure-to-scaler-step"
     summary = "Closure passed to scaler.step()"
     severity = Severity.ERROR

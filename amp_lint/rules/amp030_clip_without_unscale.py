@@ -17,6 +17,7 @@ from amp_lint.rules._helpers import short
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ClipWithoutUnscale(Rule):
@@ -66,6 +67,8 @@ class ClipWithoutUnscale(Rule):
     """
 
     code = "AMP030"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "clip-without-unscale"
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR
@@ -260,14 +263,6 @@ def _bound_by_a_later_loop(flow, clip: Event, event: Event) -> bool:
     from the clip then enters that loop, and a name it binds does not exist at the clip."""
     around_clip = {header for _, header in _loops_holding(flow, flow.node(clip))}
     return any(header not in around_clip for _, header in _loops_holding(flow, flow.node(event)))
-
-
-def _threshold_carries_scale(clip: Event) -> bool:
-    """`clip_grad_norm_(params, max_norm * scaler.get_scale())` (issue 26, principle 4): the threshold is
-    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first."""
-    if not isinstance(clip.call, cst.Call):
-        return False  # a `p.grad` read
-    return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
 
 
 def _every_micro_batch(model: FileModel, step: TrainingStep, clip: Event) -> bool:

@@ -6,26 +6,12 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis.events import Event, EventKind
+from amp_lint.analysis import order_reads
+from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.cfg import EXCEPTION
-from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.paths import PROVED
-from amp_lint.analysis.scaler_flow import assumption_text, flow_of
-from amp_lint.analysis.flow_queries import site_path
-from amp_lint.rules._helpers import argument, literal_bool, short
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-
-# clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None)
-_POSITION = 3
-_NORM_CLIPS = frozenset(
-    {
-        "torch.nn.utils.clip_grad_norm_",
-        "torch.nn.utils.clip_grad_norm",
-        "torch.nn.utils.clip_grad.clip_grad_norm_",
-        "torch.nn.utils.clip_grad.clip_grad_norm",
-    }
-)
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ClipErrorIfNonfinite(Rule):
@@ -69,6 +55,8 @@ class ClipErrorIfNonfinite(Rule):
     """
 
     code = "AMP031"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "clip-error-if-nonfinite-with-scaler"
     summary = "clip_grad_norm_(error_if_nonfinite=True) in a GradScaler loop"
     severity = Severity.WARNING
@@ -181,59 +169,16 @@ def train_step(self, loss):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        for step in model.steps:
-            for clip in step.of(EventKind.CLIP):
-                if clip.target not in _NORM_CLIPS:
-                    continue
-                arg = argument(clip.call, _POSITION, "error_if_nonfinite")
-                if arg is None or literal_bool(arg.value) is not True:
-                    continue
-                # A scaler step in the clip's own pass through the iteration (before or after it).
-                flow = flow_of(model, step)
-                if not clip.in_helper and _caught(flow, clip):
-                    continue  # exceptions are paths (issue 26, principle 4): the raise is the skip branch
-                scaler_steps, proof = [], None
-                for e in step.of(EventKind.SCALER_STEP):
-                    if not model.scaler_enabled(e.receiver, step.scope):
-                        continue
-                    found = site_path(flow, clip, e) or site_path(flow, e, clip)
-                    if found is not None:
-                        scaler_steps.append(e)
-                        proof = found if proof is None or found is PROVED else proof
-                if not scaler_steps:
-                    continue
-                yield self.finding(
-                    arg,
-                    f"`{short(clip.call)}` raises on the inf/NaN gradients that dynamic loss scaling "
-                    f"produces by design; `{scaler_steps[0].receiver}.step()` already skips those steps",
-                    fix=_remove_fix(model, clip, arg),
-                    context=step.scope.name,
-                    assumption=assumption_text(proof),
-                )
-
-
-_CAUGHT = frozenset({"RuntimeError", "Exception", "BaseException"})
-
-
-def _caught(flow, clip: Event) -> bool:
-    """Is the clip in a `try` whose handler catches the RuntimeError it raises? Then the raise is how the
-    code skips a non-finite step (the step in the `try` body, `update()` after both), which is correct."""
-    graph = flow.flow.graph
-    node = flow.node(clip)
-    if node is None:
-        return False
-    for target, atom in graph.succ[node]:
-        if atom is not EXCEPTION:
-            continue
-        handler = graph.statements[target]
-        if not isinstance(handler, cst.ExceptHandler):
-            continue
-        if handler.type is None:
-            return True
-        caught = [handler.type] if not isinstance(handler.type, cst.Tuple) else [e.value for e in handler.type.elements]
-        if any((dotted_name(t) or "").split(".")[-1] in _CAUGHT for t in caught):
-            return True
-    return False
+        for breach in order_reads.clips_raising_on_nonfinite(model):
+            clip = breach.event
+            yield self.finding(
+                breach.node,
+                f"`{short(clip.call)}` raises on the inf/NaN gradients that dynamic loss scaling "
+                f"produces by design; `{breach.scaler}.step()` already skips those steps",
+                fix=_remove_fix(model, clip, breach.node),
+                context=breach.context,
+                assumption=breach.assumption,
+            )
 
 
 def _remove_fix(model: FileModel, clip: Event, arg: cst.Arg) -> Optional[Fix]:

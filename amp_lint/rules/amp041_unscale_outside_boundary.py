@@ -7,6 +7,7 @@ from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.rules._helpers import move_into_boundary_fix, short
 from amp_lint.rules.base import Finding, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class UnscaleOutsideBoundary(Rule):
@@ -59,6 +60,8 @@ class UnscaleOutsideBoundary(Rule):
     """
 
     code = "AMP041"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "unscale-outside-accumulation-boundary"
     summary = "Accumulation loop: unscale_()/clipping outside the step boundary"
     severity = Severity.ERROR

@@ -8,6 +8,7 @@ from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class AccumulatedLossNotDivided(Rule):
@@ -56,6 +57,8 @@ class AccumulatedLossNotDivided(Rule):
     """
 
     code = "AMP042"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "accumulated-loss-not-divided"
     summary = "Accumulation loop: loss not divided by the number of accumulation steps"
     severity = Severity.WARNING

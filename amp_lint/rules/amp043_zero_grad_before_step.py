@@ -13,6 +13,7 @@ from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import short
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ZeroGradBeforeStep(Rule):
@@ -58,6 +59,8 @@ class ZeroGradBeforeStep(Rule):
     """
 
     code = "AMP043"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "zero-grad-before-scaler-step"
     summary = "zero_grad() between the scaled backward and scaler.step()"
     severity = Severity.ERROR
@@ -155,6 +158,33 @@ for i, x in enumerate(loader):
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad()
+""",
+        ),
+        # A module's zero_grad, the stepped optimizer built here from that module's parameters: proved.
+        Invalid(
+            """
+import torch
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    model.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        ),
+        # A module's zero_grad, the optimizer a parameter (not known to hold the module's parameters):
+        # reported with --show-assumed.
+        Invalid(
+            """
+import torch
+def train(model, optimizer, scaler, loader):
+    for x, y in loader:
+        scaler.scale(loss_fn(model(x), y)).backward()
+        model.zero_grad()
+        scaler.step(optimizer)
+        scaler.update()
 """,
         ),
     ]

@@ -7,6 +7,7 @@ from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
+from amp_lint.analysis.protocol import predicates_of
 
 
 class ScalerStateMidIteration(Rule):
@@ -51,6 +52,8 @@ class ScalerStateMidIteration(Rule):
     """
 
     code = "AMP081"
+    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
+    predicates = predicates_of(code)
     name = "scaler-state-mid-iteration"
     summary = "GradScaler state saved between the scaled backward and update() (stale scale, or AssertionError when pickled)"
     severity = Severity.WARNING

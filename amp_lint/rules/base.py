@@ -78,6 +78,8 @@ class Rule:
     ast_needs: ClassVar[Tuple[str, ...]] = ()
     valid: ClassVar[Sequence[str]] = ()
     invalid: ClassVar[Sequence[Invalid]] = ()
+    # An order rule: the GradScaler protocol's predicates it reports (`amp_lint.analysis.protocol`).
+    predicates: ClassVar[Tuple[object, ...]] = ()
 
     def __init__(self, options: Optional[dict] = None) -> None:
         self.options = options or {}
@@ -123,7 +125,11 @@ class Rule:
     @classmethod
     def explanation(cls) -> str:
         """The rule's documentation in Markdown: What it does, Why is this bad?, Example, Use instead, ..."""
-        return textwrap.dedent(cls.__doc__ or "").strip()
+        text = textwrap.dedent(cls.__doc__ or "").strip()
+        if cls.predicates:
+            text += "\n\n## Protocol predicates\nWhat this rule reports, as \"event while state\" over the GradScaler protocol "
+            text += "(`amp_lint.analysis.protocol.PREDICATES`):\n\n" + "\n".join(f"- {p.describe()}" for p in cls.predicates)  # type: ignore[attr-defined]
+        return text
 
     @classmethod
     def explanation_section(cls, title: str) -> str:

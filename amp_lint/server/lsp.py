@@ -1,8 +1,9 @@
 """The language server (pygls 2): diagnostics as you type, quick fixes, `# noqa`, fix-all, reloaded settings.
 
 Each open document (or notebook) is checked in-process by the engine, in one worker thread so that the
-server keeps answering while a big file is analysed; edits are debounced (a check starts once typing
-pauses for `debounce` seconds) and a result that arrives after a newer edit is dropped. The last result
+server keeps answering while a big file is analysed; edits are debounced on both edges (an edit after a pause
+of at least `debounce` seconds is checked at once, while the check thread is free; edits that follow each other
+faster wait until typing pauses for `debounce` seconds) and a result that arrives after a newer edit is dropped. The last result
 per document is kept: code actions are built from it (from the engine's fix edits), not recomputed.
 
 A check that fails (a bug of ours) is logged to the client (`window/logMessage`) and the server goes on.
@@ -85,6 +86,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.debounce = DEFAULT_DEBOUNCE
         self.results: Dict[str, Checked] = {}
         self.pending: Dict[str, asyncio.Task] = {}
+        self.last_change: Dict[str, float] = {}  # document key -> when its last change came (loop time)
+        self.checking = 0  # checks running in the check thread
         # One thread runs the checks, one after the other (the engine's checkers are shared).
         self.checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amp-lint-server-check")
         self.shown_errors: set = set()
@@ -148,6 +151,15 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.pending[key] = task
         task.add_done_callback(lambda done: self.pending.pop(key, None) if self.pending.get(key) is done else None)
 
+    def changed(self, key: str) -> None:
+        """A change of `key`: checked at once after a pause of `debounce` (the first edit of a burst, the
+        usual edit after reading), else once the burst pauses for `debounce` seconds."""
+        now = asyncio.get_running_loop().time()
+        previous = self.last_change.get(key)
+        self.last_change[key] = now
+        paused = previous is None or now - previous >= self.debounce
+        self.schedule(key, 0 if paused and not self.checking else self.debounce)
+
     async def _check_later(self, key: str, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
@@ -157,11 +169,14 @@ class AmpLintServer(CodeActions, LanguageServer):
         view = self.view_of(key)
         if view is None:
             return None
+        self.checking += 1
         try:
             checked, messages = await self.in_check_thread(self._check, view)
         except Exception as error:  # never fatal: log it, keep the last diagnostics
             self.log(f"amp-lint: checking {view.path} failed: {type(error).__name__}: {error}\n{traceback.format_exc()}", types.MessageType.Error)
             return None
+        finally:
+            self.checking -= 1
         current = self.view_of(key)
         if current is None or current.version != view.version:
             return None  # edited (or closed) meanwhile: a newer check is on its way
@@ -329,6 +344,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         if task is not None:
             task.cancel()
         self.to_settle.pop(key, None)
+        self.last_change.pop(key, None)
         checked = self.results.pop(key, None)
         for uri in set(uris) | (set(checked.published) if checked is not None else set()):
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -430,8 +446,7 @@ def create_server() -> AmpLintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: AmpLintServer, params: types.DidChangeTextDocumentParams) -> None:
-        key = ls.key_of(params.text_document.uri)
-        ls.schedule(key, ls.debounce)
+        ls.changed(ls.key_of(params.text_document.uri))
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmpLintServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -452,7 +467,7 @@ def create_server() -> AmpLintServer:
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
     def notebook_change(ls: AmpLintServer, params: types.DidChangeNotebookDocumentParams) -> None:
-        ls.schedule(params.notebook_document.uri, ls.debounce)
+        ls.changed(params.notebook_document.uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     def notebook_save(ls: AmpLintServer, params: types.DidSaveNotebookDocumentParams) -> None:

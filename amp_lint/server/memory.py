@@ -78,6 +78,12 @@ def warm_up() -> None:
         # now, not in the middle of a big file's check, do not pin the memory its tree leaves behind.
         linecache.clearcache()
         release_memory()
+        # What is loaded now (modules, rules, LibCST's tables) lives as long as the server: out of the
+        # collector's sight, a full collection while a document is checked does not walk it again.
+        import gc
+
+        gc.collect()
+        gc.freeze()
     except Exception as error:  # the first real check will say what is wrong
         logging.getLogger("amp_lint.server").warning("warm-up failed: %s: %s", type(error).__name__, error)
 

@@ -1,0 +1,242 @@
+"""A module's units, as `engine.units` checks them: top-level statements, and the members of a class.
+
+A top-level function or statement is one unit (statements that share a line are one unit). A top-level class
+whose body starts on a line of its own is split: its *header* (decorators and the `class ...:` line, up to the
+first body statement) is one unit, and each statement of its body (a method with its decorators, a class-level
+assignment, the docstring) is a *member* unit. Every unit has a text hash, and per hash what `ast` says of it
+once (`UnitFacts`): the names it binds, the words it uses, whether it holds a name the rules look for.
+
+A member belongs to the nearest header before it (`owners`): members follow their header, in file order. Each
+unit's text parses on its own where it stands: a member's lines after its class's header, a header with any
+member of its class after it. A class whose body shares the header's line is one unit, as is every class
+inside a function or another statement.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
+
+WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
+
+TOP, HEADER, MEMBER = 0, 1, 2  # a unit's role
+_WRAPPER = "class _:\n"  # a piece of a class body parses after it (one line more)
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """What one unit's text says, whatever its place in the file."""
+
+    binds: FrozenSet[str]  # names it binds, at any depth (functions, classes, targets, imports, globals)
+    words: FrozenSet[str]  # every word of its text (names, attributes, strings, comments)
+    relevant: bool  # holds a name some rule's findings need, or a `# noqa` / `amp-lint` comment
+    only_imports: bool  # import statements: users of what they bind do not join the core through them
+    parse_refused: bool  # the parse guard refuses it (then the whole file is checked, for the same refusal)
+    # The lines (as written) that hold such a name or comment: an edit that changes none of them cannot
+    # change what the rules ask of the file as a whole (see `UnitChecker.check`).
+    relevant_lines: Tuple[str, ...] = ()
+    future: bool = False  # `from __future__ import ...`: it changes how every other unit is read
+    # A member that defines its class rather than adds a method to it: a class-level statement (an
+    # attribute, the docstring) or a special method (`__init__`, `__call__`, ...). A class's header is
+    # checked with them (`UnitChecker.groups`).
+    defines_class: bool = False
+    # The names its code reads or writes (names, attributes, keywords, strings that are names: `getattr(x,
+    # "step")`), without comments and docstrings: what the fine groups follow (`UnitChecker.groups`).
+    uses: FrozenSet[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Unit:
+    first: int  # 0-based index of its first line
+    last: int  # 0-based index of its last line
+    digest: str
+    facts: UnitFacts
+    role: int = TOP  # TOP, HEADER (a split class's header) or MEMBER (a statement of that class's body)
+
+    def moved(self, shift: int) -> "Unit":
+        return Unit(self.first + shift, self.last + shift, self.digest, self.facts, self.role)
+
+
+FactsOf = Callable[[str, Sequence[ast.stmt], int, str], UnitFacts]  # (text, statements, role, digest)
+
+
+def split_units(lines: Sequence[str], start: int, end: int, facts_of: FactsOf, members: bool = False) -> Optional[List[Unit]]:
+    """The units of `lines[start:end]`, parsed on their own (a piece that starts and ends between statements
+    parses as it does in the file); with `members`, the piece is part of a class body and every statement
+    of it is a member. None when it does not parse (or, with `members`, is not all inside one class body)."""
+    source = "\n".join(lines[start:end])
+    offset = start
+    if members:
+        source = _WRAPPER + source
+        offset -= 1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+    body = tree.body
+    if members:
+        if len(body) != 1 or not isinstance(body[0], ast.ClassDef):
+            return None  # the piece ends the class and goes on at the top level
+        return _units_of(lines, body[0].body, offset, MEMBER, facts_of)
+    units: List[Unit] = []
+    pending: List[ast.stmt] = []  # top-level statements not yet turned into units (a split class ends them)
+    for statement in body:
+        if isinstance(statement, ast.ClassDef) and _splittable(statement, lines, offset):
+            units.extend(_units_of(lines, pending, offset, TOP, facts_of))
+            pending = []
+            first = _first_line(statement) + offset
+            body_first = _first_line(statement.body[0]) + offset
+            header_text = "\n".join(lines[first:body_first])
+            units.append(_unit(first, body_first - 1, header_text, [statement], HEADER, facts_of))
+            units.extend(_units_of(lines, statement.body, offset, MEMBER, facts_of))
+        else:
+            pending.append(statement)
+    units.extend(_units_of(lines, pending, offset, TOP, facts_of))
+    return units
+
+
+def _splittable(node: ast.ClassDef, lines: Sequence[str], offset: int) -> bool:
+    """A class whose body starts a line of its own (`class A: x = 1` is one unit)."""
+    if not node.body:
+        return False
+    first = node.body[0]
+    decorators = getattr(first, "decorator_list", ())
+    starter = min([first] + list(decorators), key=lambda n: (n.lineno, n.col_offset))
+    if starter.lineno <= node.lineno:
+        return False
+    line = lines[starter.lineno - 1 + offset]
+    indentation = len(line) - len(line.lstrip(" \t"))
+    return starter.col_offset == indentation  # only indentation before it (ASCII: bytes are characters)
+
+
+def _first_line(statement: ast.stmt) -> int:
+    """0-based (in the parsed piece) first line of a statement with its decorators."""
+    return min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", ())]) - 1
+
+
+def _units_of(lines, statements, offset: int, role: int, facts_of: FactsOf) -> List[Unit]:
+    spans: List[list] = []
+    for statement in statements:
+        first = _first_line(statement) + offset
+        last = (statement.end_lineno or statement.lineno) - 1 + offset
+        if spans and first <= spans[-1][1]:  # `a = 1; b = 2`, or a statement that starts where one ends
+            spans[-1][1] = max(spans[-1][1], last)
+            spans[-1][2].append(statement)
+        else:
+            spans.append([first, last, [statement]])
+    return [_unit(first, last, "\n".join(lines[first : last + 1]), found, role, facts_of) for first, last, found in spans]
+
+
+def _unit(first: int, last: int, text: str, statements, role: int, facts_of: FactsOf) -> Unit:
+    digest = hashlib.blake2b(bytes((role,)) + text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return Unit(first, last, digest, facts_of(text, statements, role, digest), role)
+
+
+def owners(units: Sequence[Unit]) -> List[Optional[int]]:
+    """Each member's header (index), None for the others."""
+    found: List[Optional[int]] = []
+    header = None
+    for index, unit in enumerate(units):
+        if unit.role == HEADER:
+            header = index
+        elif unit.role == TOP:
+            header = None
+        found.append(header if unit.role == MEMBER else None)
+    return found
+
+
+def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern) -> UnitFacts:
+    binds: set = set()
+    if role == HEADER:
+        binds.add(statements[0].name)  # the class's name; its body is its members'
+    else:
+        for statement in statements:
+            _visible_bindings(statement, binds, in_function=False)
+    relevant = any_pattern.search(text) is not None
+    only_imports = role != HEADER and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in statements)
+    relevant_lines: Tuple[str, ...] = ()
+    if relevant:
+        search = any_pattern.search
+        relevant_lines = tuple(line for line in text.split("\n") if search(line) is not None)
+    future = role == TOP and all(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in statements)
+    defines_class = role == MEMBER and any(
+        not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) or (s.name.startswith("__") and s.name.endswith("__"))
+        for s in statements
+    )
+    uses: set = set()
+    for statement in statements:
+        if role == HEADER:  # the class's own line: decorators, bases, keywords (its body is its members')
+            parts = list(statement.decorator_list) + list(statement.bases) + list(statement.keywords)
+        else:
+            parts = [statement]
+        for part in parts:
+            for node in ast.walk(part):
+                if isinstance(node, ast.Name):
+                    uses.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    uses.add(node.attr)
+                elif isinstance(node, ast.keyword) and node.arg:
+                    uses.add(node.arg)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+                    uses.add(node.value)
+                elif isinstance(node, ast.alias):
+                    uses.update(node.name.split("."))
+    # What the parse guard reads: the unit as it parses (a member inside a class, a header with a body).
+    guarded = _WRAPPER + text if role == MEMBER else text + "\n pass" if role == HEADER else text
+    return UnitFacts(
+        frozenset(binds),
+        frozenset(WORD.findall(text)),
+        relevant,
+        only_imports,
+        _refused(guarded),
+        relevant_lines,
+        future,
+        defines_class,
+        frozenset(uses),
+    )
+
+
+def _visible_bindings(node: ast.AST, binds: set, in_function: bool) -> None:
+    """The names `node` binds that another unit can reach: module-level names (and names declared
+    `global`), the names of functions and classes at any depth and attributes assigned anywhere (reached
+    as `obj.name`), class-level names; not a function's local variables, which nothing outside it sees."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        binds.add(node.name)
+        inner = in_function or not isinstance(node, ast.ClassDef)
+        for child in ast.iter_child_nodes(node):
+            _visible_bindings(child, binds, inner)
+        return
+    if isinstance(node, ast.Lambda):
+        return  # its parameters are its own
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        if not in_function:
+            binds.add(node.id)
+    elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+        binds.add(node.attr)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        if not in_function:
+            for alias in node.names:
+                binds.add((alias.asname or alias.name).split(".")[0])
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        binds.update(node.names)
+    elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name and not in_function:
+        binds.add(node.name)
+    for child in ast.iter_child_nodes(node):
+        _visible_bindings(child, binds, in_function)
+
+
+def _refused(unit_text: str) -> bool:
+    """Would the parse guard refuse this statement? (Its limits are per statement and per expression: a
+    file is refused when one of its statements is.)"""
+    from amp_lint.parse.guard import check_parse_cost
+
+    try:
+        return check_parse_cost(unit_text, "unit.py") is not None
+    except Exception:
+        return True

@@ -1,0 +1,228 @@
+"""Issue 26, principle 3 (open world: report what is proved): a library step through `self.<scaler>` with no
+`update()` is AMP021 only when the package is the scaler's only driver. `analysis/scaler_reach.py` proves it
+by data flow over the whole package: the scaler is built there (on some path), and every value it flows to
+(locals, other attributes, parameters of package functions it is passed to) is only used by protocol calls
+and tests; never updated, returned, exposed by a getter or a `getattr(obj, "<name>")`, or passed to a call
+that does not resolve. These shapes are our own (a precision plugin, an optimizer wrapper)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from amp_lint.analysis.scaler_reach import package_drives_alone
+
+PLUGIN = """
+import torch
+
+
+class MixedPrecisionPlugin:
+    def __init__(self, device, scaler=None):
+        if scaler is None:
+            scaler = torch.amp.GradScaler(device)
+        if scaler is not None and device == "cpu":
+            raise ValueError(f"no scaler on cpu, found {scaler}")
+        self.scaler = scaler
+
+    def backward(self, loss):
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def unscale(self, optimizer):
+        scaler = self.scaler
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer):
+        out = self.scaler.step(optimizer)
+        {update}
+        return out
+
+    def state_dict(self):
+        return self.scaler.state_dict() if self.scaler is not None else {}
+{extra}
+"""
+
+
+def _package(tmp_path, files):
+    package = tmp_path / "pkg"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    paths = []
+    for name, text in files.items():
+        (package / name).write_text(textwrap.dedent(text))
+        paths.append(str(package / name))
+    return [str(package / "__init__.py"), *paths]
+
+
+def _plugin(update="pass", extra=""):
+    return PLUGIN.replace("{update}", update).replace("{extra}", extra)
+
+
+def _check(tmp_path, files, target):
+    _package(tmp_path, files)
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP021", "--output-format", "json", f"pkg/{target}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+
+
+def test_a_plugin_that_builds_its_scaler_and_never_updates_it_is_amp021(tmp_path):
+    # Built on the default path (no scaler passed); read through a local alias, a test, an f-string and
+    # protocol calls only: nothing in the package can update it.
+    assert _check(tmp_path, {"plugin.py": _plugin()}, "plugin.py") == [("AMP021", 24)]
+
+
+def test_the_plugin_that_updates_is_silent(tmp_path):
+    assert _check(tmp_path, {"plugin.py": _plugin("self.scaler.update()")}, "plugin.py") == []
+
+
+def test_a_getter_that_returns_the_scaler_keeps_it_silent(tmp_path):
+    # A property hands the scaler to users: one of them may drive update().
+    extra = "\n    @property\n    def grad_scaler(self):\n        return self.scaler\n"
+    assert _check(tmp_path, {"plugin.py": _plugin(extra=extra)}, "plugin.py") == []
+
+
+def test_a_getattr_by_name_elsewhere_in_the_package_keeps_it_silent(tmp_path):
+    trainer = "class Trainer:\n    @property\n    def scaler(self):\n        return getattr(self.plugin, 'scaler', None)\n"
+    assert _check(tmp_path, {"plugin.py": _plugin(), "trainer.py": trainer}, "plugin.py") == []
+
+
+def test_an_update_through_an_alias_elsewhere_keeps_it_silent(tmp_path):
+    loop = "def finish(plugin):\n    s = plugin.scaler\n    if s is not None:\n        s.update()\n"
+    assert _check(tmp_path, {"plugin.py": _plugin(), "loop.py": loop}, "plugin.py") == []
+
+
+def test_a_scaler_only_passed_in_by_users_is_silent(tmp_path):
+    # Never built in the package: the user who built it may update it.
+    text = _plugin().replace("            scaler = torch.amp.GradScaler(device)\n", "            raise ValueError('pass a scaler')\n")
+    assert _check(tmp_path, {"plugin.py": text}, "plugin.py") == []
+
+
+WRAPPER = """
+class WrappedOptimizer:
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()
+"""
+
+OWNER = """
+import torch
+from pkg.wrapper import WrappedOptimizer
+from pkg.saving import save_state
+
+
+class Engine:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def prepare(self, optimizer):
+        scaler = self.scaler
+        return WrappedOptimizer(optimizer, scaler=scaler)
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def save(self, folder):
+        save_state(folder, self.scaler)
+"""
+
+SAVING = """
+import torch
+
+
+def save_state(folder, scaler=None):
+    if scaler is not None:
+        torch.save(scaler.state_dict(), folder + "/scaler.pt")
+"""
+
+
+def test_a_scaler_passed_to_package_functions_that_only_run_the_protocol_is_followed(tmp_path):
+    # The engine builds it and passes it to a wrapper's constructor and a save function of the package:
+    # both resolve, and each only stores it or reads its state: the wrapper's step without update is proved.
+    files = {"wrapper.py": WRAPPER, "engine.py": OWNER, "saving.py": SAVING}
+    assert _check(tmp_path, files, "wrapper.py") == [("AMP021", 9)]
+
+
+def test_a_pass_to_a_function_that_updates_or_to_an_unresolved_call_keeps_it_silent(tmp_path):
+    updates = SAVING.replace("torch.save(scaler.state_dict(), folder + \"/scaler.pt\")", "scaler.update()")
+    files = {"wrapper.py": WRAPPER, "engine.py": OWNER, "saving.py": updates}
+    assert _check(tmp_path, files, "wrapper.py") == []
+    # `save_state` now comes from outside the package: the call may do anything with the scaler.
+    unresolved = OWNER.replace("from pkg.saving import save_state", "from elsewhere import save_state")
+    (tmp_path / "other").mkdir()
+    files = {"wrapper.py": WRAPPER, "engine.py": unresolved}
+    assert _check(tmp_path / "other", files, "wrapper.py") == []
+
+
+def test_the_proof_itself(tmp_path):
+    files = _package(tmp_path, {"wrapper.py": WRAPPER, "engine.py": OWNER, "saving.py": SAVING})
+    assert package_drives_alone(files, "scaler") is True
+    # handed out: returned from a method
+    (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def get(self):\n        return self.scaler\n")
+    assert package_drives_alone(files, "scaler") is False
+    # put in a container
+    (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def all(self):\n        return [self.scaler]\n")
+    assert package_drives_alone(files, "scaler") is False
+
+
+def test_a_scaler_the_package_only_steps_is_left_to_its_users(tmp_path):
+    # Nothing in the package scales a loss with it: its users must use the scaler themselves (to scale),
+    # so they may update it too.
+    text = _plugin().replace("            loss = self.scaler.scale(loss)\n", "            loss = loss * 1.0\n")
+    assert _check(tmp_path, {"plugin.py": text}, "plugin.py") == []
+
+
+SIBLING = """
+import torch
+
+
+class Base:
+    pass
+
+
+class OtherPlugin(Base):
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
+"""
+
+
+def test_a_sibling_class_updating_its_own_attribute_of_that_name_is_not_this_scaler(tmp_path):
+    # `self.scaler` in a method of a class unrelated by inheritance (a sibling under a shared base) is that
+    # class's own scaler: its update() is not an update of the plugin's.
+    plugin = _plugin().replace("class MixedPrecisionPlugin:", "from pkg.other import Base\n\n\nclass MixedPrecisionPlugin(Base):")
+    assert _check(tmp_path, {"plugin.py": plugin, "other.py": SIBLING}, "plugin.py") == [("AMP021", 27)]
+
+
+def test_a_subclass_or_any_other_object_updating_it_keeps_it_silent(tmp_path):
+    sub = "from pkg.plugin import MixedPrecisionPlugin\n\n\nclass Sub(MixedPrecisionPlugin):\n    def finish(self):\n        self.scaler.update()\n"
+    assert _check(tmp_path / "", {"plugin.py": _plugin(), "sub.py": sub}, "plugin.py") == []
+
+
+def test_the_scaler_a_constructor_is_given_is_followed_back_to_its_holder(tmp_path):
+    # The wrapper's scaler comes from `Engine.scaler`: a getter on the engine hands it out as well.
+    getter = OWNER + "\n    @property\n    def grad_scaler(self):\n        return self.scaler\n"
+    files = {"wrapper.py": WRAPPER, "engine.py": getter, "saving.py": SAVING}
+    assert _check(tmp_path, files, "wrapper.py") == []
+    # the engine's attribute under another name: found only by following the constructor's callers back
+    renamed = OWNER.replace("self.scaler", "self.amp").replace("scaler = self.amp", "scaler = self.amp")
+    (tmp_path / "renamed").mkdir()
+    assert _check(tmp_path / "renamed", {"wrapper.py": WRAPPER, "engine.py": renamed, "saving.py": SAVING}, "wrapper.py") == [("AMP021", 9)]
+    exposed = renamed + "\n    @property\n    def grad_scaler(self):\n        return self.amp\n"
+    (tmp_path / "exposed").mkdir()
+    assert _check(tmp_path / "exposed", {"wrapper.py": WRAPPER, "engine.py": exposed, "saving.py": SAVING}, "wrapper.py") == []
