@@ -226,3 +226,24 @@ def test_the_scaler_a_constructor_is_given_is_followed_back_to_its_holder(tmp_pa
     exposed = renamed + "\n    @property\n    def grad_scaler(self):\n        return self.amp\n"
     (tmp_path / "exposed").mkdir()
     assert _check(tmp_path / "exposed", {"wrapper.py": WRAPPER, "engine.py": exposed, "saving.py": SAVING}, "wrapper.py") == []
+
+
+def test_a_cached_result_follows_an_edit_in_a_module_the_proof_read(tmp_path):
+    # The proof reads saving.py (where the scaler goes as `scaler`, a name wrapper.py never uses): the wrapper's
+    # stored result depends on it, so making save_state update the scaler re-checks the wrapper and AMP021 goes.
+    _package(tmp_path, {"wrapper.py": WRAPPER, "engine.py": OWNER, "saving.py": SAVING})
+    cache = tmp_path / "cache"
+
+    def warm_check():
+        result = subprocess.run(
+            [sys.executable, "-m", "amp_lint", "check", "--isolated", "--cache-dir", str(cache), "--select", "AMP021", "--output-format", "json", "pkg/wrapper.py"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )
+        assert "Traceback" not in result.stderr, result.stderr
+        return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+
+    assert warm_check() == [("AMP021", 9)]
+    assert warm_check() == [("AMP021", 9)]  # from the cache
+    saving = tmp_path / "pkg" / "saving.py"
+    saving.write_text(textwrap.dedent(SAVING.replace('torch.save(scaler.state_dict(), folder + "/scaler.pt")', "scaler.update()")))
+    assert warm_check() == []

@@ -27,7 +27,7 @@ Only `ast` and the file system are used, so the answer costs a parse of the file
 from __future__ import annotations
 
 import ast
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.analysis.project import ast_dotted_name
 
@@ -40,8 +40,9 @@ _TEST_PARENTS = (ast.If, ast.While, ast.Assert)
 class _Package:
     """The package's files, read and parsed on demand (each at most once)."""
 
-    def __init__(self, files: Iterable[str]) -> None:
+    def __init__(self, files: Iterable[str], note_read: Optional[Callable[[str], None]] = None) -> None:
         self.files = tuple(files)
+        self._note_read = note_read  # the result of the checked file depends on every file read here
         self._data: Dict[str, Optional[bytes]] = {}
         self._trees: Dict[str, Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]] = {}
 
@@ -53,6 +54,8 @@ class _Package:
             except OSError:
                 data = None
             self._data[path] = data
+            if self._note_read is not None:
+                self._note_read(path)
         return self._data[path]
 
     def tree(self, path: str) -> Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]:
@@ -451,11 +454,13 @@ def _returns_a_scaler(function: ast.AST) -> bool:
     return True
 
 
-def package_drives_alone(files: Iterable[str], attribute: str, class_name: Optional[str] = None) -> bool:
+def package_drives_alone(
+    files: Iterable[str], attribute: str, class_name: Optional[str] = None, note_read: Optional[Callable[[str], None]] = None
+) -> bool:
     """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path,
     scales losses with it, and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
     try:
-        return _Reach(_Package(files)).run(attribute, class_name)
+        return _Reach(_Package(files, note_read)).run(attribute, class_name)
     except (_Failed, RecursionError):
         return False
 
@@ -477,4 +482,4 @@ def package_drives_alone_for(model, attribute: str, class_name: Optional[str] = 
     if not files:
         return False
     own = os.path.abspath(checked)
-    return package_drives_alone(files if own in files else (*files, own), attribute, class_name)
+    return package_drives_alone(files if own in files else (*files, own), attribute, class_name, provider.index.note_read)
