@@ -17,9 +17,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, List, Optional, Sequence, Tuple
+
+from amp_lint.parse.python_ast import parse_quietly
 
 WORD = re.compile(r"(?<!\w)[^\W\d]\w*")  # names and other words, not numbers (no unit binds a number)
 
@@ -73,11 +74,8 @@ def split_units(lines: Sequence[str], start: int, end: int, facts_of: FactsOf, m
     if members:
         source = _WRAPPER + source
         offset -= 1
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+    tree = parse_quietly(source)
+    if tree is None:
         return None
     body = tree.body
     if members:

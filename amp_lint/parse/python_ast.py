@@ -23,14 +23,20 @@ def parse(text: Union[str, bytes]) -> Optional[ast.Module]:
     if _last is not None and (_last[0] is text or _last[0] == text):
         return _last[1]
     _last = None  # not two large trees at once
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences and the like are not ours to report
-            tree: Optional[ast.Module] = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        tree = None
+    tree = parse_quietly(text)
     _last = (text, tree)
     return tree
+
+
+def parse_quietly(text: Union[str, bytes]) -> Optional[ast.Module]:
+    """`ast.parse` without its warnings (invalid escape sequences and the like are not ours to report), kept
+    nowhere; None when this Python cannot read the text."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
 
 
 def release_large() -> None:

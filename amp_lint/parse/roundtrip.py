@@ -20,13 +20,13 @@ import ast
 import dataclasses
 import difflib
 import re
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.diagnostics import Diagnostic, Location
 from amp_lint.files.lines import lines_with_ends, split_lines
+from amp_lint.parse.python_ast import parse_quietly
 
 # Form feeds that open a line with code on it; a line of only form feeds, blanks or a comment is
 # reproduced by LibCST as it is.
@@ -153,11 +153,8 @@ def _without_form_feeds_before_code(text: str, source: str) -> Tuple[str, Dict[i
 def _rows_inside_strings(source: str) -> Optional[Set[int]]:
     """The 1-based rows that start inside a string literal (where a form feed is the string's, not
     whitespace); None when Python's own parser cannot read `source`."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+    tree = parse_quietly(source)
+    if tree is None:
         return None
     rows: Set[int] = set()
     for node in ast.walk(tree):
