@@ -247,3 +247,101 @@ def test_a_cached_result_follows_an_edit_in_a_module_the_proof_read(tmp_path):
     saving = tmp_path / "pkg" / "saving.py"
     saving.write_text(textwrap.dedent(SAVING.replace('torch.save(scaler.state_dict(), folder + "/scaler.pt")', "scaler.update()")))
     assert warm_check() == []
+
+
+# Principle 3 (open world, report what is proved) with class identity: a class is its module and its name,
+# its bases resolved through the imports of the module that names them. A class of the same name in another
+# module (a second framework in the same distribution keeping its own plugin of that name) is another class:
+# its update() of its own `self.scaler` does not update this one's. Where a base does not resolve to one
+# package class, it may be this class: silent.
+FRAMEWORK_BASE = "class Precision:\n    pass\n"
+OTHER_BASE = "from pkg.core.precision import Precision as CorePrecision\n\n\nclass Precision(CorePrecision):\n    pass\n"
+OTHER_PLUGIN = """
+import torch
+{imports}
+
+
+class MixedPrecisionPlugin({base}):
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self, optimizer):
+        self.scaler.step(optimizer)
+        self.scaler.update()
+"""
+
+
+def _layered(tmp_path, other_imports, other_base, trainer=None):
+    core = _plugin().replace("import torch\n", "import torch\nfrom pkg.core.precision import Precision\n", 1)
+    core = core.replace("class MixedPrecisionPlugin:", "class MixedPrecisionPlugin(Precision):")
+    for sub in ("core", "trainers"):
+        (tmp_path / "pkg" / sub).mkdir(parents=True, exist_ok=True)
+    files = {
+        "core/__init__.py": "",
+        "trainers/__init__.py": "",
+        "core/precision.py": FRAMEWORK_BASE,
+        "core/amp.py": core,
+        "trainers/precision.py": OTHER_BASE,
+        "trainers/amp.py": OTHER_PLUGIN.replace("{imports}", other_imports).replace("{base}", other_base),
+    }
+    if trainer is not None:
+        files["trainers/trainer.py"] = trainer
+    step_line = core.splitlines().index("        out = self.scaler.step(optimizer)") + 1
+    return _check(tmp_path, files, "core/amp.py"), step_line
+
+
+def test_a_class_of_the_same_name_in_another_module_is_another_class(tmp_path):
+    found, line = _layered(tmp_path, "from pkg.trainers.precision import Precision", "Precision")
+    assert found == [("AMP021", line)]
+
+
+def test_a_real_subclass_in_another_module_still_counts(tmp_path):
+    # the other module's class inherits this one (imported under another name): its update() may be ours
+    found, _ = _layered(tmp_path, "from pkg.core.amp import MixedPrecisionPlugin as CoreMixed", "CoreMixed")
+    assert found == []
+
+
+def test_a_base_that_does_not_resolve_in_the_package_may_be_the_class(tmp_path):
+    # `from elsewhere import ...`: which class it is cannot be proved, so its update() may be ours
+    found, _ = _layered(tmp_path, "from elsewhere import MixedPrecisionPlugin as Base", "Base")
+    assert found == []
+
+
+TRAINER = """
+from pkg.{module}.precision import Precision
+
+
+class Trainer:
+    @property
+    def precision_plugin(self) -> {annotation}:
+        return self._plugin
+
+    @property
+    def scaler(self):
+        return getattr(self.precision_plugin, "scaler", None)
+"""
+
+
+def test_a_getattr_on_an_object_declared_of_an_unrelated_class_does_not_hand_it_out(tmp_path):
+    # the trainer hands out the scaler of its own framework's plugin (declared `-> Precision` of the other
+    # module, a sibling of this plugin's base): not this plugin's scaler
+    trainer = TRAINER.format(module="trainers", annotation="Precision")
+    found, line = _layered(tmp_path, "from pkg.trainers.precision import Precision", "Precision", trainer)
+    assert found == [("AMP021", line)]
+
+
+def test_a_getattr_on_an_object_that_may_be_the_holder_keeps_it_silent(tmp_path):
+    # declared as this plugin's base (it may be this plugin), or declared with no annotation, or in a string
+    # that is not one class: the getattr may hand out this scaler
+    for name, annotation in (("base", "Precision"), ("none", "Optional[Precision]")):
+        trainer = TRAINER.format(module="core", annotation=annotation)
+        root = tmp_path / name
+        root.mkdir()
+        found, _ = _layered(root, "from pkg.trainers.precision import Precision", "Precision", trainer)
+        assert found == [], name
+    trainer = TRAINER.format(module="trainers", annotation="Precision").replace(" -> Precision", "")
+    (tmp_path / "bare").mkdir()
+    assert _layered(tmp_path / "bare", "from pkg.trainers.precision import Precision", "Precision", trainer)[0] == []

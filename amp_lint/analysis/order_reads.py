@@ -18,7 +18,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
-from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.scaler_flow import flow_of, skipped_in_helper
 from amp_lint.analysis.syntax import argument, code_of, literal_bool
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
@@ -66,7 +66,12 @@ def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):
             continue
         if flow.path(backward, clip) is None:
             continue
-        mine = [e for e in unscales if e.kind is EventKind.CALL or e.receiver == scaler]
+        # an unscale_ a helper runs on only some of its paths does not unscale on every path (issue 26)
+        mine = [
+            e
+            for e in unscales
+            if (e.kind is EventKind.CALL or e.receiver == scaler) and not skipped_in_helper(e, backward, clip)
+        ]
         proof = flow.path(backward, clip, mine)
         if proof is not None and (best is None or proof is PROVED):
             best = (backward, scaler, proof)

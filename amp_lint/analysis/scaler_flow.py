@@ -21,6 +21,7 @@ same `Summary` type (`SUMMARIES` is where such a provider plugs in).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -296,6 +297,45 @@ def flow_of(model: "FileModel", step: "TrainingStep") -> StepFlow:
     if flow is None:
         flow = cache[("step", id(step))] = StepFlow(scope_flow, step)
     return flow
+
+
+# A test of whether mixed precision runs at all (the scaler's presence or state, an AMP/fp16/precision switch):
+# the other way of such a test is also the way where the backward is not scaled, so it is correlated with
+# the scaled backward and does not make a helper's event optional. Over-matching only keeps events must.
+_PRECISION_TEST = re.compile(r"scal|amp|fp16|bf16|half|mixed|precision|enabled|OptState|stage", re.IGNORECASE)
+
+
+def skipped_in_helper(event, *others) -> bool:
+    """Issue 26, principle 3: a callee's event that happens on only some of its paths is a *may*-event at
+    the call site, not a must-event. True when `event`, seen through a call, sits under a branch of the
+    helper whose other way can run together with `others` (none of them is under the same arm or a test
+    of the same condition held the same way) and whose test is not about whether mixed precision runs.
+    Only the helper's branches around the event are looked at here (a loop around it counts as running)."""
+    if getattr(event, "via", None) is None:
+        return False
+    outer = event
+    while outer.via is not None:
+        outer = outer.via
+    at_call = {id(branch.node) for branch in outer.branches}
+    for branch in event.branches:
+        if id(branch.node) in at_call:
+            continue
+        key, holds = branch.condition
+        if _PRECISION_TEST.search(key):
+            continue
+        if not any(_needs(other, branch, key, holds) for other in others):
+            return True
+    return False
+
+
+def _needs(other, branch, key: str, holds: bool) -> bool:
+    """Does `other` run only where `branch` goes the event's way (same arm, or the same test held alike)?"""
+    for mine in other.branches:
+        if mine.node is branch.node and mine.taken == branch.taken:
+            return True
+        if tuple(mine.condition) == (key, holds):
+            return True
+    return False
 
 
 def assumption_text(proof: Optional[Proof], what: str = "a branch condition") -> Optional[str]:

@@ -9,15 +9,17 @@ supply the update. That is proved when the package is the scaler's only driver:
 - the attribute is bound to a GradScaler the package builds (a `*GradScaler(...)` call, a local alias of the
   class, or a package function that returns such a call on every path), directly or through locals,
   on at least one path (a scaler a user may pass in instead does not undo the path where it is built);
-- every read of the attribute, anywhere in the package and on any object (the attribute name stands for
-  every class that uses it: conservative), and of every value it flows to (a local, another attribute, a
+- every read of the attribute, anywhere in the package, on any object but `self` in a class unrelated to the
+  holder (a class is its module and its name, its bases resolved through imports: `package_files.py`; a base
+  that does not resolve may be any class of its name), and of every value it flows to (a local, another attribute, a
   parameter of a package function it is passed to) is a protocol call or a read that cannot reach
   `update`: a method or attribute other than `update`, a test (`is None`, `if x:`), a formatted value,
   `isinstance`/`type`/`id`/`hasattr`/`getattr(x, "<not update>")`;
 - it is never `update`d, returned, yielded, put in a container, called, passed to a call that does not
   resolve to a package function whose parameter is followed in turn, or named in a string
-  (`getattr(obj, "scaler")`, `attrgetter("scaler")`: a property that exposes it, lightning's
-  `Trainer.scaler`).
+  (`getattr(obj, "scaler")`, `attrgetter("scaler")`: a property that exposes it), unless that object is
+  `self.<property>` declared to return a package class outside the holder's family (lightning.pytorch's
+  `Trainer.scaler` reads its own framework's plugin, not lightning.fabric's).
 
 The attribute itself being public does not count as handing the scaler out (a user who reads
 `plugin.scaler` does not drive the protocol the package drives); anything the package returns does.
@@ -27,61 +29,14 @@ Only `ast` and the file system are used, so the answer costs a parse of the file
 from __future__ import annotations
 
 import ast
+import os
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
+from amp_lint.analysis.package_files import ClassId, PackageFiles, member
 from amp_lint.analysis.project import ast_dotted_name
 
-# A module read for this proof (accelerate's accelerator.py is 200 kB; larger files are generated tables).
-MAX_REACH_MODULE_BYTES = 400_000
 _READS_ONLY = frozenset({"isinstance", "type", "id", "hasattr", "callable", "str", "repr", "bool"})
 _TEST_PARENTS = (ast.If, ast.While, ast.Assert)
-
-
-class _Package:
-    """The package's files, read and parsed on demand (each at most once)."""
-
-    def __init__(self, files: Iterable[str], note_read: Optional[Callable[[str], None]] = None) -> None:
-        self.files = tuple(files)
-        self._note_read = note_read  # the result of the checked file depends on every file read here
-        self._data: Dict[str, Optional[bytes]] = {}
-        self._trees: Dict[str, Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]] = {}
-
-    def data(self, path: str) -> Optional[bytes]:
-        if path not in self._data:
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read(MAX_REACH_MODULE_BYTES + 1)
-            except OSError:
-                data = None
-            self._data[path] = data
-            if self._note_read is not None:
-                self._note_read(path)
-        return self._data[path]
-
-    def tree(self, path: str) -> Optional[Tuple[ast.AST, Dict[ast.AST, ast.AST]]]:
-        if path not in self._trees:
-            data = self.data(path)
-            parsed = None
-            if data is not None and len(data) <= MAX_REACH_MODULE_BYTES:
-                try:
-                    tree = ast.parse(data.decode("utf-8-sig", "replace"))
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    tree = None
-                if tree is not None:
-                    parents: Dict[ast.AST, ast.AST] = {}
-                    for node in ast.walk(tree):
-                        for child in ast.iter_child_nodes(node):
-                            parents[child] = node
-                    parsed = (tree, parents)
-            self._trees[path] = parsed
-        return self._trees[path]
-
-    def naming(self, name: str) -> Iterable[str]:
-        needle = name.encode("utf-8")
-        for path in self.files:
-            data = self.data(path)
-            if data is not None and needle in data:
-                yield path
 
 
 class _Failed(Exception):
@@ -89,21 +44,22 @@ class _Failed(Exception):
 
 
 class _Reach:
-    def __init__(self, package: _Package) -> None:
+    def __init__(self, package: PackageFiles) -> None:
         self.package = package
         self.attributes: List[str] = []
-        # attribute -> the classes whose `self.<attribute>` may hold the scaler (None: any object's)
-        self.holders: Dict[str, Optional[Set[str]]] = {}
-        self._families: Dict[str, Set[str]] = {}
+        # attribute -> the classes (see ClassId) whose `self.<attribute>` may hold the scaler (None: any object's)
+        self.holders: Dict[str, Optional[Set[ClassId]]] = {}
+        self._families: Dict[ClassId, Set[ClassId]] = {}
+        self._resolved: Dict[Tuple[str, str], Optional[ClassId]] = {}
         self.followed: Set[Tuple[int, str]] = set()  # (id of a function node, local name)
         self.built = False
         self.scaled = False  # the package scales losses with it: its users need not touch the scaler
         self._defs: Dict[str, List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]] = {}
 
     # --- the attributes the scaler is stored in --------------------------------------------------------
-    def run(self, attribute: str, class_name: Optional[str] = None) -> bool:
+    def run(self, attribute: str, class_name: Optional[str] = None, class_path: Optional[str] = None) -> bool:
         self.attributes.append(attribute)
-        self.holders[attribute] = self.family(class_name) if class_name else None
+        self.holders[attribute] = self.family((class_path, class_name)) if class_name else None
         done = 0
         while done < len(self.attributes):
             self._scan_attribute(self.attributes[done])
@@ -118,7 +74,7 @@ class _Reach:
             tree, parents = parsed
             for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and node.attr == attribute:
-                    if not self._may_hold(node, attribute, parents):
+                    if not self._may_hold(node, attribute, path, parents):
                         continue  # `self.<attribute>` of a class unrelated to the scaler's holders
                     if isinstance(node.ctx, ast.Load):
                         self._use(node, parents)
@@ -127,7 +83,7 @@ class _Reach:
                 elif isinstance(node, ast.Constant) and node.value == attribute:
                     self._named_in_string(node, parents)
 
-    def _may_hold(self, node: ast.Attribute, attribute: str, parents) -> bool:
+    def _may_hold(self, node: ast.Attribute, attribute: str, path: str, parents) -> bool:
         """Can `node` (`x.<attribute>`) be the scaler? Any object's attribute can, except `self.<attribute>` in a
         method of a class that is neither a holder nor related to one by inheritance (lightning's
         FSDPPrecision keeps its own `self.scaler` beside MixedPrecision's)."""
@@ -135,37 +91,53 @@ class _Reach:
         if classes is None:
             return True
         holder = _self_class(node, parents)
-        return holder is None or holder in classes
+        return holder is None or member((path, holder), classes)
 
-    def family(self, class_name: str) -> Set[str]:
-        """The classes whose methods may run on an instance of `class_name` (by name, in the package): its
-        subclasses, and the bases of it and of them, transitively; not a sibling class (another subclass of
-        a shared base) unless a subclass inherits from it too."""
-        if class_name in self._families:
-            return self._families[class_name]
-        down, todo = {class_name}, [class_name]
+    def family(self, identity: ClassId) -> Set[ClassId]:
+        """The classes whose methods may run on an instance of the class `identity`: its subclasses, and the
+        bases of it and of them, transitively; not a sibling class (another subclass of a shared base) unless
+        a subclass inherits from it too. A class is its module and its name (issue 26, principle 3: a class of
+        the same name in another module, lightning.pytorch's MixedPrecision beside lightning.fabric's, is
+        another class); a base is resolved through the imports of the module that names it, and one that
+        does not resolve in the package is any class of that name (conservative)."""
+        if identity in self._families:
+            return self._families[identity]
+        down, todo = {identity}, [identity]
         while todo and len(down) < 64:
-            name = todo.pop()
-            for node in self._classes_naming(name):
-                if name in _base_names(node) and node.name not in down:
-                    down.add(node.name)
-                    todo.append(node.name)
+            current = todo.pop()
+            for path, node in self._classes_naming(current[1]):
+                if (path, node.name) in down or (None, node.name) in down:
+                    continue
+                if any(member(base, {current}) for base in self._bases(path, node)):
+                    down.add((path, node.name))
+                    todo.append((path, node.name))
         family, todo = set(down), list(down)
         while todo and len(family) < 128:
-            name = todo.pop()
-            for node in self._classes_naming(name):
-                if node.name == name:
-                    for base in _base_names(node) - family - {"", "object"}:
-                        family.add(base)
-                        todo.append(base)
-        self._families[class_name] = family
+            current = todo.pop()
+            for path, node in self._classes_naming(current[1]):
+                if node.name == current[1] and member((path, node.name), {current}):
+                    for base in self._bases(path, node):
+                        if base[1] not in ("", "object") and base not in family:
+                            family.add(base)
+                            todo.append(base)
+        self._families[identity] = family
         return family
 
-    def _classes_naming(self, name: str) -> Iterator[ast.ClassDef]:
+    def _classes_naming(self, name: str) -> Iterator[Tuple[str, ast.ClassDef]]:
         for path in self.package.naming(name):
             parsed = self.package.tree(path)
             if parsed is not None:
-                yield from (n for n in ast.walk(parsed[0]) if isinstance(n, ast.ClassDef))
+                yield from ((path, n) for n in ast.walk(parsed[0]) if isinstance(n, ast.ClassDef))
+
+    def _bases(self, path: str, node: ast.ClassDef) -> List[ClassId]:
+        bases = []
+        for base in node.bases:
+            dotted = ast_dotted_name(base) or ""
+            if "." in dotted or not dotted:
+                bases.append((None, dotted.split(".")[-1]))  # `module.Class`: not resolved here
+            else:
+                bases.append(self.package.resolve_class(path, dotted) or (None, dotted))
+        return bases
 
     def _stored(self, target: ast.AST, parents) -> None:
         statement = parents.get(target)
@@ -184,10 +156,39 @@ class _Reach:
             if name == "hasattr":
                 return
             if name == "getattr" and call.args.index(node) == 1:
+                if self._declared_elsewhere(call.args[0], node.value, parents):
+                    return
                 self._use(call, parents)  # `getattr(obj, "scaler", None)`: its result is the scaler
                 return
             raise _Failed(f"{name}(... {node.value!r})")
         # a docstring, a log message, a dict key: not a way to the object
+
+    def _declared_elsewhere(self, value: ast.AST, attribute: str, parents) -> bool:
+        """Is `value` (`self.<prop>`) declared to be of a class that cannot hold the scaler: `<prop>` a property
+        of the enclosing class whose return annotation names a package class outside every holder's family
+        (lightning.pytorch's `Trainer.precision_plugin -> Precision`, not lightning.fabric's plugin)? Any
+        other object, an annotation that does not resolve to one package class, or a holder: not proved."""
+        classes = self.holders.get(attribute)
+        if classes is None or not isinstance(value, ast.Attribute) or _self_class(value, parents) is None:
+            return False
+        owner = _enclosing_class(_enclosing_function(value, parents), parents)
+        path = self.package.path_of(parents)
+        getters = [
+            f
+            for f in (owner.body if owner is not None else ())
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == value.attr
+        ]
+        if path is None or len(getters) != 1 or not any(ast_dotted_name(d) == "property" for d in getters[0].decorator_list):
+            return False
+        returns = getters[0].returns
+        if isinstance(returns, ast.Constant) and isinstance(returns.value, str) and returns.value.isidentifier():
+            declared = returns.value
+        elif isinstance(returns, ast.Name):
+            declared = returns.id
+        else:
+            return False
+        identity = self.package.resolve_class(path, declared)
+        return identity is not None and identity[0] is not None and not member(identity, classes)
 
     # --- where the scaler is built --------------------------------------------------------------------
     def _origin(self, value: ast.AST, parents, depth: int = 0) -> None:
@@ -205,7 +206,7 @@ class _Reach:
             self.built = self.built or self._builds(value, parents)
         elif isinstance(value, ast.Attribute):
             holder = _self_class(value, parents)
-            self._hold(value.attr, self.family(holder) if holder is not None else None)
+            self._hold(value.attr, self.family((self.package.path_of(parents), holder)) if holder is not None else None)
         elif isinstance(value, ast.Name):
             function = _enclosing_function(value, parents)
             for node in ast.walk(function) if function is not None else ():
@@ -324,7 +325,7 @@ class _Reach:
             self._follow_local(function, target.id, parents)
         elif isinstance(target, ast.Attribute):
             holder = _self_class(target, parents)
-            self._hold(target.attr, self.family(holder) if holder is not None else None)
+            self._hold(target.attr, self.family((self.package.path_of(parents), holder)) if holder is not None else None)
         else:
             raise _Failed("stored in a subscript or unpacked")
 
@@ -455,12 +456,19 @@ def _returns_a_scaler(function: ast.AST) -> bool:
 
 
 def package_drives_alone(
-    files: Iterable[str], attribute: str, class_name: Optional[str] = None, note_read: Optional[Callable[[str], None]] = None
+    files: Iterable[str],
+    attribute: str,
+    class_name: Optional[str] = None,
+    note_read: Optional[Callable[[str], None]] = None,
+    class_path: Optional[str] = None,
 ) -> bool:
     """True when the package (`files`) builds the scaler it keeps in the attribute `attribute` on some path,
-    scales losses with it, and nothing it can reach in the package updates it or hands it on (see the module's docstring)."""
+    scales losses with it, and nothing it can reach in the package updates it or hands it on (see the module's
+    docstring). The holder is the class `class_name` of the module `class_path` (None: every class of that name)."""
+    files = tuple(dict.fromkeys(os.path.abspath(f) for f in files))
+    class_path = os.path.abspath(class_path) if class_path else None
     try:
-        return _Reach(_Package(files, note_read)).run(attribute, class_name)
+        return _Reach(PackageFiles(files, note_read)).run(attribute, class_name, class_path)
     except (_Failed, RecursionError):
         return False
 
@@ -468,8 +476,6 @@ def package_drives_alone(
 def package_drives_alone_for(model, attribute: str, class_name: Optional[str] = None) -> bool:
     """For a rule: `package_drives_alone` over the checked file's project (its caller search set, the file
     itself included); False without a project or for a model that is not the checked file's."""
-    import os
-
     from amp_lint.analysis.summaries import _ACTIVE
 
     if not _ACTIVE:
@@ -482,4 +488,4 @@ def package_drives_alone_for(model, attribute: str, class_name: Optional[str] = 
     if not files:
         return False
     own = os.path.abspath(checked)
-    return package_drives_alone(files if own in files else (*files, own), attribute, class_name, provider.index.note_read)
+    return package_drives_alone(files if own in files else (*files, own), attribute, class_name, provider.index.note_read, own)
