@@ -23,7 +23,11 @@ PRINCIPLES = {
 
 
 def _pct(a: int, b: int) -> str:
-    return f"{100.0 * a / b:.0f}%" if b else "-"
+    """A share, rounded down to a tenth: 298 of 308 is 96.7%, never "97%" against a 97% floor."""
+    if not b:
+        return "-"
+    tenths = 1000 * a // b
+    return f"{tenths // 10}%" if tenths % 10 == 0 else f"{tenths // 10}.{tenths % 10}%"
 
 
 def render(results: List[dict], operators: Sequence[str], elapsed: float, args) -> str:
