@@ -7,10 +7,7 @@ without `unscale_` AMP030, as if the backward were written in the loop."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
+from package_check import check_in_package, write_package
 
 CALLBACK = """
 class BackwardCallback:
@@ -49,17 +46,9 @@ class Trainer:
 
 
 def _check(tmp_path, backward: str, unscale: str):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "callbacks.py").write_text(textwrap.dedent(CALLBACK.replace("{backward}", backward)))
-    (package / "trainer.py").write_text(textwrap.dedent(TRAINER.replace("{unscale}", unscale)))
-    result = subprocess.run(
-        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP030", "--output-format", "json", "pkg/trainer.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+    files = {"callbacks.py": CALLBACK.replace("{backward}", backward), "trainer.py": TRAINER.replace("{unscale}", unscale)}
+    write_package(tmp_path, files)
+    return check_in_package(tmp_path, "pkg/trainer.py", "AMP030")
 
 
 def test_a_scaled_backward_in_a_callback_built_in_the_call_reaches_the_clip(tmp_path):

@@ -6,10 +6,7 @@ its step are sibling methods and no file of the project updates the attribute or
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
+from package_check import check_in_package, write_package
 
 WRAPPER = """
 import torch
@@ -47,20 +44,9 @@ def train(wrapper, loader, model):
 
 
 def _check(tmp_path, update_in_wrapper: str, update_in_user: str):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "wrapper.py").write_text(textwrap.dedent(WRAPPER.replace("{update}", update_in_wrapper)))
-    (package / "loop.py").write_text(textwrap.dedent(USER.replace("{update}", update_in_user)))
-    result = subprocess.run(
-        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP021", "--output-format", "json", "pkg/wrapper.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+    files = {"wrapper.py": WRAPPER.replace("{update}", update_in_wrapper), "loop.py": USER.replace("{update}", update_in_user)}
+    write_package(tmp_path, files)
+    return check_in_package(tmp_path, "pkg/wrapper.py", "AMP021")
 
 
 def test_a_scaler_built_through_a_class_alias_that_nothing_updates(tmp_path):

@@ -7,10 +7,9 @@ that does not resolve. These shapes are our own (a precision plugin, an optimize
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
+
+from package_check import check_in_package, write_package
 
 from amp_lint.analysis.scaler_reach import package_drives_alone
 
@@ -48,14 +47,7 @@ class MixedPrecisionPlugin:
 
 
 def _package(tmp_path, files):
-    package = tmp_path / "pkg"
-    package.mkdir(exist_ok=True)
-    (package / "__init__.py").write_text("")
-    paths = []
-    for name, text in files.items():
-        (package / name).write_text(textwrap.dedent(text))
-        paths.append(str(package / name))
-    return [str(package / "__init__.py"), *paths]
+    return write_package(tmp_path, files)
 
 
 def _plugin(update="pass", extra=""):
@@ -64,12 +56,7 @@ def _plugin(update="pass", extra=""):
 
 def _check(tmp_path, files, target):
     _package(tmp_path, files)
-    result = subprocess.run(
-        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--select", "AMP021", "--output-format", "json", f"pkg/{target}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+    return check_in_package(tmp_path, f"pkg/{target}", "AMP021")
 
 
 def test_a_plugin_that_builds_its_scaler_and_never_updates_it_is_amp021(tmp_path):
@@ -235,12 +222,7 @@ def test_a_cached_result_follows_an_edit_in_a_module_the_proof_read(tmp_path):
     cache = tmp_path / "cache"
 
     def warm_check():
-        result = subprocess.run(
-            [sys.executable, "-m", "amp_lint", "check", "--isolated", "--cache-dir", str(cache), "--select", "AMP021", "--output-format", "json", "pkg/wrapper.py"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        )
-        assert "Traceback" not in result.stderr, result.stderr
-        return [(f["code"], f["location"]["row"]) for f in json.loads(result.stdout)]
+        return check_in_package(tmp_path, "pkg/wrapper.py", "AMP021", ("--cache-dir", str(cache)))
 
     assert warm_check() == [("AMP021", 9)]
     assert warm_check() == [("AMP021", 9)]  # from the cache

@@ -496,31 +496,25 @@ def _names_from_helpers(model: FileModel, function: cst.CSTNode, module: str) ->
 
 
 def _assignments(function: cst.FunctionDef) -> List[cst.Assign]:
-    found: List[cst.Assign] = []
-
-    class Collector(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
-            return node is function
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            found.append(node)
-
-    function.visit(Collector())
-    return found
+    return _own_statements(function, cst.Assign)
 
 
 def _returns(function: cst.FunctionDef) -> List[cst.Return]:
-    found: List[cst.Return] = []
+    return _own_statements(function, cst.Return)
+
+
+def _own_statements(function: cst.FunctionDef, kind: type) -> list:
+    """The statements of type `kind` in `function`'s own body, not those of functions defined inside it."""
+    found: list = []
 
     class Collector(cst.CSTVisitor):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
             return node is function
 
-        def visit_Lambda(self, node: cst.Lambda) -> Optional[bool]:
-            return False
-
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, kind):
+                found.append(node)
+            return super().on_visit(node)
 
     function.visit(Collector())
     return found
