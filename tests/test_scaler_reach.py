@@ -69,15 +69,40 @@ def test_the_plugin_that_updates_is_silent(tmp_path):
     assert _check(tmp_path, {"plugin.py": _plugin("self.scaler.update()")}, "plugin.py") == []
 
 
-def test_a_getter_that_returns_the_scaler_keeps_it_silent(tmp_path):
-    # A property hands the scaler to users: one of them may drive update().
-    extra = "\n    @property\n    def grad_scaler(self):\n        return self.scaler\n"
-    assert _check(tmp_path, {"plugin.py": _plugin(extra=extra)}, "plugin.py") == []
+# Principle 3: an accessor (a property, or a method taking only `self`) whose whole body returns the attribute
+# is the same read as the public attribute: a view of the scaler the package drives, not a hand-over of
+# driving. Its name holds the scaler too, and its readers in the package are followed like the attribute's.
+def test_an_accessor_property_that_only_returns_the_scaler_keeps_the_proof(tmp_path):
+    extra = "\n    @property\n    def grad_scaler(self):\n        \"\"\"The scaler.\"\"\"\n        return self.scaler\n"
+    assert _check(tmp_path, {"plugin.py": _plugin(extra=extra)}, "plugin.py") == [("AMP021", 24)]
+    # ... and a reader of the accessor that updates it is an update of this scaler
+    (tmp_path / "upd").mkdir()
+    loop = "def finish(plugin):\n    s = plugin.grad_scaler\n    s.update()\n"
+    assert _check(tmp_path / "upd", {"plugin.py": _plugin(extra=extra), "loop.py": loop}, "plugin.py") == []
 
 
-def test_a_getattr_by_name_elsewhere_in_the_package_keeps_it_silent(tmp_path):
+def test_an_accessor_through_getattr_with_a_literal_name_keeps_the_proof(tmp_path):
     trainer = "class Trainer:\n    @property\n    def scaler(self):\n        return getattr(self.plugin, 'scaler', None)\n"
-    assert _check(tmp_path, {"plugin.py": _plugin(), "trainer.py": trainer}, "plugin.py") == []
+    assert _check(tmp_path, {"plugin.py": _plugin(), "trainer.py": trainer}, "plugin.py") == [("AMP021", 24)]
+    # the trainer's own method updating what its property returns: the plugin's scaler
+    updates = trainer + "\n    def finish(self):\n        self.scaler.update()\n"
+    (tmp_path / "upd").mkdir()
+    assert _check(tmp_path / "upd", {"plugin.py": _plugin(), "trainer.py": updates}, "plugin.py") == []
+
+
+def test_a_scaler_returned_by_more_than_an_accessor_keeps_it_silent(tmp_path):
+    # a method that takes arguments, a module-level factory, a body that does more than return it, an async
+    # method, a decorator other than property: each may hand the scaler to whoever drives it
+    shapes = {
+        "args": "\n    def grad_scaler(self, name):\n        return self.scaler\n",
+        "factory": "\n\ndef scaler_of(plugin):\n    return plugin.scaler\n",
+        "more": "\n    def grad_scaler(self):\n        self.handed = True\n        return self.scaler\n",
+        "async": "\n    async def grad_scaler(self):\n        return self.scaler\n",
+        "decorated": "\n    @functools.lru_cache()\n    def grad_scaler(self):\n        return self.scaler\n",
+    }
+    for name, extra in shapes.items():
+        (tmp_path / name).mkdir()
+        assert _check(tmp_path / name, {"plugin.py": _plugin(extra=extra)}, "plugin.py") == [], name
 
 
 def test_an_update_through_an_alias_elsewhere_keeps_it_silent(tmp_path):
@@ -156,8 +181,21 @@ def test_a_pass_to_a_function_that_updates_or_to_an_unresolved_call_keeps_it_sil
 def test_the_proof_itself(tmp_path):
     files = _package(tmp_path, {"wrapper.py": WRAPPER, "engine.py": OWNER, "saving.py": SAVING})
     assert package_drives_alone(files, "scaler") is True
-    # handed out: returned from a method
-    (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def get(self):\n        return self.scaler\n")
+    # an argument-less accessor returning it: a view; its callers' uses are followed
+    accessor = textwrap.dedent(OWNER) + "\n    def get(self):\n        return self.scaler\n"
+    (tmp_path / "pkg" / "engine.py").write_text(accessor)
+    assert package_drives_alone(files, "scaler") is True
+    (tmp_path / "pkg" / "engine.py").write_text(accessor + "\n    def end(self):\n        self.get().update()\n")
+    assert package_drives_alone(files, "scaler") is False
+    (tmp_path / "pkg" / "engine.py").write_text(accessor + "\n    def end(self):\n        return [self.get()]\n")
+    assert package_drives_alone(files, "scaler") is False
+    (tmp_path / "pkg" / "engine.py").write_text(accessor + "\n    def end(self):\n        hand_over(self.get)\n")
+    assert package_drives_alone(files, "scaler") is False  # the bound accessor itself, to an unresolved call
+    # handed out: returned from a method that takes arguments
+    (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def get(self, key):\n        return self.scaler\n")
+    assert package_drives_alone(files, "scaler") is False
+    # passed to a call that does not resolve
+    (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def end(self):\n        hand_over(self.scaler)\n")
     assert package_drives_alone(files, "scaler") is False
     # put in a container
     (tmp_path / "pkg" / "engine.py").write_text(textwrap.dedent(OWNER) + "\n    def all(self):\n        return [self.scaler]\n")
@@ -202,15 +240,19 @@ def test_a_subclass_or_any_other_object_updating_it_keeps_it_silent(tmp_path):
 
 
 def test_the_scaler_a_constructor_is_given_is_followed_back_to_its_holder(tmp_path):
-    # The wrapper's scaler comes from `Engine.scaler`: a getter on the engine hands it out as well.
+    # The wrapper's scaler comes from `Engine.scaler`: an accessor on the engine is a view of it; a method
+    # that takes arguments and returns it hands it out.
     getter = OWNER + "\n    @property\n    def grad_scaler(self):\n        return self.scaler\n"
     files = {"wrapper.py": WRAPPER, "engine.py": getter, "saving.py": SAVING}
-    assert _check(tmp_path, files, "wrapper.py") == []
+    assert _check(tmp_path, files, "wrapper.py") == [("AMP021", 9)]
+    (tmp_path / "args").mkdir()
+    files["engine.py"] = OWNER + "\n    def grad_scaler(self, which):\n        return self.scaler\n"
+    assert _check(tmp_path / "args", files, "wrapper.py") == []
     # the engine's attribute under another name: found only by following the constructor's callers back
     renamed = OWNER.replace("self.scaler", "self.amp").replace("scaler = self.amp", "scaler = self.amp")
     (tmp_path / "renamed").mkdir()
     assert _check(tmp_path / "renamed", {"wrapper.py": WRAPPER, "engine.py": renamed, "saving.py": SAVING}, "wrapper.py") == [("AMP021", 9)]
-    exposed = renamed + "\n    @property\n    def grad_scaler(self):\n        return self.amp\n"
+    exposed = renamed + "\n    def grad_scaler(self, which=None):\n        return self.amp\n"
     (tmp_path / "exposed").mkdir()
     assert _check(tmp_path / "exposed", {"wrapper.py": WRAPPER, "engine.py": exposed, "saving.py": SAVING}, "wrapper.py") == []
 
@@ -304,12 +346,16 @@ class Trainer:
     @property
     def scaler(self):
         return getattr(self.precision_plugin, "scaler", None)
+
+    def finish(self):
+        if self.scaler is not None:
+            self.scaler.update()
 """
 
 
 def test_a_getattr_on_an_object_declared_of_an_unrelated_class_does_not_hand_it_out(tmp_path):
-    # the trainer hands out the scaler of its own framework's plugin (declared `-> Precision` of the other
-    # module, a sibling of this plugin's base): not this plugin's scaler
+    # the trainer exposes and updates the scaler of its own framework's plugin (declared `-> Precision` of the
+    # other module, a sibling of this plugin's base): not this plugin's scaler
     trainer = TRAINER.format(module="trainers", annotation="Precision")
     found, line = _layered(tmp_path, "from pkg.trainers.precision import Precision", "Precision", trainer)
     assert found == [("AMP021", line)]
@@ -317,7 +363,7 @@ def test_a_getattr_on_an_object_declared_of_an_unrelated_class_does_not_hand_it_
 
 def test_a_getattr_on_an_object_that_may_be_the_holder_keeps_it_silent(tmp_path):
     # declared as this plugin's base (it may be this plugin), or declared with no annotation, or in a string
-    # that is not one class: the getattr may hand out this scaler
+    # that is not one class: the getattr may read this scaler, and the trainer's finish() updates what it read
     for name, annotation in (("base", "Precision"), ("none", "Optional[Precision]")):
         trainer = TRAINER.format(module="core", annotation=annotation)
         root = tmp_path / name
@@ -327,3 +373,12 @@ def test_a_getattr_on_an_object_that_may_be_the_holder_keeps_it_silent(tmp_path)
     trainer = TRAINER.format(module="trainers", annotation="Precision").replace(" -> Precision", "")
     (tmp_path / "bare").mkdir()
     assert _layered(tmp_path / "bare", "from pkg.trainers.precision import Precision", "Precision", trainer)[0] == []
+
+
+def test_an_accessor_on_an_object_that_may_be_the_holder_is_a_view(tmp_path):
+    # the same trainer without finish(): its property only exposes the plugin's scaler (the package builds,
+    # scales and steps it), so the plugin's step without update is still proved
+    trainer = TRAINER.format(module="core", annotation="Precision")
+    trainer = trainer[: trainer.index("    def finish")]
+    found, line = _layered(tmp_path, "from pkg.trainers.precision import Precision", "Precision", trainer)
+    assert found == [("AMP021", line)]

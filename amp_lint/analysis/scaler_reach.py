@@ -15,14 +15,19 @@ supply the update. That is proved when the package is the scaler's only driver:
   parameter of a package function it is passed to) is a protocol call or a read that cannot reach
   `update`: a method or attribute other than `update`, a test (`is None`, `if x:`), a formatted value,
   `isinstance`/`type`/`id`/`hasattr`/`getattr(x, "<not update>")`;
-- it is never `update`d, returned, yielded, put in a container, called, passed to a call that does not
-  resolve to a package function whose parameter is followed in turn, or named in a string
-  (`getattr(obj, "scaler")`, `attrgetter("scaler")`: a property that exposes it), unless that object is
-  `self.<property>` declared to return a package class outside the holder's family (lightning.pytorch's
-  `Trainer.scaler` reads its own framework's plugin, not lightning.fabric's).
+- it is never `update`d, returned (but by an accessor, below), yielded, put in a container, called, passed
+  to a call that does not resolve to a package function whose parameter is followed in turn, or named in a
+  string other than `getattr(obj, "<attribute>")` (whose result is followed as the scaler; `attrgetter`
+  fails), unless that object is `self.<property>` declared to return a package class outside the holder's
+  family (then it is another scaler, not followed).
 
 The attribute itself being public does not count as handing the scaler out (a user who reads
-`plugin.scaler` does not drive the protocol the package drives); anything the package returns does.
+`plugin.scaler` does not drive the protocol the package drives). An accessor is the same read: a method
+of a class taking only `self` (undecorated, or a `property`/`cached_property`) whose whole body returns the
+scaler (`return self._scaler`, `return getattr(self.plugin, "scaler", None)`). Its name becomes one more
+attribute holding the scaler (for a plain method, `x.name()` is the read), so the package's readers of it
+are followed like the attribute's. Anything else the package returns it from (a method that takes
+arguments, a factory function, a body that does more) hands it out.
 Only `ast` and the file system are used, so the answer costs a parse of the files that name the attribute.
 """
 
@@ -52,6 +57,7 @@ class _Reach:
         self._families: Dict[ClassId, Set[ClassId]] = {}
         self._resolved: Dict[Tuple[str, str], Optional[ClassId]] = {}
         self.followed: Set[Tuple[int, str]] = set()  # (id of a function node, local name)
+        self.accessors: Set[str] = set()  # argument-less methods that only return the scaler (see _accessor_returns)
         self.built = False
         self.scaled = False  # the package scales losses with it: its users need not touch the scaler
         self._defs: Dict[str, List[Tuple[ast.AST, bool, Dict[ast.AST, ast.AST]]]] = {}
@@ -315,7 +321,42 @@ class _Reach:
             for target in targets:
                 self._flows_to(target, node, parents)
             return
+        if isinstance(parent, ast.Return) and parent.value is node and self._accessor_returns(parent, parents):
+            return
+        if isinstance(parent, ast.Call) and node is parent.func and not parent.args and not parent.keywords:
+            if isinstance(node, ast.Attribute) and node.attr in self.accessors:
+                self._use(parent, parents)  # `x.get_scaler()`: the accessor's result is the scaler itself
+                return
         raise _Failed(type(parent).__name__)  # returned, yielded, put in a container, called, ...
+
+    def _accessor_returns(self, statement: ast.Return, parents) -> bool:
+        """Is `statement` the whole body of an accessor, a method of a class that takes only `self` and
+        only returns the scaler (a `@property`, or a plain method called with no arguments)? Its result is
+        the same object the attribute holds, read the same way: a view, not a hand-over of driving. The
+        accessor's name becomes one more attribute of that class holding the scaler, so its readers in the
+        package are followed like the attribute's."""
+        function = parents.get(statement)
+        owner = parents.get(function) if function is not None else None
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or not isinstance(owner, ast.ClassDef):
+            return False
+        if isinstance(function, ast.AsyncFunctionDef):
+            return False  # its call returns a coroutine, not the scaler
+        arguments = function.args
+        if arguments.vararg or arguments.kwarg or arguments.kwonlyargs or len(arguments.posonlyargs + arguments.args) != 1:
+            return False
+        body = function.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body = body[1:]
+        if body != [statement]:
+            return False
+        decorators = [(ast_dotted_name(d) or "").split(".")[-1] for d in function.decorator_list]
+        if decorators and decorators not in (["property"], ["cached_property"]):
+            return False
+        path = self.package.path_of(parents)
+        if not decorators:
+            self.accessors.add(function.name)
+        self._hold(function.name, self.family((path, owner.name)))
+        return True
 
     def _flows_to(self, target: ast.AST, node: ast.AST, parents) -> None:
         if isinstance(target, ast.Name):
