@@ -191,6 +191,8 @@ class ScopeFlow:
             return None
         if start == node:
             return PROVED
+        if start in blocked:
+            return None  # an avoided event at the iteration's first statement runs on every path
         return self.paths.query(start, node, blocked)
 
     def path_to(self, event, end: int, avoid: Sequence = ()) -> Optional[Proof]:

@@ -12,13 +12,14 @@ what its parameters are bound to.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import libcst as cst
 
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.single_pass_loops import repeating, single_pass_loops
 from amp_lint.analysis.syntax import Loop
 
 
@@ -34,16 +35,24 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
             # A function that steps, unscales or updates but does not backpropagate (an `optimizer_step()`
             # or `unscale_gradients()` helper): one iteration per call (issue 26, principle 2).
             if any(e.kind in _PER_CALL_KINDS for e in events):
-                steps.append(TrainingStep(scope, None, events))
+                loop = _loop_stepping_through_calls(model, events)
+                if loop is not None:
+                    steps.append(TrainingStep(scope, loop, [e for e in events if loop in e.loops]))
+                    events = [e for e in events if loop not in e.loops]
+                if any(e.kind in _PER_CALL_KINDS for e in events):
+                    steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
         steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
+        # A retry loop around the backward runs it once per call, not once per iteration (single_pass_loops).
+        once = single_pass_loops(events, lambda e: _in_training_loop(model, e))
         for anchor in anchors:
-            loop = anchor.loop
+            around = repeating(anchor.loops, once)
+            loop = around[-1] if around else None
             # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
             # steps is part of that loop's iteration (miles-credit PR #141).
             if loop is not None and steppers and not any(loop in e.loops for e in steppers):
-                outer = [l for l in anchor.loops[:-1] if any(l in e.loops for e in steppers)]
+                outer = [l for l in around[:-1] if any(l in e.loops for e in steppers)]
                 if outer:
                     loop = outer[-1]
             if loop not in loops:
@@ -64,6 +73,84 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
                 ]
                 steps.append(TrainingStep(scope, loop, members))
     return steps
+
+
+def _loop_stepping_through_calls(model: FileModel, events: List[Event]) -> Optional[Loop]:
+    """A loop of a function with no backward of its own that calls, on every pass, a helper stepping the
+    scaler once per call (`_train_batch()`: its retry loop and its loop over optimizers run once per call):
+    the loop repeats the step, so its body is the iteration (issue 26, principle 2), as a loop around a
+    backward is. The innermost such loop that repeats (`single_pass_loops`: not a retry loop, not a loop
+    over optimizers) and does not itself bind the optimizer the step takes (`for opt in opts:
+    self.step_one(opt)` steps each optimizer once); None when there is none, or when steps through
+    calls sit in different loops."""
+    may_train = lambda e: _in_training_loop(model, e)  # noqa: E731
+    through_calls = [e for e in events if e.kind is EventKind.SCALER_STEP and e.via is not None]
+    if not through_calls:
+        return None
+    once = single_pass_loops(events, may_train)
+    found: List[Loop] = []
+    for event in through_calls:
+        loops = repeating(event.trail()[0].loops, once)
+        if not loops:
+            return None
+        if loops[-1] not in found:
+            found.append(loops[-1])
+    if len(found) != 1:
+        return None
+    loop = found[0]
+    bound = _names_bound_in(loop)
+    for event in events:
+        if loop in event.loops and event.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP):
+            optimizer = event.target if event.kind is EventKind.SCALER_STEP else event.receiver
+            if optimizer is None or optimizer.split(".")[0] in bound:
+                return None
+    return loop
+
+
+def _names_bound_in(loop: Loop) -> set:
+    """Names the loop (its target and its body, not nested functions) binds."""
+    bound = set()
+
+    class _Binder(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            pass
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            bound.update(_target_names(node.target))
+
+        def visit_AsName(self, node: cst.AsName) -> None:
+            bound.update(_target_names(node.name))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            bound.update(_target_names(node.target))
+
+    loop.visit(_Binder())
+    return bound
+
+
+def _target_names(target: cst.CSTNode) -> set:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for element in target.elements for n in _target_names(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
 
 
 # A function running one of these with no backward of its own is one iteration per call.
@@ -104,7 +191,8 @@ def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], de
     own included, applied at the call with its parameters renamed to the caller's arguments.
     `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
     step and update in it. A helper that runs a loop of its own is a training loop, not a step part, and
-    is not inlined; recursion is cut off.
+    is not inlined (a retry loop or a loop over optimizers is not one: `runs_a_loop_of_its_own`); recursion
+    is cut off.
     """
     from amp_lint.analysis.scaler_flow import SUMMARIES, Summary
 
@@ -116,9 +204,11 @@ def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], de
         callee = callee_scope(model, event)
         summary: Optional[Summary] = None
         if callee is not None:
-            if callee in active or any(e.loops and _in_training_loop(model, e) for e in callee.events):
+            may_train = lambda e: _in_training_loop(model, e)  # noqa: E731
+            if callee in active or runs_a_loop_of_its_own(callee.events, may_train):
                 continue
             inner = with_helpers_inlined(model, callee, callee.events, depth + 1, active | {callee})
+            inner = once_per_call(inner, single_pass_loops(callee.events, may_train))
             summary = Summary(scope=callee, events=tuple(inner), params=tuple(call_params(callee)))
         else:
             for provider in SUMMARIES:  # functions of other files, from a project index
@@ -127,6 +217,29 @@ def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], de
                     break
         if summary is not None:
             out.extend(summary.applied_at(event, depth, _rebased))
+    return out
+
+
+def runs_a_loop_of_its_own(events: Sequence[Event], counts: Callable[[Event], bool]) -> bool:
+    """Does a function (its `events`) run a loop of its own: a loop holding an event that `counts` (one that
+    may train)? Its retry loops and loops over optimizers (`analysis.single_pass_loops`) run once per call:
+    not loops of its own (issue 26, principle 2)."""
+    candidates = [e for e in events if e.loops and counts(e)]
+    if not candidates:
+        return False
+    once = single_pass_loops(events, counts)
+    return any(repeating(e.loops, once) for e in candidates)
+
+
+def once_per_call(events: List[Event], once) -> List[Event]:
+    """A callee's events as one call runs them: the loops in `once` (its retry loops and loops over
+    optimizers, `single_pass_loops`) run once per call, so they are no loop of the caller's iteration."""
+    if not once:
+        return events
+    out = []
+    for event in events:
+        loops = repeating(event.loops, once)
+        out.append(event if len(loops) == len(event.loops) else dataclasses.replace(event, loops=loops))
     return out
 
 

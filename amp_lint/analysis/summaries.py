@@ -407,6 +407,8 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
 
     def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
         from amp_lint.analysis.scaler_flow import Summary
+        from amp_lint.analysis.single_pass_loops import single_pass_loops
+        from amp_lint.analysis.steps import once_per_call, runs_a_loop_of_its_own
         from amp_lint.analysis.steps import (
             with_helpers_inlined as _with_helpers_inlined,
         )
@@ -424,11 +426,13 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         if len(candidates) != 1:
             return None
         callee = candidates[0]
-        if any(e.loops and e.kind not in _kinds() for e in callee.events):
+        counts = lambda e: e.kind not in _kinds()  # noqa: E731
+        if runs_a_loop_of_its_own(callee.events, counts):
             return None  # a loop of its own: a training loop, not a step part (a loop over parameters is)
         self._building.append(foreign.path)
         try:
             inner = _with_helpers_inlined(model, callee, callee.events, depth=1, active={callee})
+            inner = once_per_call(inner, single_pass_loops(callee.events, counts))
         finally:
             self._building.pop()
         if not inner:
