@@ -258,3 +258,40 @@ def test_an_update_after_a_step_at_the_iterations_first_statement_is_after_it():
                 self.scaler.update()
     """
     assert _codes(source) == []
+
+
+STEPS_MODULE = """
+def train_batch(model, scaler, optimizers, batch):
+    for attempt in range(3):
+        try:
+            loss = model(batch)
+            scaler.scale(loss).backward()
+            for optimizer in optimizers:
+                scaler.step(optimizer)
+            return loss
+        except RuntimeError:
+            model.zero_grad()
+    raise RuntimeError("out of memory three times")
+"""
+
+TRAIN_MODULE = """
+import torch
+from pkg.steps import train_batch
+
+
+def fit(model, optimizers, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for batch in loader:
+        train_batch(model, scaler, optimizers, batch)
+        scaler.update()
+"""
+
+
+def test_a_helper_of_another_module_whose_loops_run_once_is_summarised_at_its_call(tmp_path):
+    # the summary of another module's function: its retry loop and its loop over optimizers run once per
+    # call, so its step is part of the caller's iteration and the update after the call follows it (it was
+    # taken as a training loop of its own: the scaler looked never stepped, AMP022)
+    from package_check import check_in_package, write_package
+
+    write_package(tmp_path, {"steps.py": STEPS_MODULE, "train.py": TRAIN_MODULE})
+    assert check_in_package(tmp_path, "pkg/train.py", "AMP021,AMP022,AMP023") == []

@@ -19,6 +19,7 @@ The file's model (`build_model(module) -> FileModel`)
 - `file_model`: `FileModel`, `Scope`, `TrainingStep`, `CallSite`, `AssignmentSite`, `ScalerBinding`,
   `DeprecatedUse`; `is_scaler` / `is_optimizer`.
 - `steps`: events grouped into iterations (`training_steps`), helpers' events inlined at their calls.
+- `single_pass_loops`: loops that do not repeat an iteration (retry loops, loops over optimizers).
 
 Control flow and the scaler protocol
 - `cfg`: a control-flow graph per function and module body.
