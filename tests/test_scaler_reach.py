@@ -79,6 +79,14 @@ def test_an_accessor_property_that_only_returns_the_scaler_keeps_the_proof(tmp_p
     (tmp_path / "upd").mkdir()
     loop = "def finish(plugin):\n    s = plugin.grad_scaler\n    s.update()\n"
     assert _check(tmp_path / "upd", {"plugin.py": _plugin(extra=extra), "loop.py": loop}, "plugin.py") == []
+    # ... and so is a reader handing what the accessor returns to a call that does not resolve
+    (tmp_path / "out").mkdir()
+    loop = "from elsewhere import hand_over\n\n\ndef finish(plugin):\n    hand_over(plugin.grad_scaler)\n"
+    assert _check(tmp_path / "out", {"plugin.py": _plugin(extra=extra), "loop.py": loop}, "plugin.py") == []
+    # a cached_property is the same view
+    cached = extra.replace("@property", "@functools.cached_property")
+    (tmp_path / "cached").mkdir()
+    assert _check(tmp_path / "cached", {"plugin.py": _plugin(extra=cached)}, "plugin.py") == [("AMP021", 24)]
 
 
 def test_an_accessor_through_getattr_with_a_literal_name_keeps_the_proof(tmp_path):
