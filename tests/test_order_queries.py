@@ -25,6 +25,7 @@ from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules import ALL_RULES
+from amp_lint.rules._helpers import OrderRule
 
 RULES = Path(__file__).resolve().parent.parent / "amp_lint" / "rules"
 
@@ -195,7 +196,7 @@ def test_order_rules_ask_the_analysis(name):
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert any(m and m.startswith("amp_lint.analysis") for m in imported)
     assert not imported & DETECTION_MODULES, f"{name} computes its own protocol states"
-    assert any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.startswith("order_") for n in ast.walk(tree))
+    assert any(m and m.startswith("amp_lint.analysis.order_") for m in imported)
 
 
 # --- the order rules are entries of the protocol's predicate table -----------------------------------
@@ -257,6 +258,24 @@ def test_every_order_rule_lists_its_predicates_next_to_its_docs():
         section = rule.explanation_section("Protocol predicates")
         assert all(f"`{p.kind}`" in section for p in rule.predicates), code
     assert all(not rule.predicates for rule in ALL_RULES if rule.code not in QUERIES)
+
+
+@pytest.mark.parametrize("code", sorted(QUERIES))
+def test_every_order_rule_is_declarative_one_message_per_predicate(code):
+    """Issue 26, principle 1: an order rule is its code, docs, examples, the analysis query it reports and one
+    message per protocol predicate; `check` is the one `OrderRule.check` (no rule walks paths or states)."""
+    (rule,) = [r for r in ALL_RULES if r.code == code]
+    assert issubclass(rule, OrderRule) and "check" not in vars(rule), code
+    assert rule.query is QUERIES[code], code
+    assert set(rule.messages) == {p.kind for p in rule.predicates}, code
+
+
+def test_an_order_rules_message_names_the_breachs_calls():
+    (rule,) = [r for r in ALL_RULES if r.code == "AMP024"]
+    source = "for x in loader:\n    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n"
+    (finding,) = rule().check(build_model(cst.parse_module(source)))
+    assert finding.message.startswith("`scaler.unscale_(opt)` runs again after `scaler.unscale_(opt)` with no `scaler.update()`")
+    assert finding.fix is not None and finding.assumption is None
 
 
 @pytest.mark.parametrize("code", sorted(QUERIES))
