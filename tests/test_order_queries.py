@@ -22,7 +22,7 @@ from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.paths import ASSUMED
+from amp_lint.analysis.paths import ASSUMED, PROVED
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules import ALL_RULES
 from amp_lint.rules._helpers import OrderRule
@@ -320,6 +320,24 @@ def test_the_engine_evaluates_a_predicate_over_the_states_at_an_event():
     _, _, states = _states_before(twice, EventKind.SCALER_UPDATE, 1)
     assert typestate.matching(states, order_updates.UPDATE_AGAIN, "scaler")
     assert not typestate.matching(states, order_updates.BEFORE_STEP, "scaler")
+
+
+def test_the_engine_says_how_sure_a_predicate_is_at_an_event():
+    """Issue 26, principle 1: the proof level comes from the protocol states at the event, not from a path
+    walk of the rule's own: "the optimizer is UNSCALED at the direct step" holds on one branch only
+    (ASSUMED); "UNSCALED, or no inf checks recorded" holds whichever way `if clip:` goes (PROVED)."""
+    source = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    if clip:\n        scaler.unscale_(opt)\n"
+        "        torch.nn.utils.clip_grad_norm_(p, 1.0)\n    opt.step()\n    scaler.update()\n"
+    )
+    _, _, states = _states_before(source, EventKind.OPTIMIZER_STEP)
+    assert len(states) == 2
+    assert typestate.proof_of(states, "scaler", "opt", order_steps.AROUND_UNSCALED) is ASSUMED
+    assert typestate.proof_of(states, "scaler", "opt", order_steps.AROUND_UNSCALED, order_steps.CLOSED_BY_UPDATE) is PROVED
+    assert typestate.proof_of(states, "scaler", "opt", order_updates.UPDATE_AGAIN) is None
+    assert typestate.proof_of(frozenset(), "scaler", "opt", order_steps.AROUND_UNSCALED) is None
+    (breach,) = order_steps.direct_steps(_model(source))
+    assert breach.kind == order_steps.AROUND_UNSCALED and breach.proof is PROVED
 
 
 def test_a_breach_names_its_predicate():

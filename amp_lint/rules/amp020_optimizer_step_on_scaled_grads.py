@@ -223,10 +223,9 @@ def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step
     caller, so stepping through the scaler there is no edit on one caller's behalf."""
     if model.block_of(optimizer_step.statement) is None:
         return False
-    trail = [id(e) for e in optimizer_step.trail()]
     flow = flow_of(model, step)
     return any(
-        [id(e) for e in update.trail()] == trail and flow.path(optimizer_step, update) is not None
+        update.reached_alike(optimizer_step) and flow.path(optimizer_step, update) is not None
         for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     )
 

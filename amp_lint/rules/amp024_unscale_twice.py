@@ -240,7 +240,7 @@ def _twice_in_one_helper_block(model: FileModel, first: Event, second: Event) ->
     """Both calls are statements of one block of one helper's body, reached through the same call, the first
     before the second: the helper itself unscales twice on every call, so removing the second is right for
     every caller (not an edit of the helper on one caller's behalf)."""
-    if not second.in_helper or [id(e) for e in first.trail()] != [id(e) for e in second.trail()]:
+    if not second.in_helper or not first.reached_alike(second):
         return False
     if not isinstance(second.small_statement, cst.Expr) or second.small_statement.value is not second.call:
         return False

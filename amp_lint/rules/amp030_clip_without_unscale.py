@@ -322,8 +322,7 @@ def _helper_owns_the_step(model: FileModel, clip: Event, steps: List[Event]) -> 
     a `scaler.step` after it (the helper clips and steps: ultralytics' `optimizer_step`)."""
     if not clip.in_helper:
         return True
-    trail = [id(e) for e in clip.trail()]
-    return model.block_of(clip.statement) is not None and any([id(e) for e in s.trail()] == trail for s in steps)
+    return model.block_of(clip.statement) is not None and any(s.reached_alike(clip) for s in steps)
 
 
 def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
@@ -332,9 +331,8 @@ def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
     and an `unscale_` before the clip needs no guard of its own (issue 27, item 1: the guard matters only
     when the scaler may be None there)."""
     mine = {(id(b.node), b.taken) for b in clip.branches}
-    trail = [id(e) for e in clip.trail()]
     return any(
-        [id(c) for c in e.trail()] == trail
+        e.reached_alike(clip)
         and all((id(b.node), b.taken) in mine for b in e.branches)
         and [id(loop) for loop in e.loops] == [id(loop) for loop in clip.loops[: len(e.loops)]]
         for e in steps
