@@ -10,8 +10,9 @@ iteration (the loop's latch, or a step function's return): what the next iterati
 
 The order rules are predicates over this (`protocol.PREDICATES`): "a violation of mine at this event",
 "a state at the end of the iteration that the next iteration's first call refuses"; `holds` evaluates a
-predicate's state part on one state, `matching` on the states at an event, `violations_of` names the
-table's violations that a predicate is.
+predicate's state part on one state, `matching` on the states at an event, `proof_of` says whether it
+holds on every state that reaches the event (PROVED, whichever way the branches go) or on some
+(ASSUMED), `violations_of` names the table's violations that a predicate is.
 """
 
 from __future__ import annotations
