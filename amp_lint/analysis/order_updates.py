@@ -289,11 +289,7 @@ def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
 
 
 def _scalers_stepped(step: TrainingStep) -> List[str]:
-    seen: List[str] = []
-    for event in step.of(EventKind.SCALER_STEP):
-        if event.receiver not in seen:
-            seen.append(event.receiver)
-    return seen
+    return list(dict.fromkeys(event.receiver for event in step.of(EventKind.SCALER_STEP)))
 
 
 def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:

@@ -165,25 +165,16 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             if holds(state, _READ_SCALED, s):
                 report(_READ_SCALED.violation, None, s, None)
             continue
-        if optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads):
-            targets = [optimizer]
-        elif operation == P.OPTIMIZER_STEP:
+        if operation == P.OPTIMIZER_STEP or (optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads)):
             targets = [optimizer]
         else:
             targets = [EVERY] + [t[1] for t in state.grads if t[0] == s and t[1] != EVERY]
         for o in targets:
-            before, acc = state.grads_of(s, o) if o != EVERY else _every(state, s)
+            before, acc = state.grads_of(s, o)  # (EVERY: the entry for the optimizers without one)
             new, violation = P.grads_after(operation, state._stage_value(s, o), before)
             report(violation, None, s, o)
             grads = _set_grads(grads, s, o, new, acc and new == before)
     return dataclasses.replace(state, grads=grads)
-
-
-def _every(state: ProtocolState, scaler: str) -> Tuple[str, bool]:
-    for s, o, st, acc in state.grads:
-        if s == scaler and o == EVERY:
-            return st, acc
-    return P.FRESH, False
 
 
 def _backward(state: ProtocolState, scaler: str) -> frozenset:
