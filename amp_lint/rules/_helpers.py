@@ -407,10 +407,12 @@ class OrderRule(Rule):
         super().__init_subclass__(**kwargs)
         if "code" in cls.__dict__:
             cls.predicates = predicates_of(cls.code)
+        if "query" in cls.__dict__:
+            cls.query = staticmethod(cls.__dict__["query"])  # a plain analysis function, not a method
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         memo: dict = {}  # per file: what a rule's fixes share across its findings
-        for breach in type(self).query(model):
+        for breach in self.query(model):
             event = breach.event
             words = dict(
                 event=_call(event), cause=_call(breach.cause), other=_call(breach.other), last=_call(breach.last),
