@@ -570,16 +570,16 @@ for x in loader:
 
 
 def _states_before(source: str, kind, index: int = -1):
-    from amp_lint.analysis.scaler_flow import protocol_states
+    from amp_lint.analysis import typestate
 
     model = build_model(cst.parse_module(textwrap.dedent(source)))
     step = next(s for s in model.steps if s.loop is not None)
     event = step.of(kind)[index]
-    return protocol_states(flow_of(model, step))[id(event)]
+    return typestate.run(flow_of(model, step)).before[id(event)]
 
 
 def test_typestate_per_scaler_and_optimizer():
-    from amp_lint.analysis.scaler_flow import STEPPED, UNSCALED
+    from amp_lint.analysis.protocol import STEPPED, UNSCALED
 
     twice = """
 for x in loader:

@@ -22,9 +22,10 @@ from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.paths import ASSUMED
+from amp_lint.analysis.paths import ASSUMED, PROVED
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules import ALL_RULES
+from amp_lint.rules._helpers import OrderRule
 
 RULES = Path(__file__).resolve().parent.parent / "amp_lint" / "rules"
 
@@ -195,7 +196,7 @@ def test_order_rules_ask_the_analysis(name):
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert any(m and m.startswith("amp_lint.analysis") for m in imported)
     assert not imported & DETECTION_MODULES, f"{name} computes its own protocol states"
-    assert any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id.startswith("order_") for n in ast.walk(tree))
+    assert any(m and m.startswith("amp_lint.analysis.order_") for m in imported)
 
 
 # --- the order rules are entries of the protocol's predicate table -----------------------------------
@@ -260,6 +261,24 @@ def test_every_order_rule_lists_its_predicates_next_to_its_docs():
 
 
 @pytest.mark.parametrize("code", sorted(QUERIES))
+def test_every_order_rule_is_declarative_one_message_per_predicate(code):
+    """Issue 26, principle 1: an order rule is its code, docs, examples, the analysis query it reports and one
+    message per protocol predicate; `check` is the one `OrderRule.check` (no rule walks paths or states)."""
+    (rule,) = [r for r in ALL_RULES if r.code == code]
+    assert issubclass(rule, OrderRule) and "check" not in vars(rule), code
+    assert rule.query is QUERIES[code], code
+    assert set(rule.messages) == {p.kind for p in rule.predicates}, code
+
+
+def test_an_order_rules_message_names_the_breachs_calls():
+    (rule,) = [r for r in ALL_RULES if r.code == "AMP024"]
+    source = "for x in loader:\n    scaler.scale(loss).backward()\n    scaler.unscale_(opt)\n    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n"
+    (finding,) = rule().check(build_model(cst.parse_module(source)))
+    assert finding.message.startswith("`scaler.unscale_(opt)` runs again after `scaler.unscale_(opt)` with no `scaler.update()`")
+    assert finding.fix is not None and finding.assumption is None
+
+
+@pytest.mark.parametrize("code", sorted(QUERIES))
 def test_every_predicate_is_shown_by_an_invalid_example_of_its_rule(code):
     (rule,) = [r for r in ALL_RULES if r.code == code]
     shown = set()
@@ -301,6 +320,24 @@ def test_the_engine_evaluates_a_predicate_over_the_states_at_an_event():
     _, _, states = _states_before(twice, EventKind.SCALER_UPDATE, 1)
     assert typestate.matching(states, order_updates.UPDATE_AGAIN, "scaler")
     assert not typestate.matching(states, order_updates.BEFORE_STEP, "scaler")
+
+
+def test_the_engine_says_how_sure_a_predicate_is_at_an_event():
+    """Issue 26, principle 1: the proof level comes from the protocol states at the event, not from a path
+    walk of the rule's own: "the optimizer is UNSCALED at the direct step" holds on one branch only
+    (ASSUMED); "UNSCALED, or no inf checks recorded" holds whichever way `if clip:` goes (PROVED)."""
+    source = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    if clip:\n        scaler.unscale_(opt)\n"
+        "        torch.nn.utils.clip_grad_norm_(p, 1.0)\n    opt.step()\n    scaler.update()\n"
+    )
+    _, _, states = _states_before(source, EventKind.OPTIMIZER_STEP)
+    assert len(states) == 2
+    assert typestate.proof_of(states, "scaler", "opt", order_steps.AROUND_UNSCALED) is ASSUMED
+    assert typestate.proof_of(states, "scaler", "opt", order_steps.AROUND_UNSCALED, order_steps.CLOSED_BY_UPDATE) is PROVED
+    assert typestate.proof_of(states, "scaler", "opt", order_updates.UPDATE_AGAIN) is None
+    assert typestate.proof_of(frozenset(), "scaler", "opt", order_steps.AROUND_UNSCALED) is None
+    (breach,) = order_steps.direct_steps(_model(source))
+    assert breach.kind == order_steps.AROUND_UNSCALED and breach.proof is PROVED
 
 
 def test_a_breach_names_its_predicate():

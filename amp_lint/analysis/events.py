@@ -94,6 +94,10 @@ class Event:
             event = event.via
         return list(reversed(calls))
 
+    def reached_alike(self, other: "Event") -> bool:
+        """Reached through the same calls (both the iteration's own, or both inside one call of one helper)."""
+        return [id(e) for e in self.trail()] == [id(e) for e in other.trail()]
+
     @property
     def loop(self) -> Optional[Loop]:
         return self.loops[-1] if self.loops else None

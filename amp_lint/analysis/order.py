@@ -5,12 +5,14 @@ questions below are the order rules' predicates over it and over the paths (`sca
 once, so that every rule (and anything else: the fix check, the server) asks the same thing. Each answer
 is a `Breach`: which condition (`kind`), at which event, the events that make it so (the earlier call
 that left the state, the later call it breaks), and whether it is proved or rests on a condition.
-A rule turns a breach into its message and fix; it computes nothing of its own.
+A rule turns a breach into its message and fix (`rules._helpers.OrderRule`: one message per predicate,
+keyed by the breach's kind); it computes nothing of its own.
 
 Every breach kind is an entry of the protocol's predicate table (`protocol.PREDICATES`, `Breach.predicate`):
 "event E while the state is S", plus what the entry's `where` names beyond the state (a path on, a
 micro-batch, the call's syntax). The state part is evaluated by one engine (`typestate.holds`,
-`typestate.matching`, `typestate.violations_of`); the rule lists its entries next to its docs.
+`typestate.matching`, `typestate.violations_of`, and `typestate.proof_of`: on every state that reaches
+the event, or on some); the rule lists its entries next to its docs.
 
 The questions live by subject: `order_updates` (update() too early, twice, never), `order_unscale`
 (unscale_ twice, after the step, left for the next call), `order_accumulation` (micro-batch

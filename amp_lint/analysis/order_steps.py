@@ -110,15 +110,11 @@ def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update
     """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
     UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
     then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
-    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
     if flow.path(optimizer_step, update) is not PROVED:
         return False
-    for state in states:
-        if typestate.matching([state], AROUND_UNSCALED, scaler, optimizer_step.target):
-            continue
-        if not typestate.matching([state], CLOSED_BY_UPDATE, scaler) or flow.path(optimizer_step, update, checks) is None:
-            return False
-    return True
+    checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
+    kinds = (AROUND_UNSCALED, CLOSED_BY_UPDATE) if flow.path(optimizer_step, update, checks) is not None else (AROUND_UNSCALED,)
+    return typestate.proof_of(states, scaler, optimizer_step.target, *kinds) is PROVED
 
 
 def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):

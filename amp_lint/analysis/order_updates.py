@@ -11,6 +11,7 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
+from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -106,8 +107,8 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
 
     - RESETS_UNSCALED: `unscale_(); update(); step()` (`update(new_scale)` too: it needs no inf checks but
       still resets every optimizer); `other` the step that divides again, `last` the last step after it.
-    - BREAKS_EVERY_PATH: whichever way the branches go, the update is wrong (`typestate.
-      update_breaks_on_every_path`); `other`/`last`: the first/last step after it.
+    - BREAKS_EVERY_PATH: whichever way the branches go, the update is wrong (`_breaks_on_every_path`);
+      `other`/`last`: the first/last step after it.
     - CHECKS_ONLY_ON_SOME_PATHS: inf checks run before the update only on some paths (`related`: those
       checks, `last` the last of them); ASSUMED when no path is proved to skip them all.
     - BEFORE_STEP: no check before it, a step after it (`other`/`last`: first/last such step).
@@ -133,7 +134,7 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                 if uncovered is None:
                     yield from _between_unscale_and_step(flow, update, scaler)
                     continue
-                broken = uncovered is not PROVED and typestate.update_breaks_on_every_path(flow, update, scaler)
+                broken = uncovered is not PROVED and _breaks_on_every_path(flow, update, scaler)
                 later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
                 if broken and later:
                     first, last = first_of(flow, later), last_of(flow, later)
@@ -150,6 +151,27 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                 yield Breach(BEFORE_STEP, update, step, scaler, flow, other=first, last=last, related=tuple(later), proof=proof)
             elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
                 yield Breach(NEVER_STEPPED, update, step, scaler, flow)
+
+
+def _breaks_on_every_path(flow: StepFlow, update: Event, scaler: str) -> bool:
+    """Issue 26, principle 1: whichever way the branches go, this `update()` is wrong. On every protocol
+    state that reaches it, either no inf checks were recorded ("update-without-inf-checks") or an optimizer
+    of the scaler is still UNSCALED (not stepped) and a `scaler.step` of it follows the update whatever
+    the conditions (it then unscales the gradients a second time, "unscaled-twice"):
+    `if clip: unscale_(); clip()` then `update(); step()`."""
+    states = typestate.run(flow).before.get(id(update))
+    if not states:
+        return False
+    steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
+    for state in states:
+        if typestate.proof_of([state], scaler, None, BREAKS_EVERY_PATH):
+            continue  # no inf checks recorded: the update raises
+        unscaled = state.optimizers(scaler, P.UNSCALED)
+        if not unscaled or state.optimizers(scaler, P.STEPPED):
+            return False
+        if not any(e.target in unscaled and flow.path(update, e) is PROVED for e in steps):
+            return False
+    return True
 
 
 def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Iterator[Breach]:
@@ -267,11 +289,7 @@ def _runs_scaled_backward(step: TrainingStep, scaler: str) -> bool:
 
 
 def _scalers_stepped(step: TrainingStep) -> List[str]:
-    seen: List[str] = []
-    for event in step.of(EventKind.SCALER_STEP):
-        if event.receiver not in seen:
-            seen.append(event.receiver)
-    return seen
+    return list(dict.fromkeys(event.receiver for event in step.of(EventKind.SCALER_STEP)))
 
 
 def _updates_elsewhere(model: FileModel, step: TrainingStep, scaler: str) -> bool:

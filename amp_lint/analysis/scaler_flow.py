@@ -345,8 +345,3 @@ def assumption_text(proof: Optional[Proof], what: str = "a branch condition") ->
     if proof is ASSUMED:
         return f"assumes {what} can go the way this path needs"
     return None
-
-
-# --- the protocol as a typestate: the table (`protocol`) run by its engine (`typestate`) -------------
-
-from amp_lint.analysis.typestate import STEPPED, UNSCALED, ProtocolState, protocol_states  # noqa: E402,F401

@@ -10,8 +10,9 @@ iteration (the loop's latch, or a step function's return): what the next iterati
 
 The order rules are predicates over this (`protocol.PREDICATES`): "a violation of mine at this event",
 "a state at the end of the iteration that the next iteration's first call refuses"; `holds` evaluates a
-predicate's state part on one state, `matching` on the states at an event, `violations_of` names the
-table's violations that a predicate is.
+predicate's state part on one state, `matching` on the states at an event, `proof_of` says whether it
+holds on every state that reaches the event (PROVED, whichever way the branches go) or on some
+(ASSUMED), `violations_of` names the table's violations that a predicate is.
 """
 
 from __future__ import annotations
@@ -22,15 +23,11 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.paths import PROVED
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.events import Event
     from amp_lint.analysis.scaler_flow import StepFlow
-
-# Kept for the readers of the old typestate (`scaler_flow.UNSCALED`, `scaler_flow.STEPPED`).
-UNSCALED = P.UNSCALED
-STEPPED = P.STEPPED
 
 _MAX_STATES = 64  # per node; beyond, further states are dropped (no finding rests on them)
 
@@ -74,6 +71,10 @@ class ProtocolState:
     def scaled(self) -> FrozenSet[str]:
         """Scalers with gradients of some optimizer still scaled (a scaled backward waiting for its step)."""
         return frozenset(s for s, _, state, _ in self.grads if state in (P.SCALED, P.MIXED))
+
+    def optimizers(self, scaler: str, stage: str) -> List[str]:
+        """The optimizers of `scaler` in `stage` (UNSCALED or STEPPED; READY ones have no entry)."""
+        return [o for s, o, st, _ in self.stages if s == scaler and st == stage]
 
     def updates(self, scaler: str) -> List[object]:
         return [event for s, event in self.updated if s == scaler]
@@ -164,25 +165,16 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             if holds(state, _READ_SCALED, s):
                 report(_READ_SCALED.violation, None, s, None)
             continue
-        if optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads):
-            targets = [optimizer]
-        elif operation == P.OPTIMIZER_STEP:
+        if operation == P.OPTIMIZER_STEP or (optimizer is not None and any(t[0] == s and t[1] == optimizer for t in state.grads)):
             targets = [optimizer]
         else:
             targets = [EVERY] + [t[1] for t in state.grads if t[0] == s and t[1] != EVERY]
         for o in targets:
-            before, acc = state.grads_of(s, o) if o != EVERY else _every(state, s)
+            before, acc = state.grads_of(s, o)  # (EVERY: the entry for the optimizers without one)
             new, violation = P.grads_after(operation, state._stage_value(s, o), before)
             report(violation, None, s, o)
             grads = _set_grads(grads, s, o, new, acc and new == before)
     return dataclasses.replace(state, grads=grads)
-
-
-def _every(state: ProtocolState, scaler: str) -> Tuple[str, bool]:
-    for s, o, st, acc in state.grads:
-        if s == scaler and o == EVERY:
-            return st, acc
-    return P.FRESH, False
 
 
 def _backward(state: ProtocolState, scaler: str) -> frozenset:
@@ -314,27 +306,11 @@ def violations_of(flow: "StepFlow", event, *kinds: str) -> List[Violation]:
     return run(flow).at(event, *(P.PREDICATE_OF[kind].violation for kind in kinds))
 
 
-def update_breaks_on_every_path(flow: "StepFlow", update: "Event", scaler: str) -> bool:
-    """Issue 26, principle 1: whichever way the branches go, this `update()` is wrong. On every protocol
-    state that reaches it, either no inf checks were recorded ("update-without-inf-checks") or an optimizer
-    of the scaler is still UNSCALED (not stepped) and a `scaler.step` of it follows the update whatever
-    the conditions (it then unscales the gradients a second time, "unscaled-twice"):
-    `if clip: unscale_(); clip()` then `update(); step()`."""
-    states = run(flow).before.get(id(update))
-    if not states:
-        return False
-    steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
-    for state in states:
-        if matching([state], "update-breaks-every-path", scaler):
-            continue  # no inf checks recorded: the update raises
-        unscaled = [o for s, o, stage, _ in state.stages if s == scaler and stage == P.UNSCALED]
-        if not unscaled or any(s == scaler and stage == P.STEPPED for s, _, stage, _ in state.stages):
-            return False
-        if not any(e.target in unscaled and flow.path(update, e) is PROVED for e in steps):
-            return False
-    return True
-
-
-def protocol_states(flow: "StepFlow") -> Dict[int, FrozenSet[ProtocolState]]:
-    """For each event of the step (by id): the protocol states that can hold just before it."""
-    return run(flow).before
+def proof_of(states, scaler: str, optimizer: Optional[str], *kinds: str) -> Optional[Proof]:
+    """How sure "one of the predicates of breach `kinds` holds for (scaler, optimizer)" is over the protocol
+    states that reach an event (`Typestate.before`): PROVED when it holds on every one of them, whichever
+    way the branches (correlated or not) go; ASSUMED when on some; None when on none (or no state)."""
+    held = [any(holds(state, P.PREDICATE_OF[kind], scaler, optimizer) for kind in kinds) for state in states]
+    if not any(held):
+        return None
+    return PROVED if all(held) else ASSUMED

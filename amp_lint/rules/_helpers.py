@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -15,6 +15,11 @@ from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.protocol import predicates_of
+from amp_lint.diagnostics import Applicability, Confidence
+from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.rules.base import Finding, Fix, Rule
 
 # torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
 # inside autocast does not make them run in float32.
@@ -363,3 +368,85 @@ def same_binding(model: FileModel, key: str, first: Scope, second: Scope) -> boo
                 if head in inner.params or head in inner.assignments:
                     return False
     return False
+
+
+# --- order rules (issue 26): a predicate of the protocol table, a message, a fix ------------------------
+
+
+class _Call:
+    """A call a message names: `{x}` its code, `{x:short}` / `{x:short40}` shortened to 60 / 40 characters."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self.node = node
+
+    def __format__(self, spec: str) -> str:
+        return short(self.node, int(spec[5:] or 60)) if spec.startswith("short") else code_of(self.node)
+
+
+def _call(event) -> Optional[_Call]:
+    return _Call(event.call) if event is not None else None
+
+
+class OrderRule(Rule):
+    """An order rule: the protocol predicates it reports (`protocol.PREDICATES` entries of its code, set
+    here), one message per predicate (`messages`, keyed by the predicate's kind), and the analysis query
+    that answers with them (`query`, an `order_*` function yielding `order.Breach`es). `check` is the same
+    for every order rule; a rule adds only what its message names beyond the breach (`words`), its fix,
+    and the path shown after the message (`related`).
+
+    A message is a format string over: `event`, `cause`, `other`, `last` (the breach's calls: `{event}`,
+    `{event:short}`, `{event:short40}`), `node` (the syntax the breach is about), `scaler`, `optimizer`
+    (the event's target), `detail`, and whatever `words` adds.
+    """
+
+    query: ClassVar[Callable[[FileModel], Iterator[Breach]]]
+    messages: ClassVar[Dict[str, str]] = {}
+    at_node: ClassVar[bool] = False  # the finding points at `breach.node` (an argument), not the event's call
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            cls.predicates = predicates_of(cls.code)
+        if "query" in cls.__dict__:
+            cls.query = staticmethod(cls.__dict__["query"])  # a plain analysis function, not a method
+
+    def check(self, model: FileModel) -> Iterator[Finding]:
+        memo: dict = {}  # per file: what a rule's fixes share across its findings
+        for breach in self.query(model):
+            event = breach.event
+            words = dict(
+                event=_call(event), cause=_call(breach.cause), other=_call(breach.other), last=_call(breach.last),
+                node=_Call(breach.node) if breach.node is not None else None,
+                scaler=breach.scaler, optimizer=getattr(event, "target", None), detail=breach.detail,
+            )
+            words.update(self.words(model, breach))
+            yield self.finding(
+                breach.node if self.at_node else event.call,
+                self.messages[breach.kind].format_map(words),
+                fix=self.fix(model, breach, memo),
+                confidence=self.confidence_of(breach),
+                context=breach.context,
+                related=self.related(model, breach),
+                assumption=breach.assumption,
+            )
+
+    def words(self, model: FileModel, breach: Breach) -> Dict[str, object]:
+        return {}
+
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        return None
+
+    def confidence_of(self, breach: Breach) -> Confidence:
+        return Confidence.HIGH
+
+    def related(self, model: FileModel, breach: Breach) -> Tuple[Tuple[str, cst.CSTNode], ...]:
+        return ()
+
+
+def remove_call_fix(model: FileModel, event: Event, message: str) -> Optional[Fix]:
+    """Remove the statement that is the event's call alone (`x.update()` on its own line, or in a `;` list)."""
+    if not isinstance(event.small_statement, cst.Expr) or event.small_statement.value is not event.call:
+        return None
+    builder = FixBuilder(model.module)
+    builder.remove(removal_target(event.statement, event.small_statement))
+    return builder.build(message, Applicability.SAFE)

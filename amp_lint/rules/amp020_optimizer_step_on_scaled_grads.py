@@ -1,21 +1,21 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis import order_steps
+from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_steps import AROUND_UNSCALED, CLOSED_BY_UPDATE, STEP_SCALED, STEPPED_TWICE, direct_steps
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.rules._helpers import OrderRule, remove_call_fix
+from amp_lint.rules.base import Fix, Invalid
 
 
-class OptimizerStepOnScaledGrads(Rule):
+class OptimizerStepOnScaledGrads(OrderRule):
     """
     ## What it does
     Finds `optimizer.step()` called directly on gradients that a `GradScaler` scaled, either instead of
@@ -64,8 +64,16 @@ class OptimizerStepOnScaledGrads(Rule):
     """
 
     code = "AMP020"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = direct_steps
+    messages = {
+        STEP_SCALED: "`{event}` applies gradients scaled by `{scaler}` and never skips overflowing steps; "
+        "use `{scaler}.step({optimizer})`",
+        STEPPED_TWICE: "`{event}` steps `{optimizer}` a second time after `{scaler}.step({optimizer})`; remove it",
+        AROUND_UNSCALED: "`{event}` steps `{optimizer}` around `{scaler}` after `{cause}`: an overflowing step is "
+        "never skipped; use `{scaler}.step({optimizer})`",
+        CLOSED_BY_UPDATE: "`{event}` steps around `{scaler}`, then `{other}` closes the iteration with no inf checks "
+        "recorded (AssertionError), or never skips an overflowing step; use `{scaler}.step({optimizer})`",
+    }
     name = "optimizer-step-on-scaled-grads"
     summary = "optimizer.step() called directly on scaled gradients"
     severity = Severity.ERROR
@@ -184,59 +192,20 @@ for x, y in loader:
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_steps.direct_steps(model):
-            optimizer_step, scaler, step = breach.event, breach.scaler, breach.step
-            optimizer = optimizer_step.target
-            if breach.kind == order_steps.STEPPED_TWICE:
-                only_after_scaler_step = breach.flow.from_start(optimizer_step, breach.related) is None
-                yield self.finding(
-                    optimizer_step.call,
-                    f"`{code_of(optimizer_step.call)}` steps `{optimizer}` a second time after "
-                    f"`{scaler}.step({optimizer})`; remove it",
-                    fix=None
-                    if optimizer_step.in_helper or not only_after_scaler_step
-                    else _remove_fix(model, optimizer_step),
-                    context=breach.context,
-                    related=self.through_helpers(optimizer_step),
-                    assumption=breach.assumption,
-                )
-            elif breach.kind == order_steps.AROUND_UNSCALED:
-                yield self.finding(
-                    optimizer_step.call,
-                    f"`{code_of(optimizer_step.call)}` steps `{optimizer}` around `{scaler}` after "
-                    f"`{code_of(breach.cause.call)}`: an overflowing step is never skipped; use `{scaler}.step({optimizer})`",
-                    fix=None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
-                    context=breach.context,
-                    related=self.through_helpers(optimizer_step),
-                    assumption=breach.assumption,
-                )
-            elif breach.kind == order_steps.CLOSED_BY_UPDATE:
-                yield self.finding(
-                    optimizer_step.call,
-                    f"`{code_of(optimizer_step.call)}` steps around `{scaler}`, then `{code_of(breach.other.call)}` closes "
-                    f"the iteration with no inf checks recorded (AssertionError), or never skips an overflowing "
-                    f"step; use `{scaler}.step({optimizer_step.target})`",
-                    fix=None
-                    if optimizer_step.in_helper
-                    else _step_through_scaler_fix(model, optimizer_step, scaler, True, step),
-                    context=breach.context,
-                    related=self.through_helpers(optimizer_step),
-                    assumption=breach.assumption,
-                )
-            else:  # STEP_SCALED
-                yield self.finding(
-                    optimizer_step.call,
-                    f"`{code_of(optimizer_step.call)}` applies gradients scaled by `{scaler}` and never skips "
-                    f"overflowing steps; use `{scaler}.step({optimizer})`",
-                    fix=None
-                    if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler)
-                    else _step_through_scaler_fix(
-                        model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step
-                    ),
-                    context=breach.context,
-                    related=self.through_helpers(optimizer_step),
-                )
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        optimizer_step, scaler, step = breach.event, breach.scaler, breach.step
+        if breach.kind == STEPPED_TWICE:
+            if optimizer_step.in_helper or breach.flow.from_start(optimizer_step, breach.related) is not None:
+                return None  # not only after the scaler's step
+            return remove_call_fix(model, optimizer_step, "Remove the second optimizer step")
+        if breach.kind != STEP_SCALED:
+            return None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step)
+        if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler):
+            return None
+        return _step_through_scaler_fix(model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step)
+
+    def related(self, model: FileModel, breach: Breach):
+        return self.through_helpers(breach.event)
 
 
 def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
@@ -254,10 +223,9 @@ def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step
     caller, so stepping through the scaler there is no edit on one caller's behalf."""
     if model.block_of(optimizer_step.statement) is None:
         return False
-    trail = [id(e) for e in optimizer_step.trail()]
     flow = flow_of(model, step)
     return any(
-        [id(e) for e in update.trail()] == trail and flow.path(optimizer_step, update) is not None
+        update.reached_alike(optimizer_step) and flow.path(optimizer_step, update) is not None
         for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
     )
 
@@ -325,11 +293,3 @@ def _caller_hands_it(event: Event, value: cst.BaseExpression) -> bool:
         and value.value in scope.params
         and value.value not in scope.assignments
     )
-
-
-def _remove_fix(model: FileModel, event: Event) -> Optional[Fix]:
-    if not isinstance(event.small_statement, cst.Expr) or event.small_statement.value is not event.call:
-        return None
-    builder = FixBuilder(model.module)
-    builder.remove(removal_target(event.statement, event.small_statement))
-    return builder.build("Remove the second optimizer step", Applicability.SAFE)

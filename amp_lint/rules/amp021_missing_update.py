@@ -1,20 +1,20 @@
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis import order_updates
 from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel, TrainingStep
-from amp_lint.analysis.syntax import code_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_updates import MISSING_UPDATE, NEVER_UPDATED_IN_PROJECT, missing_updates
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Fix, Invalid
 
 
-class MissingScalerUpdate(Rule):
+class MissingScalerUpdate(OrderRule):
     """
     ## What it does
     Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`. A step helper
@@ -58,8 +58,13 @@ class MissingScalerUpdate(Rule):
     """
 
     code = "AMP021"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = missing_updates
+    messages = {
+        MISSING_UPDATE: "`{last}` is never followed by `{scaler}.update()` {detail}; "
+        "the next `{scaler}.step()` raises RuntimeError",
+        NEVER_UPDATED_IN_PROJECT: "`{last}` is never followed by `{scaler}.update()`, and nothing in the project "
+        "updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
+    }
     name = "missing-scaler-update"
     summary = "scaler.step() without scaler.update() in the iteration"
     severity = Severity.ERROR
@@ -234,33 +239,13 @@ class Trainer:
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_updates.missing_updates(model):
-            step, scaler, last, steps = breach.step, breach.scaler, breach.last, list(breach.related)
-            related = _created_at(model, step, scaler) + self.through_helpers(last)
-            if breach.kind == order_updates.NEVER_UPDATED_IN_PROJECT:
-                yield self.finding(
-                    last.call,
-                    f"`{code_of(last.call)}` is never followed by `{scaler}.update()`, and nothing in "
-                    f"the project updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
-                    fix=None if last.in_helper else _insert_update_fix(model, step, [last], scaler),
-                    context=breach.context,
-                    related=related,
-                )
-                continue
-            yield self.finding(
-                last.call,
-                f"`{code_of(last.call)}` is never followed by `{scaler}.update()` {breach.detail}; "
-                f"the next `{scaler}.step()` raises RuntimeError",
-                fix=None if any(e.in_helper for e in steps) else _insert_update_fix(model, step, steps, scaler),
-                context=breach.context,
-                related=related,
-            )
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        steps = [breach.last] if breach.kind == NEVER_UPDATED_IN_PROJECT else list(breach.related)
+        return None if any(e.in_helper for e in steps) else _insert_update_fix(model, breach.step, steps, breach.scaler)
 
-
-def _created_at(model: FileModel, step: TrainingStep, scaler: str):
-    built = [b for b in model.scaler_bindings(scaler, step.scope) if b.call is not None]
-    return (("scaler created", built[0].call),) if built else ()
+    def related(self, model: FileModel, breach: Breach):
+        built = [b for b in model.scaler_bindings(breach.scaler, breach.step.scope) if b.call is not None]
+        return ((("scaler created", built[0].call),) if built else ()) + self.through_helpers(breach.last)
 
 
 def _insert_update_fix(model: FileModel, step: TrainingStep, steps: List[Event], scaler: str) -> Optional[Fix]:

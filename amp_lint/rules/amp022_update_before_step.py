@@ -1,21 +1,29 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis import order_updates
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.scaler_flow import StepFlow
 from amp_lint.analysis.flow_queries import site_path
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_updates import (
+    BEFORE_STEP,
+    BREAKS_EVERY_PATH,
+    CHECKS_ONLY_ON_SOME_PATHS,
+    NEVER_STEPPED,
+    RESETS_UNSCALED,
+    updates_before_inf_checks,
+)
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Fix, Invalid
 
-class UpdateBeforeStep(Rule):
+class UpdateBeforeStep(OrderRule):
     """
     ## What it does
     Finds `scaler.update()` called before any `scaler.step(...)` / `scaler.unscale_(...)` of the
@@ -51,8 +59,19 @@ class UpdateBeforeStep(Rule):
     """
 
     code = "AMP022"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = updates_before_inf_checks
+    messages = {
+        BEFORE_STEP: "`{event}` runs before `{other}`; update() must come after every step() of the iteration",
+        CHECKS_ONLY_ON_SOME_PATHS: "`{event}` runs on every pass but `{last}` only {guard}; update() without a step "
+        "raises 'No inf checks were recorded' (move it next to the step)",
+        BREAKS_EVERY_PATH: "`{event}` runs before `{other}`: without an earlier unscale_ it finds no inf checks, after "
+        "one the step divides the gradients again; update() must come after every step()",
+        NEVER_STEPPED: "`{event}` but `{scaler}` is never stepped: update() raises 'No inf checks were recorded'; "
+        "call `{scaler}.step(optimizer)` first",
+        RESETS_UNSCALED: "`{event}` runs between `{scaler}.unscale_(...)` and `{other}`: the step finds the optimizer "
+        "reset and divides the gradients by the scale again, and the next `unscale_()` raises 'unscale_() is being "
+        "called after step()'; update() must come after every step()",
+    }
     name = "update-before-step"
     summary = "scaler.update() before (or without) scaler.step()"
     severity = Severity.ERROR
@@ -214,58 +233,21 @@ for x in loader:
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_updates.updates_before_inf_checks(model):
-            update, last, scaler, flow = breach.event, breach.last, breach.scaler, breach.flow
-            kind = breach.kind
-            if kind == order_updates.NEVER_STEPPED:
-                yield self.finding(
-                    update.call,
-                    f"`{code_of(update.call)}` but `{scaler}` is never stepped: "
-                    f"update() raises 'No inf checks were recorded'; call `{scaler}.step(optimizer)` first",
-                    context=breach.context,
-                )
-                continue
-            if kind == order_updates.RESETS_UNSCALED:
-                message = (
-                    f"`{code_of(update.call)}` runs between `{scaler}.unscale_(...)` and `{code_of(breach.other.call)}`: "
-                    "the step finds the optimizer reset and divides the gradients by the scale again, and the next "
-                    "`unscale_()` raises 'unscale_() is being called after step()'; update() must come after every step()"
-                )
-            elif kind == order_updates.BREAKS_EVERY_PATH:
-                message = (
-                    f"`{code_of(update.call)}` runs before `{code_of(breach.other.call)}`: without an earlier "
-                    "unscale_ it finds no inf checks, after one the step divides the gradients again; "
-                    "update() must come after every step()"
-                )
-            elif kind == order_updates.BEFORE_STEP:
-                message = (
-                    f"`{code_of(update.call)}` runs before `{code_of(breach.other.call)}`; "
-                    "update() must come after every step() of the iteration"
-                )
-            else:  # CHECKS_ONLY_ON_SOME_PATHS
-                yield self.finding(
-                    update.call,
-                    f"`{code_of(update.call)}` runs on every pass but `{code_of(last.call)}` only "
-                    f"{_guard(update, last)}; update() without a step raises "
-                    "'No inf checks were recorded' (move it next to the step)",
-                    fix=None
-                    if update.in_helper or last.in_helper
-                    else _direct_step_fix(model, breach.step, flow, update, breach.related, scaler)
-                    or _move_fix(model, flow, update, last, scaler),
-                    context=breach.context,
-                    related=self.through_helpers(update),
-                    assumption=breach.assumption,
-                )
-                continue
-            yield self.finding(
-                update.call,
-                message,
-                fix=None if update.in_helper or last.in_helper else _move_fix(model, flow, update, last, scaler),
-                context=breach.context,
-                related=self.through_helpers(update),
-                assumption=breach.assumption,
-            )
+    def words(self, model: FileModel, breach: Breach):
+        return {"guard": _guard(breach.event, breach.last)} if breach.kind == CHECKS_ONLY_ON_SOME_PATHS else {}
+
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        update, last, flow = breach.event, breach.last, breach.flow
+        if breach.kind == NEVER_STEPPED or update.in_helper or last.in_helper:
+            return None
+        if breach.kind == CHECKS_ONLY_ON_SOME_PATHS:
+            fix = _direct_step_fix(model, breach.step, flow, update, breach.related, breach.scaler)
+            if fix is not None:
+                return fix
+        return _move_fix(model, flow, update, last, breach.scaler)
+
+    def related(self, model: FileModel, breach: Breach):
+        return () if breach.kind == NEVER_STEPPED else self.through_helpers(breach.event)
 
 
 def _guard(update: Event, last: Event) -> str:

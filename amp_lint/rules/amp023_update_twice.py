@@ -1,20 +1,16 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
-
-import libcst as cst
+from typing import Optional
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis import order_updates
-from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.syntax import code_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_updates import UPDATE_AGAIN, UPDATE_PER_OPTIMIZER, updates_twice
+from amp_lint.rules._helpers import OrderRule, remove_call_fix
+from amp_lint.rules.base import Fix, Invalid
 
 
-class UpdateTwice(Rule):
+class UpdateTwice(OrderRule):
     """
     ## What it does
     Finds `scaler.update()` called more than once per iteration: once per optimizer, in each phase of a
@@ -53,8 +49,11 @@ class UpdateTwice(Rule):
     """
 
     code = "AMP023"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = updates_twice
+    messages = {
+        UPDATE_AGAIN: "`{event}` runs again later in the same iteration; update() once, after the last step()",
+        UPDATE_PER_OPTIMIZER: "`{event}` runs once per optimizer inside a loop; update() once, after the loop",
+    }
     name = "update-more-than-once"
     summary = "scaler.update() more than once per iteration"
     severity = Severity.WARNING
@@ -135,32 +134,10 @@ for x in loader:
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_updates.updates_twice(model):
-            update = breach.event
-            if breach.kind == order_updates.UPDATE_AGAIN:
-                yield self.finding(
-                    update.call,
-                    f"`{code_of(update.call)}` runs again later in the same iteration; "
-                    "update() once, after the last step()",
-                    fix=None if update.in_helper or breach.last.in_helper else _remove_fix(model, update),
-                    context=breach.context,
-                    related=self.through_helpers(update),
-                    assumption=breach.assumption,
-                )
-            else:
-                yield self.finding(
-                    update.call,
-                    f"`{code_of(update.call)}` runs once per optimizer inside a loop; "
-                    "update() once, after the loop",
-                    context=breach.context,
-                    assumption=breach.assumption,
-                )
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        if breach.kind != UPDATE_AGAIN or breach.event.in_helper or breach.last.in_helper:
+            return None
+        return remove_call_fix(model, breach.event, "Remove the extra `update()`")
 
-
-def _remove_fix(model: FileModel, update: Event) -> Optional[Fix]:
-    if not isinstance(update.small_statement, cst.Expr) or update.small_statement.value is not update.call:
-        return None
-    builder = FixBuilder(model.module)
-    builder.remove(removal_target(update.statement, update.small_statement))
-    return builder.build("Remove the extra `update()`", Applicability.SAFE)
+    def related(self, model: FileModel, breach: Breach):
+        return self.through_helpers(breach.event) if breach.kind == UPDATE_AGAIN else ()

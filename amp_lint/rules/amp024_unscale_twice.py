@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 
@@ -9,13 +9,13 @@ from amp_lint.fixes.builder import FixBuilder, removal_target
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis import order_unscale
-from amp_lint.rules._helpers import short
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_unscale import UNSCALE_AFTER_STEP, UNSCALE_NEXT_ITERATION, UNSCALE_TWICE, unscales_twice
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Fix, Invalid
 
 
-class UnscaleTwice(Rule):
+class UnscaleTwice(OrderRule):
     """
     ## What it does
     Finds `scaler.unscale_(optimizer)` called a second time for the same optimizer in one iteration (no
@@ -56,8 +56,15 @@ class UnscaleTwice(Rule):
     """
 
     code = "AMP024"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = unscales_twice
+    messages = {
+        UNSCALE_TWICE: "`{event:short}` runs again after `{cause:short}` with no `{scaler}.update()` between: "
+        "RuntimeError 'unscale_() has already been called'",
+        UNSCALE_AFTER_STEP: "`{event:short}` runs after `{cause:short}`: RuntimeError "
+        "'unscale_() is being called after step()'; unscale before stepping",
+        UNSCALE_NEXT_ITERATION: "`{event:short}` can run again in the next {detail} with no `{scaler}.update()` "
+        "since it ran (a path skips the update): RuntimeError 'unscale_() has already been called'",
+    }
     name = "unscale-twice"
     summary = "scaler.unscale_() twice per optimizer per iteration, or after step()"
     severity = Severity.ERROR
@@ -210,33 +217,15 @@ class Trainer:
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_unscale.unscales_twice(model):
-            unscale, scaler, previous = breach.event, breach.scaler, breach.cause
-            if breach.kind == order_unscale.UNSCALE_NEXT_ITERATION:
-                yield self.finding(
-                    unscale.call,
-                    f"`{short(unscale.call)}` can run again in the next {breach.detail} with no "
-                    f"`{scaler}.update()` since it ran (a path skips the update): RuntimeError "
-                    "'unscale_() has already been called'",
-                    context=breach.context,
-                    assumption=breach.assumption,
-                )
-                continue
-            if breach.kind == order_unscale.UNSCALE_TWICE:
-                message = (
-                    f"`{short(unscale.call)}` runs again after `{short(previous.call)}` with no "
-                    f"`{scaler}.update()` between: RuntimeError 'unscale_() has already been called'"
-                )
-                fix = _remove_fix(model, unscale, previous)
-            else:
-                message = (
-                    f"`{short(unscale.call)}` runs after `{short(previous.call)}`: RuntimeError "
-                    "'unscale_() is being called after step()'; unscale before stepping"
-                )
-                unscaled_before = [e for e in breach.related if e.kind is EventKind.SCALER_UNSCALE]
-                fix = _remove_fix(model, unscale) if unscaled_before else _move_before_fix(model, breach.step, unscale, previous)
-            yield self.finding(unscale.call, message, fix=fix, context=breach.context, assumption=breach.assumption)
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        unscale, previous = breach.event, breach.cause
+        if breach.kind == UNSCALE_TWICE:
+            return _remove_fix(model, unscale, previous)
+        if breach.kind == UNSCALE_AFTER_STEP:
+            if any(e.kind is EventKind.SCALER_UNSCALE for e in breach.related):
+                return _remove_fix(model, unscale)
+            return _move_before_fix(model, breach.step, unscale, previous)
+        return None
 
 
 def _own_statement(event: Event) -> bool:
@@ -251,7 +240,7 @@ def _twice_in_one_helper_block(model: FileModel, first: Event, second: Event) ->
     """Both calls are statements of one block of one helper's body, reached through the same call, the first
     before the second: the helper itself unscales twice on every call, so removing the second is right for
     every caller (not an edit of the helper on one caller's behalf)."""
-    if not second.in_helper or [id(e) for e in first.trail()] != [id(e) for e in second.trail()]:
+    if not second.in_helper or not first.reached_alike(second):
         return False
     if not isinstance(second.small_statement, cst.Expr) or second.small_statement.value is not second.call:
         return False

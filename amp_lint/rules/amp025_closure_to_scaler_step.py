@@ -1,16 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator
-
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis import order_gradients
-from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import short
-from amp_lint.rules.base import Finding, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order_gradients import CLOSURE_KEYWORD, CLOSURE_POSITIONAL, closures_to_scaler_step
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Invalid
 
 
-class ClosureToScalerStep(Rule):
+class ClosureToScalerStep(OrderRule):
     """
     ## What it does
     Finds `scaler.step(optimizer, closure)` or `scaler.step(optimizer, closure=...)`: a closure handed
@@ -51,8 +47,14 @@ class ClosureToScalerStep(Rule):
     """
 
     code = "AMP025"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = closures_to_scaler_step
+    at_node = True
+    messages = {
+        CLOSURE_KEYWORD: "`{event:short}` passes a closure to GradScaler.step: it raises 'Closure use is not "
+        "currently supported'; GradScaler does not support closure-based optimizers",
+        CLOSURE_POSITIONAL: "`{event:short}` passes a closure to GradScaler.step: it is forwarded to the optimizer, "
+        "whose closure re-runs an unscaled backward; GradScaler does not support closure-based optimizers",
+    }
     name = "closure-to-scaler-step"
     summary = "Closure passed to scaler.step()"
     severity = Severity.ERROR
@@ -147,17 +149,3 @@ scaler.update()
 """
         ),
     ]
-
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_gradients.closures_to_scaler_step(model):
-            how = (
-                "raises 'Closure use is not currently supported'"
-                if breach.kind == order_gradients.CLOSURE_KEYWORD
-                else "is forwarded to the optimizer, whose closure re-runs an unscaled backward"
-            )
-            yield self.finding(
-                breach.node,
-                f"`{short(breach.event.call)}` passes a closure to GradScaler.step: it {how}; "
-                "GradScaler does not support closure-based optimizers",
-                context=breach.context,
-            )

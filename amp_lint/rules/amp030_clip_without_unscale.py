@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Optional
 
 import libcst as cst
 
@@ -13,14 +13,14 @@ from amp_lint.analysis import order_reads
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.accumulation import accumulation
-from amp_lint.rules._helpers import short
+from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Fix, Invalid
 
 
-class ClipWithoutUnscale(Rule):
+class ClipWithoutUnscale(OrderRule):
     """
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`,
@@ -67,8 +67,10 @@ class ClipWithoutUnscale(Rule):
     """
 
     code = "AMP030"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = order_reads.scaled_gradient_reads
+    # `detail`: "clips" or "reads". A read that remains after the scale-free ones (isnan, isinf, isfinite,
+    # `/=`) are set aside depends on the scale: a norm or statistic of scaled gradients is wrong by the factor.
+    messages = {order_reads.READ_SCALED: "`{event:short}` {detail} gradients still scaled by `{scaler}`; call {unscale} first"}
     name = "clip-without-unscale"
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR
@@ -218,41 +220,34 @@ def train_step(self, batch):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        flagged: List[Tuple[Event, Optional[Fix]]] = []  # the iteration's findings so far, with their fixes
-        current = None
-        for breach in order_reads.scaled_gradient_reads(model):
-            clip, step, flow, scaler, backward = breach.event, breach.step, breach.flow, breach.scaler, breach.cause
-            steps = list(breach.related)
-            if step is not current:
-                current, flagged = step, []
-            # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the
-            # fix of an earlier flagged clip that precedes it.
-            fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
-            # A clip inside a helper gets its unscale_ before the call that reaches it, in this iteration:
-            # an edit of the caller, not of the helper; unless the helper (of this file) steps the scaler
-            # itself after the clip: then it is wrong for every caller, and the unscale_ goes before the
-            # clip there. Two clips of one helper call (its if/else) share one fix.
-            site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
-            fix = fix or next((f for earlier, f in flagged if earlier is site), None)
-            # The backward may be in a sibling method (`backward` is None): its guard is then unknown,
-            # which matters only when the scaler is not called on every path through the clip.
-            if fix is None and not _every_micro_batch(model, step, site):
-                fix = _unscale_fix(model, step, site, scaler, steps, backward)
-            flagged.append((clip, fix))
-            if site is not clip:
-                flagged.append((site, fix))
-            yield self.finding(
-                clip.call,
-                f"`{short(clip.call)}` {breach.detail} gradients still scaled by `{scaler}`; "
-                f"call {_unscale_calls(model, step, clip, scaler, steps)} first",
-                # A read that remains after the scale-free ones (isnan, isinf, isfinite, `/=`) are set
-                # aside depends on the scale: a norm or statistic of scaled gradients is wrong by the factor.
-                fix=fix,
-                context=breach.context,
-                related=self.through_helpers(clip),
-                assumption=breach.assumption,
-            )
+    def words(self, model: FileModel, breach: Breach):
+        return {"unscale": _unscale_calls(model, breach.event, breach.scaler, list(breach.related))}
+
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        clip, step, flow, steps = breach.event, breach.step, breach.flow, list(breach.related)
+        if memo.get("step") is not step:
+            memo["step"], memo["flagged"] = step, []  # the iteration's findings so far, with their fixes
+        flagged = memo["flagged"]
+        # Two clips in a row get one unscale_ (issue 16, waifu-diffusion): the later one shares the fix of an
+        # earlier flagged clip that precedes it.
+        fix = next((f for earlier, f in flagged if flow.path(earlier, clip) is PROVED), None)
+        # A clip inside a helper gets its unscale_ before the call that reaches it, in this iteration: an edit
+        # of the caller, not of the helper; unless the helper (of this file) steps the scaler itself after the
+        # clip: then it is wrong for every caller, and the unscale_ goes before the clip there. Two clips of
+        # one helper call (its if/else) share one fix.
+        site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
+        fix = fix or next((f for earlier, f in flagged if earlier is site), None)
+        # The backward may be in a sibling method (`cause` is None): its guard is then unknown, which matters
+        # only when the scaler is not called on every path through the clip.
+        if fix is None and not _every_micro_batch(model, step, site):
+            fix = _unscale_fix(model, step, site, breach.scaler, steps, breach.cause)
+        flagged.append((clip, fix))
+        if site is not clip:
+            flagged.append((site, fix))
+        return fix
+
+    def related(self, model: FileModel, breach: Breach):
+        return self.through_helpers(breach.event)
 
 
 _loops_holding = order_reads.loops_holding
@@ -296,7 +291,7 @@ def _module_of(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def _unscale_calls(model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event]) -> str:
+def _unscale_calls(model: FileModel, clip: Event, scaler: str, steps: List[Event]) -> str:
     """What to call first, naming the optimizer whose parameters are clipped (issue 27, item 8)."""
     optimizers = [e.target for e in steps if e.target is not None]
     optimizers = list(dict.fromkeys(optimizers))
@@ -327,8 +322,7 @@ def _helper_owns_the_step(model: FileModel, clip: Event, steps: List[Event]) -> 
     a `scaler.step` after it (the helper clips and steps: ultralytics' `optimizer_step`)."""
     if not clip.in_helper:
         return True
-    trail = [id(e) for e in clip.trail()]
-    return model.block_of(clip.statement) is not None and any([id(e) for e in s.trail()] == trail for s in steps)
+    return model.block_of(clip.statement) is not None and any(s.reached_alike(clip) for s in steps)
 
 
 def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
@@ -337,9 +331,8 @@ def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
     and an `unscale_` before the clip needs no guard of its own (issue 27, item 1: the guard matters only
     when the scaler may be None there)."""
     mine = {(id(b.node), b.taken) for b in clip.branches}
-    trail = [id(e) for e in clip.trail()]
     return any(
-        [id(c) for c in e.trail()] == trail
+        e.reached_alike(clip)
         and all((id(b.node), b.taken) in mine for b in e.branches)
         and [id(loop) for loop in e.loops] == [id(loop) for loop in clip.loops[: len(e.loops)]]
         for e in steps

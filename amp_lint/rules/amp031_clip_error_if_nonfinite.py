@@ -1,20 +1,20 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis import order_reads
 from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import short
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_reads import CLIP_RAISES_NONFINITE, clips_raising_on_nonfinite
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Fix, Invalid
 
 
-class ClipErrorIfNonfinite(Rule):
+class ClipErrorIfNonfinite(OrderRule):
     """
     ## What it does
     Finds `clip_grad_norm_(..., error_if_nonfinite=True)` in an iteration that steps through a
@@ -55,8 +55,12 @@ class ClipErrorIfNonfinite(Rule):
     """
 
     code = "AMP031"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = clips_raising_on_nonfinite
+    at_node = True
+    messages = {
+        CLIP_RAISES_NONFINITE: "`{event:short}` raises on the inf/NaN gradients that dynamic loss scaling produces "
+        "by design; `{scaler}.step()` already skips those steps",
+    }
     name = "clip-error-if-nonfinite-with-scaler"
     summary = "clip_grad_norm_(error_if_nonfinite=True) in a GradScaler loop"
     severity = Severity.WARNING
@@ -168,17 +172,8 @@ def train_step(self, loss):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_reads.clips_raising_on_nonfinite(model):
-            clip = breach.event
-            yield self.finding(
-                breach.node,
-                f"`{short(clip.call)}` raises on the inf/NaN gradients that dynamic loss scaling "
-                f"produces by design; `{breach.scaler}.step()` already skips those steps",
-                fix=_remove_fix(model, clip, breach.node),
-                context=breach.context,
-                assumption=breach.assumption,
-            )
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        return _remove_fix(model, breach.event, breach.node)
 
 
 def _remove_fix(model: FileModel, clip: Event, arg: cst.Arg) -> Optional[Fix]:

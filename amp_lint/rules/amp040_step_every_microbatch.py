@@ -1,16 +1,16 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Optional
 
 from amp_lint.diagnostics import Severity, Applicability
-from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import move_into_boundary_fix, short
-from amp_lint.rules.base import Finding, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_accumulation import STEP_ON_PARTIAL_SUMS, STEP_TWICE_PER_BOUNDARY, steps_every_micro_batch
+from amp_lint.rules._helpers import OrderRule, move_into_boundary_fix
+from amp_lint.rules.base import Fix, Invalid
 
 
-class StepEveryMicrobatch(Rule):
+class StepEveryMicrobatch(OrderRule):
     """
     ## What it does
     Finds gradient-accumulation loops (a scaled backward on every micro-batch, and an accumulation
@@ -65,8 +65,15 @@ class StepEveryMicrobatch(Rule):
     """
 
     code = "AMP040"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = steps_every_micro_batch
+    messages = {
+        STEP_TWICE_PER_BOUNDARY: "`{event:short}` runs on every micro-batch of a loop that accumulates gradients until "
+        "{waits}: RuntimeError 'step() has already been called since the last update()' on the second micro-batch; "
+        "move it into that block",
+        STEP_ON_PARTIAL_SUMS: "`{event:short}` runs on every micro-batch of a loop that accumulates gradients until "
+        "{waits}: the optimizer steps on every micro-batch while gradients accumulate, mixing unscaled and newly "
+        "scaled values; move it into that block",
+    }
     name = "scaler-step-every-microbatch"
     summary = "Accumulation loop: scaler.step() on every micro-batch"
     severity = Severity.ERROR
@@ -183,23 +190,10 @@ for i, batch in enumerate(loader):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_accumulation.steps_every_micro_batch(model):
-            first, acc = breach.event, breach.accumulation
-            if breach.kind == order_accumulation.STEP_TWICE_PER_BOUNDARY:
-                why = "RuntimeError 'step() has already been called since the last update()' on the second micro-batch"
-            else:
-                why = (
-                    "the optimizer steps on every micro-batch while gradients accumulate, "
-                    "mixing unscaled and newly scaled values"
-                )
-            yield self.finding(
-                first.call,
-                f"`{short(first.call)}` runs on every micro-batch of a loop that accumulates gradients until "
-                f"{acc.waits_for()}: {why}; move it into that block",
-                fix=move_into_boundary_fix(
-                    model, acc, list(breach.related), "Move the scaler calls into the accumulation boundary", ("AMP040", id(acc.boundary))
-                ),
-                context=breach.context,
-                assumption=breach.assumption,
-            )
+    def words(self, model: FileModel, breach: Breach):
+        return {"waits": breach.accumulation.waits_for()}
+
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        acc = breach.accumulation
+        message = "Move the scaler calls into the accumulation boundary"
+        return move_into_boundary_fix(model, acc, list(breach.related), message, ("AMP040", id(acc.boundary)))

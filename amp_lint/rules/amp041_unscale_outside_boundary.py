@@ -1,16 +1,16 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Optional
 
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.analysis import order_accumulation
 from amp_lint.analysis.file_model import FileModel
-from amp_lint.rules._helpers import move_into_boundary_fix, short
-from amp_lint.rules.base import Finding, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_accumulation import CLIP_EVERY_MICRO_BATCH, UNSCALE_EVERY_MICRO_BATCH, unscales_every_micro_batch
+from amp_lint.rules._helpers import OrderRule, move_into_boundary_fix
+from amp_lint.rules.base import Fix, Invalid
 
 
-class UnscaleOutsideBoundary(Rule):
+class UnscaleOutsideBoundary(OrderRule):
     """
     ## What it does
     Finds, in a gradient-accumulation loop whose `scaler.step()` waits for the boundary (inside
@@ -60,8 +60,14 @@ class UnscaleOutsideBoundary(Rule):
     """
 
     code = "AMP041"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = unscales_every_micro_batch
+    messages = {
+        UNSCALE_EVERY_MICRO_BATCH: "`{event:short}` runs on every micro-batch, but the step waits for {waits}: "
+        "RuntimeError 'unscale_() has already been called' on the second micro-batch; move it into that block, "
+        "before the step",
+        CLIP_EVERY_MICRO_BATCH: "`{event:short}` runs on every micro-batch, but the step waits for {waits}: "
+        "it clips partial, still-scaled gradient sums; move it into that block, before the step",
+    }
     name = "unscale-outside-accumulation-boundary"
     summary = "Accumulation loop: unscale_()/clipping outside the step boundary"
     severity = Severity.ERROR
@@ -167,27 +173,12 @@ for i, (x, y) in enumerate(loader):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        fixes = {}  # one fix per iteration (its accumulation boundary), shared by its findings
-        for breach in order_accumulation.unscales_every_micro_batch(model):
-            event, acc = breach.event, breach.accumulation
-            if id(breach.step) not in fixes:
-                fixes[id(breach.step)] = move_into_boundary_fix(
-                    model,
-                    acc,
-                    list(breach.related),
-                    "Move unscale_/clipping into the accumulation boundary",
-                    ("AMP041", id(acc.boundary)),
-                )
-            if breach.kind == order_accumulation.UNSCALE_EVERY_MICRO_BATCH:
-                why = "RuntimeError 'unscale_() has already been called' on the second micro-batch"
-            else:
-                why = "it clips partial, still-scaled gradient sums"
-            yield self.finding(
-                event.call,
-                f"`{short(event.call)}` runs on every micro-batch, but the step waits for {acc.waits_for('to fail')}: "
-                f"{why}; move it into that block, before the step",
-                fix=fixes[id(breach.step)],
-                context=breach.context,
-                assumption=breach.assumption,
-            )
+    def words(self, model: FileModel, breach: Breach):
+        return {"waits": breach.accumulation.waits_for("to fail")}
+
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        # One fix per iteration (its accumulation boundary), shared by its findings.
+        if id(breach.step) not in memo:
+            acc, message = breach.accumulation, "Move unscale_/clipping into the accumulation boundary"
+            memo[id(breach.step)] = move_into_boundary_fix(model, acc, list(breach.related), message, ("AMP041", id(acc.boundary)))
+        return memo[id(breach.step)]

@@ -1,17 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator
-
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis import order_accumulation
-from amp_lint.analysis.file_model import FileModel
-from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import short
-from amp_lint.rules.base import Finding, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.analysis.order_accumulation import LOSS_NOT_DIVIDED, losses_not_divided
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Invalid
 
 
-class AccumulatedLossNotDivided(Rule):
+class AccumulatedLossNotDivided(OrderRule):
     """
     ## What it does
     Finds a gradient-accumulation loop (boundary `if (i + 1) % N == 0:`) whose scaled loss is never
@@ -57,8 +52,11 @@ class AccumulatedLossNotDivided(Rule):
     """
 
     code = "AMP042"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = losses_not_divided
+    messages = {
+        LOSS_NOT_DIVIDED: "`{event:short}` accumulates over `{node}` micro-batches but the loss is never divided by "
+        "`{node}`: the accumulated gradient is that many times the mean",
+    }
     name = "accumulated-loss-not-divided"
     summary = "Accumulation loop: loss not divided by the number of accumulation steps"
     severity = Severity.WARNING
@@ -121,13 +119,5 @@ for i, (x, y) in enumerate(loader):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_accumulation.losses_not_divided(model):
-            backward, divisor = breach.event, code_of(breach.node)
-            yield self.finding(
-                backward.call,
-                f"`{short(backward.call)}` accumulates over `{divisor}` micro-batches but the loss is "
-                f"never divided by `{divisor}`: the accumulated gradient is that many times the mean",
-                confidence=Confidence.MEDIUM,
-                context=breach.context,
-            )
+    def confidence_of(self, breach) -> Confidence:
+        return Confidence.MEDIUM

@@ -1,22 +1,27 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder, removal_target
-from amp_lint.analysis import order_gradients
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import short
+from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_gradients import (
+    ZERO_GRAD_MODULE,
+    ZERO_GRAD_MODULE_ASSUMED,
+    ZERO_GRAD_SAME_OPTIMIZER,
+    zero_grads_before_step,
+)
+from amp_lint.rules._helpers import OrderRule
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.rules.base import Finding, Fix, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.rules.base import Fix, Invalid
 
 
-class ZeroGradBeforeStep(Rule):
+class ZeroGradBeforeStep(OrderRule):
     """
     ## What it does
     Finds `zero_grad()` between a scaled backward (`scaler.scale(loss).backward()`) and the
@@ -59,8 +64,12 @@ class ZeroGradBeforeStep(Rule):
     """
 
     code = "AMP043"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = zero_grads_before_step
+    messages = dict.fromkeys(
+        (ZERO_GRAD_SAME_OPTIMIZER, ZERO_GRAD_MODULE, ZERO_GRAD_MODULE_ASSUMED),
+        "`{event:short}` clears the gradients of `{cause:short40}` before `{other:short40}` reads them: 'No inf checks "
+        "were recorded' (or a step on zero gradients); zero them after `{scaler}.update()`",
+    )
     name = "zero-grad-before-scaler-step"
     summary = "zero_grad() between the scaled backward and scaler.step()"
     severity = Severity.ERROR
@@ -189,19 +198,11 @@ def train(model, optimizer, scaler, loader):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_gradients.zero_grads_before_step(model):
-            zero, backward, consumer, scaler = breach.event, breach.cause, breach.other, breach.scaler
-            yield self.finding(
-                zero.call,
-                f"`{short(zero.call)}` clears the gradients of `{short(backward.call, 40)}` before "
-                f"`{short(consumer.call, 40)}` reads them: 'No inf checks were recorded' (or a step on "
-                f"zero gradients); zero them after `{scaler}.update()`",
-                fix=_move_fix(model, breach.step, zero, consumer, scaler),
-                confidence=Confidence.MEDIUM if breach.kind == order_gradients.ZERO_GRAD_MODULE_ASSUMED else Confidence.HIGH,
-                context=breach.context,
-                assumption=breach.assumption,
-            )
+    def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        return _move_fix(model, breach.step, breach.event, breach.other, breach.scaler)
+
+    def confidence_of(self, breach: Breach) -> Confidence:
+        return Confidence.MEDIUM if breach.kind == ZERO_GRAD_MODULE_ASSUMED else Confidence.HIGH
 
 
 def _move_fix(model: FileModel, step: TrainingStep, zero: Event, consumer: Event, scaler: str) -> Optional[Fix]:

@@ -1,16 +1,12 @@
 from __future__ import annotations
 
-from typing import Iterator
-
-from amp_lint.analysis import order_gradients
-from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.order_gradients import PICKLED_MID_ITERATION, STATE_SAVED_BEFORE_UPDATE, scaler_saved_mid_iteration
 from amp_lint.diagnostics import Severity
-from amp_lint.rules._helpers import short
-from amp_lint.rules.base import Finding, Invalid, Rule
-from amp_lint.analysis.protocol import predicates_of
+from amp_lint.rules._helpers import OrderRule
+from amp_lint.rules.base import Invalid
 
 
-class ScalerStateMidIteration(Rule):
+class ScalerStateMidIteration(OrderRule):
     """
     ## What it does
     Finds a GradScaler checkpointed in the middle of an iteration: `scaler.state_dict()` after the scaled
@@ -52,8 +48,14 @@ class ScalerStateMidIteration(Rule):
     """
 
     code = "AMP081"
-    # What it reports: "event E while the state is S", the protocol table's predicates (`protocol.PREDICATES`).
-    predicates = predicates_of(code)
+    query = scaler_saved_mid_iteration
+    messages = {
+        PICKLED_MID_ITERATION: "pickling `{scaler}` between `{cause:short40}` and `{other:short40}` raises "
+        "AssertionError (a GradScaler may only be pickled at the beginning of an iteration or after update()); "
+        "save after update()",
+        STATE_SAVED_BEFORE_UPDATE: "`{scaler}.state_dict()` between `{cause:short40}` and `{other:short40}` records "
+        "the scale before this iteration's update(): a resumed run starts from a stale scale; save after update()",
+    }
     name = "scaler-state-mid-iteration"
     summary = "GradScaler state saved between the scaled backward and update() (stale scale, or AssertionError when pickled)"
     severity = Severity.WARNING
@@ -126,20 +128,5 @@ def train_step(self, loss):
         ),
     ]
 
-    def check(self, model: FileModel) -> Iterator[Finding]:
-        for breach in order_gradients.scaler_saved_mid_iteration(model):
-            save, scaler, start, update = breach.event, breach.scaler, breach.cause, breach.other
-            if breach.kind == order_gradients.PICKLED_MID_ITERATION:
-                what = f"pickling `{scaler}`"
-                consequence = "raises AssertionError (a GradScaler may only be pickled at the beginning of an iteration or after update())"
-            else:
-                what = f"`{scaler}.state_dict()`"
-                consequence = "records the scale before this iteration's update(): a resumed run starts from a stale scale"
-            yield self.finding(
-                save.call,
-                f"{what} between `{short(start.call, 40)}` and `{short(update.call, 40)}` {consequence}; "
-                "save after update()",
-                context=breach.context,
-                related=(("update() here", update.call),),
-                assumption=breach.assumption,
-            )
+    def related(self, model, breach):
+        return (("update() here", breach.other.call),)
