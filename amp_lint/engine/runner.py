@@ -337,6 +337,8 @@ class RunPlan:
 
     files: List[Tuple[str, CheckConfig]]
     errors: List[FileError]
+    # The `stat` of each file as the walk found it (`discover(stats=)`): not asked again. Optional.
+    stats: Dict[str, os.stat_result] = field(default_factory=dict)
 
 
 def execute(
@@ -471,7 +473,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_file
     from amp_lint.files.sources import SourceError, read_bytes
 
     known_negatives = known_files.negatives
-    infos = {path: stored.stat_of(path) for path, _ in plan.files}  # one `stat` per file: the order, and the warm run's key
+    # One `stat` per file (the walk's, where it made one): the order, and the warm run's key.
+    walked = plan.stats
+    infos = {path: walked.get(path) or stored.stat_of(path) for path, _ in plan.files}
     known_files.signatures = {path: stored.signature(info) for path, info in infos.items()}
     for path, config in sorted(plan.files, key=lambda item: -(infos[item[0]].st_size if infos[item[0]] else 0)):
         report.files_checked += 1

@@ -66,12 +66,21 @@ class RunSpec:
             self._configs[key] = config
         return config
 
-    def plan(self, paths: Sequence[str], *, force_exclude: bool, on_many_bytes=None) -> Tuple[List[Tuple[str, CheckConfig]], List[FileError]]:
-        """The files the paths name, each with its check config, and the paths that could not be walked."""
+    def plan(
+        self, paths: Sequence[str], *, force_exclude: bool, on_many_bytes=None, walk_index=None, stats=None
+    ) -> Tuple[List[Tuple[str, CheckConfig]], List[FileError]]:
+        """The files the paths name, each with its check config, and the paths that could not be walked
+        (`walk_index`, `stats`: as `amp_lint.files.walk.discover` takes them)."""
         from amp_lint.files.sources import discover
 
         files, errors = discover(
-            paths, self.resolver.for_path, force_exclude=force_exclude, on_many_bytes=on_many_bytes, as_text=True
+            paths,
+            self.resolver.for_path,
+            force_exclude=force_exclude,
+            on_many_bytes=on_many_bytes,
+            as_text=True,
+            index=walk_index,
+            stats=stats,
         )
         settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
 

@@ -147,11 +147,16 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
     return None
 
 
+# Folders a walk found unchanged since a listing that held no configuration file and no pyproject.toml
+# (`amp_lint.files.config.note_no_config_files`): asked of their parents without a `stat`.
+WITHOUT_CONFIG: set = set()
+
+
 @functools.lru_cache(maxsize=4096)
 def project_root_above(folder: str) -> Optional[str]:
     """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None.
     Cached per folder, so that the folders of one tree share their parents' answers."""
-    if os.path.isfile(os.path.join(folder, "pyproject.toml")):
+    if folder not in WITHOUT_CONFIG and os.path.isfile(os.path.join(folder, "pyproject.toml")):
         return folder
     parent = os.path.dirname(folder)
     return None if parent == folder else project_root_above(parent)
