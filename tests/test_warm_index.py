@@ -404,3 +404,20 @@ def test_a_warm_run_prints_what_a_cold_run_prints_through_changes_the_walk_index
     shutil.rmtree(tree / "extra")
     _age_again(tree)
     assert [d["code"] for d in same()] == ["AMP030"]
+
+
+def test_a_walk_index_the_cache_holds_is_read_back_and_one_that_does_not_validate_is_empty(tmp_path, monkeypatch):
+    from amp_lint.files import walk_index
+    from amp_lint.files.cache import ResultCache
+
+    root = _tree(tmp_path / "t")
+    *_, records = _walk(monkeypatch, [root])
+    index = walk_index.WalkIndex(records)
+    index.changed = True
+    walk_index.store(ResultCache(tmp_path / "cache", "s", "1"), index)
+    assert walk_index.load(ResultCache(tmp_path / "cache", "s", "1")).records() == records
+    assert walk_index.load(ResultCache(tmp_path / "cache", "other settings", "1")).records() == {}
+    for payload in ({"folders": {}}, {"contexts": ["x"], "folders": {"/a/": ["s", 1, "", []]}}, {"contexts": [], "folders": []},
+                    {"contexts": ["x"], "folders": {"/a/": ["s", 0, "", ["x.py"]]}}):
+        ResultCache(tmp_path / "cache", "s", "1").put(walk_index.WALK_INDEX_KEY, b"", payload)
+        assert walk_index.load(ResultCache(tmp_path / "cache", "s", "1")).records() == {}, payload

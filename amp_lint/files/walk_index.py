@@ -97,22 +97,35 @@ def load(cache) -> WalkIndex:
     """The walk index the cache holds (an empty one when it holds none, or one that does not validate)."""
     entry = cache.get(WALK_INDEX_KEY, b"") if cache is not None else None
     folders = entry.get("folders") if isinstance(entry, dict) else None
-    if not isinstance(folders, dict) or not all(_valid(record) for record in folders.values()):
+    contexts = entry.get("contexts") if isinstance(entry, dict) else None
+    if not isinstance(folders, dict) or not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
         return WalkIndex()
+    for record in folders.values():
+        if not _valid(record, len(contexts)):
+            return WalkIndex()
+        record[1] = contexts[record[1]]  # stored once each: a package's folders share a few contexts
     return WalkIndex(folders)
 
 
 def store(cache, index: WalkIndex) -> None:
     """Write the index back when a folder's record changed."""
-    if cache is not None and index.changed:
-        cache.put(WALK_INDEX_KEY, b"", {"folders": index.records()})
+    if cache is None or not index.changed:
+        return
+    numbers: Dict[str, int] = {}
+    folders = {}
+    for folder, (signature, context, special, kept) in index.records().items():
+        folders[folder] = [signature, numbers.setdefault(context, len(numbers)), special, kept]
+    cache.put(WALK_INDEX_KEY, b"", {"contexts": list(numbers), "folders": folders})
 
 
-def _valid(record: object) -> bool:
+def _valid(record: object, contexts: int) -> bool:
     return (
         isinstance(record, list)
         and len(record) == 4
-        and all(isinstance(part, str) for part in record[:3])
+        and isinstance(record[0], str)
+        and type(record[1]) is int
+        and 0 <= record[1] < contexts
+        and isinstance(record[2], str)
         and isinstance(record[3], list)
         and all(isinstance(item, str) and len(item) > 1 and item[0] in "df" for item in record[3])
     )
