@@ -421,3 +421,27 @@ def test_a_walk_index_the_cache_holds_is_read_back_and_one_that_does_not_validat
                     {"contexts": ["x"], "folders": {"/a/": ["s", 0, "", ["x.py"]]}}):
         ResultCache(tmp_path / "cache", "s", "1").put(walk_index.WALK_INDEX_KEY, b"", payload)
         assert walk_index.load(ResultCache(tmp_path / "cache", "s", "1")).records() == {}, payload
+
+
+def test_a_check_that_writes_nothing_does_not_load_the_writing_code_and_parses_pyproject_once(tmp_path):
+    """Pre-commit's run of a few files is mostly start-up (issue 31: 0.15 s): what it does not need, it does
+    not import, and what it reads twice (a project's pyproject.toml: its amp-lint table, its torch floor) it
+    parses once."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'amp-lint-user'\ndependencies = ['torch>=2.1']\n\n[tool.black]\nline-length = 99\n"
+    )
+    (tmp_path / "train.py").write_text("import torch\n\nwith torch.autocast('cuda'):\n    y = model(x)\n" + "# pad\n" * 800)
+    script = (
+        "import runpy, sys, tomllib\n"
+        "parsed = []\n"
+        "real = tomllib.loads\n"
+        "tomllib.loads = lambda text, **kw: parsed.append(1) or real(text, **kw)\n"
+        "sys.argv = ['amp-lint', 'check', '--no-cache', 'train.py']\n"
+        "try:\n    runpy.run_module('amp_lint', run_name='__main__')\n"
+        "except SystemExit as stop:\n    code = stop.code\n"
+        "print('LOADED', 'amp_lint.files.writing' in sys.modules, len(parsed), code, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    line = next(line for line in result.stderr.splitlines() if line.startswith("LOADED"))
+    assert line == "LOADED False 1 0", result.stderr

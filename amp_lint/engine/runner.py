@@ -262,7 +262,7 @@ def check_in_progress() -> bool:
 
 def check_file(path: str, config: CheckConfig) -> FileOutcome:
     """Read, check and (with --fix) rewrite one file. Runs in a worker process."""
-    from amp_lint.files.sources import SourceError, read_source, write_atomic
+    from amp_lint.files.sources import SourceError, read_source
 
     try:
         source = read_source(Path(path))
@@ -307,6 +307,8 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
             )
         )
         return outcome
+    from amp_lint.files.sources import write_atomic  # only a run that writes loads the writing code
+
     try:
         write_atomic(Path(path), new_text, source)
     except (SourceError, OSError) as error:

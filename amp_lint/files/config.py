@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
 from amp_lint.files.sources import SourceError, read_bytes
-from amp_lint.files.torch_version import WITHOUT_CONFIG, toml_parser
+from amp_lint.files.torch_version import WITHOUT_CONFIG, read_only_toml, toml_parser
 
 
 CONFIG_NAMES = (".amp-lint.toml", "amp-lint.toml", "pyproject.toml")
@@ -77,7 +77,7 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         return False
     tomllib = toml_parser()
     try:
-        data = tomllib.loads(content.decode("utf-8", errors="replace"))
+        data = read_only_toml(content.decode("utf-8", errors="replace"))
     except (tomllib.TOMLDecodeError, RecursionError):
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")

@@ -113,6 +113,13 @@ def toml_parser():
     return tomllib
 
 
+@functools.lru_cache(maxsize=8)
+def read_only_toml(text: str) -> dict:
+    """`tomllib.loads(text)`, parsed once per run for the readers that only look (a project's pyproject.toml
+    is asked whether it has an amp-lint table and what torch it requires); never to be changed in place."""
+    return toml_parser().loads(text)
+
+
 @functools.lru_cache(maxsize=256)
 def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, str]]:
     """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no floor of `package`."""
@@ -121,7 +128,7 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
         tomllib = toml_parser()
         try:
             with open(pyproject, "rb") as handle:
-                data = tomllib.loads(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
+                data = read_only_toml(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
         except (OSError, tomllib.TOMLDecodeError, RecursionError):
             data = {}
         project = data.get("project") if isinstance(data, dict) else None
