@@ -445,3 +445,16 @@ def test_a_check_that_writes_nothing_does_not_load_the_writing_code_and_parses_p
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     line = next(line for line in result.stderr.splitlines() if line.startswith("LOADED"))
     assert line == "LOADED False 1 0", result.stderr
+
+
+def test_a_link_the_walk_did_not_keep_is_looked_at_again_when_its_target_appears(tmp_path, monkeypatch):
+    root = _tree(tmp_path / "t")
+    target = tmp_path / "vendored"
+    (root / "pkg" / "lib").symlink_to(target)  # to nothing yet: not a folder, no Python suffix
+    _age_again(root / "pkg")
+    files, _, _, records = _walk(monkeypatch, [root])
+    assert not any("lib" in f for f in files)
+    target.mkdir()
+    (target / "v.py").write_text("x = 1\n")  # pkg itself does not change
+    files, listed, _, records = _walk(monkeypatch, [root], records)
+    assert "pkg/lib/v.py" in files and "pkg" in listed

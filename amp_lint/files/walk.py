@@ -171,6 +171,10 @@ class _Walker:
             return
         settings = self._settings_of(folder)
         special = "".join(sorted(entry.name + "\n" for entry in entries if entry.name in _SPECIAL_NAMES))
+        # A symbolic link's kind follows its target, which can change without this folder changing: a folder
+        # with one the walk does not keep (a link to nothing yet, or to a file without a Python suffix) is not
+        # remembered. Links the walk keeps are checked again each time (`_walk_remembered`).
+        links = {entry.name for entry in entries if entry.is_symlink()} if self._index is not None else ()
         if settings.respect_gitignore:
             ignore_rules = self._folder_gitignores(folder, {entry.name for entry in entries}, ignore_rules)
         excluded = self._exclusion_test(settings)
@@ -214,7 +218,8 @@ class _Walker:
                     self._warn(FileError(path, _describe_unreachable(Path(path)) + "; skipped"))
         # Reversed so that the stack pops the subfolders in name order.
         pending.extend(reversed([item for item in subfolders if item is not None]))
-        if self._index is not None and folder_info is not None and len(self.errors) + self._warnings == problems:
+        unkept_link = any(("d" + name not in kept and "f" + name not in kept) for name in links)
+        if self._index is not None and folder_info is not None and len(self.errors) + self._warnings == problems and not unkept_link:
             self._index.remember(
                 absolute_folder, folder_info, self._context(settings, ignore_rules, absolute_folder, special), special, kept
             )
