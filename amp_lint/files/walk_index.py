@@ -93,9 +93,12 @@ class WalkIndex:
         return merged
 
 
-def load(cache) -> WalkIndex:
-    """The walk index the cache holds (an empty one when it holds none, or one that does not validate)."""
-    entry = cache.get(WALK_INDEX_KEY, b"") if cache is not None else None
+def load(cache) -> Optional[WalkIndex]:
+    """The walk index the cache holds (an empty one when it holds none, or one that does not validate); None
+    for a run without a cache (it lists every folder, and remembers nothing)."""
+    if cache is None:
+        return None
+    entry = cache.get(WALK_INDEX_KEY, b"")
     folders = entry.get("folders") if isinstance(entry, dict) else None
     contexts = entry.get("contexts") if isinstance(entry, dict) else None
     if not isinstance(folders, dict) or not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
