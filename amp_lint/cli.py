@@ -337,6 +337,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
     from amp_lint.engine import session
     from amp_lint.engine.runner import RunPlan, execute
     from amp_lint.engine.workers import EARLY_START_BYTES
+    from amp_lint.files import walk_index as walks
     from amp_lint.files.config import ConfigError
     from amp_lint.files.settings import UnknownRuleError
 
@@ -346,8 +347,9 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
     # with stored results, most files will not need them.
     cold = cache is None or not cache.has_entries
     early = (EARLY_START_BYTES, scheduler.start_early) if checks and cold else None
+    walk, stats = walks.load(cache), {}  # the walk index (None without a cache): unchanged folders are not listed
     try:
-        planned, errors = run.plan(paths, force_exclude=options["force_exclude"], on_many_bytes=early)
+        planned, errors = run.plan(paths, force_exclude=options["force_exclude"], on_many_bytes=early, walk_index=walk, stats=stats)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
     if not planned and not errors and not options["silent"]:
@@ -364,8 +366,9 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
         click.echo("".join(path + "\n" for path in session.prefiltered(planned)), nl=False)
         return EXIT_CLEAN
     if cache is not None:
+        walks.store(cache, walk)  # keyed as it was read: before the per-file keys below
         session.key_cache_by_files(cache, planned)
-    report, diffs = execute(RunPlan(planned, errors), jobs=options["jobs"], cache=cache, scheduler=scheduler)
+    report, diffs = execute(RunPlan(planned, errors, stats), jobs=options["jobs"], cache=cache, scheduler=scheduler)
     if options["add_noqa"]:
         return _add_noqa(report)
     if options["write_baseline_path"]:

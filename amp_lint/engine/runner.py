@@ -262,7 +262,7 @@ def check_in_progress() -> bool:
 
 def check_file(path: str, config: CheckConfig) -> FileOutcome:
     """Read, check and (with --fix) rewrite one file. Runs in a worker process."""
-    from amp_lint.files.sources import SourceError, read_source, write_atomic
+    from amp_lint.files.sources import SourceError, read_source
 
     try:
         source = read_source(Path(path))
@@ -307,6 +307,8 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
             )
         )
         return outcome
+    from amp_lint.files.sources import write_atomic  # only a run that writes loads the writing code
+
     try:
         write_atomic(Path(path), new_text, source)
     except (SourceError, OSError) as error:
@@ -337,6 +339,8 @@ class RunPlan:
 
     files: List[Tuple[str, CheckConfig]]
     errors: List[FileError]
+    # The `stat` of each file as the walk found it (`discover(stats=)`): not asked again. Optional.
+    stats: Dict[str, os.stat_result] = field(default_factory=dict)
 
 
 def execute(
@@ -471,7 +475,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_file
     from amp_lint.files.sources import SourceError, read_bytes
 
     known_negatives = known_files.negatives
-    infos = {path: stored.stat_of(path) for path, _ in plan.files}  # one `stat` per file: the order, and the warm run's key
+    # One `stat` per file (the walk's, where it made one): the order, and the warm run's key.
+    walked = plan.stats
+    infos = {path: walked.get(path) or stored.stat_of(path) for path, _ in plan.files}
     known_files.signatures = {path: stored.signature(info) for path, info in infos.items()}
     for path, config in sorted(plan.files, key=lambda item: -(infos[item[0]].st_size if infos[item[0]] else 0)):
         report.files_checked += 1

@@ -66,12 +66,21 @@ class RunSpec:
             self._configs[key] = config
         return config
 
-    def plan(self, paths: Sequence[str], *, force_exclude: bool, on_many_bytes=None) -> Tuple[List[Tuple[str, CheckConfig]], List[FileError]]:
-        """The files the paths name, each with its check config, and the paths that could not be walked."""
+    def plan(
+        self, paths: Sequence[str], *, force_exclude: bool, on_many_bytes=None, walk_index=None, stats=None
+    ) -> Tuple[List[Tuple[str, CheckConfig]], List[FileError]]:
+        """The files the paths name, each with its check config, and the paths that could not be walked
+        (`walk_index`, `stats`: as `amp_lint.files.walk.discover` takes them)."""
         from amp_lint.files.sources import discover
 
         files, errors = discover(
-            paths, self.resolver.for_path, force_exclude=force_exclude, on_many_bytes=on_many_bytes, as_text=True
+            paths,
+            self.resolver.for_path,
+            force_exclude=force_exclude,
+            on_many_bytes=on_many_bytes,
+            as_text=True,
+            index=walk_index,
+            stats=stats,
         )
         settings_by_folder: dict = {}  # a file's settings are its folder's: asked once per folder
 
@@ -131,12 +140,18 @@ def _config_key(config: CheckConfig) -> str:
 
 def _code_fingerprint() -> str:
     """Changes whenever amp-lint's own code does (an editable install keeps its version number)."""
-    package = Path(__file__).resolve().parent.parent
-    stamp = []
-    for path in sorted(package.rglob("*.py")):
-        info = path.stat()
-        stamp.append(f"{path.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
-    return format(zlib.crc32("\n".join(stamp).encode()), "08x")
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    stamp, pending = [], [""]
+    while pending:  # os.scandir, not Path.rglob: a warm run pays for this (200 files) at every start
+        relative = pending.pop()
+        with os.scandir(os.path.join(package, relative)) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(os.path.join(relative, entry.name))
+                elif entry.name.endswith(".py"):
+                    info = entry.stat()
+                    stamp.append(f"{os.path.join(relative, entry.name)}:{info.st_size}:{info.st_mtime_ns}")
+    return format(zlib.crc32("\n".join(sorted(stamp)).encode()), "08x")
 
 
 _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}

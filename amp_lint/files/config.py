@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from amp_lint.files.settings import OUTPUT_FORMATS, Settings, UnknownRuleError, expand_codes
 from amp_lint.files.sources import SourceError, read_bytes
-from amp_lint.files.torch_version import toml_parser
+from amp_lint.files.torch_version import WITHOUT_CONFIG, read_only_toml, toml_parser
 
 
 CONFIG_NAMES = (".amp-lint.toml", "amp-lint.toml", "pyproject.toml")
@@ -52,7 +52,15 @@ def _config_above(folder: str) -> Optional[Path]:
     return found
 
 
+def note_no_config_files(folder: str) -> None:
+    """The walk index knows that `folder` (absolute) holds none of CONFIG_NAMES (its listing is unchanged since
+    one that held none): its configuration and project root are asked of its parents without a `stat`."""
+    WITHOUT_CONFIG.add(folder)
+
+
 def _config_in(folder: str) -> Optional[Path]:
+    if folder in WITHOUT_CONFIG:
+        return None
     for name in CONFIG_NAMES:
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and (name != "pyproject.toml" or _has_amp_lint_table(Path(candidate))):
@@ -69,7 +77,7 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         return False
     tomllib = toml_parser()
     try:
-        data = tomllib.loads(content.decode("utf-8", errors="replace"))
+        data = read_only_toml(content.decode("utf-8", errors="replace"))
     except (tomllib.TOMLDecodeError, RecursionError):
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")
@@ -430,6 +438,7 @@ class SettingsResolver:
     def reloaded(self) -> "SettingsResolver":
         """The same options with every configuration file read again (`--watch`: one may have changed)."""
         _config_above.cache_clear()
+        WITHOUT_CONFIG.clear()
         return SettingsResolver(
             self._cli_overrides,
             config_path=self._config_path,

@@ -113,6 +113,13 @@ def toml_parser():
     return tomllib
 
 
+@functools.lru_cache(maxsize=8)
+def read_only_toml(text: str) -> dict:
+    """`tomllib.loads(text)`, parsed once per run for the readers that only look (a project's pyproject.toml
+    is asked whether it has an amp-lint table and what torch it requires); never to be changed in place."""
+    return toml_parser().loads(text)
+
+
 @functools.lru_cache(maxsize=256)
 def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, str]]:
     """(`"2.1"`, where it came from) for the project in `folder`, or None when it states no floor of `package`."""
@@ -121,7 +128,7 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
         tomllib = toml_parser()
         try:
             with open(pyproject, "rb") as handle:
-                data = tomllib.loads(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
+                data = read_only_toml(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
         except (OSError, tomllib.TOMLDecodeError, RecursionError):
             data = {}
         project = data.get("project") if isinstance(data, dict) else None
@@ -147,11 +154,16 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
     return None
 
 
+# Folders a walk found unchanged since a listing that held no configuration file and no pyproject.toml
+# (`amp_lint.files.config.note_no_config_files`): asked of their parents without a `stat`.
+WITHOUT_CONFIG: set = set()
+
+
 @functools.lru_cache(maxsize=4096)
 def project_root_above(folder: str) -> Optional[str]:
     """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None.
     Cached per folder, so that the folders of one tree share their parents' answers."""
-    if os.path.isfile(os.path.join(folder, "pyproject.toml")):
+    if folder not in WITHOUT_CONFIG and os.path.isfile(os.path.join(folder, "pyproject.toml")):
         return folder
     parent = os.path.dirname(folder)
     return None if parent == folder else project_root_above(parent)
