@@ -8,7 +8,9 @@ real LSP client (pygls's), in one run.
     python bench/lsp_latency.py --self-test      # a few edits, for the test suite
 
 Measured, per server:
-- `initialize`: from sending the request to its answer (a fresh process each time; the process start not counted);
+- `initialize`: from spawning the server to its answer (a fresh process each time, the interpreter's start
+  included: what an editor waits), with the floor beside it: `python -c pass` and `python -I -S -c pass` of the
+  server's own interpreter;
 - opening a 3,000-line file: `didOpen` to its first `publishDiagnostics`;
 - edit -> diagnostics: from an incremental `didChange` (one line) to the `publishDiagnostics` of that version,
   debounce included, median and 90th percentile, on a 300-line and a 3,000-line training script, its training
@@ -236,13 +238,14 @@ class Session:
     async def start(self) -> None:
         types = self.types
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        if self.command[:3] == [sys.executable, "-m", "amp_lint"]:  # this checkout's code (not an installed one)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        spawned = time.perf_counter()  # what an editor waits: the process start and the interpreter's, too
         await self.client.start_io(*self.command, env=env)
         # Answers are kept as plain JSON: lsprotocol cannot structure every server's capabilities (Ruff's
         # notebook selector), and the bench reads none of them.
         self.client.protocol.get_result_type = lambda method: None
         options = {} if self.debounce_ms is None else {"debounce": self.debounce_ms}
-        started = time.perf_counter()
         await self.client.initialize_async(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
@@ -251,7 +254,7 @@ class Session:
                 initialization_options=options,
             )
         )
-        self.initialize_seconds = time.perf_counter() - started
+        self.initialize_seconds = time.perf_counter() - spawned
         self.initialize_cpu = self.cpu_seconds()  # since the process started (it was just spawned)
         self.client.initialized(types.InitializedParams())
 
@@ -329,6 +332,43 @@ SERVERS = {
 }
 
 
+def wheel_venv(folder: Path) -> Path:
+    """Build this checkout's wheel and install it, with pygls, in a fresh venv at `folder` (the way users
+    install it; no editable-install hook in `site`); the venv's `amp-lint` command."""
+    wheels = folder / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", str(REPO_ROOT), "-w", str(wheels), "--no-deps"], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder / "venv")], check=True)
+    python = folder / "venv" / "bin" / "python"
+    wheel = sorted(wheels.glob("amp_lint-*.whl"))[-1]
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", str(wheel), "pygls>=2.1,<3"], check=True)
+    return folder / "venv" / "bin" / "amp-lint"
+
+
+def interpreter_floor(python: str, runs: int = 10) -> dict:
+    """The fastest of `runs` starts of the interpreter that runs the server: `python -c pass` (with `site`:
+    the venv's .pth files, an editable install's import hook) and `python -I -S -c pass` (the bare floor)."""
+    found = {}
+    for label, flags in (("python", ["-c", "pass"]), ("python bare", ["-I", "-S", "-c", "pass"])):
+        starts = []
+        for _ in range(runs):
+            begun = time.perf_counter()
+            subprocess.run([python, *flags], check=False)
+            starts.append(time.perf_counter() - begun)
+        found[label] = min(starts)
+    return found
+
+
+async def initialize_times(command, folder: Path, runs: int) -> list:
+    """`initialize` from spawn to answer, `runs` fresh processes (seconds, and the server's CPU seconds)."""
+    found = []
+    for _ in range(runs):
+        session = Session(folder, None, command)
+        await session.start()
+        found.append((session.initialize_seconds, session.initialize_cpu))
+        await session.stop()
+    return found
+
+
 def _inside_line(text: str) -> int:
     """A line inside a training function (its `total += loss.item()`), 0-based."""
     lines = text.split("\n")
@@ -376,7 +416,22 @@ def main(argv=None) -> int:
     parser.add_argument("--self-test", action="store_true", help="3 edits each: that it all runs")
     parser.add_argument("--lines", nargs="+", type=int, default=[300, 3000], help="sizes of the training scripts")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES), help="training code as functions, or as one class's methods")
+    parser.add_argument(
+        "--server-python",
+        help="run amp-lint server with this interpreter (a venv where amp-lint is installed, e.g. from its wheel), not this checkout",
+    )
+    parser.add_argument(
+        "--wheel-venv",
+        metavar="DIR",
+        help="build this checkout's wheel, install it with pygls in a fresh venv in DIR, and run the server from it",
+    )
+    parser.add_argument("--initialize-only", type=int, metavar="N", help="only `initialize`, N fresh processes per server")
     args = parser.parse_args(argv)
+    if args.wheel_venv:
+        SERVERS["amp-lint"] = [str(wheel_venv(Path(args.wheel_venv).resolve())), "server"]
+    elif args.server_python:
+        SERVERS["amp-lint"] = [args.server_python, "-m", "amp_lint", "server"]
+    print(f"amp-lint server: {' '.join(SERVERS['amp-lint'])}")
     if args.self_test:
         args.edits, args.memory_edits = 3, 3
     try:
@@ -390,6 +445,9 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     results = {}
+    python = _python_of(SERVERS["amp-lint"])
+    if args.initialize_only:
+        return _initialize_only(servers, python, args.initialize_only)
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
         for lines in args.lines:
@@ -411,12 +469,8 @@ def main(argv=None) -> int:
             results[(server, "rss")] = rss
             print(f"  {server:9s} {rss:7.1f} MiB")
     # The floor under amp-lint's `initialize`: the interpreter's own start (a loaded machine inflates both).
-    starts = []
-    for _ in range(3):
-        begun = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=False)
-        starts.append(time.perf_counter() - begun)
-    results[("amp-lint", "python")] = min(starts)
+    for label, seconds in interpreter_floor(python).items():
+        results[("amp-lint", label)] = seconds
     print("summary (amp-lint / ruff):")
     rows = [("initialize", "initialize answered", "ms"), ("initialize CPU", "server CPU until initialize answered", "ms")]
     for shape in args.shapes:
@@ -429,7 +483,11 @@ def main(argv=None) -> int:
                 rows.append(((lines, shape, where), f"edit -> diagnostics, {lines:,} lines, {shape}, {where}", "ms"))
         for lines in args.lines:
             rows.append((("cpu", lines, shape, "inside"), f"server CPU per edit, {lines:,} lines, {shape}, inside", "ms"))
-    rows += [("rss", "memory after the edits", "MiB"), ("python", "python -c pass (interpreter start, wall)", "ms")]
+    rows += [
+        ("rss", "memory after the edits", "MiB"),
+        ("python", "python -c pass (the server's interpreter, wall)", "ms"),
+        ("python bare", "python -I -S -c pass (no site, wall)", "ms"),
+    ]
     for key, label, unit in rows:
         parts = key if isinstance(key, tuple) else (key,)
         ours = results.get(("amp-lint", *parts))
@@ -442,6 +500,37 @@ def main(argv=None) -> int:
             ratio = f"{ours / theirs:7.1f}x" if theirs else "      -"
             shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ratio}"
         print(shown)
+    _print_load()
+    return 0
+
+
+def _python_of(command) -> str:
+    """The interpreter that runs a server command (`python -m amp_lint ...`, or a venv's `amp-lint`)."""
+    if command[1:2] == ["-m"]:
+        return command[0]
+    return str(Path(command[0]).parent / "python")
+
+
+def _print_load() -> None:
+    if os.path.exists("/proc/loadavg"):
+        with open("/proc/loadavg", encoding="ascii") as load:
+            print(f"load average (1, 5, 15 min) after the run: {' '.join(load.read().split()[:3])}")
+
+
+def _initialize_only(servers, python: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
+        for server, command in servers.items():
+            found = asyncio.run(initialize_times(command, Path(name), runs))
+            walls = sorted(wall * 1000 for wall, _ in found)
+            cpu = min(cpu for _, cpu in found) * 1000
+            print(
+                f"  {server:9s} initialize answered, from spawn: fastest {walls[0]:6.1f} ms  median "
+                f"{statistics.median(walls):6.1f} ms   server CPU until then {cpu:5.1f} ms"
+            )
+    for label, seconds in interpreter_floor(python).items():
+        flags = "-c pass" if label == "python" else "-I -S -c pass"
+        print(f"  {python} {flags}: fastest {seconds * 1000:6.1f} ms")
+    _print_load()
     return 0
 
 
