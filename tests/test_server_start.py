@@ -204,3 +204,24 @@ def test_the_benchmark_times_initialize_from_spawn_beside_the_interpreter_floor(
     assert "amp-lint  initialize answered, from spawn: fastest" in done.stdout
     assert f"{sys.executable} -c pass: fastest" in done.stdout
     assert f"{sys.executable} -I -S -c pass: fastest" in done.stdout
+
+
+def test_the_server_holds_no_module_its_default_rules_never_run():
+    """Issue 31, the server's memory: after the warm-up and a check, neither the conversion planner (AMP100,
+    off by default), the command line, click nor `verify` is loaded."""
+    code = (
+        "import sys\n"
+        "import amp_lint.server.lsp\n"
+        "from amp_lint.server.memory import warm_up, WARM_UP\n"
+        "warm_up()\n"
+        "from amp_lint import rules\n"
+        "from amp_lint.engine.runner import CheckConfig, check_text\n"
+        "check_text(WARM_UP, 't.py', CheckConfig(frozenset(rules.default_codes()), False, False, False, False))\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "libcst" in loaded and "amp_lint.rules.amp100_fp32_training_loop" in loaded
+    unused = {m for m in loaded if m.split(".")[:2] in (["amp_lint", "conversion"], ["amp_lint", "cli"], ["amp_lint", "verify"])}
+    assert not unused and "click" not in loaded, sorted(unused)

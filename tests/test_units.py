@@ -366,3 +366,34 @@ def test_the_users_of_a_relevant_import_are_in_the_core_and_its_groups():
     whole = check_text(ALIASED, "t.py", CONFIG)
     assert _seen(check_text(core, "t.py", CONFIG)) == _seen(whole)
     assert _seen(checker.check(ALIASED, "t.py", "doc")) == _seen(whole)
+
+
+def test_a_long_edit_session_keeps_the_latest_units_facts_and_results_not_every_versions():
+    """Issue 31, the server's memory after 200 edits: the facts of an edited function's superseded versions
+    and the results of superseded groups are dropped (a few kept for an undo), and an undo still reuses."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_latency import _inside_line, training_script
+
+    from amp_lint.engine import units as units_module
+
+    text = training_script(300)
+    checker = UnitChecker(CONFIG)
+    checker.check(text, "t.py", "doc")
+    lines = text.split("\n")
+    line = _inside_line(text)
+    original = lines[line]
+    count = len(checker.previous["doc"][1])
+    for version in range(150):
+        lines[line] = f"{original} * {version}"
+        checker.check("\n".join(lines), "t.py", "doc")
+    assert len(checker.facts) <= count + units_module._SUPERSEDED_KEPT
+    groups = checker.groups(checker.previous["doc"][1])
+    assert len(checker.group_results["doc"]) <= len(groups) + units_module._RESULTS_PER_DOCUMENT
+    checks = checker.stats["core"]
+    lines[line] = f"{original} * 148"  # an undo: the version before the last
+    assert _seen(checker.check("\n".join(lines), "t.py", "doc")) == _seen(check_text("\n".join(lines), "t.py", CONFIG))
+    assert checker.stats["core"] == checks
+    checker.forget("doc")
+    assert not checker.held and len(checker.facts) <= units_module._SUPERSEDED_KEPT
