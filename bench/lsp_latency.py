@@ -376,6 +376,68 @@ def _inside_line(text: str) -> int:
     return next(i for i in range(middle, len(lines)) if lines[i].strip() == "total += loss.item()")
 
 
+REAL_SRC = Path.home() / ".cache" / "amp-lint-realworld" / "src"
+# Class-based trainers of the pinned real-world corpus (`/work/shared/realworld.sh`), where one method calls most
+# of the others (issue 31): an edit inside a method the others call.
+REAL_FILES = ("monai/monai/engines/trainer.py", "flair/flair/trainers/trainer.py", "speechbrain/speechbrain/core.py")
+
+
+def called_method_line(text: str):
+    """In a real file: the method its class calls most (`self.name(` counted; `__init__` aside) that has a body
+    of four statements or more; the 0-based line before which a statement is typed, and its indentation."""
+    import ast
+    import re
+
+    tree = ast.parse(text)
+    best = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for method in node.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or method.name.startswith("__"):
+                continue
+            body = method.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                body = body[1:]  # after the docstring
+            if len(body) < 4:
+                continue
+            calls = len(re.findall(rf"\bself\.{re.escape(method.name)}\(", text))
+            if best is None or calls > best[0]:
+                best = (calls, body[0].lineno - 1, " " * body[0].col_offset, method.name)
+    if best is None:
+        raise ValueError("no method with a body of four statements")
+    return best[1], best[2], best[3]
+
+
+async def real_edits_of(folder: Path, command, path: Path, edits: int, pause: float):
+    """A real file: open it, let the server settle, type `_edited = 0` inside the method the class calls most
+    (`called_method_line`), then change its number `edits` times: the times (s) from each change to its
+    diagnostics, the server's CPU seconds per edit, the method's name."""
+    text = path.read_text(encoding="utf-8")
+    line, indent, name = called_method_line(text)
+    session = Session(folder, None, command)
+    await session.start()
+    try:
+        copy = folder / f"{path.stem}_{command[0].rsplit('/', 1)[-1]}.py"
+        await session.open(copy, text)
+        await session.idle()
+        uri = copy.as_uri()
+        typed = f"{indent}_edited = 0"
+        await session.edit(uri, 2, line, typed + "\n", 0)  # a line typed: the method's summary changes once
+        await session.idle()
+        last = typed
+        times = []
+        cpu_before = session.cpu_seconds()
+        for version in range(3, edits + 3):
+            new_line = f"{indent}_edited = {version}"
+            times.append(await session.edit(uri, version, line, new_line, len(last)))
+            last = new_line
+            await asyncio.sleep(pause)
+        return times, (session.cpu_seconds() - cpu_before) / edits, name
+    finally:
+        await session.stop()
+
+
 async def edits_of(folder: Path, command, lines: int, edits: int, pause: float, where: str, debounce_ms=None, shape: str = "functions"):
     """Times (s) from each change to its diagnostics, the server's CPU seconds per edit, RSS (MiB) after,
     `initialize` and open times (s)."""
@@ -425,6 +487,14 @@ def main(argv=None) -> int:
         metavar="DIR",
         help="build this checkout's wheel, install it with pygls in a fresh venv in DIR, and run the server from it",
     )
+    parser.add_argument(
+        "--real",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help=f"real class-based trainers (default, with no FILE: {', '.join(REAL_FILES)} under {REAL_SRC}); edits inside the method the class calls most",
+    )
+    parser.add_argument("--no-synthetic", action="store_true", help="skip the generated 300- and 3,000-line scripts")
     parser.add_argument("--initialize-only", type=int, metavar="N", help="only `initialize`, N fresh processes per server")
     args = parser.parse_args(argv)
     if args.wheel_venv:
@@ -433,7 +503,7 @@ def main(argv=None) -> int:
         SERVERS["amp-lint"] = [args.server_python, "-m", "amp_lint", "server"]
     print(f"amp-lint server: {' '.join(SERVERS['amp-lint'])}")
     if args.self_test:
-        args.edits, args.memory_edits = 3, 3
+        args.edits, args.memory_edits, args.real = 3, 3, None
     try:
         import pygls  # noqa: F401
     except ImportError:
@@ -450,7 +520,7 @@ def main(argv=None) -> int:
         return _initialize_only(servers, python, args.initialize_only)
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
-        for lines in args.lines:
+        for lines in args.lines if not args.no_synthetic else ():
             for shape in args.shapes:
                 for where in ("outside", "inside"):
                     print(f"{lines:,}-line training script ({shape}), {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
@@ -463,8 +533,21 @@ def main(argv=None) -> int:
                         if lines == 3000:
                             results[(server, "open", shape)], results[(server, "settled", shape)] = opened
                         print(f"  {server:9s} {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
+        if args.real is not None:
+            real = [Path(p) for p in args.real] or [REAL_SRC / name for name in REAL_FILES]
+            for path in real:
+                if not path.is_file():
+                    print(f"{path}: not found (run /work/shared/realworld.sh), skipped")
+                    continue
+                label = "/".join(path.parts[-2:])
+                print(f"{label} ({path.read_text(encoding='utf-8').count(chr(10)):,} lines), {args.edits} edits inside its most-called method:")
+                for server, command in servers.items():
+                    times, cpu, name = asyncio.run(real_edits_of(folder, command, path, args.edits, args.pause))
+                    results[(server, "real", label)] = statistics.median(times)
+                    results[(server, "real cpu", label)] = cpu
+                    print(f"  {server:9s} `{name}`: {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
         print(f"memory after {args.memory_edits} edits of the 3,000-line script (outside the training code):")
-        for server, command in servers.items():
+        for server, command in servers.items() if args.memory_edits else ():
             _, _, rss, _, _ = asyncio.run(edits_of(folder, command, 3000, args.memory_edits, 0.0, "outside"))
             results[(server, "rss")] = rss
             print(f"  {server:9s} {rss:7.1f} MiB")
@@ -483,6 +566,9 @@ def main(argv=None) -> int:
                 rows.append(((lines, shape, where), f"edit -> diagnostics, {lines:,} lines, {shape}, {where}", "ms"))
         for lines in args.lines:
             rows.append((("cpu", lines, shape, "inside"), f"server CPU per edit, {lines:,} lines, {shape}, inside", "ms"))
+    for key in sorted({k[2] for k in results if k[1] == "real"}):
+        rows.append((("real", key), f"edit -> diagnostics, {key}", "ms"))
+        rows.append((("real cpu", key), f"server CPU per edit, {key}", "ms"))
     rows += [
         ("rss", "memory after the edits", "MiB"),
         ("python", "python -c pass (the server's interpreter, wall)", "ms"),

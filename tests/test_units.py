@@ -488,3 +488,38 @@ def test_a_summary_is_what_a_caller_can_learn_of_a_function():
     ):
         assert summary(changed) != summary(base), changed
     assert summary("LIMIT = 3\n") != summary("LIMIT = 4\n")  # a module-level binding: its users read it
+
+
+def test_a_units_own_group_follows_what_it_reads_not_what_it_only_writes():
+    """`UnitFacts.reads`: a method that only sets `self.steps` does not depend on the other methods that set
+    it (speechbrain's `__init__` sets attributes every training method sets again); one that reads it
+    (`self.steps += 1` reads it too) does."""
+    text = textwrap.dedent(
+        """\
+        import torch
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.steps = 0
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def restart(self):
+                self.steps = 0
+                self.scaler.update()
+
+            def count(self):
+                self.steps += 1
+                self.scaler.update()
+        """
+    )
+    checker = UnitChecker(CONFIG)
+    units = checker.units(text)
+    lines = text.split("\n")
+    index = {lines[u.first].strip().split("(")[0]: i for i, u in enumerate(units)}
+    own = dict(checker.own_groups(units))
+    assert index["def restart"] not in own[index["def __init__"]]
+    assert index["def restart"] in own[index["def count"]] and index["def __init__"] in own[index["def count"]]
+    assert "steps" not in units[index["def restart"]].facts.reads and "steps" in units[index["def count"]].facts.reads
+    assert _seen(checker.check(text, "t.py", "doc")) == _seen(check_text(text, "t.py", CONFIG))

@@ -51,6 +51,10 @@ class UnitFacts:
     # What a caller can learn of this unit (`summary_of`), hashed: an edit that leaves it as it was cannot change
     # a caller's findings (`engine.unit_results`).
     summary: str = ""
+    # Of `uses`, what its code reads: an attribute only ever written here (`self.step = 0`) is left out. The
+    # units' own groups follow these (`UnitChecker.own_groups`): a unit that sets `self.step` does not depend on
+    # the other units that set it.
+    reads: FrozenSet[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,24 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
                     uses.add(node.value)
                 elif isinstance(node, ast.alias):
                     uses.update(node.name.split("."))
+    written: set = set()  # attributes written (assigned or deleted), not read, somewhere in it
+    read: set = set()
+    for statement in statements:
+        for node in ast.walk(statement) if role != HEADER else ():
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
+                read.add(node.target.attr)  # `self.step += 1` reads it too
+            elif isinstance(node, ast.Attribute):
+                (read if isinstance(node.ctx, ast.Load) else written).add(node.attr)
+    write_only = written - read
+    if write_only:  # unless the name is read otherwise (a name, a keyword, a string)
+        for statement in statements:
+            for node in ast.walk(statement) if role != HEADER else ():
+                if isinstance(node, ast.Name) or (isinstance(node, ast.keyword) and node.arg):
+                    write_only.discard(node.id if isinstance(node, ast.Name) else node.arg)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    write_only.discard(node.value)
+                elif isinstance(node, ast.alias):
+                    write_only.difference_update(node.name.split("."))
     # What the parse guard reads: the unit as it parses (a member inside a class, a header with a body).
     guarded = _WRAPPER + text if role == MEMBER else text + "\n pass" if role == HEADER else text
     return UnitFacts(
@@ -201,6 +223,7 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
         defines_class,
         frozenset(uses),
         summary_of(text, statements, role, any_pattern),
+        frozenset(uses - write_only),
     )
 
 

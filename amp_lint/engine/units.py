@@ -285,7 +285,7 @@ class UnitChecker:
         as for the fine groups (`groups`), none left out; (unit, group) in file order. The unit's own findings
         are those of its group's check located in its lines (`engine.unit_results`)."""
         key = (OWN,) + tuple(
-            (u.facts.binds, u.facts.words, u.facts.uses, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role) for u in units
+            (u.facts.binds, u.facts.words, u.facts.reads, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role) for u in units
         )
         known = self._groups_of.get(key)
         if known is None:
@@ -321,7 +321,7 @@ class UnitChecker:
                 while stack:
                     index = stack.pop()
                     unit = units[index]
-                    reached = [b for name in unit.facts.uses for b in binders.get(name, ())]
+                    reached = [b for name in (unit.facts.reads if own else unit.facts.uses) for b in binders.get(name, ())]
                     if unit.role == MEMBER and owner[index] is not None:
                         reached.append(owner[index])
                     elif unit.role == HEADER:
