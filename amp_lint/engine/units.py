@@ -371,7 +371,9 @@ class UnitChecker:
         the union of the groups' findings is the whole core's is verified, against a check of the whole
         core, whenever the file's *signature* changes (the groups, and in each the lines that hold a name
         the rules look for): a rule may ask a question of the whole file ("a GradScaler anywhere?"), and
-        only such a line can change its answer. The fine groups are tried first, then the coarse ones;
+        only such a line can change its answer. The units' own groups are tried first (`own_groups`,
+        `_check_own`: each unit's own findings, its callers checked again only when its summary changed), then
+        the fine groups, then the coarse ones;
         until one is verified, and when neither is, the document is checked whole. The verification runs
         at once (`eager`), or step by step in `settle` (the server's idle time: the whole check's findings
         are published first)."""
@@ -433,6 +435,8 @@ class UnitChecker:
             split = self._check_groups(job.lines, job.display_name, document, job.units, groups)
         if split is not None and seen(split) == seen(job.whole):
             verdict: Optional[int] = kind
+            if kind == OWN:  # each unit's own findings are kept: its group's whole outcome is not needed
+                kept.clear()
         elif job.level + 1 < len(job.groupings):
             job.level += 1  # the fine groups next, then the coarse ones
             return True
@@ -459,7 +463,7 @@ class UnitChecker:
             entry = None if fresh else own.get(key)
             found = None
             if entry is not None and entry[2] == display_name:
-                rows = own_rows(units, group, entry[1], root)
+                rows = own_rows(units, group, entry[1], root) if entry[0] else []
                 found = [moved(d, rows) for d in entry[0]]
                 if any(d is None for d in found):
                     found = None  # it names a row of a member whose text changed
@@ -472,10 +476,12 @@ class UnitChecker:
                     return None
                 checked.add(self._group_key(units, group))
                 layout = layout_of(units, group)
-                own[key] = (located_in(outcome, layout, group.index(root)), layout, display_name)
+                mine = located_in(outcome, layout, group.index(root))
+                # (the layout only where there is something to move: most units have no finding)
+                own[key] = (mine, layout if mine else None, display_name)
                 own.move_to_end(key)
                 rows = own_rows(units, group, layout, root)
-                found = [moved(d, rows) for d in own[key][0]]
+                found = [moved(d, rows) for d in mine]
                 if any(d is None for d in found):
                     return None
             for diagnostic in found:
