@@ -22,6 +22,7 @@ file-level `# amp-lint: noqa`, line breaks other than `\\n`, form feeds, or a fi
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 from collections import OrderedDict
@@ -407,7 +408,11 @@ class UnitChecker:
                     return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
         whole = self._check_core(text, display_name, document, self._core_of(text, units))
-        self.pending[document] = Verification(signature, text.split("\n"), units, groupings, kinds, display_name, whole)
+        # The whole part's tree (cycles too) goes before anything kept is made: kept objects made among its
+        # garbage hold on to the memory it leaves (a long-lived server). The lines are those `units` keeps.
+        gc.collect()
+        lines = self.previous[document][0] if document in self.previous else text.split("\n")
+        self.pending[document] = Verification(signature, lines, units, groupings, kinds, display_name, whole)
         if self.eager:
             while self.settle(document):
                 pass
