@@ -32,7 +32,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -40,6 +39,9 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lsp_cases import REAL_FILES, REAL_SRC, called_method_line, interpreter_floor, python_of, wheel_venv  # noqa: E402
 
 HEADER = textwrap.dedent(
     """\
@@ -332,32 +334,6 @@ SERVERS = {
 }
 
 
-def wheel_venv(folder: Path) -> Path:
-    """Build this checkout's wheel and install it, with pygls, in a fresh venv at `folder` (the way users
-    install it; no editable-install hook in `site`); the venv's `amp-lint` command."""
-    wheels = folder / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", str(REPO_ROOT), "-w", str(wheels), "--no-deps"], check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder / "venv")], check=True)
-    python = folder / "venv" / "bin" / "python"
-    wheel = sorted(wheels.glob("amp_lint-*.whl"))[-1]
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", str(wheel), "pygls>=2.1,<3"], check=True)
-    return folder / "venv" / "bin" / "amp-lint"
-
-
-def interpreter_floor(python: str, runs: int = 10) -> dict:
-    """The fastest of `runs` starts of the interpreter that runs the server: `python -c pass` (with `site`:
-    the venv's .pth files, an editable install's import hook) and `python -I -S -c pass` (the bare floor)."""
-    found = {}
-    for label, flags in (("python", ["-c", "pass"]), ("python bare", ["-I", "-S", "-c", "pass"])):
-        starts = []
-        for _ in range(runs):
-            begun = time.perf_counter()
-            subprocess.run([python, *flags], check=False)
-            starts.append(time.perf_counter() - begun)
-        found[label] = min(starts)
-    return found
-
-
 async def initialize_times(command, folder: Path, runs: int) -> list:
     """`initialize` from spawn to answer, `runs` fresh processes (seconds, and the server's CPU seconds)."""
     found = []
@@ -374,39 +350,6 @@ def _inside_line(text: str) -> int:
     lines = text.split("\n")
     middle = len(lines) // 2
     return next(i for i in range(middle, len(lines)) if lines[i].strip() == "total += loss.item()")
-
-
-REAL_SRC = Path.home() / ".cache" / "amp-lint-realworld" / "src"
-# Class-based trainers of the pinned real-world corpus (`/work/shared/realworld.sh`), where one method calls most
-# of the others (issue 31): an edit inside a method the others call.
-REAL_FILES = ("monai/monai/engines/trainer.py", "flair/flair/trainers/trainer.py", "speechbrain/speechbrain/core.py")
-
-
-def called_method_line(text: str):
-    """In a real file: the method its class calls most (`self.name(` counted; `__init__` aside) that has a body
-    of four statements or more; the 0-based line before which a statement is typed, and its indentation."""
-    import ast
-    import re
-
-    tree = ast.parse(text)
-    best = None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        for method in node.body:
-            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or method.name.startswith("__"):
-                continue
-            body = method.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-                body = body[1:]  # after the docstring
-            if len(body) < 4:
-                continue
-            calls = len(re.findall(rf"\bself\.{re.escape(method.name)}\(", text))
-            if best is None or calls > best[0]:
-                best = (calls, body[0].lineno - 1, " " * body[0].col_offset, method.name)
-    if best is None:
-        raise ValueError("no method with a body of four statements")
-    return best[1], best[2], best[3]
 
 
 async def real_edits_of(folder: Path, command, path: Path, edits: int, pause: float):
@@ -515,7 +458,7 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     results = {}
-    python = _python_of(SERVERS["amp-lint"])
+    python = python_of(SERVERS["amp-lint"])
     if args.initialize_only:
         return _initialize_only(servers, python, args.initialize_only)
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
@@ -588,13 +531,6 @@ def main(argv=None) -> int:
         print(shown)
     _print_load()
     return 0
-
-
-def _python_of(command) -> str:
-    """The interpreter that runs a server command (`python -m amp_lint ...`, or a venv's `amp-lint`)."""
-    if command[1:2] == ["-m"]:
-        return command[0]
-    return str(Path(command[0]).parent / "python")
 
 
 def _print_load() -> None:
