@@ -8,7 +8,9 @@ real LSP client (pygls's), in one run.
     python bench/lsp_latency.py --self-test      # a few edits, for the test suite
 
 Measured, per server:
-- `initialize`: from sending the request to its answer (a fresh process each time; the process start not counted);
+- `initialize`: from spawning the server to its answer (a fresh process each time, the interpreter's start
+  included: what an editor waits), with the floor beside it: `python -c pass` and `python -I -S -c pass` of the
+  server's own interpreter;
 - opening a 3,000-line file: `didOpen` to its first `publishDiagnostics`;
 - edit -> diagnostics: from an incremental `didChange` (one line) to the `publishDiagnostics` of that version,
   debounce included, median and 90th percentile, on a 300-line and a 3,000-line training script, its training
@@ -30,7 +32,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -38,6 +39,9 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lsp_cases import REAL_FILES, REAL_SRC, called_method_line, interpreter_floor, python_of, wheel_venv  # noqa: E402
 
 HEADER = textwrap.dedent(
     """\
@@ -236,13 +240,14 @@ class Session:
     async def start(self) -> None:
         types = self.types
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        if self.command[:3] == [sys.executable, "-m", "amp_lint"]:  # this checkout's code (not an installed one)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        spawned = time.perf_counter()  # what an editor waits: the process start and the interpreter's, too
         await self.client.start_io(*self.command, env=env)
         # Answers are kept as plain JSON: lsprotocol cannot structure every server's capabilities (Ruff's
         # notebook selector), and the bench reads none of them.
         self.client.protocol.get_result_type = lambda method: None
         options = {} if self.debounce_ms is None else {"debounce": self.debounce_ms}
-        started = time.perf_counter()
         await self.client.initialize_async(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
@@ -251,7 +256,7 @@ class Session:
                 initialization_options=options,
             )
         )
-        self.initialize_seconds = time.perf_counter() - started
+        self.initialize_seconds = time.perf_counter() - spawned
         self.initialize_cpu = self.cpu_seconds()  # since the process started (it was just spawned)
         self.client.initialized(types.InitializedParams())
 
@@ -329,11 +334,51 @@ SERVERS = {
 }
 
 
+async def initialize_times(command, folder: Path, runs: int) -> list:
+    """`initialize` from spawn to answer, `runs` fresh processes (seconds, and the server's CPU seconds)."""
+    found = []
+    for _ in range(runs):
+        session = Session(folder, None, command)
+        await session.start()
+        found.append((session.initialize_seconds, session.initialize_cpu))
+        await session.stop()
+    return found
+
+
 def _inside_line(text: str) -> int:
     """A line inside a training function (its `total += loss.item()`), 0-based."""
     lines = text.split("\n")
     middle = len(lines) // 2
     return next(i for i in range(middle, len(lines)) if lines[i].strip() == "total += loss.item()")
+
+
+async def real_edits_of(folder: Path, command, path: Path, edits: int, pause: float):
+    """A real file: open it, let the server settle, type `_edited = 0` inside the method the class calls most
+    (`called_method_line`), then change its number `edits` times: the times (s) from each change to its
+    diagnostics, the server's CPU seconds per edit, the method's name."""
+    text = path.read_text(encoding="utf-8")
+    line, indent, name = called_method_line(text)
+    session = Session(folder, None, command)
+    await session.start()
+    try:
+        copy = folder / f"{path.stem}_{command[0].rsplit('/', 1)[-1]}.py"
+        await session.open(copy, text)
+        await session.idle()
+        uri = copy.as_uri()
+        typed = f"{indent}_edited = 0"
+        await session.edit(uri, 2, line, typed + "\n", 0)  # a line typed: the method's summary changes once
+        await session.idle()
+        last = typed
+        times = []
+        cpu_before = session.cpu_seconds()
+        for version in range(3, edits + 3):
+            new_line = f"{indent}_edited = {version}"
+            times.append(await session.edit(uri, version, line, new_line, len(last)))
+            last = new_line
+            await asyncio.sleep(pause)
+        return times, (session.cpu_seconds() - cpu_before) / edits, name
+    finally:
+        await session.stop()
 
 
 async def edits_of(folder: Path, command, lines: int, edits: int, pause: float, where: str, debounce_ms=None, shape: str = "functions"):
@@ -376,9 +421,32 @@ def main(argv=None) -> int:
     parser.add_argument("--self-test", action="store_true", help="3 edits each: that it all runs")
     parser.add_argument("--lines", nargs="+", type=int, default=[300, 3000], help="sizes of the training scripts")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES), help="training code as functions, or as one class's methods")
+    parser.add_argument(
+        "--server-python",
+        help="run amp-lint server with this interpreter (a venv where amp-lint is installed, e.g. from its wheel), not this checkout",
+    )
+    parser.add_argument(
+        "--wheel-venv",
+        metavar="DIR",
+        help="build this checkout's wheel, install it with pygls in a fresh venv in DIR, and run the server from it",
+    )
+    parser.add_argument(
+        "--real",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help=f"real class-based trainers (default, with no FILE: {', '.join(REAL_FILES)} under {REAL_SRC}); edits inside the method the class calls most",
+    )
+    parser.add_argument("--no-synthetic", action="store_true", help="skip the generated 300- and 3,000-line scripts")
+    parser.add_argument("--initialize-only", type=int, metavar="N", help="only `initialize`, N fresh processes per server")
     args = parser.parse_args(argv)
+    if args.wheel_venv:
+        SERVERS["amp-lint"] = [str(wheel_venv(Path(args.wheel_venv).resolve())), "server"]
+    elif args.server_python:
+        SERVERS["amp-lint"] = [args.server_python, "-m", "amp_lint", "server"]
+    print(f"amp-lint server: {' '.join(SERVERS['amp-lint'])}")
     if args.self_test:
-        args.edits, args.memory_edits = 3, 3
+        args.edits, args.memory_edits, args.real = 3, 3, None
     try:
         import pygls  # noqa: F401
     except ImportError:
@@ -390,9 +458,12 @@ def main(argv=None) -> int:
     if hasattr(os, "getloadavg"):
         print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     results = {}
+    python = python_of(SERVERS["amp-lint"])
+    if args.initialize_only:
+        return _initialize_only(servers, python, args.initialize_only)
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
-        for lines in args.lines:
+        for lines in args.lines if not args.no_synthetic else ():
             for shape in args.shapes:
                 for where in ("outside", "inside"):
                     print(f"{lines:,}-line training script ({shape}), {args.edits} edits {where} the training code, didChange -> publishDiagnostics:")
@@ -405,18 +476,27 @@ def main(argv=None) -> int:
                         if lines == 3000:
                             results[(server, "open", shape)], results[(server, "settled", shape)] = opened
                         print(f"  {server:9s} {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
+        if args.real is not None:
+            real = [Path(p) for p in args.real] or [REAL_SRC / name for name in REAL_FILES]
+            for path in real:
+                if not path.is_file():
+                    print(f"{path}: not found (run /work/shared/realworld.sh), skipped")
+                    continue
+                label = "/".join(path.parts[-2:])
+                print(f"{label} ({path.read_text(encoding='utf-8').count(chr(10)):,} lines), {args.edits} edits inside its most-called method:")
+                for server, command in servers.items():
+                    times, cpu, name = asyncio.run(real_edits_of(folder, command, path, args.edits, args.pause))
+                    results[(server, "real", label)] = statistics.median(times)
+                    results[(server, "real cpu", label)] = cpu
+                    print(f"  {server:9s} `{name}`: {_summary(times)}   server CPU per edit {cpu * 1000:7.1f} ms")
         print(f"memory after {args.memory_edits} edits of the 3,000-line script (outside the training code):")
-        for server, command in servers.items():
+        for server, command in servers.items() if args.memory_edits else ():
             _, _, rss, _, _ = asyncio.run(edits_of(folder, command, 3000, args.memory_edits, 0.0, "outside"))
             results[(server, "rss")] = rss
             print(f"  {server:9s} {rss:7.1f} MiB")
     # The floor under amp-lint's `initialize`: the interpreter's own start (a loaded machine inflates both).
-    starts = []
-    for _ in range(3):
-        begun = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=False)
-        starts.append(time.perf_counter() - begun)
-    results[("amp-lint", "python")] = min(starts)
+    for label, seconds in interpreter_floor(python).items():
+        results[("amp-lint", label)] = seconds
     print("summary (amp-lint / ruff):")
     rows = [("initialize", "initialize answered", "ms"), ("initialize CPU", "server CPU until initialize answered", "ms")]
     for shape in args.shapes:
@@ -429,7 +509,14 @@ def main(argv=None) -> int:
                 rows.append(((lines, shape, where), f"edit -> diagnostics, {lines:,} lines, {shape}, {where}", "ms"))
         for lines in args.lines:
             rows.append((("cpu", lines, shape, "inside"), f"server CPU per edit, {lines:,} lines, {shape}, inside", "ms"))
-    rows += [("rss", "memory after the edits", "MiB"), ("python", "python -c pass (interpreter start, wall)", "ms")]
+    for key in sorted({k[2] for k in results if k[1] == "real"}):
+        rows.append((("real", key), f"edit -> diagnostics, {key}", "ms"))
+        rows.append((("real cpu", key), f"server CPU per edit, {key}", "ms"))
+    rows += [
+        ("rss", "memory after the edits", "MiB"),
+        ("python", "python -c pass (the server's interpreter, wall)", "ms"),
+        ("python bare", "python -I -S -c pass (no site, wall)", "ms"),
+    ]
     for key, label, unit in rows:
         parts = key if isinstance(key, tuple) else (key,)
         ours = results.get(("amp-lint", *parts))
@@ -442,6 +529,30 @@ def main(argv=None) -> int:
             ratio = f"{ours / theirs:7.1f}x" if theirs else "      -"
             shown += f"   ruff {theirs * scale:8.1f} {unit}   ratio {ratio}"
         print(shown)
+    _print_load()
+    return 0
+
+
+def _print_load() -> None:
+    if os.path.exists("/proc/loadavg"):
+        with open("/proc/loadavg", encoding="ascii") as load:
+            print(f"load average (1, 5, 15 min) after the run: {' '.join(load.read().split()[:3])}")
+
+
+def _initialize_only(servers, python: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
+        for server, command in servers.items():
+            found = asyncio.run(initialize_times(command, Path(name), runs))
+            walls = sorted(wall * 1000 for wall, _ in found)
+            cpu = min(cpu for _, cpu in found) * 1000
+            print(
+                f"  {server:9s} initialize answered, from spawn: fastest {walls[0]:6.1f} ms  median "
+                f"{statistics.median(walls):6.1f} ms   server CPU until then {cpu:5.1f} ms"
+            )
+    for label, seconds in interpreter_floor(python).items():
+        flags = "-c pass" if label == "python" else "-I -S -c pass"
+        print(f"  {python} {flags}: fastest {seconds * 1000:6.1f} ms")
+    _print_load()
     return 0
 
 

@@ -148,3 +148,80 @@ def test_initialize_is_answered_once_before_pygls_loads_and_the_server_then_work
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_before_it_answers_the_server_imports_only_the_standard_librarys_json_and_its_own_entry():
+    """Issue 31, `initialize` <= 150 ms: what the process imports before the answer is written (recorded when
+    it asks for `amp_lint.server.lsp`, the next thing after the answer): the interpreter's start, `json`
+    (with `re`), and amp-lint's entry modules; not `typing`, `pathlib`, `importlib.util`, click, LibCST or
+    pygls (each milliseconds to hundreds of them)."""
+    record = (
+        "import sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'amp_lint.server.lsp':\n"
+        "            sys.stderr.write('LOADED ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+        "            sys.stderr.flush()\n"
+        "            import os; os._exit(0)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "sys.argv = ['amp-lint', 'server']\n"
+        "from amp_lint.__main__ import run\n"
+        "run()\n"
+    )
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys; print(' '.join(sorted(sys.modules)))"], capture_output=True, text=True, env=ENV
+    ).stdout.split()
+    message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "capabilities": {}}}
+    done = subprocess.run(
+        [sys.executable, "-c", record], input=_message(message), capture_output=True, env=ENV, cwd=ROOT, timeout=60
+    )
+    assert b"capabilities" in done.stdout  # answered before the record
+    loaded = done.stderr.decode().split("LOADED ", 1)[1].split()
+    new = set(loaded) - set(bare) - {"__main__"}
+    ours = {name for name in new if name.split(".")[0] == "amp_lint"}
+    assert ours == {"amp_lint", "amp_lint.__main__", "amp_lint.server", "amp_lint.server.fast_start"}
+    stdlib = {name for name in new - ours if name.split(".")[0] in sys.stdlib_module_names or name.startswith("_")}
+    assert new - ours - stdlib == set()
+    heavy = {"typing", "pathlib", "importlib.util", "asyncio", "logging", "dataclasses", "inspect", "ast", "tokenize"}
+    assert not (new & heavy), sorted(new & heavy)
+    assert {"json"} <= new
+
+
+def test_the_benchmark_times_initialize_from_spawn_beside_the_interpreter_floor(tmp_path):
+    """`bench/lsp_latency.py --initialize-only`: the figure an editor waits (spawn to answer) and the
+    interpreter's start with and without `site`, from this checkout or another interpreter (`--server-python`,
+    e.g. a venv the wheel is installed in)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "lsp_latency.py"), "--initialize-only", "1", "--server-python", sys.executable],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "amp-lint  initialize answered, from spawn: fastest" in done.stdout
+    assert f"{sys.executable} -c pass: fastest" in done.stdout
+    assert f"{sys.executable} -I -S -c pass: fastest" in done.stdout
+
+
+def test_the_server_holds_no_module_its_default_rules_never_run():
+    """Issue 31, the server's memory: after the warm-up and a check, neither the conversion planner (AMP100,
+    off by default), the command line, click nor `verify` is loaded."""
+    code = (
+        "import sys\n"
+        "import amp_lint.server.lsp\n"
+        "from amp_lint.server.memory import warm_up, WARM_UP\n"
+        "warm_up()\n"
+        "from amp_lint import rules\n"
+        "from amp_lint.engine.runner import CheckConfig, check_text\n"
+        "check_text(WARM_UP, 't.py', CheckConfig(frozenset(rules.default_codes()), False, False, False, False))\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "libcst" in loaded and "amp_lint.rules.amp100_fp32_training_loop" in loaded
+    unused = {m for m in loaded if m.split(".")[:2] in (["amp_lint", "conversion"], ["amp_lint", "cli"], ["amp_lint", "verify"])}
+    assert not unused and "click" not in loaded, sorted(unused)

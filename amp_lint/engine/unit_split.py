@@ -48,6 +48,13 @@ class UnitFacts:
     # The names its code reads or writes (names, attributes, keywords, strings that are names: `getattr(x,
     # "step")`), without comments and docstrings: what the fine groups follow (`UnitChecker.groups`).
     uses: FrozenSet[str] = frozenset()
+    # What a caller can learn of this unit (`summary_of`), hashed: an edit that leaves it as it was cannot change
+    # a caller's findings (`engine.unit_results`).
+    summary: str = ""
+    # Of `uses`, what its code reads: an attribute only ever written here (`self.step = 0`) is left out. The
+    # units' own groups follow these (`UnitChecker.own_groups`): a unit that sets `self.step` does not depend on
+    # the other units that set it.
+    reads: FrozenSet[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,24 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
                     uses.add(node.value)
                 elif isinstance(node, ast.alias):
                     uses.update(node.name.split("."))
+    written: set = set()  # attributes written (assigned or deleted), not read, somewhere in it
+    read: set = set()
+    for statement in statements:
+        for node in ast.walk(statement) if role != HEADER else ():
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
+                read.add(node.target.attr)  # `self.step += 1` reads it too
+            elif isinstance(node, ast.Attribute):
+                (read if isinstance(node.ctx, ast.Load) else written).add(node.attr)
+    write_only = written - read
+    if write_only:  # unless the name is read otherwise (a name, a keyword, a string)
+        for statement in statements:
+            for node in ast.walk(statement) if role != HEADER else ():
+                if isinstance(node, ast.Name) or (isinstance(node, ast.keyword) and node.arg):
+                    write_only.discard(node.id if isinstance(node, ast.Name) else node.arg)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    write_only.discard(node.value)
+                elif isinstance(node, ast.alias):
+                    write_only.difference_update(node.name.split("."))
     # What the parse guard reads: the unit as it parses (a member inside a class, a header with a body).
     guarded = _WRAPPER + text if role == MEMBER else text + "\n pass" if role == HEADER else text
     return UnitFacts(
@@ -197,7 +222,104 @@ def unit_facts(text: str, statements: Sequence[ast.stmt], role: int, any_pattern
         future,
         defines_class,
         frozenset(uses),
+        summary_of(text, statements, role, any_pattern),
+        frozenset(uses - write_only),
     )
+
+
+# Simple statements whose whole text is in the summary: what leaves the function or changes its flow.
+_FLOW = (ast.Return, ast.Raise, ast.Break, ast.Continue, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.Delete, ast.Assert)
+
+
+def summary_of(text: str, statements: Sequence[ast.stmt], role: int, any_pattern) -> str:
+    """The hash of what a caller can learn of a unit: a class header's whole text; for a function or statement,
+    its shape: every compound statement's head (`def` with its parameters and decorators, `if`/`for`/`while`/
+    `with`/`try`/`match` and what they test or bind), in order and nesting; whole, every statement that holds a
+    name the rules look for (a line `any_pattern` finds), that leaves or changes the flow (`return`, `raise`,
+    `yield`, `await`, `break`, ...), or that writes anything but a local name (an attribute, a subscript, a
+    global); and of every other simple statement, its kind, the names it writes and the names, attributes and
+    strings it reads. Left out: numbers and the shape of expressions in statements that write local names
+    only (`total += loss.item() * 2`), and docstrings."""
+    if role == HEADER:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    relevant = {number for number, line in enumerate(text.split("\n"), 1) if any_pattern.search(line)}
+    first = min([s.lineno for s in statements] + [d.lineno for s in statements for d in getattr(s, "decorator_list", ())])
+    parts: List[str] = []
+
+    def whole(node: ast.AST) -> str:
+        return ast.dump(node, annotate_fields=False, include_attributes=False)
+
+    def visit(body: Sequence[ast.stmt], depth: int, local: bool) -> None:
+        # `local`: inside a function that declares no `global`/`nonlocal`, where a plain name is a local.
+        for index, statement in enumerate(body):
+            if (
+                index == 0
+                and isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+            ):
+                continue  # a docstring
+            inner = [field for field in ("body", "orelse", "finalbody", "handlers", "cases") if isinstance(getattr(statement, field, None), list)]
+            if inner:
+                head = {
+                    name: value for name, value in ast.iter_fields(statement) if name not in inner and name != "type_comment"
+                }
+                parts.append(f"{depth}{type(statement).__name__}{[(k, whole(v) if isinstance(v, ast.AST) else [whole(x) if isinstance(x, ast.AST) else repr(x) for x in v] if isinstance(v, list) else repr(v)) for k, v in head.items()]}")
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    inner_local = not any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(statement))
+                else:
+                    inner_local = local and not isinstance(statement, ast.ClassDef)
+                for field in inner:
+                    children = getattr(statement, field)
+                    parts.append(f"{depth}:{field}")
+                    if field == "handlers":
+                        for handler in children:
+                            parts.append(f"{depth}except {whole(handler.type) if handler.type else ''} {handler.name}")
+                            visit(handler.body, depth + 1, inner_local)
+                    elif field == "cases":
+                        for case in children:
+                            parts.append(f"{depth}case {whole(case.pattern)} {whole(case.guard) if case.guard else ''}")
+                            visit(case.body, depth + 1, inner_local)
+                    else:
+                        visit(children, depth + 1, inner_local)
+                continue
+            lines = range(statement.lineno - first + 1, (statement.end_lineno or statement.lineno) - first + 2)
+            if not local or isinstance(statement, _FLOW) or any(n in relevant for n in lines) or _writes_beyond_locals(statement) or _leaves(statement):
+                parts.append(f"{depth}{whole(statement)}")
+                continue
+            written, read = set(), set()
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name):
+                    (read if isinstance(node.ctx, ast.Load) else written).add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    read.add("." + node.attr)
+                elif isinstance(node, ast.keyword) and node.arg:
+                    read.add(node.arg + "=")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                    read.add(repr(node.value))
+            parts.append(f"{depth}{type(statement).__name__}{sorted(written)}{sorted(read)}")
+
+    visit(list(statements), 0, False)
+    return hashlib.blake2b("\n".join(parts).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _writes_beyond_locals(statement: ast.stmt) -> bool:
+    """Does it write something other than a plain name (an attribute, a subscript, a starred target)?"""
+    targets: list = []
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        targets = [statement.target]
+    for target in targets:
+        for node in ast.walk(target):
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                return True
+    return False
+
+
+def _leaves(statement: ast.stmt) -> bool:
+    """Does it hold a `yield`, an `await`, a lambda or a walrus (control leaves, or a value escapes, mid-statement)?"""
+    return any(isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.Lambda, ast.NamedExpr)) for node in ast.walk(statement))
 
 
 def _visible_bindings(node: ast.AST, binds: set, in_function: bool) -> None:

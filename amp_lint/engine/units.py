@@ -22,24 +22,41 @@ file-level `# amp-lint: noqa`, line breaks other than `\\n`, form feeds, or a fi
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 from collections import OrderedDict
-from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from amp_lint.diagnostics import Applicability, Diagnostic, Location
+from amp_lint.diagnostics import Applicability, Diagnostic
 from amp_lint.engine.runner import CheckConfig, FileOutcome, check_text
+from amp_lint.engine.unit_results import (
+    COARSE,
+    FINE,
+    OWN,
+    Verification,
+    coarse_groups,
+    file_noqa,
+    gap_comments,
+    layout_of,
+    located_in,
+    moved,
+    own_key,
+    own_rows,
+    seen,
+)
 from amp_lint.engine.unit_split import HEADER, MEMBER, Unit, UnitFacts, owners, split_units, unit_facts
 
-__all__ = ["UnitChecker", "Unit", "UnitFacts"]
+__all__ = ["UnitChecker", "Unit", "UnitFacts", "FINE", "COARSE", "OWN"]
 
 # What the checker's own line splitting and LibCST's round trip treat specially: such files are checked whole.
 # (Searched one by one: ten scans of a 100 kB text take a tenth of the time of one regex character class.)
 _UNSURE_CHARACTERS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _UNIT_INFO_LIMIT = 20_000  # unit facts kept (per process), by unit text hash
+# Facts of units no open document holds any more (an edit's superseded versions) kept for an undo; the rest are
+# dropped (a long-lived server: 200 edits left 200 versions of the edited function's facts behind).
+_SUPERSEDED_KEPT = 64
 _RESULTS_PER_DOCUMENT = 4  # core results kept per document
-FINE, COARSE = 0, 1  # the two groupings (`groups`)
 
 
 def _needs_patterns(config: CheckConfig) -> Tuple["re.Pattern", ...]:
@@ -59,23 +76,28 @@ class UnitChecker:
     def __init__(self, config: CheckConfig, eager: bool = True) -> None:
         self.config = config
         self.eager = eager  # verify the groups at once (else: `settle`, step by step)
-        self.pending: Dict[str, _Verification] = {}
+        self.pending: Dict[str, Verification] = {}
         self.patterns = _needs_patterns(config)
         # One search for any of them, or a `# noqa` / `amp-lint` comment.
         self.any_pattern = re.compile("|".join(["noqa", "amp-lint"] + [f"(?:{p.pattern})" for p in self.patterns]))
         self._groups_of: "OrderedDict[tuple, List[List[int]]]" = OrderedDict()  # unit facts, level -> groups
         self.facts: "OrderedDict[str, UnitFacts]" = OrderedDict()
+        self.held: Dict[str, int] = {}  # unit digest -> how many open documents' current units have it
+        self.superseded: "OrderedDict[str, None]" = OrderedDict()  # digests no document holds, newest last
         self.results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> core digest -> outcome
         self.stats = {"reused": 0, "core": 0, "whole": 0, "groups": 0, "verified": 0}
         self.group_results: Dict[str, "OrderedDict[str, FileOutcome]"] = {}  # document -> group text digest -> outcome
+        # document -> `own_key` -> (the unit's own findings in its group's text, that text's layout)
+        self.own_results: Dict[str, "OrderedDict[str, tuple]"] = {}
         self.previous: Dict[str, Tuple[List[str], List[Unit]]] = {}  # document -> its last lines and units
         # document -> (signature, the grouping whose union was the whole core's findings, or None) (`check`)
         self.verified: Dict[str, Tuple[tuple, Optional[int]]] = {}
 
     def forget(self, document: str) -> None:
         self.results.pop(document, None)
-        self.previous.pop(document, None)
+        self._hold(self.previous.pop(document, None), None)
         self.group_results.pop(document, None)
+        self.own_results.pop(document, None)
         self.verified.pop(document, None)
         self.pending.pop(document, None)
 
@@ -94,10 +116,31 @@ class UnitChecker:
             units = split_units(lines, 0, len(lines), self._facts_of)
         if document is not None:
             if units is None:
-                self.previous.pop(document, None)
+                self._hold(self.previous.pop(document, None), None)
             else:
+                self._hold(previous, units)
                 self.previous[document] = (lines, units)
         return units
+
+    def _hold(self, previous, units: Optional[List[Unit]]) -> None:
+        """A document's units are now `units` (None: closed): the facts of the units it held before and no
+        document holds now are superseded, and dropped once more than `_SUPERSEDED_KEPT` are."""
+        old = previous[1] if previous is not None else ()
+        if old is units:
+            return
+        for unit in units or ():
+            self.held[unit.digest] = self.held.get(unit.digest, 0) + 1
+            self.superseded.pop(unit.digest, None)
+        for unit in old:
+            count = self.held.get(unit.digest, 0) - 1
+            if count > 0:
+                self.held[unit.digest] = count
+            else:
+                self.held.pop(unit.digest, None)
+                self.superseded[unit.digest] = None
+        while len(self.superseded) > _SUPERSEDED_KEPT:
+            digest, _ = self.superseded.popitem(last=False)
+            self.facts.pop(digest, None)
 
     def _units_after_edit(self, lines: List[str], previous) -> Optional[List[Unit]]:
         old_lines, old_units = previous
@@ -226,18 +269,35 @@ class UnitChecker:
         # What the groups depend on: each unit's names, words, kind and role, in order (an edit that changes a
         # number or a string inside a function leaves them as they were). Frozensets keep their hashes.
         key = (level,) + tuple(
-            (u.facts.binds, u.facts.words, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role) for u in units
+            (u.facts.binds, u.facts.words, u.facts.uses, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role)
+            for u in units
         )
         known = self._groups_of.get(key)
         if known is None:
-            known = self._groups_of[key] = self._fine(units) if level == FINE else self._grouped(units)
+            known = self._groups_of[key] = self._fine(units) if level == FINE else coarse_groups(units, self.core(units))
             if len(self._groups_of) > 16:
                 self._groups_of.popitem(last=False)
         else:
             self._groups_of.move_to_end(key)
         return [list(group) for group in known]
 
-    def _fine(self, units: Sequence[Unit]) -> List[List[int]]:
+    def own_groups(self, units: Sequence[Unit]) -> List[Tuple[int, List[int]]]:
+        """Each unit of the core with its *own group* (`OWN`): the unit and what it depends on, transitively,
+        as for the fine groups (`groups`), none left out; (unit, group) in file order. The unit's own findings
+        are those of its group's check located in its lines (`engine.unit_results`)."""
+        key = (OWN,) + tuple(
+            (u.facts.binds, u.facts.words, u.facts.reads, u.facts.relevant, u.facts.only_imports, u.facts.future, u.role) for u in units
+        )
+        known = self._groups_of.get(key)
+        if known is None:
+            known = self._groups_of[key] = self._fine(units, own=True)
+            if len(self._groups_of) > 16:
+                self._groups_of.popitem(last=False)
+        else:
+            self._groups_of.move_to_end(key)
+        return [(root, list(group)) for root, group in known]
+
+    def _fine(self, units: Sequence[Unit], own: bool = False):
         inside = self.core(units)
         owner = owners(units)
         core = [i for i in range(len(units)) if inside[i]]
@@ -262,7 +322,7 @@ class UnitChecker:
                 while stack:
                     index = stack.pop()
                     unit = units[index]
-                    reached = [b for name in unit.facts.uses for b in binders.get(name, ())]
+                    reached = [b for name in (unit.facts.reads if own else unit.facts.uses) for b in binders.get(name, ())]
                     if unit.role == MEMBER and owner[index] is not None:
                         reached.append(owner[index])
                     elif unit.role == HEADER:
@@ -282,6 +342,8 @@ class UnitChecker:
                     else:  # cannot happen: the core gives every header of it a member
                         return frozenset(core)
 
+        if own:
+            return [(root, sorted(closure(root))) for root in core]
         roots = [i for i in core if not units[i].facts.only_imports]
         imports = [i for i in core if units[i].facts.only_imports]
         found = sorted({closure(root) for root in roots}, key=len, reverse=True)
@@ -302,62 +364,6 @@ class UnitChecker:
         groups.sort(key=lambda group: group[0])
         return groups
 
-    def _grouped(self, units: Sequence[Unit]) -> List[List[int]]:
-        count = len(units)
-        parent = list(range(count))
-
-        def root(index: int) -> int:
-            while parent[index] != index:
-                parent[index] = parent[parent[index]]
-                index = parent[index]
-            return index
-
-        inside = self.core(units)
-        members = [i for i in range(count) if inside[i] and not units[i].facts.only_imports]
-        binders: Dict[str, List[int]] = {}
-        for index in members:
-            for name in units[index].facts.binds:
-                binders.setdefault(name, []).append(index)
-        for index in members:
-            for word in units[index].facts.words:
-                for other in binders.get(word, ()):
-                    if other != index:
-                        parent[root(other)] = root(index)
-        for index, header in enumerate(owners(units)):  # a class's members are in its header's group
-            if header is not None and inside[index] and inside[header]:
-                parent[root(index)] = root(header)
-        by_root: Dict[int, List[int]] = {}
-        for index in members:
-            by_root.setdefault(root(index), []).append(index)
-        imports = [i for i in range(count) if inside[i] and units[i].facts.only_imports]
-        # Names a relevant import binds: a group that uses one is seen by the rules (see `core`).
-        relevant_names = frozenset().union(*(units[i].facts.binds for i in imports if units[i].facts.relevant))
-        groups = [
-            group
-            for group in by_root.values()
-            if any(units[i].facts.relevant or not relevant_names.isdisjoint(units[i].facts.words) for i in group)
-        ]
-        attached = set()
-        for group in groups:
-            words = frozenset().union(*(units[i].facts.words for i in group))
-            for index in imports:
-                if not units[index].facts.binds.isdisjoint(words):
-                    group.append(index)
-                    attached.add(index)
-        for index in imports:
-            if units[index].facts.future:  # in every group, as at the top of the file
-                for group in groups:
-                    if index not in group:
-                        group.append(index)
-                        attached.add(index)
-        for index in imports:  # a relevant import nothing uses (`from torch.cuda.amp import autocast`)
-            if index not in attached and units[index].facts.relevant:
-                groups.append([index])
-        for group in groups:
-            group.sort()
-        groups.sort(key=lambda group: group[0])
-        return groups
-
     def check(self, text: str, display_name: str, document: str) -> FileOutcome:
         """The engine's findings for `text` (identical to `check_text` of the whole text).
 
@@ -366,18 +372,22 @@ class UnitChecker:
         the union of the groups' findings is the whole core's is verified, against a check of the whole
         core, whenever the file's *signature* changes (the groups, and in each the lines that hold a name
         the rules look for): a rule may ask a question of the whole file ("a GradScaler anywhere?"), and
-        only such a line can change its answer. The fine groups are tried first, then the coarse ones;
+        only such a line can change its answer. The units' own groups are tried first (`own_groups`,
+        `_check_own`: each unit's own findings, its callers checked again only when its summary changed), then
+        the fine groups, then the coarse ones;
         until one is verified, and when neither is, the document is checked whole. The verification runs
         at once (`eager`), or step by step in `settle` (the server's idle time: the whole check's findings
         are published first)."""
         units = self.units(text, document)
-        if units is None or any(unit.facts.parse_refused for unit in units) or _file_noqa(text) or _gap_comments(text, units):
+        if units is None or any(unit.facts.parse_refused for unit in units) or file_noqa(text) or gap_comments(text, units):
             self.verified.pop(document, None)
             self.pending.pop(document, None)
             return self._check_core(text, display_name, document, text)
-        groupings = [self.groups(units, FINE), self.groups(units, COARSE)]
-        if groupings[COARSE] == groupings[FINE]:
+        groupings = [[group for _, group in self.own_groups(units)], self.groups(units, FINE), self.groups(units, COARSE)]
+        kinds = [OWN, FINE, COARSE]
+        if groupings[2] == groupings[1]:
             groupings.pop()
+            kinds.pop()
         signature = tuple(tuple(tuple(units[i].facts.relevant_lines for i in group) for group in groups) for groups in groupings)
         job = self.pending.get(document)
         if job is not None and job.signature == signature:
@@ -389,12 +399,20 @@ class UnitChecker:
         if known is not None and known[0] == signature:
             self.pending.pop(document, None)
             if known[1] is not None:
-                split = self._check_groups(text.split("\n"), display_name, document, units, groupings[known[1]])
+                lines = text.split("\n")
+                if known[1] == OWN:
+                    split = self._check_own(lines, display_name, document, units)
+                else:
+                    split = self._check_groups(lines, display_name, document, units, groupings[kinds.index(known[1])])
                 if split is not None:
                     return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
         whole = self._check_core(text, display_name, document, self._core_of(text, units))
-        self.pending[document] = _Verification(signature, text.split("\n"), units, groupings, display_name, whole)
+        # The whole part's tree (cycles too) goes before anything kept is made: kept objects made among its
+        # garbage hold on to the memory it leaves (a long-lived server). The lines are those `units` keeps.
+        gc.collect()
+        lines = self.previous[document][0] if document in self.previous else text.split("\n")
+        self.pending[document] = Verification(signature, lines, units, groupings, kinds, display_name, whole)
         if self.eager:
             while self.settle(document):
                 pass
@@ -414,11 +432,18 @@ class UnitChecker:
                     usable = False  # the groups cannot be used
                     break
                 return True
-        split = self._check_groups(job.lines, job.display_name, document, job.units, groups) if usable else None
-        if split is not None and _seen(split) == _seen(job.whole):
-            verdict: Optional[int] = job.level
+        kind = job.kinds[job.level]
+        split = None
+        if usable and kind == OWN:
+            split = self._check_own(job.lines, job.display_name, document, job.units, fresh=True)
+        elif usable:
+            split = self._check_groups(job.lines, job.display_name, document, job.units, groups)
+        if split is not None and seen(split) == seen(job.whole):
+            verdict: Optional[int] = kind
+            if kind == OWN:  # each unit's own findings are kept: its group's whole outcome is not needed
+                kept.clear()
         elif job.level + 1 < len(job.groupings):
-            job.level += 1  # the coarse groups next
+            job.level += 1  # the fine groups next, then the coarse ones
             return True
         else:
             verdict = None  # checked whole
@@ -427,6 +452,59 @@ class UnitChecker:
         if self.pending.get(document) is job:
             del self.pending[document]
         return False
+
+    def _check_own(self, lines, display_name, document, units, fresh: bool = False) -> Optional[FileOutcome]:
+        """The union of every core unit's own findings (`OWN`, `engine.unit_results`): kept ones where the unit
+        and its group's summaries are as they were (`fresh`: none, for the verification), else its own group
+        checked; None when a group cannot be used."""
+        kept = self.group_results.setdefault(document, OrderedDict())
+        own = self.own_results.setdefault(document, OrderedDict())
+        diagnostics: List[Diagnostic] = []
+        found_before = set()
+        current, checked = set(), set()
+        for root, group in self.own_groups(units):
+            key = own_key(units, root, group)
+            current.add(key)
+            entry = None if fresh else own.get(key)
+            found = None
+            if entry is not None and entry[2] == display_name:
+                rows = own_rows(units, group, entry[1], root) if entry[0] else []
+                found = [moved(d, rows) for d in entry[0]]
+                if any(d is None for d in found):
+                    found = None  # it names a row of a member whose text changed
+                else:
+                    own.move_to_end(key)
+                    self.stats["reused"] += 1
+            if found is None:
+                outcome = self._group_outcome(lines, units, group, display_name, kept)
+                if outcome is None:
+                    return None
+                checked.add(self._group_key(units, group))
+                layout = layout_of(units, group)
+                mine = located_in(outcome, layout, group.index(root))
+                # (the layout only where there is something to move: most units have no finding)
+                own[key] = (mine, layout if mine else None, display_name)
+                own.move_to_end(key)
+                rows = own_rows(units, group, layout, root)
+                found = [moved(d, rows) for d in mine]
+                if any(d is None for d in found):
+                    return None
+            for diagnostic in found:
+                if diagnostic not in found_before:
+                    found_before.add(diagnostic)
+                    diagnostics.append(diagnostic)
+        for results, keep in ((own, current), (kept, checked)):
+            stale = [key for key in results if key not in keep]
+            for key in stale[: max(len(stale) - max(_RESULTS_PER_DOCUMENT, len(keep)), 0)]:
+                del results[key]
+        return self._outcome(display_name, diagnostics)
+
+    def _outcome(self, display_name: str, diagnostics: List[Diagnostic]) -> FileOutcome:
+        diagnostics.sort(key=lambda d: (d.location, d.code))
+        unsafe = 0
+        if not self.config.unsafe_fixes:
+            unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
+        return FileOutcome(display_name, diagnostics=diagnostics, unsafe_fixable=unsafe)
 
     def _core_of(self, text: str, units: Sequence[Unit]) -> str:
         lines = text.split("\n")
@@ -463,7 +541,7 @@ class UnitChecker:
         its group's findings, it does not check it again); None when a group cannot be used."""
         kept = self.group_results.setdefault(document, OrderedDict())
         diagnostics: List[Diagnostic] = []
-        seen = set()
+        shown = set()
         for group in groups:
             outcome = self._group_outcome(lines, units, group, display_name, kept)
             if outcome is None:
@@ -474,19 +552,18 @@ class UnitChecker:
             for index in group:
                 rows.extend(range(units[index].first + 1, units[index].last + 2))
             for diagnostic in outcome.diagnostics:
-                moved = _moved(diagnostic, rows)
-                if moved is None:
+                placed = moved(diagnostic, rows)
+                if placed is None:
                     return None
-                if moved not in seen:  # a finding in an import two groups share
-                    seen.add(moved)
-                    diagnostics.append(moved)
-        while len(kept) > max(len(groups) * 2, _RESULTS_PER_DOCUMENT):
-            kept.popitem(last=False)
-        diagnostics.sort(key=lambda d: (d.location, d.code))
-        unsafe = 0
-        if not self.config.unsafe_fixes:
-            unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
-        return FileOutcome(display_name, diagnostics=diagnostics, unsafe_fixable=unsafe)
+                if placed not in shown:  # a finding in an import two groups share
+                    shown.add(placed)
+                    diagnostics.append(placed)
+        # The current groups' results are kept, and the last few superseded ones (an undo); older ones go.
+        current = {self._group_key(units, group) for group in groups}
+        stale = [key for key in kept if key not in current]
+        for key in stale[: max(len(stale) - _RESULTS_PER_DOCUMENT, 0)]:
+            del kept[key]
+        return self._outcome(display_name, diagnostics)
 
     def _check_core(self, text: str, display_name: str, document: str, core: str) -> FileOutcome:
         if core == text:
@@ -507,74 +584,3 @@ class UnitChecker:
         return outcome
 
 
-_AT_LINE = re.compile(r"\bat line (\d+)\b")
-
-
-def _moved(diagnostic: Diagnostic, rows: Sequence[int]) -> Optional[Diagnostic]:
-    """A group's finding at the file's rows (`rows[i]`: the file's row of the group text's row i + 1);
-    None when it names a row outside the group's lines (then the groups are not used)."""
-    def row(number: int) -> int:
-        if not 1 <= number <= len(rows):
-            raise LookupError(number)
-        return rows[number - 1]
-
-    def place(location: Location) -> Location:
-        return Location(row(location.row), location.column)
-
-    try:
-        message = _AT_LINE.sub(lambda match: f"at line {row(int(match.group(1)))}", diagnostic.message)
-        related = tuple(
-            r if r.filename is not None else replace(r, location=place(r.location), end_location=place(r.end_location))
-            for r in diagnostic.related
-        )
-        fix = diagnostic.fix
-        if fix is not None and fix.edits:
-            fix = replace(
-                fix, edits=tuple(replace(e, location=place(e.location), end_location=place(e.end_location)) for e in fix.edits)
-            )
-        return replace(
-            diagnostic,
-            message=message,
-            location=place(diagnostic.location),
-            end_location=place(diagnostic.end_location),
-            related=related,
-            fix=fix,
-        )
-    except LookupError:
-        return None
-
-
-@dataclass
-class _Verification:
-    """A document's pending comparison of its groups' findings with its whole core's (`UnitChecker.settle`)."""
-
-    signature: tuple
-    lines: List[str]
-    units: List[Unit]
-    groupings: List[List[List[int]]]  # the fine groups, then (when they differ) the coarse ones
-    display_name: str
-    whole: FileOutcome
-    level: int = 0  # the grouping being verified
-
-
-def _gap_comments(text: str, units: Sequence[Unit]) -> bool:
-    """A `# noqa` or `amp-lint` comment on a line outside every unit (between functions): the groups
-    leave such lines out, so the file is checked whole (AMP900 may report it)."""
-    if "noqa" not in text and "amp-lint" not in text:
-        return False
-    lines = text.split("\n")
-    covered = bytearray(len(lines))
-    for unit in units:
-        covered[unit.first : unit.last + 1] = b"\1" * (unit.last + 1 - unit.first)
-    return any(not covered[i] and ("noqa" in line or "amp-lint" in line) for i, line in enumerate(lines))
-
-
-def _file_noqa(text: str) -> bool:
-    from amp_lint.parse.noqa_comments import file_level_noqa
-
-    return file_level_noqa(text) is not None
-
-
-def _seen(outcome: FileOutcome):
-    """What a user sees of an outcome (the verification's comparison)."""
-    return (outcome.diagnostics, [(e.message, e.location) for e in outcome.errors], outcome.unsafe_fixable)

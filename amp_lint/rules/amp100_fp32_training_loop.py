@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from amp_lint.conversion.planner import BFLOAT16, FLOAT16, plan_conversions
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.files.torch_version import supports
 from amp_lint.analysis.file_model import FileModel
@@ -404,6 +403,10 @@ for x, y in loader:
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
+        # The conversion planner (1.6 MiB of code) is loaded when the rule runs (it is off by default): a
+        # language server that never runs it does not hold it (issue 31, the server's memory).
+        from amp_lint.conversion.planner import BFLOAT16, FLOAT16, plan_conversions
+
         dtype = BFLOAT16 if self.options.get("amp_dtype") == BFLOAT16 else FLOAT16
         device = self.options.get("amp_device") or None
         target = "float16 autocast + GradScaler" if dtype == FLOAT16 else "bfloat16 autocast"
