@@ -344,3 +344,40 @@ def test_a_breach_names_its_predicate():
     (breach,) = order_unscale.unscales_twice(_model("for x in loader:\n    scaler.scale(l).backward()\n    scaler.step(opt)\n    scaler.unscale_(opt)\n    scaler.update()\n"))
     assert breach.predicate == P.PREDICATE_OF[order_unscale.UNSCALE_AFTER_STEP]
     assert (breach.predicate.operation, breach.predicate.stage) == (P.UNSCALE, P.STEPPED)
+
+
+STEPS_ON_BOTH_SIDES = '''
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+
+def train(model, opt, loader, flag):
+    for x in loader:
+        with torch.autocast("cuda"):
+            loss = model(x)
+        scaler.scale(loss).backward()
+        if flag:
+            scaler.step(opt)
+        else:
+            scaler.step(opt)
+        scaler.unscale_(opt)
+        scaler.update()
+'''
+
+def test_an_answer_with_two_causes_is_the_same_in_every_process(tmp_path):
+    # Principle 1 (one engine): the protocol states reaching an event are a set, and events hash by identity,
+    # so a violation with two causes (the steps on both sides of an if/else) was named in the order the
+    # process's memory gave: another message and another fix from run to run. The engine answers in
+    # source order, and the last cause (the else side's step) is the one reported and fixed.
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(STEPS_ON_BOTH_SIDES)
+    command = [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--isolated", "--output-format", "json", "train.py"]
+    answers = {subprocess.run(command, cwd=tmp_path, capture_output=True, text=True).stdout for _ in range(6)}
+    assert len(answers) == 1, answers
+    [finding] = json.loads(answers.pop())
+    assert (finding["code"], finding["location"]["row"]) == ("AMP024", 16)  # the string starts with a blank line
+    assert finding["fix"]["edits"][0]["location"]["row"] == 15  # before the else side's step

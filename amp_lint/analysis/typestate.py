@@ -211,8 +211,10 @@ class Typestate:
     end: FrozenSet[ProtocolState]  # the states that reach the end of the iteration
 
     def at(self, event, *names: str) -> List[Violation]:
-        found = self.violations.get(id(event), ())
-        return [v for v in found if not names or v.name in names]
+        """The violations at `event`, in source order of their causes: the states they come from are a set,
+        and an answer must not change from run to run (two steps on the sides of an if/else both cause one)."""
+        found = [v for v in self.violations.get(id(event), ()) if not names or v.name in names]
+        return sorted(found, key=lambda v: (-1 if v.cause is None else v.cause.index, v.name))
 
 
 def run(flow: "StepFlow") -> Typestate:
