@@ -271,3 +271,14 @@ def binds_at_module_level(table: NameTable, name: str) -> bool:
             return current.parent is None
         current = current.parent
     return False
+
+
+def plain_target_names(target: cst.BaseExpression) -> Set[str]:
+    """The plain names an assignment or loop target binds: `a`, `a, (b, c)`, `*rest` (not `self.n`, `x[i]`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in plain_target_names(element.value)}
+    if isinstance(target, cst.StarredElement):
+        return plain_target_names(target.value)
+    return set()

@@ -16,6 +16,7 @@ from amp_lint.analysis.accumulation import accumulation
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.flow_queries import last_of
+from amp_lint.analysis.names import plain_target_names
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.analysis.syntax import code_of
@@ -169,7 +170,7 @@ def _same_optimizer(step: TrainingStep, first: Event, second: Event) -> bool:
 
     def binders(event: Event):
         inner = event.loops[event.loops.index(step.loop) + 1 :] if step.loop in event.loops else event.loops
-        return [id(loop) for loop in inner if isinstance(loop, cst.For) and names & _target_names(loop.target)]
+        return [id(loop) for loop in inner if isinstance(loop, cst.For) and names & plain_target_names(loop.target)]
 
     return binders(first) == binders(second)
 
@@ -186,16 +187,6 @@ def _names_in(expr: cst.BaseExpression) -> Set[str]:
         else:
             todo.extend(node.children)
     return found
-
-
-def _target_names(target: cst.BaseExpression) -> Set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
 
 
 def _twice_in_one_block(model: FileModel, reported: Set[int]) -> Iterator[Breach]:

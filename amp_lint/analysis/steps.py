@@ -18,7 +18,7 @@ import libcst as cst
 
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
-from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.names import dotted_name, plain_target_names
 from amp_lint.analysis.single_pass_loops import repeating, single_pass_loops
 from amp_lint.analysis.syntax import Loop
 
@@ -122,35 +122,25 @@ def _names_bound_in(loop: Loop) -> set:
             pass
 
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            bound.update(_target_names(node.target))
+            bound.update(plain_target_names(node.target))
 
         def visit_For(self, node: cst.For) -> None:
-            bound.update(_target_names(node.target))
+            bound.update(plain_target_names(node.target))
 
         def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            bound.update(_target_names(node.target))
+            bound.update(plain_target_names(node.target))
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            bound.update(_target_names(node.target))
+            bound.update(plain_target_names(node.target))
 
         def visit_AsName(self, node: cst.AsName) -> None:
-            bound.update(_target_names(node.name))
+            bound.update(plain_target_names(node.name))
 
         def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-            bound.update(_target_names(node.target))
+            bound.update(plain_target_names(node.target))
 
     loop.visit(_Binder())
     return bound
-
-
-def _target_names(target: cst.CSTNode) -> set:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for element in target.elements for n in _target_names(element.value)}
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
 
 
 # A function running one of these with no backward of its own is one iteration per call.
