@@ -696,12 +696,39 @@ def test_ctrl_c_while_a_worker_waits_for_work_prints_no_traceback(tmp_path):
     _wait_until(lambda: all(path.read_text() == FIXED for path in small.values()), process)
     time.sleep(0.3)
     assert process.poll() is None, "the slow file was parsed faster than expected"
+    pressed = time.monotonic()
     stderr = _ctrl_c(process)
+    # The run ends at once: the worker busy with the slow file (over 30 s of LibCST and analysis on a
+    # 2-CPU machine) does not finish it first.
+    assert time.monotonic() - pressed < 10, "Ctrl-C waited for the worker to finish its file"
     assert all(path.read_text() == FIXED for path in small.values())
     assert slow.read_bytes() in (slow_original, slow_original.replace(b"step(optimizer)\n", b"step(optimizer)\n    scaler.update()\n"))
     assert temporary_files(tmp_path) == []
     assert "Traceback" not in stderr, stderr
     assert process.returncode not in (0,) and process.returncode >= 0, stderr
+
+
+def test_a_stopped_worker_ends_only_after_the_write_in_progress(monkeypatch):
+    """A worker ends as soon as the run stops (its lifeline pipe closes), but never in the middle of a write."""
+    import threading
+    import types
+
+    from amp_lint.engine import workers
+    from amp_lint.files.writing import WRITE_LOCK
+
+    exits = []
+    monkeypatch.setattr(workers, "os", types.SimpleNamespace(read=os.read, _exit=exits.append))
+    read_end, write_end = os.pipe()
+    os.close(write_end)  # the run stopped
+    with WRITE_LOCK:  # a write in progress
+        ending = threading.Thread(target=workers._wait_for_eof, args=(read_end,), daemon=True)
+        ending.start()
+        time.sleep(0.2)
+        assert exits == [], "the worker ended in the middle of a write"
+    ending.join(10)
+    assert exits == [1]
+    WRITE_LOCK.release()  # taken for good by the (here, pretend) ending worker
+    os.close(read_end)
 
 
 def test_two_fix_runs_at_once_do_not_corrupt_files_or_the_cache(tmp_path):

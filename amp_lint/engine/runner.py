@@ -349,8 +349,8 @@ def execute(
     """Check every planned file; returns the report and the diffs (for --diff). `scheduler`: one made
     before the files were known, whose workers may have started already (`Scheduler.start_early`).
 
-    SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers finish the file they
-    are on, files not started are left alone.
+    SIGTERM stops the run as Ctrl-C does (a `KeyboardInterrupt`): the workers end at once (a write in
+    progress is finished first), files not yet written are left alone.
     """
     global _RUN_SCOPE
     outer = _RUN_SCOPE

@@ -48,7 +48,7 @@ class Scheduler:
         self.batch_bytes = 0
         self.futures: List[Tuple[object, List[Tuple[str, CheckConfig]], List[Optional[bytes]]]] = []
         self.pool: "Optional[ProcessPoolExecutor]" = None
-        self.stop = None  # set on Ctrl-C: the workers finish the file they are on and take no other
+        self.stop = None  # set on Ctrl-C: workers that cannot be ended at once take no other file
         self.context = None
         self.alone: "Optional[ProcessPoolExecutor]" = None  # one worker, to recheck a dead worker's files one by one
         self.watchdog: Optional[Tuple[int, int]] = None  # the workers' lifeline pipe (see `_start_worker`)
@@ -182,21 +182,21 @@ class Scheduler:
         return sys.platform.startswith("linux")
 
     def close(self) -> None:
-        """Stop the workers: the file each is on is finished (a write is never cut short), the rest dropped.
+        """Stop the workers: each ends at once, a write in progress finished first (never cut short).
         Workers started early that never got a file are killed: they would still be loading the checker."""
         if self.pool is not None and not self.futures and self.alone is None:
             _kill_idle_workers(self.pool)
         if self.stop is not None:
             self.stop.set()
-        for pool in (self.pool, self.alone):  # `alone` also serves a serial run (`_risky` files)
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-        self.pool = self.alone = None
-        if self.watchdog is not None:
+        if self.watchdog is not None:  # forked workers end at once (`_wait_for_eof`)
             for end in self.watchdog:
                 with contextlib.suppress(OSError):
                     os.close(end)
             self.watchdog = None
+        for pool in (self.pool, self.alone):  # `alone` also serves a serial run (`_risky` files)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = self.alone = None
 
 
 def _risky(raw: bytes) -> bool:
@@ -270,12 +270,18 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _wait_for_eof(read_end: int) -> None:
+    """The pipe closes when the main process ends, or stops the run (`Scheduler.close`: Ctrl-C, or the end):
+    the worker ends now, not after the file it is checking (LibCST can take many seconds on a big one).
+    Files are written under `WRITE_LOCK`: a write in progress is finished first, and none starts after."""
+    from amp_lint.files.writing import WRITE_LOCK
+
     try:
         while os.read(read_end, 1):
             pass
     except OSError:
         pass
-    os._exit(1)  # the main process is gone: end now, whatever this worker was doing
+    WRITE_LOCK.acquire()
+    os._exit(1)
 
 
 def _poll_parent(parent: int) -> None:

@@ -8,10 +8,15 @@ import contextlib
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from amp_lint.files.sources import FileChangedError, SourceError, SourceText, _file_id, _read_regular_file
+
+# Held while files are being replaced. A worker process stopped by Ctrl-C takes it before it exits
+# (`engine.workers`): it ends at once, unless it is writing, and then as soon as the write is done.
+WRITE_LOCK = threading.Lock()
 
 
 def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
@@ -35,7 +40,11 @@ def write_atomic(path: Path, new_text: str, original: SourceText) -> None:
     data = original.encode(new_text)
     if data == original.raw:
         return
-    target = Path(os.path.realpath(path))
+    with WRITE_LOCK:
+        _write_atomic(Path(os.path.realpath(path)), data, original)
+
+
+def _write_atomic(target: Path, data: bytes, original: SourceText) -> None:
     try:
         info = os.stat(target)
     except FileNotFoundError:
@@ -65,6 +74,11 @@ def write_all_or_none(items: Sequence[Tuple[Path, str, SourceText]]) -> None:
     originals already replaced back (from the bytes that were read). A file with hard links is refused (writing
     it in place could not be undone with the others).
     """
+    with WRITE_LOCK:
+        _write_all_or_none(items)
+
+
+def _write_all_or_none(items: Sequence[Tuple[Path, str, SourceText]]) -> None:
     import tempfile
 
     staged: List[Tuple[Path, str, bytes, SourceText]] = []
