@@ -490,8 +490,9 @@ def test_stale_temporary_file_of_a_killed_write_is_removed_by_the_next_fix_run(t
 
 def test_check_time_grows_linearly_with_the_number_of_training_functions():
     """bench/run.py's scaling file at a size CI affords, timed in-process (start-up would hide the growth) in
-    CPU seconds (the load of other processes does not count): 8x the functions must take at most 12x the time. Measured: 7.4x now; 19.8x with the quadratic
-    placement and AMP001 fix this replaced (about 50x at the bench's 200 -> 2,000)."""
+    CPU seconds (the load of other processes does not count): 8x the functions must take at most 12x the
+    time. Measured: 7.4x now; 19.8x with the quadratic placement and AMP001 fix this replaced (about 50x at
+    the bench's 200 -> 2,000)."""
     import importlib.util
     import time
 
