@@ -110,6 +110,26 @@ def test_unscale_twice_after_step_and_next_iteration():
     assert breaches[0].proof is ASSUMED
 
 
+def test_unscale_of_an_optimizer_named_by_an_expression_is_answered_by_the_engine():
+    # Issue 26, principle 1: one protocol state per optimizer expression (`optimizers[0]`, no dotted name),
+    # so the engine, not a search of the rule's own, names the earlier unscale_/step it breaks on.
+    twice = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(optimizers[0])\n"
+        "    scaler.unscale_(optimizers[0])\n    scaler.step(optimizers[0])\n    scaler.update()\n"
+    )
+    model = _model(twice)
+    (breach,) = order_unscale.unscales_twice(model)
+    assert breach.kind == order_unscale.UNSCALE_TWICE and breach.proof is PROVED
+    first, second = model.steps[0].of(EventKind.SCALER_UNSCALE)
+    assert breach.cause is first and breach.event is second
+    assert [v.cause for v in typestate.violations_of(flow_of(model, model.steps[0]), second, order_unscale.UNSCALE_TWICE)] == [first]
+    after = twice.replace("unscale_(optimizers[0])\n    scaler.unscale_", "step(optimizers[0])\n    scaler.unscale_")
+    assert [b.kind for b in order_unscale.unscales_twice(_model(after))] == [order_unscale.UNSCALE_AFTER_STEP]
+    # Another expression is another optimizer.
+    other = twice.replace("scaler.unscale_(optimizers[0])\n    scaler.step", "scaler.unscale_(optimizers[1])\n    scaler.step")
+    assert list(order_unscale.unscales_twice(_model(other))) == []
+
+
 ACCUMULATING = """
 for i, x in enumerate(loader):
     loss = model(x) / accum

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
+from amp_lint.analysis.syntax import code_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.events import Event
@@ -89,10 +90,8 @@ def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[
     kind = event.kind
     if kind is EventKind.BACKWARD and event.scaled_by is not None:
         return P.SCALED_BACKWARD, event.scaled_by, None
-    if kind is EventKind.SCALER_UNSCALE and event.target is not None:
-        return P.UNSCALE, event.receiver, event.target
-    if kind is EventKind.SCALER_STEP and event.target is not None:
-        return P.STEP, event.receiver, event.target
+    if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.call.args:
+        return (P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP), event.receiver, optimizer_key(event)
     if kind is EventKind.SCALER_UPDATE:
         return (P.UPDATE_NEW_SCALE if event.call.args else P.UPDATE), event.receiver, None
     if kind is EventKind.ZERO_GRAD:
@@ -102,6 +101,12 @@ def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[
     if kind is EventKind.OPTIMIZER_STEP:
         return P.OPTIMIZER_STEP, None, event.receiver
     return None
+
+
+def optimizer_key(event: "Event") -> str:
+    """The optimizer an unscale_/step names: its dotted name, else the code of the argument
+    (`optimizers[i]`, `self.optimizers()[0]`), so that two calls on the same expression meet one state."""
+    return event.target or code_of(event.call.args[0].value)
 
 
 @dataclass(frozen=True)
