@@ -44,12 +44,16 @@ class ProtocolState:
     `stages`: (scaler, optimizer, stage, event that set it) for each optimizer not READY. `grads`:
     (scaler, optimizer or EVERY, gradient state, accumulating). `checks`: scalers with inf checks
     recorded since their last update. `updated`: (scaler, update event) for the updates of this iteration.
+    `backed`: scalers whose scaled backward ran in this iteration. `applied`: (scaler or None, optimizer,
+    operation, event) for the steps that applied an optimizer's gradients in this iteration.
     """
 
     stages: frozenset = frozenset()
     grads: frozenset = frozenset()
     checks: frozenset = frozenset()
     updated: frozenset = frozenset()
+    backed: frozenset = frozenset()
+    applied: frozenset = frozenset()
 
     def stage(self, scaler: str, optimizer: str) -> Optional[Tuple[str, object]]:
         """(stage, the event that set it), or None when the optimizer is READY."""
@@ -134,7 +138,13 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             violations.append(Violation(name, event, cause, s, o))
 
     if operation == P.SCALED_BACKWARD:
-        return dataclasses.replace(state, grads=_backward(state, scaler))
+        return dataclasses.replace(state, grads=_backward(state, scaler), backed=state.backed | {scaler})
+    applied = state.applied
+    if operation in (P.STEP, P.OPTIMIZER_STEP) and (operation == P.OPTIMIZER_STEP or scaler in state.backed):
+        for s, o, earlier_operation, earlier in state.applied:
+            if o == optimizer:
+                report(P.APPLIED_TWICE.get((operation, earlier_operation)), earlier, s or scaler, optimizer)
+        applied = applied | {(scaler, optimizer, operation, event)}
     if operation in (P.UNSCALE, P.STEP):
         stage_before = state.stage(scaler, optimizer)
         stage, stage_event = stage_before if stage_before is not None else (P.READY, None)
@@ -152,6 +162,7 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             stages=stages,
             grads=_set_grads(state.grads, scaler, optimizer, new_grads, acc),
             checks=state.checks | {scaler} if checks else state.checks - {scaler},
+            applied=applied,
         )
     if operation in P.RESETS_SCALER:
         updated_before = bool(state.updates(scaler))
@@ -179,7 +190,7 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             new, violation = P.grads_after(operation, state._stage_value(s, o), before)
             report(violation, None, s, o)
             grads = _set_grads(grads, s, o, new, acc and new == before)
-    return dataclasses.replace(state, grads=grads)
+    return dataclasses.replace(state, grads=grads, applied=applied)
 
 
 def _backward(state: ProtocolState, scaler: str) -> frozenset:
