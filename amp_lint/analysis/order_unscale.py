@@ -7,7 +7,7 @@ function). Each query yields `order.Breach`es; see `order`.
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, List, Set
 
 import libcst as cst
 
