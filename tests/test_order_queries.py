@@ -110,6 +110,26 @@ def test_unscale_twice_after_step_and_next_iteration():
     assert breaches[0].proof is ASSUMED
 
 
+def test_unscale_of_an_optimizer_named_by_an_expression_is_answered_by_the_engine():
+    # Issue 26, principle 1: one protocol state per optimizer expression (`optimizers[0]`, no dotted name),
+    # so the engine, not a search of the rule's own, names the earlier unscale_/step it breaks on.
+    twice = (
+        "for x in loader:\n    scaler.scale(l).backward()\n    scaler.unscale_(optimizers[0])\n"
+        "    scaler.unscale_(optimizers[0])\n    scaler.step(optimizers[0])\n    scaler.update()\n"
+    )
+    model = _model(twice)
+    (breach,) = order_unscale.unscales_twice(model)
+    assert breach.kind == order_unscale.UNSCALE_TWICE and breach.proof is PROVED
+    first, second = model.steps[0].of(EventKind.SCALER_UNSCALE)
+    assert breach.cause is first and breach.event is second
+    assert [v.cause for v in typestate.violations_of(flow_of(model, model.steps[0]), second, order_unscale.UNSCALE_TWICE)] == [first]
+    after = twice.replace("unscale_(optimizers[0])\n    scaler.unscale_", "step(optimizers[0])\n    scaler.unscale_")
+    assert [b.kind for b in order_unscale.unscales_twice(_model(after))] == [order_unscale.UNSCALE_AFTER_STEP]
+    # Another expression is another optimizer.
+    other = twice.replace("scaler.unscale_(optimizers[0])\n    scaler.step", "scaler.unscale_(optimizers[1])\n    scaler.step")
+    assert list(order_unscale.unscales_twice(_model(other))) == []
+
+
 ACCUMULATING = """
 for i, x in enumerate(loader):
     loss = model(x) / accum
@@ -170,6 +190,33 @@ def test_direct_steps_and_scaled_reads():
     assert [(b.kind, b.detail) for b in breaches] == [(order_reads.READ_SCALED, "clips")]
     unscaled = clip.replace("    torch.nn", "    scaler.unscale_(opt)\n    torch.nn")
     assert list(order_reads.scaled_gradient_reads(_model(unscaled))) == []
+
+
+def test_a_step_through_the_scaler_and_a_direct_step_apply_the_gradients_twice():
+    # Issue 26, principle 1: the protocol records which steps applied an optimizer's gradients in the
+    # iteration (update() does not reset that), and the engine names the second: "applied-twice".
+    torchvision = (
+        "for x in loader:\n    if scaler is not None:\n        scaler.scale(l).backward()\n        scaler.step(opt)\n"
+        "        scaler.update()\n    else:\n        l.backward()\n    opt.step()\n"
+    )
+    model = _model(torchvision)
+    (breach,) = order_steps.direct_steps(model)
+    assert breach.kind == order_steps.STEPPED_TWICE and breach.scaler == "scaler" and breach.proof is PROVED
+    step = model.steps[0]
+    (scaler_step,) = step.of(EventKind.SCALER_STEP)
+    (direct,) = step.of(EventKind.OPTIMIZER_STEP)
+    assert [(v.cause, v.scaler) for v in typestate.run(flow_of(model, step)).at(direct, "applied-twice")] == [(scaler_step, "scaler")]
+    # Either order: the direct step first, then the scaler's (the violation sits at the later one).
+    before = "for x in loader:\n    scaler.scale(l).backward()\n    opt.step()\n    scaler.step(opt)\n    scaler.update()\n"
+    model = _model(before)
+    assert [b.kind for b in order_steps.direct_steps(model)] == [order_steps.STEPPED_TWICE]
+    (scaler_step,) = model.steps[0].of(EventKind.SCALER_STEP)
+    assert [v.cause.kind for v in typestate.run(flow_of(model, model.steps[0])).at(scaler_step, "applied-twice")] == [EventKind.OPTIMIZER_STEP]
+    # A scaler step with no scaled backward of its scaler in the iteration applies nothing of this one's;
+    # another optimizer is another state.
+    assert list(order_steps.direct_steps(_model("for x in loader:\n    scaler.step(opt)\n    opt.step()\n    scaler.update()\n"))) == []
+    other = "for x in loader:\n    scaler.scale(l).backward()\n    scaler.step(opt)\n    scaler.update()\n    opt_b.step()\n"
+    assert [b.kind for b in order_steps.direct_steps(_model(other))] != [order_steps.STEPPED_TWICE]
 
 
 # The rule modules whose detection is a query of the analysis: they turn breaches into findings (messages

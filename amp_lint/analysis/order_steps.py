@@ -18,7 +18,7 @@ from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.analysis.syntax import code_of
 
-STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` on one path; `related`: those scaler steps
+STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` in one iteration; `related`: those scaler steps
 AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
 CLOSED_BY_UPDATE = "step-closed-by-update"  # no scaled backward here, no scaler.step, an update (`other`) follows
 STEP_SCALED = "step-scaled"  # the iteration's scaled backward reaches it, no scaler.step of the optimizer
@@ -118,24 +118,19 @@ def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update
 
 
 def _stepped_twice(model: FileModel, step: TrainingStep, optimizer_step: Event):
-    """(scaler, proof) when a scaled backward, `scaler.step(opt)` and `opt.step()` share one path.
+    """(scaler, proof) when `scaler.step(opt)`, after its scaled backward, and `opt.step()` apply one
+    iteration's gradients (the protocol's "applied-twice", at whichever of the two runs second).
 
     torchvision's references: `if scaler: scale/backward/step/update else: backward`, then an
     `optimizer.step()` after the `if` that runs on both paths.
     """
     flow = flow_of(model, step)
-    for backward in step.of(EventKind.BACKWARD):
-        scaler = backward.scaled_by
-        if scaler is None or not model.scaler_enabled(scaler, step.scope):
-            continue
-        for scaler_step in step.of(EventKind.SCALER_STEP):
-            if scaler_step.receiver != scaler or scaler_step.target != optimizer_step.target:
-                continue
-            if flow.path(backward, scaler_step) is None:
-                continue
-            proof = flow.path(scaler_step, optimizer_step) or flow.path(optimizer_step, scaler_step)
-            if proof is not None:
-                return scaler, proof
+    engine = typestate.run(flow)
+    pairs = [(v.cause, v.scaler) for v in engine.at(optimizer_step, "applied-twice")]
+    pairs += [(e, v.scaler) for e in step.of(EventKind.SCALER_STEP) for v in engine.at(e, "applied-twice") if v.cause is optimizer_step]
+    for scaler_step, scaler in sorted(pairs, key=lambda pair: pair[0].index):
+        if model.scaler_enabled(scaler, step.scope):
+            return scaler, flow.path(scaler_step, optimizer_step) or flow.path(optimizer_step, scaler_step)
     return None
 
 

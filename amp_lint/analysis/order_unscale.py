@@ -7,7 +7,7 @@ function). Each query yields `order.Breach`es; see `order`.
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Iterator, List, Set
 
 import libcst as cst
 
@@ -40,11 +40,8 @@ def unscales_twice(model: FileModel) -> Iterator[Breach]:
             scaler = unscale.receiver
             if not model.scaler_enabled(scaler, step.scope):
                 continue
-            key = _optimizer(unscale)
             flow = flow_of(model, step)
             earlier = _protocol_before(model, step, unscale, scaler)
-            if earlier is None:  # not in the flow graph, or an optimizer that is no plain name
-                earlier = _since_update(flow, unscale, scaler, key)
             if not earlier:
                 skipped = _next_iteration_without_update(model, step, unscale, scaler)
                 if skipped is not None:
@@ -60,16 +57,11 @@ def unscales_twice(model: FileModel) -> Iterator[Breach]:
             yield Breach(kind, unscale, step, scaler, flow, cause=previous, related=tuple(earlier), proof=proof)
 
 
-def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> Optional[List[Event]]:
+def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scaler: str) -> List[Event]:
     """The protocol's violations at `unscale` ("unscale-twice", "unscale-after-step"): the unscale_/step
     that left this optimizer UNSCALED or STEPPED on some path with no update() since (and, for a step,
-    the unscale_ before it). None when the engine does not see the call."""
-    if unscale.target is None:
-        return None
+    the unscale_ before it)."""
     flow = flow_of(model, step)
-    states = typestate.run(flow)
-    if id(unscale) not in states.before:
-        return None
     found = typestate.violations_of(flow, unscale, UNSCALE_TWICE, UNSCALE_AFTER_STEP)
     causes = {id(v.cause): v.cause for v in found if v.cause is not None}
     previous = [e for e in causes.values() if _same_optimizer(step, e, unscale)]
@@ -80,7 +72,8 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
         before_step = [
             e
             for e in step.of(EventKind.SCALER_UNSCALE)
-            if e.receiver == scaler and e.target == unscale.target and e is not unscale and flow.path(e, last) is not None
+            if e.receiver == scaler and e.call.args and typestate.optimizer_key(e) == typestate.optimizer_key(unscale)
+            and e is not unscale and flow.path(e, last) is not None
         ]
         return before_step + [last]
     return [last]
@@ -138,26 +131,6 @@ def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Eve
     # Open world: a call the analysis could not follow may step or update (a callback, a hook).
     unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]
     return flow.to_end(unscale, list(updates) + list(steps) + unknown)
-
-
-def _optimizer(event: Event) -> str:
-    return code_of(event.call.args[0].value) if event.call.args else ""
-
-
-def _since_update(flow, unscale: Event, scaler: str, key: str) -> List[Event]:
-    """unscale_/step of the same optimizer that a path of the iteration runs before `unscale` with no
-    update() between."""
-    step = flow.step
-    updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
-    found: List[Event] = []
-    for event in step.scaler_events(scaler, EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP):
-        if event is unscale or not event.call.args or _optimizer(event) != key:
-            continue
-        if not _same_optimizer(step, event, unscale):
-            continue
-        if flow.path(event, unscale, updates) is not None:
-            found.append(event)
-    return found
 
 
 def _same_optimizer(step: TrainingStep, first: Event, second: Event) -> bool:

@@ -110,6 +110,12 @@ GRAD_TRANSITIONS: Dict[Tuple[str, str, str], Tuple[str, Optional[str]]] = {
 # A scaled backward onto gradients in one of these states adds to them (gradient accumulation).
 ACCUMULATES: FrozenSet[str] = frozenset({SCALED, MIXED})
 
+# Per optimizer, the steps that applied its gradients in this iteration (update() does not reset them; a
+# scaler step counts once its scaler's scaled backward ran): a scaler step and a direct optimizer.step()
+# of one optimizer, in either order, apply one iteration's gradients twice.
+# (operation, the earlier step's operation) -> violation.
+APPLIED_TWICE: Dict[Tuple[str, str], str] = {(OPTIMIZER_STEP, STEP): "applied-twice", (STEP, OPTIMIZER_STEP): "applied-twice"}
+
 # --- what each violation is, and which rule reports it --------------------------------------------------
 VIOLATIONS: Dict[str, Tuple[str, str]] = {
     "unscale-twice": ("AMP024", "RuntimeError: unscale_() has already been called on this optimizer since the last update()"),
@@ -121,6 +127,7 @@ VIOLATIONS: Dict[str, Tuple[str, str]] = {
     "unscaled-mixed": ("AMP041", "scaled gradients were added onto unscaled ones before this unscale_"),
     "read-scaled": ("AMP030", "the gradients read are still multiplied by the scale"),
     "step-scaled": ("AMP020", "the optimizer applies gradients still multiplied by the scale"),
+    "applied-twice": ("AMP020", "the optimizer applies one iteration's gradients twice"),
 }
 
 
@@ -204,7 +211,7 @@ _S = (SCALED,)
 PREDICATES: Tuple[Predicate, ...] = (
     # AMP020: an optimizer applies gradients the scaler did not hand it.
     _p("AMP020", "step-scaled", OPTIMIZER_STEP, grads=_S, violation="step-scaled", where="no scaler.step of it"),
-    _p("AMP020", "optimizer-stepped-twice", OPTIMIZER_STEP, stage=STEPPED, where="scaler.step on its path"),
+    _p("AMP020", "optimizer-stepped-twice", OPTIMIZER_STEP, violation="applied-twice", where="scaler.step of it before or after"),
     _p("AMP020", "step-around-unscaled", OPTIMIZER_STEP, stage=UNSCALED, where="an update follows"),
     _p("AMP020", "step-closed-by-update", OPTIMIZER_STEP, checks=False, where="an update follows, no scaler.step"),
     # AMP021: the iteration ends with the optimizer STEPPED: the next step() raises "step-twice".

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
+from amp_lint.analysis.syntax import code_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.events import Event
@@ -43,12 +44,16 @@ class ProtocolState:
     `stages`: (scaler, optimizer, stage, event that set it) for each optimizer not READY. `grads`:
     (scaler, optimizer or EVERY, gradient state, accumulating). `checks`: scalers with inf checks
     recorded since their last update. `updated`: (scaler, update event) for the updates of this iteration.
+    `backed`: scalers whose scaled backward ran in this iteration. `applied`: (scaler or None, optimizer,
+    operation, event) for the steps that applied an optimizer's gradients in this iteration.
     """
 
     stages: frozenset = frozenset()
     grads: frozenset = frozenset()
     checks: frozenset = frozenset()
     updated: frozenset = frozenset()
+    backed: frozenset = frozenset()
+    applied: frozenset = frozenset()
 
     def stage(self, scaler: str, optimizer: str) -> Optional[Tuple[str, object]]:
         """(stage, the event that set it), or None when the optimizer is READY."""
@@ -89,10 +94,8 @@ def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[
     kind = event.kind
     if kind is EventKind.BACKWARD and event.scaled_by is not None:
         return P.SCALED_BACKWARD, event.scaled_by, None
-    if kind is EventKind.SCALER_UNSCALE and event.target is not None:
-        return P.UNSCALE, event.receiver, event.target
-    if kind is EventKind.SCALER_STEP and event.target is not None:
-        return P.STEP, event.receiver, event.target
+    if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.call.args:
+        return (P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP), event.receiver, optimizer_key(event)
     if kind is EventKind.SCALER_UPDATE:
         return (P.UPDATE_NEW_SCALE if event.call.args else P.UPDATE), event.receiver, None
     if kind is EventKind.ZERO_GRAD:
@@ -102,6 +105,12 @@ def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[
     if kind is EventKind.OPTIMIZER_STEP:
         return P.OPTIMIZER_STEP, None, event.receiver
     return None
+
+
+def optimizer_key(event: "Event") -> str:
+    """The optimizer an unscale_/step names: its dotted name, else the code of the argument
+    (`optimizers[i]`, `self.optimizers()[0]`), so that two calls on the same expression meet one state."""
+    return event.target or code_of(event.call.args[0].value)
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,13 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             violations.append(Violation(name, event, cause, s, o))
 
     if operation == P.SCALED_BACKWARD:
-        return dataclasses.replace(state, grads=_backward(state, scaler))
+        return dataclasses.replace(state, grads=_backward(state, scaler), backed=state.backed | {scaler})
+    applied = state.applied
+    if operation in (P.STEP, P.OPTIMIZER_STEP) and (operation == P.OPTIMIZER_STEP or scaler in state.backed):
+        for s, o, earlier_operation, earlier in state.applied:
+            if o == optimizer:
+                report(P.APPLIED_TWICE.get((operation, earlier_operation)), earlier, s or scaler, optimizer)
+        applied = applied | {(scaler, optimizer, operation, event)}
     if operation in (P.UNSCALE, P.STEP):
         stage_before = state.stage(scaler, optimizer)
         stage, stage_event = stage_before if stage_before is not None else (P.READY, None)
@@ -147,6 +162,7 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             stages=stages,
             grads=_set_grads(state.grads, scaler, optimizer, new_grads, acc),
             checks=state.checks | {scaler} if checks else state.checks - {scaler},
+            applied=applied,
         )
     if operation in P.RESETS_SCALER:
         updated_before = bool(state.updates(scaler))
@@ -174,7 +190,7 @@ def after(state: ProtocolState, event: "Event", violations: Optional[List[Violat
             new, violation = P.grads_after(operation, state._stage_value(s, o), before)
             report(violation, None, s, o)
             grads = _set_grads(grads, s, o, new, acc and new == before)
-    return dataclasses.replace(state, grads=grads)
+    return dataclasses.replace(state, grads=grads, applied=applied)
 
 
 def _backward(state: ProtocolState, scaler: str) -> frozenset:
