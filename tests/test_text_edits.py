@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -74,22 +75,25 @@ def _fixable_sources():
     return sources
 
 
+@functools.lru_cache(maxsize=None)
 def _fixable_modules():
     """(source, parsed module, its model, the fixes its findings carry) for every fixture and rule
-    example that LibCST parses."""
+    example that LibCST parses; built once for the tests that read them (LibCST's trees are immutable)."""
     import libcst as cst
 
     from amp_lint.analysis.builder import build_model
     from amp_lint.rules import ALL_RULES
 
     rules = [rule() for rule in ALL_RULES]
+    modules = []
     for source in _fixable_sources():
         try:
             module = cst.parse_module(source)
         except cst.ParserSyntaxError:
             continue
         model = build_model(module)
-        yield source, module, model, [f.fix for rule in rules for f in rule.check(model) if f.fix is not None]
+        modules.append((source, module, model, [f.fix for rule in rules for f in rule.check(model) if f.fix is not None]))
+    return tuple(modules)
 
 
 def test_edits_made_statement_by_statement_give_the_fully_regenerated_text():
