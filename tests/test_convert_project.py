@@ -9,14 +9,13 @@ runs the converted code on the CPU (CPU autocast and `GradScaler("cpu")`) where 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
 from click.testing import CliRunner
+from torch_scripts import run_module, run_script
 
 from amp_lint.cli import main
 
@@ -85,7 +84,7 @@ def fix(tmp_path: Path, name: str) -> Tuple[int, str]:
 
 
 def run(tmp_path: Path, name: str) -> str:
-    done = subprocess.run([sys.executable, name], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_script(tmp_path / name, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -205,7 +204,7 @@ def test_a_trainer_called_per_epoch_from_another_module_gets_no_scaler_of_its_ow
     caller = (tmp_path / package / "main.py").read_text()
     assert 'scaler = torch.amp.GradScaler(torch.device("cpu").type)' in caller
     assert f'{call}(model, loader, optimizer, "cpu", scaler=scaler)' in caller
-    done = subprocess.run([sys.executable, "-m", f"{package}.main"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_module(f"{package}.main", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -219,7 +218,7 @@ def test_a_trainer_that_no_loop_of_the_project_calls_keeps_its_scaler_inside(tmp
     text = (tmp_path / "pkg_c" / "engine.py").read_text()
     assert "scaler = torch.amp.GradScaler(torch.device(device).type)" in text
     assert (tmp_path / "pkg_c" / "main.py").read_text() == textwrap.dedent(main).lstrip()
-    done = subprocess.run([sys.executable, "-m", "pkg_c.main"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_module("pkg_c.main", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -8,13 +8,12 @@ reads the result; the complete ones are also run on the CPU (CPU autocast and `G
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import libcst as cst
 import pytest
+from torch_scripts import run_script
 
 from amp_lint.engine.convert import convert_source
 
@@ -33,7 +32,7 @@ def convert(source: str):
 def run(code: str, tmp_path: Path, *args: str) -> str:
     script = tmp_path / "train.py"
     script.write_text(code)
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_script(script, cwd=tmp_path, args=args)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

@@ -22,8 +22,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import List, Tuple
 
@@ -32,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from amp_lint.cli import main
+from torch_scripts import run_script
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CHECK_FIXTURES = sorted((FIXTURES / "check").glob("*.py"))
@@ -199,10 +198,7 @@ def test_fixed_training_script_runs_and_learns(path: Path, tmp_path: Path):
     fixable = [line for line in concise(script) if " [*] " in line]
     assert fixable == [], "fixable findings remain after --fix:\n" + "\n".join(fixable)
 
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-    )
+    run = run_script(script, cwd=tmp_path)  # with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1 (tests/torch_scripts.py)
     assert run.returncode == 0, f"the fixed script failed:\n{run.stdout}\n{run.stderr}"
     assert "is deprecated" not in run.stderr, f"the fixed script still uses deprecated AMP APIs:\n{run.stderr}"
     losses = _losses(run.stdout)
