@@ -19,8 +19,9 @@ from amp_lint.engine.runner import CheckConfig, FileOutcome
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
 
-# A walk that has found this much source starts the workers at once (`Scheduler.start_early`): they load
-# the checker while the walk and the prefilter go on, and a run this big nearly always has files for them.
+# A walk that has found this much source starts the workers at once (`Scheduler.start_early`), with the
+# checker loaded: they are ready while the walk and the prefilter go on, and a run this big nearly always
+# has files for them.
 EARLY_START_BYTES = 4_000_000
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4
@@ -55,13 +56,16 @@ class Scheduler:
 
     def start_early(self) -> None:
         """Start the workers now, before the files are known: a walk that has found many bytes of source
-        calls this, and the workers load the checker (LibCST and the rules, a third of a second) on the
-        second core while this process goes on listing and prefiltering files. Once they are started,
-        every file the prefilter keeps goes to them. Workers that never get a file are killed at `close`."""
+        calls this. The checker (LibCST and the rules, a third of a second of CPU) is loaded here, once,
+        and the workers fork with it loaded: loaded by each worker, it cost that third of a second per
+        worker, and on two cores the workers' loading competed with this process's walk anyway. Once they
+        are started, every file the prefilter keeps goes to them. Workers that never get a file are
+        killed at `close`."""
         if self.pool is not None or self.workers < 2:
             return
+        _load_checker()
         gc.freeze()  # see `_start_pool`
-        self.pool = self._new_pool(self.workers, load_checker=True)
+        self.pool = self._new_pool(self.workers)
         self.pool.submit(_ready)  # the pool forks its workers at the first task
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
@@ -93,10 +97,7 @@ class Scheduler:
         # There is work for LibCST: load the checker and the rules here, once, before the workers fork
         # (they inherit the loaded modules instead of each importing them; a run the prefilter settles
         # never loads them at all).
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
+        _load_checker()
         runner.remember_caller_scans()  # the workers fork inside the run: they remember their searches too
         # What is loaded now lives as long as the workers: their cyclic collector need never scan it, and
         # its memory pages stay shared with this process instead of being copied as the collector marks them.
@@ -106,7 +107,7 @@ class Scheduler:
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
-    def _new_pool(self, workers: int, load_checker: bool = False) -> "ProcessPoolExecutor":
+    def _new_pool(self, workers: int) -> "ProcessPoolExecutor":
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -122,7 +123,7 @@ class Scheduler:
             max_workers=workers,
             mp_context=self.context,
             initializer=_start_worker,
-            initargs=(self.stop, os.getpid(), self.watchdog, load_checker),
+            initargs=(self.stop, os.getpid(), self.watchdog),
         )
 
     def results(self):
@@ -199,6 +200,14 @@ class Scheduler:
             self.watchdog = None
 
 
+def _load_checker() -> None:
+    """Import the checker and every rule module (what a worker needs before its first file)."""
+    from amp_lint import rules as registry
+    from amp_lint.engine import checker  # noqa: F401
+
+    registry.ALL_RULES  # noqa: B018  (imports every rule module)
+
+
 def _risky(raw: bytes) -> bool:
     """Might checking these bytes take enough memory for an out-of-memory abort (`guard.ISOLATE_ABOVE`)?"""
     from amp_lint.parse import guard
@@ -223,7 +232,7 @@ def _kill_idle_workers(pool: "ProcessPoolExecutor") -> None:
             process.kill()
 
 
-def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_checker: bool = False) -> None:
+def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> None:
     """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
 
     And they end when the main process does, however it ends (kill -9 included): they must not go
@@ -247,12 +256,6 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
         threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
     if os.getppid() != parent:  # the parent died before any of this was in place
         os._exit(1)
-    if load_checker:  # forked before the main process loaded it (`Scheduler.start_early`)
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
-        gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 
 def _die_with_parent(parent: int) -> None:
