@@ -82,11 +82,6 @@ class FileValues:
         self._memo: Dict[Tuple[int, int, Optional[int]], Value] = {}
         self._active: Set[int] = set()
 
-    def release(self) -> None:
-        """No more questions about this file: its index's cycles broken (`DefUseIndex.release`)."""
-        self._index.release()
-        self._memo.clear()
-
     def scope(self, scope_node: Optional[cst.CSTNode]) -> NameScope:
         found = self._index.scopes.get(id(scope_node)) if scope_node is not None else None
         return found or self._index.module_scope
@@ -587,7 +582,7 @@ _last: List[FileValues] = []
 def forget() -> None:
     """The file's analysis is over: let its tree go (see `fixes.builder.forget_text`)."""
     for values in _last:
-        values.release()
+        values._index.release()  # its cycles broken: freed by refcounting (`DefUseIndex.release`)
     _last.clear()
 
 
