@@ -129,8 +129,8 @@ def _callers_key(path: str, text: str) -> bytes:
     return "".join(f"{caller}\0{digest}\n" for caller, digest in found).encode("utf-8", "surrogateescape")
 
 
-def may_match(text: str, config: CheckConfig) -> bool:
-    return bool(config.enabled) and _prefilter(config).may_match(text)
+def may_match(text: str, config: CheckConfig, first_step_passed: bool = False) -> bool:
+    return bool(config.enabled) and _prefilter(config).may_match(text, first_step_passed=first_step_passed)
 
 
 def text_may_match(text: str, config: CheckConfig) -> bool:
@@ -168,7 +168,7 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
                 if refusal is not None:
                     box["refusal"] = refusal
                     return
-                if not may_match(text, config):
+                if not may_match(text, config, first_step_passed=True):  # the first step: just above
                     forget_parsed()
                     return  # what the checker would decide first, decided without loading it
                 remember_caller_scans()
