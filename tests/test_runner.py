@@ -107,6 +107,7 @@ def checker_loaded():
     return "libcst" in sys.modules and "amp_lint.engine.checker" in sys.modules
 
 assert not checker_loaded()
+workers._FORK = sys.argv[1] == "fork"
 scheduler = workers.Scheduler(jobs=2)
 scheduler.start_early()
 print(checker_loaded(), scheduler.pool.submit(checker_loaded).result())
@@ -119,9 +120,10 @@ def test_workers_started_early_fork_with_the_checker_loaded_once_by_the_main_pro
     """Loaded by each worker, the checker (LibCST and the rules) cost a third of a second of CPU per worker."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _LOADED_ONCE], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "True"]
+    for start, expected in (("fork", ["True", "True"]), ("spawn", ["False", "True"])):
+        done = subprocess.run([sys.executable, "-c", _LOADED_ONCE, start], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == expected, start  # where workers do not fork, each loads it as it starts
 
 
 def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypatch):

@@ -31,6 +31,8 @@ _PARALLEL_MIN_BYTES = 400_000
 # for the GIL while the main thread prefilters.
 _BATCH_BYTES = 64_000
 _BATCH_FILES = 64
+# Workers fork (and inherit what the main process has loaded) on Linux; elsewhere they start afresh.
+_FORK = sys.platform.startswith("linux")
 
 class Scheduler:
     """Hands files to worker processes as the prefilter lets them through.
@@ -60,12 +62,13 @@ class Scheduler:
         and the workers fork with it loaded: loaded by each worker, it cost that third of a second per
         worker, and on two cores the workers' loading competed with this process's walk anyway. Once they
         are started, every file the prefilter keeps goes to them. Workers that never get a file are
-        killed at `close`."""
+        killed at `close`. Where workers do not fork (macOS, Windows), each loads the checker as it starts."""
         if self.pool is not None or self.workers < 2:
             return
-        _load_checker()
+        if _FORK:
+            _load_checker()
         gc.freeze()  # see `_start_pool`
-        self.pool = self._new_pool(self.workers)
+        self.pool = self._new_pool(self.workers, load_checker=not _FORK)
         self.pool.submit(_ready)  # the pool forks its workers at the first task
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
@@ -107,12 +110,12 @@ class Scheduler:
         for item in waiting:  # largest first: each of the first files is a batch of its own
             self._batch(item)
 
-    def _new_pool(self, workers: int) -> "ProcessPoolExecutor":
+    def _new_pool(self, workers: int, load_checker: bool = False) -> "ProcessPoolExecutor":
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         if self.context is None:
-            fork = sys.platform.startswith("linux")
+            fork = _FORK
             self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
             self.stop = self.context.Event()
             if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
@@ -123,7 +126,7 @@ class Scheduler:
             max_workers=workers,
             mp_context=self.context,
             initializer=_start_worker,
-            initargs=(self.stop, os.getpid(), self.watchdog),
+            initargs=(self.stop, os.getpid(), self.watchdog, load_checker),
         )
 
     def results(self):
@@ -232,7 +235,7 @@ def _kill_idle_workers(pool: "ProcessPoolExecutor") -> None:
             process.kill()
 
 
-def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> None:
+def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_checker: bool = False) -> None:
     """Workers ignore Ctrl-C: the main process stops the run and reports it once (through `stop`).
 
     And they end when the main process does, however it ends (kill -9 included): they must not go
@@ -256,6 +259,9 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]]) -> Non
         threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
     if os.getppid() != parent:  # the parent died before any of this was in place
         os._exit(1)
+    if load_checker:  # a worker that did not fork from a process with the checker loaded (`start_early`)
+        _load_checker()
+        gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 
 def _die_with_parent(parent: int) -> None:
