@@ -273,3 +273,26 @@ def test_concurrent_writers_never_corrupt_or_tear(tmp_path):
     for entry in entry_files(cache_dir):
         json.loads(entry.read_bytes())
     assert not list(cache_dir.rglob(".tmp-*")), "no temporary files are left behind"
+
+
+def test_the_digests_are_hashlibs_without_importing_hashlib():
+    """`amp_lint.files.digests` gives hashlib's digests; a warm run's cache keys do not import hashlib (which
+    loads OpenSSL's bindings, about 7 ms of every warm run)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from amp_lint.files import cache as cache_module, digests
+
+    data = bytes(range(256)) * 40
+    assert digests.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert digests.blake2b(data, 16).hexdigest() == hashlib.blake2b(data, digest_size=16).hexdigest()
+    assert cache_module.content_digest(data) == hashlib.blake2b(data, digest_size=16).hexdigest()
+    probe = (
+        "import sys, pathlib; from amp_lint.files.cache import ResultCache, content_digest; "
+        "c = ResultCache(pathlib.Path('unused'), 'settings', 'v'); c.key(pathlib.Path('a.py'), b'x'); "
+        "content_digest(b'x'); print('hashlib' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

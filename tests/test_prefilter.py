@@ -220,3 +220,21 @@ def test_a_text_without_the_rules_words_compiles_no_pattern():
     assert checker.text_may_match("scaler = torch.cuda.amp.GradScaler()\nscaler.scale(loss).backward()\n")
     compiled = [pattern for pattern in patterns if pattern._compiled is not None]
     assert 0 < len(compiled) < len(patterns)
+
+
+def test_a_caller_that_ran_the_first_step_is_not_made_to_run_it_again(monkeypatch):
+    """`check_text` runs `text_may_match` before the memory guard and then `may_match`: told so
+    (`first_step_passed`), `may_match` decides the same without scanning the whole text again."""
+    texts = [_big(text) for text in _fixture_texts()]
+    texts.append(_big("import torch\n# the scaler is gone\n    # scaler.scale(loss)\nloss.backward()\n"))
+    texts.append(_big("import torch\nwith torch.autocast(*args, **kwargs):\n    out = model(x)\nscaler = 1\n"))
+    for prefilter in (AMP011, Prefilter([rule_by_code("AMP054")]), Prefilter(ALL_RULES)):
+        passed = [text for text in texts if prefilter.text_may_match(text)]
+        decided = [prefilter.may_match(text) for text in passed]
+        assert decided == [prefilter.may_match(text, first_step_passed=True) for text in passed]
+    assert True in decided and False in [AMP011.may_match(text) for text in texts if AMP011.text_may_match(text)]
+    scanned = []
+    real = Prefilter._matches
+    monkeypatch.setattr(Prefilter, "_matches", lambda self, text, groups=None: scanned.append(text) or real(self, text, groups))
+    AMP011.may_match(texts[-2], first_step_passed=True)
+    assert texts[-2] not in scanned

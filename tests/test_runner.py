@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def test_every_file_reaches_exactly_one_batch(monkeypatch, sizes):
 
 
 def test_workers_started_before_the_files_are_known_report_what_one_process_reports(tmp_path):
-    """`Scheduler.start_early` (a big walk calls it): the workers load the checker themselves, and every
+    """`Scheduler.start_early` (a big walk calls it): the workers fork with the checker loaded, and every
     file the prefilter keeps goes to them, however few."""
     paths = _tree(tmp_path)
     alone = _run(paths, jobs=1)
@@ -96,6 +97,33 @@ def test_workers_started_before_the_files_are_known_report_what_one_process_repo
         assert scheduler.pool is None  # closed with the run
         expected = [d for d in alone.diagnostics if d.filename in chosen]
         assert early.diagnostics == expected and early.errors == []
+
+
+_LOADED_ONCE = """
+import sys
+from amp_lint.engine import workers
+
+def checker_loaded():
+    return "libcst" in sys.modules and "amp_lint.engine.checker" in sys.modules
+
+assert not checker_loaded()
+workers._FORK = sys.argv[1] == "fork"
+scheduler = workers.Scheduler(jobs=2)
+scheduler.start_early()
+print(checker_loaded(), scheduler.pool.submit(checker_loaded).result())
+scheduler.close()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers fork on Linux only")
+def test_workers_started_early_fork_with_the_checker_loaded_once_by_the_main_process():
+    """Loaded by each worker, the checker (LibCST and the rules) cost a third of a second of CPU per worker."""
+    import subprocess
+
+    for start, expected in (("fork", ["True", "True"]), ("spawn", ["False", "True"])):
+        done = subprocess.run([sys.executable, "-c", _LOADED_ONCE, start], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == expected, start  # where workers do not fork, each loads it as it starts
 
 
 def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypatch):

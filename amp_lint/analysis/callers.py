@@ -161,7 +161,7 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
     builds a GradScaler and has a loop, sorted. A result cache must add these to the file's key (besides
     `ProjectIndex.dependencies`, the modules it imports): an epoch loop added or removed in `main.py`
     changes the finding in `engine.py`. Empty for a file that never names a GradScaler."""
-    import hashlib
+    from amp_lint.files import digests
 
     root, name = source_root_of(Path(path))
     files = caller_scan_files(root, name)
@@ -203,5 +203,5 @@ def caller_dependencies(path: Path, text: Optional[str] = None) -> List[Tuple[st
         except OSError:
             continue
         if any(n in data for n in names):
-            found.append((candidate, hashlib.sha256(data).hexdigest()))
+            found.append((candidate, digests.sha256(data).hexdigest()))
     return sorted(found)

@@ -132,6 +132,17 @@ class DefUseIndex:
         self.module_scope = self._new_scope(module, None, module.body, NameTable())
         self._block(module.body, self.module_scope, None, True, False, None)
 
+    def release(self) -> None:
+        """Break the index's reference cycles once no question will be asked of it (a binding of a `def`
+        points at the function's scope, which points back at its parent's; a class at its methods' scopes,
+        and they at it): the index, and the tree its scopes hold, then go with refcounting, not with the
+        cyclic collector."""
+        for scope in self.scopes.values():
+            scope.parent, scope.cls, scope.bindings, scope.items = None, None, {}, {}
+        for infos in self.classes.values():
+            for info in infos:
+                info.attributes, info.methods, info.enclosing = {}, {}, None
+
     def _new_scope(self, node, parent, body, names, cls=None) -> NameScope:
         scope = NameScope(node=node, parent=parent, names=names, body=body, cls=cls)
         self.scopes[id(node)] = scope

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from amp_lint.files import digests
 from amp_lint.files.cache import DEPENDENCY_BYTES_LIMIT, dependency_digest
 from amp_lint.parse import python_ast
 
@@ -289,7 +289,7 @@ class ProjectIndex:
                 data = handle.read(MAX_MODULE_BYTES + 1)
         except OSError:
             return None
-        digest = hashlib.sha256(data).hexdigest()
+        digest = digests.sha256(data).hexdigest()
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError:

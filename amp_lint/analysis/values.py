@@ -581,6 +581,8 @@ _last: List[FileValues] = []
 
 def forget() -> None:
     """The file's analysis is over: let its tree go (see `fixes.builder.forget_text`)."""
+    for values in _last:
+        values._index.release()  # its cycles broken: freed by refcounting (`DefUseIndex.release`)
     _last.clear()
 
 

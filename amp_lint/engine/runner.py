@@ -129,8 +129,8 @@ def _callers_key(path: str, text: str) -> bytes:
     return "".join(f"{caller}\0{digest}\n" for caller, digest in found).encode("utf-8", "surrogateescape")
 
 
-def may_match(text: str, config: CheckConfig) -> bool:
-    return bool(config.enabled) and _prefilter(config).may_match(text)
+def may_match(text: str, config: CheckConfig, first_step_passed: bool = False) -> bool:
+    return bool(config.enabled) and _prefilter(config).may_match(text, first_step_passed=first_step_passed)
 
 
 def text_may_match(text: str, config: CheckConfig) -> bool:
@@ -139,6 +139,15 @@ def text_may_match(text: str, config: CheckConfig) -> bool:
 
 def bytes_may_match(raw: bytes, config: CheckConfig) -> bool:
     return bool(config.enabled) and _prefilter(config).bytes_may_match(raw)
+
+
+def forget_parsed() -> None:
+    """Drop the `ast` tree of the file just checked, kept for reuse while it was (`python_ast.parse`): freed
+    here, by refcounting, rather than scanned by the cyclic collector when it runs again after the file
+    (each collection scanned the whole kept tree: a tenth of the workers' time on torch's package)."""
+    from amp_lint.parse import python_ast
+
+    python_ast.forget()
 
 
 def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
@@ -159,10 +168,12 @@ def check_text(text: str, display_name: str, config: CheckConfig, path: Optional
                 if refusal is not None:
                     box["refusal"] = refusal
                     return
-                if not may_match(text, config):
+                if not may_match(text, config, first_step_passed=True):  # the first step: just above
+                    forget_parsed()
                     return  # what the checker would decide first, decided without loading it
                 remember_caller_scans()
                 box["result"] = _checker(config).check(text, display_name, path=path, prefiltered=True)
+                forget_parsed()
         except RecursionError:
             box["error"] = "too deeply nested to analyse"
         except Exception as error:  # never a traceback for the user: report and go on

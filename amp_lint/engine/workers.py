@@ -19,8 +19,9 @@ from amp_lint.engine.runner import CheckConfig, FileOutcome
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor  # imported when the workers start (start-up time)
 
-# A walk that has found this much source starts the workers at once (`Scheduler.start_early`): they load
-# the checker while the walk and the prefilter go on, and a run this big nearly always has files for them.
+# A walk that has found this much source starts the workers at once (`Scheduler.start_early`), with the
+# checker loaded: they are ready while the walk and the prefilter go on, and a run this big nearly always
+# has files for them.
 EARLY_START_BYTES = 4_000_000
 # Below this much work, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 4
@@ -30,6 +31,8 @@ _PARALLEL_MIN_BYTES = 400_000
 # for the GIL while the main thread prefilters.
 _BATCH_BYTES = 64_000
 _BATCH_FILES = 64
+# Workers fork (and inherit what the main process has loaded) on Linux; elsewhere they start afresh.
+_FORK = sys.platform.startswith("linux")
 
 class Scheduler:
     """Hands files to worker processes as the prefilter lets them through.
@@ -55,13 +58,17 @@ class Scheduler:
 
     def start_early(self) -> None:
         """Start the workers now, before the files are known: a walk that has found many bytes of source
-        calls this, and the workers load the checker (LibCST and the rules, a third of a second) on the
-        second core while this process goes on listing and prefiltering files. Once they are started,
-        every file the prefilter keeps goes to them. Workers that never get a file are killed at `close`."""
+        calls this. The checker (LibCST and the rules, a third of a second of CPU) is loaded here, once,
+        and the workers fork with it loaded: loaded by each worker, it cost that third of a second per
+        worker, and on two cores the workers' loading competed with this process's walk anyway. Once they
+        are started, every file the prefilter keeps goes to them. Workers that never get a file are
+        killed at `close`. Where workers do not fork (macOS, Windows), each loads the checker as it starts."""
         if self.pool is not None or self.workers < 2:
             return
+        if _FORK:
+            _load_checker()
         gc.freeze()  # see `_start_pool`
-        self.pool = self._new_pool(self.workers, load_checker=True)
+        self.pool = self._new_pool(self.workers, load_checker=not _FORK)
         self.pool.submit(_ready)  # the pool forks its workers at the first task
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
@@ -93,10 +100,7 @@ class Scheduler:
         # There is work for LibCST: load the checker and the rules here, once, before the workers fork
         # (they inherit the loaded modules instead of each importing them; a run the prefilter settles
         # never loads them at all).
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
+        _load_checker()
         runner.remember_caller_scans()  # the workers fork inside the run: they remember their searches too
         # What is loaded now lives as long as the workers: their cyclic collector need never scan it, and
         # its memory pages stay shared with this process instead of being copied as the collector marks them.
@@ -111,7 +115,7 @@ class Scheduler:
         from concurrent.futures import ProcessPoolExecutor
 
         if self.context is None:
-            fork = sys.platform.startswith("linux")
+            fork = _FORK
             self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
             self.stop = self.context.Event()
             if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
@@ -199,6 +203,14 @@ class Scheduler:
         self.pool = self.alone = None
 
 
+def _load_checker() -> None:
+    """Import the checker and every rule module (what a worker needs before its first file)."""
+    from amp_lint import rules as registry
+    from amp_lint.engine import checker  # noqa: F401
+
+    registry.ALL_RULES  # noqa: B018  (imports every rule module)
+
+
 def _risky(raw: bytes) -> bool:
     """Might checking these bytes take enough memory for an out-of-memory abort (`guard.ISOLATE_ABOVE`)?"""
     from amp_lint.parse import guard
@@ -247,11 +259,8 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
         threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
     if os.getppid() != parent:  # the parent died before any of this was in place
         os._exit(1)
-    if load_checker:  # forked before the main process loaded it (`Scheduler.start_early`)
-        from amp_lint import rules as registry
-        from amp_lint.engine import checker  # noqa: F401
-
-        registry.ALL_RULES  # noqa: B018  (imports every rule module)
+    if load_checker:  # a worker that did not fork from a process with the checker loaded (`start_early`)
+        _load_checker()
         gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 

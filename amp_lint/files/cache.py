@@ -40,14 +40,17 @@ which is atomic: a concurrent run sees either no entry or a complete one. A corr
 entry is a miss. If the cache folder cannot be written (read-only file system, no permission, disk
 full), the cache turns itself off for the rest of the run instead of failing the check.
 
-Startup time matters for pre-commit-sized runs, so hashlib, json and tempfile are imported only
-when first needed (a warm run never imports tempfile).
+Startup time matters for pre-commit-sized runs, so json and tempfile are imported only when first
+needed (a warm run never imports tempfile), and the digests come from `amp_lint.files.digests`, which
+does not import hashlib (nor OpenSSL's bindings with it).
 """
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Set, Tuple
+
+from amp_lint.files import digests
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,7 +74,6 @@ DEPENDENCY_BYTES_LIMIT = 2_000_000
 def dependency_digest(path: str) -> str:
     """The sha256 of a regular file of at most DEPENDENCY_BYTES_LIMIT bytes; "" for anything else (missing,
     a folder, a FIFO, too large, unreadable). A FIFO is never opened: stat first."""
-    import hashlib
     import stat
 
     try:
@@ -84,15 +86,13 @@ def dependency_digest(path: str) -> str:
         return ""
     if len(data) > DEPENDENCY_BYTES_LIMIT:
         return ""
-    return hashlib.sha256(data).hexdigest()
+    return digests.sha256(data).hexdigest()
 
 
 def content_digest(content: bytes) -> str:
     """The digest of a file's bytes that the cache keys by (blake2b, 128 bits, hex): also what the runner
     keeps, beside the file's `stat`, for the files a warm run need not read again."""
-    import hashlib
-
-    return hashlib.blake2b(content, digest_size=16).hexdigest()
+    return digests.blake2b(content, 16).hexdigest()
 
 
 class ResultCache:
@@ -132,11 +132,9 @@ class ResultCache:
         set of files that call this file's functions, which a new file can join). The content enters through
         its digest, so that a run that knows a file's digest (an unchanged file: `get(digest_of_content=)`)
         need not read the file to find its entry."""
-        import hashlib
-
         if digest_of_content is None:
             digest_of_content = content_digest(content)
-        digest = hashlib.sha256()
+        digest = digests.sha256()
         absolute = os.path.abspath(path)
         for part in (
             self.version.encode("utf-8"),

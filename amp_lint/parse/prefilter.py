@@ -180,10 +180,11 @@ class Prefilter:
         characters or not, keeps every ASCII byte as it is)."""
         return self._always or self._byte_gate is None or any(word in raw for word in self._byte_gate)
 
-    def may_match(self, text: str, *, always_second_step: bool = False) -> bool:
+    def may_match(self, text: str, *, always_second_step: bool = False, first_step_passed: bool = False) -> bool:
+        """Both steps; `first_step_passed`: the caller has just had `text_may_match(text)` say True."""
         if self._always:
             return True
-        if not self._matches(text):
+        if not first_step_passed and not self._matches(text):
             return False
         if len(text) < _SECOND_STEP_MIN_CHARS and not always_second_step:
             return True

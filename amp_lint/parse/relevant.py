@@ -61,6 +61,14 @@ def relevant_text(text: str, tree: Optional[ast.Module], gate: Optional[Sequence
     top = _collect(tree.body, module, units)
     if not units:
         return text
+    try:
+        return _kept_text(text, tree, gate, lines, units, top, module)
+    finally:
+        for unit in units:  # a unit and its children point at each other: unlinked, the units (and the
+            unit.parent, unit.children = None, []  # `ast` tree they hold) go with refcounting, not the collector
+
+
+def _kept_text(text: str, tree: ast.Module, gate: Sequence[str], lines: List[str], units: List[_Unit], top: List[_Unit], module: _Unit) -> str:
     for unit in top:
         unit.parent = None
     module.relevant = CORE  # the module's own statements (imports, bindings, `main()`) are always kept
