@@ -185,9 +185,9 @@ def test_glob_matcher_is_linear_and_agrees_with_globset(pattern, path, expected)
 
     from amp_lint.files.globs import compile_globs
 
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds: the load of other processes does not count
     assert compile_globs([pattern])(path) is expected
-    assert time.monotonic() - started < 1
+    assert time.process_time() - started < 1
 
 
 # -- 8: the re-read before a fix is written has the first read's limits, and checks identity -----------

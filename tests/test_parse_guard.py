@@ -61,9 +61,9 @@ def statement(expression: str) -> str:
 def test_chain_past_the_limit_is_refused_in_well_under_a_second(deep_recursion, shape):
     source = statement(CHAINS[shape](2_000))
     compile(source, "deep.py", "exec")
-    started = time.monotonic()
+    started = time.process_time()  # CPU seconds: the load of other processes does not count
     error = check_parse_cost(source, "deep.py")
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert error is not None, "not refused"
     assert error.message.startswith("not analysed: an expression ")
 
@@ -86,9 +86,9 @@ def test_short_chain_on_a_huge_operand_is_refused(deep_recursion):
 
 
 def test_chain_deeper_than_pythons_own_parser_allows_is_refused():
-    started = time.monotonic()
+    started = time.process_time()
     error = check_parse_cost(statement("-" * 100_000 + "x"), "deep.py")
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert error is not None and "nested too deeply even for Python's own parser" in error.message
 
 
