@@ -11,6 +11,7 @@ from typing import Iterator, List, Set
 
 import libcst as cst
 
+from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.accumulation import accumulation
 from amp_lint.analysis.events import Event, EventKind
@@ -126,7 +127,7 @@ def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Eve
         return None
     flow = flow_of(model, step)
     steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
-    if not any(flow.path(unscale, u) is not None for u in updates):
+    if not typestate.follows(flow, unscale, P.RESETS_SCALER, scaler)[0]:
         return None  # the function never updates after this unscale_: its caller completes it
     # Open world: a call the analysis could not follow may step or update (a callback, a hook).
     unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]
