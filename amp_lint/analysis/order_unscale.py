@@ -70,13 +70,8 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
         return []
     last = last_of(flow, previous)
     if last.kind is EventKind.SCALER_STEP:
-        before_step = [
-            e
-            for e in step.of(EventKind.SCALER_UNSCALE)
-            if e.receiver == scaler and e.call.args and typestate.optimizer_key(e) == typestate.optimizer_key(unscale)
-            and e is not unscale and flow.path(e, last) is not None
-        ]
-        return before_step + [last]
+        before_step, _ = typestate.follows(flow, last, (P.UNSCALE,), scaler, typestate.optimizer_key(unscale), before=True)
+        return [e for e in before_step if e is not unscale] + [last]
     return [last]
 
 

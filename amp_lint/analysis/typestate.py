@@ -293,16 +293,17 @@ def run(flow: "StepFlow") -> Typestate:
     return result
 
 
-def follows(flow: "StepFlow", event, operations, scaler=None, optimizer=None, proved: bool = False, among=None):
+def follows(flow: "StepFlow", event, operations, scaler=None, optimizer=None, proved: bool = False, among=None, before: bool = False):
     """The table's "X follows E": the events of the iteration (or of `among`) doing one of the protocol's
     `operations` on `scaler` and `optimizer` (`optimizer_key`; None: any) that can run after `event`, in
     source order, and the strongest proof among them; with `proved`, only those that follow whatever the
-    unknown conditions. Each proof is the paths' backward run from that event (`Paths.query`)."""
+    unknown conditions; with `before`, those that can run before it instead. Each proof is the paths'
+    backward run from the later event (`Paths.query`)."""
     found = []
     for other in flow.step.events if among is None else among:
         op = operation_of(other)
         if other is not event and op is not None and op[0] in operations and scaler in (None, op[1]) and optimizer in (None, op[2]):
-            proof = flow.path(event, other)
+            proof = flow.path(other, event) if before else flow.path(event, other)
             if proof is PROVED or (proof is not None and not proved):
                 found.append((other, proof))
     return [e for e, _ in found], (PROVED if any(p is PROVED for _, p in found) else found[0][1] if found else None)
