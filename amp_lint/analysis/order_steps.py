@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, Optional
 
+from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -44,13 +45,14 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
       optimizer. The iteration's own unscaled backward (the fp32 branch of `if amp: ... else: ...`) is not.
     """
     for step in model.steps:
+        flow = flow_of(model, step)
         for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
             optimizer = optimizer_step.target
             twice = _stepped_twice(model, step, optimizer_step)
             if twice is not None:
                 scaler, proof = twice
                 through = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == optimizer]
-                yield Breach(STEPPED_TWICE, optimizer_step, step, scaler, flow_of(model, step), related=tuple(through), proof=proof)
+                yield Breach(STEPPED_TWICE, optimizer_step, step, scaler, flow, related=tuple(through), proof=proof)
                 continue
             bypass = _after_unscale(model, step, optimizer_step)
             if bypass is not None:
@@ -58,7 +60,12 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
                 continue
             backward = _latest_backward(model, step, optimizer_step)
             if backward is None:
-                yield from _closed_by_update(model, step, optimizer_step)
+                # CLOSED_BY_UPDATE: the first update after it of a scaler that never steps in the iteration.
+                for update in typestate.follows(flow, optimizer_step, P.RESETS_SCALER)[0]:
+                    scaler = update.receiver
+                    if scaler is not None and model.scaler_enabled(scaler, step.scope) and not step.scaler_events(scaler, EventKind.SCALER_STEP):
+                        yield Breach(CLOSED_BY_UPDATE, optimizer_step, step, scaler, flow, other=update, proof=flow.path(optimizer_step, update))
+                        break
                 continue
             if backward.scaled_by is None:
                 continue
@@ -66,7 +73,7 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
             if not model.scaler_enabled(scaler, step.scope):
                 continue
             if not any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
-                yield Breach(STEP_SCALED, optimizer_step, step, scaler, flow_of(model, step), cause=backward)
+                yield Breach(STEP_SCALED, optimizer_step, step, scaler, flow, cause=backward)
 
 
 def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Breach]:
@@ -81,7 +88,7 @@ def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) 
                 continue
             if not model.scaler_enabled(scaler, step.scope):
                 continue
-            updates = [u for u in step.scaler_events(scaler, EventKind.SCALER_UPDATE) if flow.path(optimizer_step, u)]
+            updates, _ = typestate.follows(flow, optimizer_step, P.RESETS_SCALER, scaler)
             if not updates:
                 continue
             proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
@@ -89,21 +96,6 @@ def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) 
                 proof = PROVED
             return Breach(AROUND_UNSCALED, optimizer_step, step, scaler, flow, cause=unscale, other=updates[0], proof=proof)
     return None
-
-
-def _closed_by_update(model: FileModel, step: TrainingStep, optimizer_step: Event) -> Iterator[Breach]:
-    flow = flow_of(model, step)
-    for update in step.of(EventKind.SCALER_UPDATE):
-        scaler = update.receiver
-        if scaler is None or not model.scaler_enabled(scaler, step.scope):
-            continue
-        if step.scaler_events(scaler, EventKind.SCALER_STEP):
-            continue
-        proof = flow.path(optimizer_step, update)
-        if proof is None:
-            continue
-        yield Breach(CLOSED_BY_UPDATE, optimizer_step, step, scaler, flow, other=update, proof=proof)
-        return
 
 
 def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:

@@ -11,6 +11,7 @@ from typing import Iterator, List, Set
 
 import libcst as cst
 
+from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.accumulation import accumulation
 from amp_lint.analysis.events import Event, EventKind
@@ -69,13 +70,8 @@ def _protocol_before(model: FileModel, step: TrainingStep, unscale: Event, scale
         return []
     last = last_of(flow, previous)
     if last.kind is EventKind.SCALER_STEP:
-        before_step = [
-            e
-            for e in step.of(EventKind.SCALER_UNSCALE)
-            if e.receiver == scaler and e.call.args and typestate.optimizer_key(e) == typestate.optimizer_key(unscale)
-            and e is not unscale and flow.path(e, last) is not None
-        ]
-        return before_step + [last]
+        before_step, _ = typestate.follows(flow, last, (P.UNSCALE,), scaler, typestate.optimizer_key(unscale), before=True)
+        return [e for e in before_step if e is not unscale] + [last]
     return [last]
 
 
@@ -126,7 +122,7 @@ def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Eve
         return None
     flow = flow_of(model, step)
     steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
-    if not any(flow.path(unscale, u) is not None for u in updates):
+    if not typestate.follows(flow, unscale, P.RESETS_SCALER, scaler)[0]:
         return None  # the function never updates after this unscale_: its caller completes it
     # Open world: a call the analysis could not follow may step or update (a callback, a hook).
     unknown = [e for e in step.of(EventKind.CALL) if not any(inner.via is e for inner in step.events)]

@@ -18,7 +18,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
 from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.flow_queries import again_in_loop, any_path, first_of, last_of
+from amp_lint.analysis.flow_queries import again_in_loop, first_of, last_of
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaler_flow import StepFlow, flow_of
@@ -41,7 +41,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             scaler = update.receiver
             if not model.scaler_enabled(scaler, step.scope):
                 continue
-            later, proof = any_path(flow, update, [u for u in updates if u.receiver == scaler])
+            later, proof = typestate.follows(flow, update, P.RESETS_SCALER, scaler, among=updates)
             if later:
                 yield Breach(
                     UPDATE_AGAIN, update, step, scaler, flow, last=last_of(flow, later), related=tuple(later), proof=proof
@@ -135,7 +135,7 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                     yield from _between_unscale_and_step(flow, update, scaler)
                     continue
                 broken = uncovered is not PROVED and _breaks_on_every_path(flow, update, scaler)
-                later = [e for e in checks if e.kind is EventKind.SCALER_STEP and flow.path(update, e) is PROVED]
+                later, _ = typestate.follows(flow, update, (P.STEP,), scaler, proved=True)
                 if broken and later:
                     first, last = first_of(flow, later), last_of(flow, later)
                     yield Breach(BREAKS_EVERY_PATH, update, step, scaler, flow, other=first, last=last, related=tuple(later))
@@ -145,7 +145,7 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                     last=last_of(flow, earlier), related=tuple(earlier), proof=uncovered,
                 )
                 continue
-            later, proof = any_path(flow, update, [e for e in checks if e.kind is EventKind.SCALER_STEP])
+            later, proof = typestate.follows(flow, update, (P.STEP,), scaler)
             if later:
                 first, last = first_of(flow, later), last_of(flow, later)
                 yield Breach(BEFORE_STEP, update, step, scaler, flow, other=first, last=last, related=tuple(later), proof=proof)
@@ -162,14 +162,14 @@ def _breaks_on_every_path(flow: StepFlow, update: Event, scaler: str) -> bool:
     states = typestate.run(flow).before.get(id(update))
     if not states:
         return False
-    steps = [e for e in flow.step.events if e.kind is EventKind.SCALER_STEP and e.receiver == scaler]
+    later, _ = typestate.follows(flow, update, (P.STEP,), scaler, proved=True)
     for state in states:
         if typestate.proof_of([state], scaler, None, BREAKS_EVERY_PATH):
             continue  # no inf checks recorded: the update raises
         unscaled = state.optimizers(scaler, P.UNSCALED)
         if not unscaled or state.optimizers(scaler, P.STEPPED):
             return False
-        if not any(e.target in unscaled and flow.path(update, e) is PROVED for e in steps):
+        if not any(e.target in unscaled for e in later):
             return False
     return True
 
@@ -185,7 +185,7 @@ def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Ite
     proof = flow.path(update, hit[0])
     if proof is None:
         return
-    last = last_of(flow, [e for e in flow.step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(update, e) is not None])
+    last = last_of(flow, typestate.follows(flow, update, (P.STEP,), scaler)[0])
     yield Breach(RESETS_UNSCALED, update, flow.step, scaler, flow, other=hit[0], last=last, proof=proof)
 
 

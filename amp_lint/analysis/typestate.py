@@ -90,12 +90,13 @@ class ProtocolState:
 
 
 def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[str]]]:
-    """(operation, scaler, optimizer) of an event; None for an event the protocol does not see."""
+    """(operation, scaler, optimizer) of an event; None for an event the protocol does not see. An
+    `unscale_`/`step` that names no optimizer has none (the engine, which keys stages by it, skips it)."""
     kind = event.kind
     if kind is EventKind.BACKWARD and event.scaled_by is not None:
         return P.SCALED_BACKWARD, event.scaled_by, None
-    if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.call.args:
-        return (P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP), event.receiver, optimizer_key(event)
+    if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP):
+        return (P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP), event.receiver, event.call.args and optimizer_key(event) or None
     if kind is EventKind.SCALER_UPDATE:
         return (P.UPDATE_NEW_SCALE if event.call.args else P.UPDATE), event.receiver, None
     if kind is EventKind.ZERO_GRAD:
@@ -129,7 +130,7 @@ class Violation:
 def after(state: ProtocolState, event: "Event", violations: Optional[List[Violation]] = None) -> ProtocolState:
     """The state after `event`, by the table; the violations it names are appended to `violations`."""
     op = operation_of(event)
-    if op is None:
+    if op is None or (op[0] in (P.UNSCALE, P.STEP) and op[2] is None):
         return state
     operation, scaler, optimizer = op
 
@@ -290,6 +291,22 @@ def run(flow: "StepFlow") -> Typestate:
     )
     flow.memo["typestate"] = result
     return result
+
+
+def follows(flow: "StepFlow", event, operations, scaler=None, optimizer=None, proved: bool = False, among=None, before: bool = False):
+    """The table's "X follows E": the events of the iteration (or of `among`) doing one of the protocol's
+    `operations` on `scaler` and `optimizer` (`optimizer_key`; None: any) that can run after `event`, in
+    source order, and the strongest proof among them; with `proved`, only those that follow whatever the
+    unknown conditions; with `before`, those that can run before it instead. Each proof is the paths'
+    backward run from the later event (`Paths.query`)."""
+    found = []
+    for other in flow.step.events if among is None else among:
+        op = operation_of(other)
+        if other is not event and op is not None and op[0] in operations and scaler in (None, op[1]) and optimizer in (None, op[2]):
+            proof = flow.path(other, event) if before else flow.path(event, other)
+            if proof is PROVED or (proof is not None and not proved):
+                found.append((other, proof))
+    return [e for e, _ in found], (PROVED if any(p is PROVED for _, p in found) else found[0][1] if found else None)
 
 
 def holds(state: ProtocolState, predicate: P.Predicate, scaler: str, optimizer: Optional[str] = None) -> bool:

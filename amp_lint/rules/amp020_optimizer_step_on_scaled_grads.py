@@ -6,9 +6,11 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
+from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.order import Breach
+from amp_lint.analysis.protocol import RESETS_SCALER
 from amp_lint.analysis.order_steps import AROUND_UNSCALED, CLOSED_BY_UPDATE, STEP_SCALED, STEPPED_TWICE, direct_steps
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules._helpers import OrderRule, remove_call_fix
@@ -211,10 +213,7 @@ for x, y in loader:
 def _drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
     """Does `scaler.update()` follow the direct step on a path? Then the code means the scaler protocol
     (and raises today: update() finds no inf checks); without it the direct step may be deliberate."""
-    flow = flow_of(model, step)
-    return any(
-        flow.path(optimizer_step, update) is not None for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
-    )
+    return bool(typestate.follows(flow_of(model, step), optimizer_step, RESETS_SCALER, scaler)[0])
 
 
 def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step: Event, scaler: str) -> bool:
@@ -223,11 +222,8 @@ def _helper_drives_protocol(model: FileModel, step: TrainingStep, optimizer_step
     caller, so stepping through the scaler there is no edit on one caller's behalf."""
     if model.block_of(optimizer_step.statement) is None:
         return False
-    flow = flow_of(model, step)
-    return any(
-        update.reached_alike(optimizer_step) and flow.path(optimizer_step, update) is not None
-        for update in step.scaler_events(scaler, EventKind.SCALER_UPDATE)
-    )
+    updates, _ = typestate.follows(flow_of(model, step), optimizer_step, RESETS_SCALER, scaler)
+    return any(update.reached_alike(optimizer_step) for update in updates)
 
 
 def _step_through_scaler_fix(
