@@ -44,7 +44,8 @@ def _sigint_left_as_found(request):
 # starts last keeps one worker busy while the other has nothing left to do. Order only: every test still runs.
 _LONGEST_FIRST = (
     "test_robustness.py", "test_verify.py", "test_convert.py", "test_project_analysis.py", "test_ci_gate.py",
-    "test_daily_use.py", "test_fixtures.py", "test_guard.py", "test_fix_check.py", "test_faults.py",
+    "test_daily_use.py", "test_daily_round3.py", "test_properties.py", "test_catalog_v3.py", "test_fixtures.py",
+    "test_guard.py", "test_fix_check.py", "test_faults.py",
 )
 
 
