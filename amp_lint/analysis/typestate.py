@@ -96,7 +96,8 @@ def operation_of(event: "Event") -> Optional[Tuple[str, Optional[str], Optional[
     if kind is EventKind.BACKWARD and event.scaled_by is not None:
         return P.SCALED_BACKWARD, event.scaled_by, None
     if kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP):
-        return (P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP), event.receiver, event.call.args and optimizer_key(event) or None
+        operation = P.UNSCALE if kind is EventKind.SCALER_UNSCALE else P.STEP
+        return operation, event.receiver, optimizer_key(event) if event.call.args else None
     if kind is EventKind.SCALER_UPDATE:
         return (P.UPDATE_NEW_SCALE if event.call.args else P.UPDATE), event.receiver, None
     if kind is EventKind.ZERO_GRAD:

@@ -115,10 +115,9 @@ class Scheduler:
         from concurrent.futures import ProcessPoolExecutor
 
         if self.context is None:
-            fork = _FORK
-            self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context()
+            self.context = multiprocessing.get_context("fork") if _FORK else multiprocessing.get_context()
             self.stop = self.context.Event()
-            if fork:  # forked workers inherit the pipe's read end; the main process alone holds the write end
+            if _FORK:  # forked workers inherit the pipe's read end; the main process alone holds the write end
                 self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
             else:
                 self.watchdog = None
@@ -183,7 +182,7 @@ class Scheduler:
 
     def _can_isolate(self) -> bool:
         """Can a file be checked in a process of its own? Forked (Linux): it inherits what is loaded here."""
-        return sys.platform.startswith("linux")
+        return _FORK
 
     def close(self) -> None:
         """Stop the workers: each ends at once, a write in progress finished first (never cut short).
