@@ -636,15 +636,14 @@ def test_ctrl_c_during_fix_leaves_every_file_untouched_or_fully_fixed(tmp_path, 
     process = _start_fix(tree, "--jobs", jobs)
     # Interrupt as soon as the run is writing fixes.
     _wait_until(lambda: any((tree / name).read_bytes() != content for name, content in originals.items()), process)
-    interrupted = process.poll() is None
     stderr = _ctrl_c(process)
     for name, original in originals.items():
         assert (tree / name).read_bytes() in (original, fixed[name]), f"{name} is neither untouched nor fully fixed"
     assert temporary_files(tree) == []
     assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr
     assert process.returncode >= 0, f"killed by signal {-process.returncode}"
-    if interrupted:
-        assert process.returncode != 0, f"an interrupted run must not report success: {stderr}"
+    if process.returncode == 0:  # only a run that had finished before Ctrl-C landed (a loaded machine) reports success
+        assert all((tree / name).read_bytes() == fixed[name] for name in originals), f"an interrupted run reported success: {stderr}"
     # Running again finishes the job.
     assert_no_crash(amp_lint("--fix", "--no-cache", cwd=tree), 0)
     assert all((tree / name).read_bytes() == fixed[name] for name in originals)
