@@ -118,6 +118,24 @@ for x in loader:
     assert _found(assumed, "AMP022", show_assumed=True) == [("AMP022", 10)]
 
 
+def test_an_optimizer_written_as_an_expression_breaks_on_every_path_as_a_name_does():
+    # Principle 1: the protocol keys an optimizer by its code (`optimizers[0]`, `self.optimizers()[0]`), a
+    # name or not; whether every path breaks must not depend on how the optimizer is spelled.
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if max_norm is not None:
+        scaler.unscale_(OPT)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.update()
+    scaler.step(OPT)
+"""
+    for optimizer in ("optimizer", "optimizers[0]", "self.optimizers()[0]", "opts[i % 2]"):
+        assert _found(source.replace("OPT", optimizer), "AMP022") == [("AMP022", 9)], optimizer
+
+
 _OWNER = '''import torch
 
 

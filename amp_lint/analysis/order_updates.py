@@ -169,7 +169,7 @@ def _breaks_on_every_path(flow: StepFlow, update: Event, scaler: str) -> bool:
         unscaled = state.optimizers(scaler, P.UNSCALED)
         if not unscaled or state.optimizers(scaler, P.STEPPED):
             return False
-        if not any(e.target in unscaled for e in later):
+        if not any(typestate.optimizer_key(e) in unscaled for e in later):
             return False
     return True
 
