@@ -198,6 +198,44 @@ def test_the_gate_takes_shared_and_long_words():
     assert _gate([one_word, ((None, ()),)]) is None
 
 
+def test_a_small_class_inside_a_word_is_spelled_out_when_the_words_get_much_longer():
+    from amp_lint.parse.prefilter import literal_hints
+
+    # "custom_" is in a tenth of torch's files, "custom_fwd" and "custom_bwd" in five.
+    assert literal_hints(r"\bcustom_[fb]wd\b") == ("custom_fwd", "custom_bwd")
+    assert literal_hints(r"[Ss]caler") == ("caler",)  # one letter more is not worth a second scan
+    assert literal_hints(r"custom_[fb]?wd") == ("custom_",)  # the class may match no letter
+    assert literal_hints(r"autocast|x_[ab]_long_word") == ("autocast", "x_a_long_word", "x_b_long_word")
+    for pattern in (r"\bcustom_[fb]wd\b", r"x_[ab]_long_word"):
+        for text in ("custom_fwd(", "custom_bwd", "x_b_long_word", "custom_xwd"):
+            if re.search(pattern, text):
+                assert any(hint in text for hint in literal_hints(pattern)), (pattern, text)
+    amp061 = Prefilter([rule_by_code("AMP061")])
+    assert amp061.gate == ("custom_bwd", "custom_fwd")
+    assert amp061.text_may_match("@torch.amp.custom_bwd\ndef backward(ctx, g): ...\n")
+    assert not amp061.text_may_match("torch.library.custom_op('x', mutates_args=())\n")
+
+
+def test_only_the_groups_of_the_gate_words_in_a_text_are_tried(monkeypatch):
+    """A text that passes the gate with one word is matched against the groups that word stands for: a
+    group whose gate words are all absent cannot match, and its patterns are not searched."""
+    from amp_lint.parse import prefilter as module
+    from amp_lint.rules import default_codes
+
+    rules = [rule for rule in ALL_RULES if rule.code in set(default_codes()) and not rule.preview]
+    checker = Prefilter(rules)
+    searched = []
+    real = module._LazyPattern.search
+    monkeypatch.setattr(module._LazyPattern, "search", lambda self, text: searched.append(self.source) or real(self, text))
+    text = "x = torch.amp.custom_fwd\n" + "loss.backward()\noptimizer.step()\n" * 3
+    assert [word for word in checker.gate if word in text] == ["custom_fwd"]
+    assert checker.text_may_match(text)
+    assert searched and all("custom_" in source or "amp" in source for source in searched), searched
+    ungated = Prefilter(rules)
+    ungated._gate = None
+    assert ungated.text_may_match(text)
+
+
 def test_the_default_gate_is_a_few_words():
     from amp_lint.engine import runner
     from amp_lint.rules import default_codes

@@ -315,3 +315,29 @@ def test_a_direct_step_after_an_unscaled_backward_is_not_a_bypass_of_another_sca
     result = Checker(frozenset({"AMP020"}), show_assumed=False).check(textwrap.dedent(bypass), "train.py")
     (fix,) = [d.fix for d in result.diagnostics]
     assert fix is not None
+
+
+def test_a_scaler_handed_to_a_call_is_not_claimed_never_stepped():
+    # Principle 3 (open world): the scaler goes to a method of an object this file does not show
+    # (nerfstudio's `self.optimizers.optimizer_scaler_step_some(self.grad_scaler, groups)` steps it); what
+    # that call does is unknown, so "update() but never stepped" is not proved. Kept only here: reported.
+    source = """
+import torch
+from torch.amp import GradScaler
+
+
+class Trainer:
+    def __init__(self, config):
+        self.grad_scaler = GradScaler("cuda", enabled=config.fp16)
+        self.optimizers = self.setup_optimizers()
+
+    def train_iteration(self, step):
+        with torch.autocast("cuda"):
+            loss = self.pipeline.get_train_loss(step)
+        self.grad_scaler.scale(loss).backward()
+        self.optimizers.scaler_step_all(STEPPED)
+        self.grad_scaler.update()
+"""
+    assert _found(source.replace("STEPPED", "self.grad_scaler"), "AMP022") == []
+    assert _found(source.replace("STEPPED", "grad_scaler=self.grad_scaler"), "AMP022") == []
+    assert _found(source.replace("STEPPED", "self.grad_scaler.get_scale()"), "AMP022") == [("AMP022", 16)]

@@ -162,16 +162,24 @@ def kept(function: cst.FunctionDef, key: str) -> bool:
 
         def visit_Call(self, node: cst.Call) -> None:
             func = node.func
-            if isinstance(func, cst.Attribute):
-                if func.attr.value in _STORING_METHODS and any(bare(a.value) for a in node.args):
-                    found.append(node)
-                elif func.attr.value == "load_state_dict" and dotted_name(func.value) == key:
-                    found.append(node)
-            elif isinstance(func, cst.Name) and func.value == "setattr" and any(bare(a.value) for a in node.args):
+            if stores(node, key):
+                found.append(node)
+            elif isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and dotted_name(func.value) == key:
                 found.append(node)
 
     visit_read_only(function, Escapes())
     return bool(found)
+
+
+def stores(call: cst.Call, key: str) -> bool:
+    """Does the call only store the scaler `key` somewhere (`setattr(self, name, scaler)`,
+    `scalers.append(scaler)`, `d.setdefault(k, scaler)`)? Python's own storing calls keep a value; they do
+    not step it."""
+    func = call.func
+    storing = (isinstance(func, cst.Attribute) and func.attr.value in _STORING_METHODS) or (
+        isinstance(func, cst.Name) and func.value == "setattr"
+    )
+    return storing and any(key in _bare_names(a.value) for a in call.args)
 
 
 def _bare_names(node: cst.CSTNode) -> Set[str]:

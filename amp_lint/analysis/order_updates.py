@@ -18,6 +18,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
 from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.walk import visit_read_only
 from amp_lint.analysis.flow_queries import again_in_loop, first_of, last_of
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED, Proof
@@ -112,9 +113,11 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
     - CHECKS_ONLY_ON_SOME_PATHS: inf checks run before the update only on some paths (`related`: those
       checks, `last` the last of them); ASSUMED when no path is proved to skip them all.
     - BEFORE_STEP: no check before it, a step after it (`other`/`last`: first/last such step).
-    - NEVER_STEPPED: nothing in the file steps or unscales the scaler, which this file builds and keeps.
+    - NEVER_STEPPED: nothing in the file steps or unscales the scaler, nor hands it to a call, and this
+      file builds and keeps it.
     """
     stepped_anywhere = {e.receiver for e in model.events if e.kind in _INF_CHECKS}
+    handed_on: List[set] = []  # asked once, and only for a scaler that nothing here steps
     for step in model.steps:
         for update in step.of(EventKind.SCALER_UPDATE):
             scaler = update.receiver
@@ -150,7 +153,10 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                 first, last = first_of(flow, later), last_of(flow, later)
                 yield Breach(BEFORE_STEP, update, step, scaler, flow, other=first, last=last, related=tuple(later), proof=proof)
             elif scaler not in stepped_anywhere and _owned_by_file(model, scaler, step):
-                yield Breach(NEVER_STEPPED, update, step, scaler, flow)
+                if not handed_on:
+                    handed_on.append(_handed_on(model))
+                if scaler not in handed_on[0]:
+                    yield Breach(NEVER_STEPPED, update, step, scaler, flow)
 
 
 def _breaks_on_every_path(flow: StepFlow, update: Event, scaler: str) -> bool:
@@ -187,6 +193,21 @@ def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Ite
         return
     last = last_of(flow, typestate.follows(flow, update, (P.STEP,), scaler)[0])
     yield Breach(RESETS_UNSCALED, update, flow.step, scaler, flow, other=hit[0], last=last, proof=proof)
+
+
+def _handed_on(model: FileModel) -> set:
+    """The names handed to a call as arguments (`self.optimizers.step_all(self.grad_scaler)`): a scaler
+    handed on may be stepped by the callee, which this file may not show (issue 26, principle 3: what a
+    call the analysis cannot see into does is unknown)."""
+    names: set = set()
+
+    class Arguments(cst.CSTVisitor):
+        def visit_Arg(self, node: cst.Arg) -> None:
+            names.add(dotted_name(node.value))
+
+    visit_read_only(model.module, Arguments())
+    names.discard(None)
+    return names
 
 
 def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:

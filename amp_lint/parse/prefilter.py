@@ -19,7 +19,7 @@ import ast
 import bisect
 import re
 from functools import lru_cache
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.files.lines import LINE_BREAK
 from amp_lint.parse import python_ast
@@ -86,17 +86,46 @@ def literal_hints(pattern: str) -> Tuple[str, ...]:
     `str.__contains__` runs at memory speed; Python's regex engine crawls over an alternation of
     patterns without a literal prefix. The hints reject almost every file before any regex runs.
     """
-    hints = []
+    hints: List[str] = []
     for alternative in _top_level_alternatives(pattern):
         if "(" in alternative or "|" in alternative:
             alternative = re.sub(r"\([^()]*\)[?*]?", " ", alternative)  # a group may match anything
-
-        plain = re.sub(r"\\b|\[[^\]]*\]|\\.|[()?*+^$.]", " ", alternative)
-        runs = [run for run in plain.split() if run]
-        if not runs:
+        hint = _longest_run(alternative)
+        if not hint:
             return ()  # no literal part: the regex alone decides
-        hints.append(max(runs, key=len))
+        spelled = [_longest_run(spelling) for spelling in _spellings(alternative)]
+        # `custom_[fb]wd`: "custom_fwd" or "custom_bwd" rather than "custom_", which is in a tenth of torch's
+        # files. Each letter a word gains makes it rarer; a spelling that gains fewer than three costs a scan
+        # more than it saves (`[Ss]caler`: "caler" stays).
+        if spelled and min(len(word) for word in spelled) >= len(hint) + _LETTERS_WORTH_A_SCAN:
+            hints.extend(word for word in spelled if word not in hints)
+        else:
+            hints.append(hint)
     return tuple(hints)
+
+
+_LETTERS_WORTH_A_SCAN = 3
+_SMALL_CLASS = re.compile(r"\[([A-Za-z0-9_]{1,2})\]")  # `[fb]`: two letters, no range, no negation
+
+
+def _longest_run(alternative: str) -> str:
+    plain = re.sub(r"\\b|\[[^\]]*\]|\\.|[()?*+^$.]", " ", alternative)
+    return max(plain.split(), key=len, default="")
+
+
+def _spellings(alternative: str) -> List[str]:
+    """The alternative with each class of one or two letters replaced by each of its letters, at most four
+    spellings (`custom_[fb]wd` -> `custom_fwd`, `custom_bwd`); [] when it has no such class. A class followed
+    by a repetition (`[fb]?`, `[fb]*`, `[fb]{2}`) is not spelled out: it may match no letter or many."""
+    classes = list(_SMALL_CLASS.finditer(alternative))
+    if not classes or len(classes) > 2 or any(alternative[m.end() : m.end() + 1] in ("?", "*", "+", "{") for m in classes):
+        return []
+    spellings = [""]
+    position = 0
+    for match in classes:
+        spellings = [s + alternative[position : match.start()] + letter for s in spellings for letter in match.group(1)]
+        position = match.end()
+    return [s + alternative[position:] for s in spellings]
 
 
 def _top_level_alternatives(pattern: str):
@@ -130,11 +159,17 @@ class Prefilter:
     def __init__(self, rules: Iterable[type]) -> None:
         rules = list(rules)
         needs = tuple(sorted({tuple(rule.needs) for rule in rules}))
+        code_needs = tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules}))
         self._groups = _compile(needs)
-        self._code_groups = _compile(tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules})))
+        self._code_groups = _compile(code_needs)
+        # Which code groups each group's rules ask of the second step (the rules that share its needs).
+        self._code_groups_of: Dict[int, Set[int]] = {}
+        for rule in rules:
+            self._code_groups_of.setdefault(needs.index(tuple(rule.needs)), set()).add(code_needs.index(tuple(rule.ast_needs or rule.needs)))
+        self._second_steps: Dict[Tuple[int, ...], tuple] = {}
         self._always = any(not n for n in needs)
         self._line_hints = _line_hints(self._groups + self._code_groups)
-        self._gate = _gate(self._groups)
+        self._gate, self._gate_keys = _gate_and_keys(self._groups)
         ascii_gate = self._gate is not None and all(word.isascii() for word in self._gate)
         self._byte_gate = tuple(word.encode("ascii") for word in self._gate) if ascii_gate else None
 
@@ -144,6 +179,11 @@ class Prefilter:
         return self._gate
 
     def _matches(self, text: str, groups=None) -> bool:
+        return bool(self._matching(text, groups, every=False))
+
+    def _matching(self, text: str, groups=None, every: bool = True) -> List[int]:
+        """The indices of the groups (default: the rules' `needs`) that match the text; with `every` False,
+        only the first."""
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
         present: set = set()  # hints found, for the next pattern that asks
@@ -164,11 +204,22 @@ class Prefilter:
                 seen[pattern] = (not hints or any(has(hint) for hint in hints)) and pattern.search(text) is not None
             return seen[pattern]
 
+        indices: Iterable[int] = range(len(groups if groups is not None else self._groups))
         if groups is None:
             groups = self._groups
-            if self._gate is not None and not any(has(hint) for hint in self._gate):
-                return False  # most files: a few scans of the text decide
-        return any(all(found(pattern, hints) for pattern, hints in group) for group in groups)
+            if self._gate is not None:
+                in_text = [word for word in self._gate if has(word)]
+                if not in_text:
+                    return []  # most files: a few scans of the text decide
+                # A group can match only where one of its own gate words is: the others are not tried.
+                indices = [index for index in indices if not self._gate_keys[index].isdisjoint(in_text)]
+        matching = []
+        for index in indices:
+            if all(found(pattern, hints) for pattern, hints in groups[index]):
+                matching.append(index)
+                if not every:
+                    break
+        return matching
 
     def text_may_match(self, text: str) -> bool:
         """The first step alone (cheap enough for the main process to run over every file)."""
@@ -188,12 +239,25 @@ class Prefilter:
             return False
         if len(text) < _SECOND_STEP_MIN_CHARS and not always_second_step:
             return True
-        if not self._matches(_COMMENT_LINES.sub("", text)):
+        open_groups = self._matching(_COMMENT_LINES.sub("", text))
+        if not open_groups:
             return False  # the names are only in comments: no need for the second step's parse
         tree = python_ast.parse(text)
         if tree is None:
             return True
-        return self._matches(code_identifiers(tree, _lines_with(text, self._line_hints)), self._code_groups)
+        code_groups, line_hints = self._second_step(tuple(open_groups))
+        return self._matches(code_identifiers(tree, _lines_with(text, line_hints)), code_groups)
+
+    def _second_step(self, open_groups: Tuple[int, ...]):
+        """What the second step asks after the first left these groups open: only the code groups of their
+        rules (a rule whose names the code lacks cannot find anything, whatever the other rules' code
+        identifiers), and the lines of those groups' words."""
+        asked = self._second_steps.get(open_groups)
+        if asked is None:
+            indices = sorted({index for group in open_groups for index in self._code_groups_of[group]})
+            code_groups = tuple(self._code_groups[index] for index in indices)
+            asked = self._second_steps[open_groups] = (code_groups, _line_hints(code_groups))
+        return asked
 
 
 _SCAN_COST = 0.02  # in the units of `_gate`'s cost: the chance that a hint of n letters is in a text, 2**-n
@@ -201,6 +265,13 @@ _SCAN_COST = 0.02  # in the units of `_gate`'s cost: the chance that a hint of n
 
 def _gate(groups) -> Optional[Tuple[str, ...]]:
     """Hints one of which is in every text that some group can match; None when there are none such.
+    See `_gate_and_keys`."""
+    return _gate_and_keys(groups)[0]
+
+
+def _gate_and_keys(groups) -> Tuple[Optional[Tuple[str, ...]], Tuple[frozenset, ...]]:
+    """The gate (below), and for each group its keys: the gate words one of which is in every text that
+    group can match (the words of the pattern the gate took for it).
 
     A group matches only where each of its patterns does, and a pattern only where one of its hints is:
     so the hints of one pattern per group are enough. Each hint is replaced by the shortest hint of the
@@ -210,7 +281,7 @@ def _gate(groups) -> Optional[Tuple[str, ...]]:
     """
     usable = [[hints for _, hints in group if hints] for group in groups]
     if not usable or not all(usable):
-        return None
+        return None, ()
     every_hint = {hint for options in usable for hints in options for hint in hints}
     base = {hint: min((other for other in every_hint if other in hint), key=lambda other: (len(other), other)) for hint in every_hint}
 
@@ -220,10 +291,12 @@ def _gate(groups) -> Optional[Tuple[str, ...]]:
     # Groups with one pattern decide first (their words must be in); then each group takes the pattern
     # that adds least to the words already in.
     gate: set = set()
-    for options in sorted(usable, key=len):
-        best = min(options, key=lambda hints: added_cost(hints, gate))
-        gate.update(base[hint] for hint in best)
-    return tuple(sorted(gate))
+    chosen = {}
+    for index in sorted(range(len(usable)), key=lambda i: len(usable[i])):
+        best = min(usable[index], key=lambda hints: added_cost(hints, gate))
+        chosen[index] = frozenset(base[hint] for hint in best)
+        gate.update(chosen[index])
+    return tuple(sorted(gate)), tuple(chosen[index] for index in range(len(usable)))
 
 
 def _line_hints(groups) -> Optional[Tuple[str, ...]]:

@@ -22,6 +22,7 @@ from amp_lint.analysis.epochs import (
     repeated_call as _repeated_call,
     every_iteration as _every_iteration,
     kept as _kept,
+    stores,
 )
 from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -175,6 +176,20 @@ import torch
 scalers = []
 for name in ("a", "b"):
     scalers.append(torch.amp.GradScaler("cuda"))
+""",
+        # One optimizer and one scaler per sub-model, each stored on the trainer (imagen-pytorch's Trainer).
+        """
+from torch.optim import Adam
+from torch.amp import GradScaler
+
+class Trainer:
+    def __init__(self, unets, fp16):
+        scaler_enabled = fp16
+        for index, unet in enumerate(unets):
+            optimizer = Adam(unet.parameters())
+            scaler = GradScaler("cuda", enabled=scaler_enabled)
+            setattr(self, f"optimizer{index}", optimizer)
+            setattr(self, f"scaler{index}", scaler)
 """,
     ]
     invalid = [
@@ -490,8 +505,14 @@ def _reaches_the_loop(model: FileModel, binding: ScalerBinding, uses) -> bool:
 
 
 def _passes(event, key: str) -> bool:
-    """A call in the loop that hands the scaler to a step function: `train_step(batch, scaler)`."""
-    return event.kind is EventKind.CALL and any(dotted_name(arg.value) == key for arg in event.call.args)
+    """A call in the loop that hands the scaler to a step function: `train_step(batch, scaler)`. A call that
+    only stores it (`setattr(self, f"scaler{i}", scaler)`, `scalers.append(scaler)`) keeps one scaler per
+    item (a model, an optimizer) and trains with none of them here."""
+    return (
+        event.kind is EventKind.CALL
+        and any(dotted_name(arg.value) == key for arg in event.call.args)
+        and not stores(event.call, key)
+    )
 
 
 def _lazy(model: FileModel, binding: ScalerBinding) -> bool:
