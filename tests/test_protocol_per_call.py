@@ -341,3 +341,29 @@ class Trainer:
     assert _found(source.replace("STEPPED", "self.grad_scaler"), "AMP022") == []
     assert _found(source.replace("STEPPED", "grad_scaler=self.grad_scaler"), "AMP022") == []
     assert _found(source.replace("STEPPED", "self.grad_scaler.get_scale()"), "AMP022") == [("AMP022", 16)]
+
+
+def test_an_update_in_a_loop_that_picks_one_optimizer_runs_once():
+    # Principle 1: "update() once per optimizer" needs the update to run on two passes of the loop. A test
+    # of the loop variable against a value the loop does not bind holds on one pass at most; where it is
+    # one alternative (`optim_idx is None` lets every optimizer through, espnet's trainers), the second
+    # pass rests on that condition: assumed, not proved.
+    loop = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for iopt, optimizer in enumerate(optimizers):
+        GUARD
+        scaler.step(optimizer)
+        scaler.update()
+"""
+    picked = loop.replace("GUARD", "if iopt != optim_idx:\n            continue")
+    assert _found(picked, "AMP023", show_assumed=True) == []
+    maybe = loop.replace("GUARD", "if optim_idx is not None and iopt != optim_idx:\n            continue")
+    assert _found(maybe, "AMP023") == []
+    assert _found(maybe, "AMP023", show_assumed=True) == [("AMP023", 10)]
+    every = loop.replace("GUARD", "if optimizer is None:\n            continue")
+    assert _found(every, "AMP023") == [("AMP023", 10)]
+    pairs = loop.replace("GUARD", "if iopt == other_iopt:\n            continue")
+    assert _found(pairs, "AMP023") == [("AMP023", 10)]

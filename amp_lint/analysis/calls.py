@@ -364,6 +364,7 @@ class CallRecorder:
                 # `scaled = scaler.scale(loss)` earlier in the scope: the backward runs on the scaled loss.
                 for value, _ in self.scope.assignments.get(key, []):
                     for candidate in alternatives(value):
+                        candidate = self._tensor_source(candidate)  # `scaled = scaler.scale(x)[0]`
                         if (
                             isinstance(candidate, cst.Call)
                             and isinstance(candidate.func, cst.Attribute)
@@ -408,8 +409,12 @@ class CallRecorder:
         return None, None
 
     def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
-        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`."""
+        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`,
+        an element or slice `x[0]`."""
         for _ in range(8):
+            if isinstance(expr, cst.Subscript):
+                expr = expr.value
+                continue
             if isinstance(expr, cst.Call):
                 func = expr.func
                 if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_PRESERVING_METHODS:

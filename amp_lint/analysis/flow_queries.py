@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence, Tuple
 
-from amp_lint.analysis.paths import PROVED, Proof, weakest
+import libcst as cst
+
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import ScopeFlow, StepFlow
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -239,12 +241,96 @@ def first_of(flow: StepFlow, things: Sequence):
 
 def again_in_loop(flow: StepFlow, event, loop, avoid: Sequence = ()) -> Optional[Proof]:
     """Can `event`, inside the inner `loop` of the iteration, run again on the loop's next pass (with no
-    `avoid` between)? A `break` or `return` right after it means it runs once."""
+    `avoid` between)? A `break` or `return` right after it means it runs once; so does a test that holds on
+    one pass at most (`if i == idx:`, see `_selected`); one that may hold on every pass
+    (`if idx is not None and i != idx: continue`) leaves it ASSUMED."""
     graph = flow.flow.graph
     latch, body = graph.loop_latch.get(id(loop)), graph.loop_body.get(id(loop))
     if latch is None or body is None:
         return None
-    return weakest(flow.flow.path_to(event, latch, avoid), flow.flow.path_from(body, event, avoid))
+    selected = _selected(event, loop)
+    if selected == _ONE_PASS:
+        return None
+    proof = weakest(flow.flow.path_to(event, latch, avoid), flow.flow.path_from(body, event, avoid))
+    return ASSUMED if proof is PROVED and selected == _SOME_PASSES else proof
+
+
+_ONE_PASS, _SOME_PASSES = "one pass", "some passes"
+
+
+def _selected(event, loop) -> Optional[str]:
+    """Does a test around `event` inside `loop` pick one element of what the loop runs over? A comparison
+    of a loop variable with something the loop does not bind (`i == idx`, `name is target`) holds on one
+    pass at most: `_ONE_PASS` when the event needs it (`if i == idx:`, or after `if i != idx: continue`),
+    `_SOME_PASSES` when it is one alternative of several (`if idx is None or i == idx:`)."""
+    targets = getattr(loop, "target", None)
+    if targets is None or not event.branches:
+        return None
+    bound = {n.value for n in _names_in(targets)}
+    inside = None  # the loop body's `if` nodes, found once when asked
+    found = None
+    for branch in event.branches:
+        test = branch.node.test
+        kind = _selection(test, branch.taken, bound)
+        if kind is None:
+            continue
+        if inside is None:
+            inside = {id(n) for n in _ifs_in(loop)}
+        if id(branch.node) not in inside:
+            continue
+        if kind == _ONE_PASS:
+            return _ONE_PASS
+        found = _SOME_PASSES
+    return found
+
+
+def _selection(test: cst.BaseExpression, holds: bool, bound: set) -> Optional[str]:
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, holds = test.expression, not holds
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And) == holds  # `a and b` holds: both; fails: either
+        parts = [_selection(side, holds, bound) for side in (test.left, test.right)]
+        if _ONE_PASS in parts:
+            return _ONE_PASS if conjunction else _SOME_PASSES
+        return _SOME_PASSES if _SOME_PASSES in parts else None
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    if isinstance(target.operator, (cst.Equal, cst.Is)):
+        equal = holds
+    elif isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
+        equal = not holds
+    else:
+        return None
+    sides = (test.left, target.comparator)
+    variables = [isinstance(side, cst.Name) and side.value in bound for side in sides]
+    if variables.count(True) != 1:
+        return None
+    other = sides[variables.index(False)]
+    if isinstance(other, cst.Name) and other.value == "None" or any(n.value in bound for n in _names_in(other)):
+        return None  # `opt is None` holds on every pass that has no optimizer; `i == j` on many
+    return _ONE_PASS if equal else None
+
+
+def _names_in(node: cst.CSTNode) -> List[cst.Name]:
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            found.append(current)
+        pending.extend(current.children)
+    return found
+
+
+def _ifs_in(loop: cst.CSTNode) -> List[cst.If]:
+    found, pending = [], list(loop.body.children)
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.If):
+            found.append(current)
+        if not isinstance(current, cst.BaseExpression):
+            pending.extend(current.children)
+    return found
 
 
 @dataclass(eq=False)

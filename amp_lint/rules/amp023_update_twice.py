@@ -61,6 +61,15 @@ class UpdateTwice(OrderRule):
     needs = (r"[Ss]caler", r"\bupdate\b")
 
     valid = [
+        # The loop over optimizers picks one of them: the step and the update run on one pass only.
+        """
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    for index, optimizer in enumerate(optimizers):
+        if index == turn:
+            scaler.step(optimizer)
+            scaler.update()
+""",
         """
 for x in loader:
     scaler.scale(d_loss).backward()

@@ -5,6 +5,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
+from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
@@ -68,6 +69,30 @@ def step(model, loss, scaler):
     penalty = sum(g.pow(2).sum() for g in grads)
     scaler.scale(loss + penalty).backward()
 """,
+        # The outputs scaled under another name, or an element of a scaled tensor; the plain call only where the
+        # scaler is None (mmagic's r1_gradient_penalty_loss and gen_path_regularizer).
+        """
+import torch
+from torch import autograd
+def r1_penalty(discriminator, real, loss_scaler=None):
+    pred = discriminator(real)
+    if loss_scaler:
+        pred = loss_scaler.scale(pred)
+    grads = autograd.grad(outputs=pred, inputs=real, grad_outputs=torch.ones_like(pred), create_graph=True)[0]
+    if loss_scaler:
+        grads = grads / loss_scaler.get_scale()
+    return grads.pow(2).sum()
+
+def path_penalty(generator, latents, loss_scaler=None):
+    out = generator(latents)
+    if loss_scaler:
+        loss = loss_scaler.scale(out.sum())[0]
+        grad = autograd.grad(outputs=loss, inputs=latents, create_graph=True)[0]
+        grad = grad * (1.0 / loss_scaler.get_scale())
+    else:
+        grad = autograd.grad(outputs=out.sum(), inputs=latents, create_graph=True)[0]
+    return grad.pow(2).sum()
+""",
         # No scaler in this function.
         """
 import torch
@@ -84,6 +109,17 @@ def step(model, loss, scaler):
 """,
     ]
     invalid = [
+        # Under `if scaler is not None:` the scaler does scale the loss.
+        Invalid(
+            """
+import torch
+def step(model, loss, scaler=None):
+    if scaler is not None:
+        grads = torch.autograd.grad(loss, model.parameters(), create_graph=True)
+        penalty = sum(g.pow(2).sum() for g in grads)
+        scaler.scale(loss + penalty).backward()
+"""
+        ),
         Invalid(
             """
 import torch
@@ -105,6 +141,9 @@ def step(model, loss, scaler):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
+        # The analysis's record of each call: what its outputs hold (a name bound to `scaler.scale(...)`,
+        # an element of one, a container of them: issue 26, principle 4) and the branches it runs under.
+        events = {id(e.call): e for e in model.events if e.kind is EventKind.AUTOGRAD_GRAD}
         for site in model.call_sites:
             if site.qualified_name not in names.AUTOGRAD_GRAD:
                 continue
@@ -117,7 +156,10 @@ def step(model, loss, scaler):
             outputs = argument(site.call, 0, "outputs")
             if outputs is None:
                 continue
-            scaled_by = _scaled_by(outputs.value)
+            event = events.get(id(site.call))
+            if event is not None and scaler in {key for key, holds in (b.condition for b in event.branches) if not holds}:
+                continue  # under `else:` of `if scaler:` (or `if scaler is None:`): no scaler scales this loss
+            scaled_by = _scaled_by(outputs.value) or (event.scaled_by if event is not None else None)
             if scaled_by is None:
                 yield self.finding(
                     site.call,
