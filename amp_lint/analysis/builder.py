@@ -47,6 +47,7 @@ class ModelBuilder(CallRecorder, Walker):
         self.pending_follows: List[Event] = []  # dotted calls a summary provider may follow (see finish)
         self.follow_every_call = False
         self.regions: List[AutocastRegion] = []
+        self.framework_regions: List[AutocastRegion] = []
         self.autocast_bindings: Dict[Tuple[int, str], AutocastBinding] = {}
         self.scalers: Dict[str, List[ScalerBinding]] = {}
         self.optimizer_keys: set = set()
@@ -327,6 +328,9 @@ class ModelBuilder(CallRecorder, Walker):
             if spec is not None:
                 region = AutocastRegion(node=node, spec=spec, item=item, scope=self.scope, loops=tuple(self.loop_stack[-1]))
                 regions.append(region)
+            elif _framework_autocast(item.item):
+                spec = AutocastSpec(qualified_name=FRAMEWORK_AUTOCAST, call=item.item, enabled=None)
+                self.framework_regions.append(AutocastRegion(node=node, spec=spec, item=item, scope=self.scope))
         self.with_regions[node] = regions
 
     def visit_With_body(self, node: cst.With) -> None:
@@ -501,6 +505,7 @@ class ModelBuilder(CallRecorder, Walker):
             assignment_sites=self.assignment_sites,
             parents=self.parents,
             wrapper_backwards=self.wrapper_backwards,
+            framework_regions=self.framework_regions,
         )
         self.resolve_followed_calls(model, before_classification=True)
         self.propagate_through_calls(model)
@@ -558,3 +563,20 @@ def _paired_elements(target: cst.BaseExpression, value: cst.BaseExpression):
     if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
         return []
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+
+
+# `with accelerator.autocast():`, `with fabric.autocast():`: a framework's own autocast context (it enters
+# `torch.autocast` when the run is configured for mixed precision). Not one of `regions`: its device, dtype
+# and switch are the framework's configuration, which the rules about those cannot read.
+FRAMEWORK_AUTOCAST = "<framework>.autocast"
+
+
+def _framework_autocast(expr: cst.BaseExpression) -> bool:
+    """`x.autocast(...)` on an object (not a module path `torch.autocast`, recognised already), not switched
+    off by a literal `enabled=False`."""
+    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute) or expr.func.attr.value != "autocast":
+        return False
+    return not any(
+        a.keyword is not None and a.keyword.value == "enabled" and isinstance(a.value, cst.Name) and a.value.value == "False"
+        for a in expr.args
+    )

@@ -204,6 +204,8 @@ class FileModel:
     # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
     # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
     wrapper_backwards: List[Event] = field(default_factory=list)
+    # `with accelerator.autocast():` blocks (`builder.FRAMEWORK_AUTOCAST`): AMP001 asks about them.
+    framework_regions: List[AutocastRegion] = field(default_factory=list)
     # The flow graphs of scopes and training steps (`scaler_flow.flow_of`), built once per model.
     flows: Dict[Tuple[str, int], object] = field(default_factory=dict, repr=False)
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)

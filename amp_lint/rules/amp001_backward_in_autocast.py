@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -30,7 +30,10 @@ class BackwardInAutocast(Rule):
     """
     ## What it does
     Finds a backward pass (`loss.backward()`, `scaler.scale(loss).backward()`,
-    `torch.autograd.backward`, `torch.autograd.grad`) that runs inside an enabled autocast region.
+    `torch.autograd.backward`, `torch.autograd.grad`, a framework's `accelerator.backward(loss)`) that runs
+    inside an enabled autocast region: a `torch.autocast` block or decorated function, or a framework's own
+    autocast block (`with accelerator.autocast():`, which enters `torch.autocast` when the run is configured
+    for mixed precision).
 
     ## Why is this bad?
     autocast "should wrap only the forward pass(es) of your network, including the loss
@@ -85,6 +88,14 @@ class BackwardInAutocast(Rule):
     needs = (r"\bautocast\b", r"\bbackward\b|\bautograd\b")
 
     valid = [
+        # A framework's autocast block (accelerate, Lightning Fabric), the backward after it.
+        """
+for batch in loader:
+    with self.accelerator.autocast():
+        loss = self.model(batch)
+    self.accelerator.backward(loss)
+    self.opt.step()
+""",
         """
 import torch
 for x, y in loader:
@@ -112,14 +123,18 @@ def autocast():
 with autocast():
     loss.backward()
 """,
-        # Accelerate's own autocast context is not a torch.autocast block.
-        """
-with accelerator.autocast():
-    loss = model(x)
-    accelerator.backward(loss)
-""",
     ]
     invalid = [
+        # A framework's autocast is autocast too (lucidrains' trainers: `with self.accelerator.autocast():`).
+        Invalid(
+            """
+for batch in loader:
+    with self.accelerator.autocast():
+        loss = self.model(batch)
+        self.accelerator.backward(loss)
+    self.opt.step()
+"""
+        ),
         # A framework's backward inside an explicit torch.autocast block (diffusers textual_inversion_bf16).
         Invalid(
             """
@@ -271,10 +286,17 @@ def step(model, x, optimizer):
             events_of.setdefault(id(event.statement), []).append(event)
         # A framework's `accelerator.backward(loss)` inside an explicit `torch.autocast` block is still a
         # backward under autocast (issue 14: diffusers textual_inversion_bf16).
+        framework = _framework_blocks(model)
         for event in sorted(model.events + model.wrapper_backwards, key=lambda e: e.index):
             if event.kind not in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
                 continue
             region = event.in_enabled_autocast()
+            if region is None and not event.regions:
+                # `with accelerator.autocast():` is autocast too, whoever provides it (no fix: the block's
+                # meaning is the framework's).
+                region = next((r for r, inside in framework if id(event.statement) in inside), None)
+                if region is not None:
+                    fixes.setdefault(region.node, None)
             if region is None:
                 continue
             if region.node not in fixes:
@@ -292,6 +314,24 @@ def step(model, x, optimizer):
                 fix=fixes[region.node],
                 context=event.scope.name,
             )
+
+
+def _framework_blocks(model: FileModel) -> List[Tuple[AutocastRegion, Set[int]]]:
+    """Each framework autocast block (`model.framework_regions`) with the ids of the statements it runs
+    (not those of functions and classes defined in it: they run when called)."""
+    blocks = []
+    for region in model.framework_regions:
+        inside: Set[int] = set()
+        pending: List[cst.CSTNode] = [region.node.body]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
+                inside.add(id(node))
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.BaseExpression)):
+                continue
+            pending.extend(node.children)
+        blocks.append((region, inside))
+    return blocks
 
 
 def _autocast_text(region: AutocastRegion) -> str:
