@@ -367,3 +367,32 @@ for x in loader:
     assert _found(every, "AMP023") == [("AMP023", 10)]
     pairs = loop.replace("GUARD", "if iopt == other_iopt:\n            continue")
     assert _found(pairs, "AMP023") == [("AMP023", 10)]
+
+
+def test_an_unscale_in_an_optimizer_loop_at_the_boundary_meets_the_next_iteration():
+    # Principle 2: the next iteration's `unscale_` raises when a path of this one skips every update; an
+    # unscale_ inside `for opt in optimizers:`, inside the accumulation boundary (espnet's trainer), is
+    # asked the same question as one in the iteration's own body (the inner loop's next pass is another
+    # optimizer, and on every micro-batch it would be AMP041's).
+    source = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch).sum() / accum).backward()
+    if (i + 1) % accum == 0:
+        for optimizer in optimizers:
+            scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not torch.isfinite(norm):
+            for optimizer in optimizers:
+                scaler.step(optimizer)
+                SKIPPED
+        else:
+            for optimizer in optimizers:
+                scaler.step(optimizer)
+            scaler.update()
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+"""
+    assert _found(source.replace("SKIPPED", "pass"), "AMP024") == [("AMP024", 8)]
+    assert _found(source.replace("SKIPPED", "scaler.update()"), "AMP024") == []

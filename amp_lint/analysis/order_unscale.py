@@ -98,12 +98,16 @@ def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale
     """A path from `unscale` to the end of the iteration that skips every update (`if not finite: continue`,
     LVSM PR #19, espnet #2362), so the next iteration's unscale_ finds the optimizer already unscaled."""
     updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
-    if not updates or unscale.in_helper or accumulation(model, step) is not None:
+    if not updates or unscale.in_helper:
+        return None
+    acc = accumulation(model, step)
+    if acc is not None and acc.every_micro_batch(unscale) is not None:
         return None  # an unscale_ on every micro-batch of an accumulation loop is AMP041's
     if step.loop is None:
         return _next_call_without_update(model, step, unscale, scaler, updates)
-    if unscale.loop is not step.loop:
-        return None  # an unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer
+    # An unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer on each pass of it: the
+    # question is the iteration's, from the unscale_ to the iteration's end and from its start to the
+    # unscale_, each avoiding every update (the inner loop's own next pass is another optimizer).
     flow = flow_of(model, step)
     return flow.next_iteration(unscale, unscale, updates)
 
