@@ -7,7 +7,6 @@ Each query yields `order.Breach`es; see `order` for what a breach holds.
 from __future__ import annotations
 
 import weakref
-from types import SimpleNamespace
 from typing import Iterator, List, Optional
 
 import libcst as cst
@@ -17,7 +16,7 @@ from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
-from amp_lint.analysis.steps import callee_scope
+from amp_lint.analysis.steps import callee_scope, handed_on
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.flow_queries import again_in_loop, first_of, last_of
 from amp_lint.analysis.order import Breach
@@ -196,19 +195,10 @@ def _between_unscale_and_step(flow: StepFlow, update: Event, scaler: str) -> Ite
 
 
 def _handed_on(model: FileModel) -> set:
-    """The names handed to a call as arguments (`self.optimizers.step_all(self.grad_scaler)`) whose callee
-    this file does not show: a scaler handed on may be stepped there (issue 26, principle 3: what a call
-    the analysis cannot see into does is unknown). A function of this file that steps and unscales nothing
-    does not count: its events are here to read."""
+    """The names handed on to a call that may step them (`steps.handed_on`), anywhere in the file."""
     names: set = set()
     for site in model.call_sites:
-        handed = {dotted_name(arg.value) for arg in site.call.args} - {None}
-        if not handed:
-            continue
-        callee = callee_scope(model, SimpleNamespace(target=site.func, scope=site.scope)) if site.func else None  # type: ignore[arg-type]
-        if callee is not None and not any(e.kind in _INF_CHECKS for e in callee.events):
-            continue
-        names |= handed
+        names |= handed_on(model, site)
     return names
 
 

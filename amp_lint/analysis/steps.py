@@ -12,7 +12,8 @@ what its parameters are bound to.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence
+from types import SimpleNamespace
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -268,6 +269,20 @@ def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
     else:
         return None
     return candidates[0] if len(candidates) == 1 else None
+
+
+def handed_on(model: FileModel, site) -> Set[str]:
+    """The dotted names a call site hands to its callee as arguments (`self.optimizers.step_all(self.grad_scaler)`)
+    when that callee may step a scaler: one this file does not show (issue 26, principle 3: what a call the
+    analysis cannot see into does is unknown), or a function of this file that steps or unscales. A function
+    of this file that does neither is read, not guessed."""
+    handed = {dotted_name(arg.value) for arg in site.call.args} - {None}
+    if not handed:
+        return set()
+    callee = callee_scope(model, SimpleNamespace(target=site.func, scope=site.scope)) if site.func else None  # type: ignore[arg-type]
+    if callee is not None and not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) for e in callee.events):
+        return set()
+    return handed
 
 
 def call_params(callee: Scope, class_name: Optional[str] = None) -> List[str]:

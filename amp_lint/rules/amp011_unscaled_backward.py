@@ -12,7 +12,7 @@ from amp_lint.analysis.gradient_effects import class_builds_scaler
 from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
-from amp_lint.analysis.steps import argument_names
+from amp_lint.analysis.steps import argument_names, handed_on
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
@@ -208,6 +208,30 @@ for x in loader:
 """,
     ]
     invalid = [
+        # The step is in a call the scaler is handed to, on an object this file does not show (nerfstudio's
+        # `Optimizers.optimizer_scaler_step_some`); update() after it proves that call stepped the scaler.
+        Invalid(
+            """
+import torch
+class Trainer:
+    def train_iteration(self, step):
+        with torch.autocast("cuda"):
+            loss = self.pipeline.get_train_loss(step)
+        loss.backward()
+        self.optimizers.scaler_step_all(self.grad_scaler)
+        self.grad_scaler.update()
+""",
+            fixed="""
+import torch
+class Trainer:
+    def train_iteration(self, step):
+        with torch.autocast("cuda"):
+            loss = self.pipeline.get_train_loss(step)
+        self.grad_scaler.scale(loss).backward()
+        self.optimizers.scaler_step_all(self.grad_scaler)
+        self.grad_scaler.update()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -319,8 +343,8 @@ for x in loader:
                 reported.add(id(backward.call))
                 yield self.finding(
                     backward.call,
-                    f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}.{_verb(scaler_event)}` "
-                    f"unscales the gradients{note}; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
+                    f"`{code_of(backward.call)}` runs on the unscaled loss while {_consumer(scaler, scaler_event)} "
+                    f"the gradients{note}; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
                     fix=_helper_scale_fix(model, backward, scaler) if backward.in_helper else _scale_fix(model, backward, scaler, dangling),
                     context=step.scope.name,
                     related=self.through_helpers(backward) + self.through_helpers(scaler_event),
@@ -390,6 +414,12 @@ def _called_with_a_scaled_loss(model: FileModel, scope) -> bool:
     return False
 
 
+def _consumer(scaler: str, event: Event) -> str:
+    if event.kind is EventKind.SCALER_UPDATE:  # `_update_after_a_hidden_step`
+        return f"a call handed `{scaler}` steps it before `{scaler}.update()` (which raises otherwise), unscaling"
+    return f"`{scaler}.{_verb(event)}` unscales"
+
+
 def _verb(event: Event) -> str:
     return "step(...)" if event.kind is EventKind.SCALER_STEP else "unscale_(...)"
 
@@ -411,7 +441,32 @@ def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Even
         proof = flow.path(backward, event)
         if proof is not None and (found is None or (proof is PROVED and best is not PROVED)):
             found, best = event, proof
+    if found is None:
+        found, best = _update_after_a_hidden_step(model, step, backward)
     return found, best
+
+
+def _update_after_a_hidden_step(model: FileModel, step: TrainingStep, backward: Event) -> Tuple[Optional[Event], Optional[Proof]]:
+    """`loss.backward()`, then `helper.step_all(scaler)`, then `scaler.update()` (nerfstudio's trainer): the
+    iteration shows no step or unscale_ of the scaler, yet update() raises without the inf checks they
+    record, so the call the scaler was handed to steps it, with these gradients. The update stands for
+    that hidden step."""
+    if any(e.receiver is not None for e in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)):
+        return None, None
+    flow = flow_of(model, step)
+    for update in step.of(EventKind.SCALER_UPDATE):
+        scaler = update.receiver
+        if scaler is None or update.call.args or not model.scaler_enabled(scaler, step.scope):
+            continue
+        hidden = [
+            site
+            for site in model.call_sites
+            if site.scope is backward.scope and backward.index <= site.index < update.index and scaler in handed_on(model, site)
+        ]
+        proof = flow.path(backward, update) if hidden else None
+        if proof is not None:
+            return update, proof
+    return None, None
 
 
 def _helper_scale_fix(model: FileModel, backward: Event, scaler: str) -> Optional[Fix]:
