@@ -439,14 +439,19 @@ for batch in loader:
     optimizer.step()
 """
     assert _codes(source, "AMP001") == ["AMP001"]
-    quiet = """
+    # Accelerate's own autocast enters torch.autocast under mixed precision (Accelerator.autocast ->
+    # get_mixed_precision_context_manager): the same bug, reported without a fix (the block is the framework's).
+    framework = """
 for batch in loader:
     with accelerator.autocast():
         loss = model(batch).loss
         accelerator.backward(loss)
     optimizer.step()
 """
-    assert _codes(quiet, "AMP001") == []
+    diagnostics = _check(framework, "AMP001").diagnostics
+    assert [d.code for d in diagnostics] == ["AMP001"] and diagnostics[0].fix is None
+    after = framework.replace("        accelerator.backward(loss)\n", "    accelerator.backward(loss)\n")
+    assert _codes(after, "AMP001") == []
 
 
 # --- issue 16: fixes users can trust ------------------------------------------------------------------
