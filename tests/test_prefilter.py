@@ -74,19 +74,32 @@ def _fixture_texts():
 
 
 def test_reading_only_the_hint_lines_keeps_every_decision():
-    """The second step skips statements without a hint; over every fixture it decides as a full read does."""
-    from amp_lint.parse.prefilter import _lines_with, code_identifiers
+    """The second step skips statements without a hint of the rules the first step left open, and asks only
+    those rules' code groups; over every fixture it decides as a full read of every rule's groups does."""
+    from amp_lint.parse.prefilter import _COMMENT_LINES, _lines_with, code_identifiers
     from amp_lint.parse.python_ast import parse as _parse
 
-    prefilter = Prefilter(ALL_RULES)
-    for text in _fixture_texts():
-        tree = _parse(text)
-        if tree is None:
-            continue
-        full = code_identifiers(tree)
-        pruned = code_identifiers(tree, _lines_with(text, prefilter._line_hints))
-        assert set(pruned.split()) - {"autocast_device_object"} <= set(full.split())
-        assert prefilter._matches(pruned, prefilter._code_groups) == prefilter._matches(full, prefilter._code_groups)
+    for rules in (ALL_RULES, [rule for rule in ALL_RULES if not rule.preview]):
+        rules = [rule for rule in rules if rule.needs]  # a rule without needs keeps every file: no second step
+        prefilter = Prefilter(rules)
+        for text in _fixture_texts():
+            tree = _parse(text)
+            if tree is None:
+                continue
+            full = code_identifiers(tree)
+            open_groups = prefilter._matching(_COMMENT_LINES.sub("", text))
+            if not open_groups:
+                continue
+            code_groups, line_hints = prefilter._second_step(tuple(open_groups))
+            pruned = code_identifiers(tree, _lines_with(text, line_hints))
+            assert set(pruned.split()) - {"autocast_device_object"} <= set(full.split())
+            # Every rule's two steps on the full read: the needs of the text and the code groups of the code.
+            expected = any(
+                all(re.search(p, _COMMENT_LINES.sub("", text)) for p in rule.needs)
+                and all(re.search(p, full) for p in (rule.ast_needs or rule.needs))
+                for rule in rules
+            )
+            assert prefilter._matches(pruned, code_groups) == expected, text[:200]
 
 
 def test_a_device_copied_on_a_line_without_hints_still_counts():

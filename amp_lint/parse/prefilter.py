@@ -168,7 +168,6 @@ class Prefilter:
             self._code_groups_of.setdefault(needs.index(tuple(rule.needs)), set()).add(code_needs.index(tuple(rule.ast_needs or rule.needs)))
         self._second_steps: Dict[Tuple[int, ...], tuple] = {}
         self._always = any(not n for n in needs)
-        self._line_hints = _line_hints(self._groups + self._code_groups)
         self._gate, self._gate_keys = _gate_and_keys(self._groups)
         ascii_gate = self._gate is not None and all(word.isascii() for word in self._gate)
         self._byte_gate = tuple(word.encode("ascii") for word in self._gate) if ascii_gate else None
