@@ -24,7 +24,7 @@ from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.steps import argument_names, callee_scope
-from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of
+from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns
 
 # Receivers whose `.backward(loss)` is a framework's own wrapper (Accelerate, Fabric, DeepSpeed, apex),
 # not `Tensor.backward`: they scale, unscale and step on the user's behalf.
@@ -358,6 +358,8 @@ class CallRecorder:
         target = code_of(loss) if loss is not None else None
         if scaler is None and core is not None:
             scaler, scale_call = self._scaled_within(core)
+        if scaler is None and isinstance(core, cst.Call):
+            scaler = self._scaled_by_helper(core)  # `self.scale_loss(loss).backward()`
         if scaler is None and scale_call is None and core is not None:
             key = dotted_name(core.value if isinstance(core, cst.Subscript) else core)
             if key is not None:
@@ -378,7 +380,34 @@ class CallRecorder:
                             # a dict of them, bound on one branch only: the backward runs on scaled
                             # tensors (issue 26, principle 4).
                             scaler, scale_call = self._scaled_within(candidate)
+                            if scaler is None and isinstance(candidate, cst.Call):
+                                scaler = self._scaled_by_helper(candidate)  # `scaled = self.scale_loss(loss)`
         self._add_event(kind, call, target=target, scaled_by=scaler, scale_call=scale_call, loss=loss)
+
+    def _scaled_by_helper(self, call: cst.Call) -> Optional[str]:
+        """The scaler whose `.scale(...)` a helper of this file returns, as the caller sees it (issue 26,
+        principle 4): `self.scale_loss(loss)` with `def scale_loss(self, loss): return self.scaler.scale(loss)`
+        in this class (ColossalAI's TorchAMPOptimizer), or `scale(loss)` with a module function returning
+        a module-level scaler's `.scale(...)`. A scaler the helper is handed is not followed."""
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            owner = next((c for c in self.module.body if isinstance(c, cst.ClassDef) and c.name.value == self.scope.class_name), None)
+            name, body, own = func.attr.value, (owner.body.body if owner is not None else ()), "self."
+        elif isinstance(func, cst.Name):
+            name, body, own = func.value, self.module.body, ""
+        else:
+            return None
+        for function in body:
+            if not isinstance(function, cst.FunctionDef) or function.name.value != name:
+                continue
+            params = {p.name.value for p in function.params.params}
+            for returned in own_returns(function):
+                source = self._tensor_source(returned)
+                if isinstance(source, cst.Call) and isinstance(source.func, cst.Attribute) and source.func.attr.value == "scale" and source.args:
+                    key = dotted_name(source.func.value)
+                    if key and key.startswith(own) and key.split(".")[0] not in params - {"self"}:
+                        return key
+        return None
 
     def _scaled_within(self, expr: cst.BaseExpression):
         """(scaler, call) when `expr` holds tensors scaled by a scaler through a container or a

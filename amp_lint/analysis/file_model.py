@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
-from amp_lint.analysis.names import NameTable
+from amp_lint.analysis.names import NameTable, dotted_name
 from amp_lint.analysis.syntax import Loop, Statement, argument, code_of, literal_string
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
@@ -360,6 +360,18 @@ def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> b
     return scope is None or not _built_by_someone_else(key, scope, model, imports_count=False)
 
 
+def _class_family(name: str, model: FileModel) -> Set[str]:
+    """`name` with the classes of this file it derives from and that derive from it, transitively."""
+    bases = {
+        cls: {dotted_name(b.value) for b in node.bases} & set(model.classes) for cls, node in model.classes.items()
+    }
+    family, changed = {name}, True
+    while changed:
+        grown = family | {b for cls in family for b in bases.get(cls, ())} | {cls for cls, found in bases.items() if found & family}
+        changed, family = grown != family, grown
+    return family
+
+
 def _built_by_someone_else(key: str, scope: Scope, model: FileModel, imports_count: bool) -> bool:
     """Is `key` assigned from a class this file defines (or, with imports_count, from a non-torch import)?
 
@@ -370,8 +382,11 @@ def _built_by_someone_else(key: str, scope: Scope, model: FileModel, imports_cou
     for outer in scope.chain():
         assignments.extend((value, outer) for value, _ in outer.assignments.get(key, []))
     if key.startswith("self.") and scope.class_name:
+        # The same object's attribute: set in this class, or in a base or a subclass of it in this file
+        # (fairseq's `_FP16OptimizerMixin` uses `self.scaler`, which `FP16Optimizer(_FP16OptimizerMixin)` builds).
+        family = _class_family(scope.class_name, model)
         for other in model.scopes:
-            if other.class_name == scope.class_name:
+            if other.class_name in family:
                 assignments.extend((value, other) for value, _ in other.assignments.get(key, []))
     for value, where in assignments:
         if not isinstance(value, cst.Call):

@@ -61,3 +61,15 @@ def alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
             pending += (node.right, node.left)
         else:
             yield node
+
+def own_returns(function: cst.FunctionDef) -> list:
+    """The values `function` itself returns (not those of functions and classes nested in it)."""
+    found, pending = [], list(function.body.children)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Return) and node.value is not None:
+            found.append(node.value)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.BaseExpression)):
+            pending.extend(node.children)
+    return found
+

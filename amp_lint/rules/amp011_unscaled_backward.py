@@ -66,6 +66,26 @@ class UnscaledBackward(Rule):
     needs = (r"[Ss]caler", r"\bbackward\b")
 
     valid = [
+        # The loss scaled by a method of the class that returns `self.scaler.scale(loss)` (ColossalAI's
+        # TorchAMPOptimizer.backward / scale_loss).
+        """
+import torch
+class AmpOptimizer:
+    def __init__(self, optim):
+        self.optim = optim
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def backward(self, loss):
+        scaled_loss = self.scale_loss(loss)
+        scaled_loss.backward()
+
+    def step(self):
+        self.scaler.step(self.optim)
+        self.scaler.update()
+
+    def scale_loss(self, loss):
+        return self.scaler.scale(loss)
+""",
         # The fp32 backward in the else of `if self._scaler is not None`, the unscale_ in a helper under the
         # same test (allennlp's gradient_descent_trainer).
         """

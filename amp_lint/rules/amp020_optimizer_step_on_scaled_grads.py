@@ -83,6 +83,27 @@ class OptimizerStepOnScaledGrads(OrderRule):
     needs = (r"[Ss]caler", r"\bstep\b")
 
     valid = [
+        # `self.scaler` is the project's own loss scaler, built by a subclass in this file (fairseq's
+        # `_FP16OptimizerMixin` and `FP16Optimizer`): not torch's GradScaler.
+        """
+from .dynamic_loss_scaler import DynamicLossScaler
+
+class _FP16OptimizerMixin:
+    def backward(self, loss):
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def step(self, closure=None):
+        self.fp32_optimizer.step(closure)
+        if self.scaler is not None:
+            self.scaler.update()
+
+class FP16Optimizer(_FP16OptimizerMixin):
+    def __init__(self, cfg, fp32_optimizer):
+        self.fp32_optimizer = fp32_optimizer
+        self.scaler = DynamicLossScaler(init_scale=cfg.fp16_init_scale)
+""",
         """
 for x, y in loader:
     scaler.scale(loss_fn(model(x), y)).backward()
