@@ -259,7 +259,9 @@ def _accumulation(model: FileModel, step: TrainingStep, flow: StepFlow) -> Optio
         and same_pass(flow, backward, e) is not None
     ]
     zeros = [e for e in step.events if e.kind is EventKind.ZERO_GRAD and same_pass(flow, backward, e) is not None]
-    candidates = [(e, gates(e)) for e in protocol]
+    # `update(new_scale)` sets the scale (icefall's `if cur_grad_scale < 1.0: scaler.update(cur_grad_scale * 2.0)`
+    # every hundred batches): not the update the iteration's step waits for, so it marks no boundary.
+    candidates = [(e, gates(e)) for e in protocol if not (e.kind is EventKind.SCALER_UPDATE and e.call.args)]
     candidates = [(e, g) for e, g in candidates if g]
     if not candidates:
         # Only zero_grad marks the boundary: no accumulation when the gradients are also cleared every pass.

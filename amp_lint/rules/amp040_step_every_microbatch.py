@@ -81,6 +81,23 @@ class StepEveryMicrobatch(OrderRule):
     needs = (r"[Ss]caler", r"\bstep\b|\bupdate\b")
 
     valid = [
+        # A step and an update every batch; every hundred batches a small scale is doubled by hand with
+        # `update(new_scale)` (icefall's recipes): that sets the scale, it is no accumulation boundary.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for batch_idx, batch in enumerate(loader):
+    with torch.autocast("cuda"):
+        loss = model(batch)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    if batch_idx % 100 == 0:
+        cur_grad_scale = scaler._scale.item()
+        if cur_grad_scale < 1.0 or (cur_grad_scale < 8.0 and batch_idx % 400 == 0):
+            scaler.update(cur_grad_scale * 2.0)
+""",
         """
 import torch
 for i, (x, y) in enumerate(loader):
