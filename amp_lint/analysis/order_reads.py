@@ -5,7 +5,7 @@ reads them) while a scaler still holds them SCALED, before the step of that scal
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -19,6 +19,7 @@ from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_bu
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of, skipped_in_helper
+from amp_lint.analysis.steps import call_params
 from amp_lint.analysis.syntax import argument, code_of, literal_bool
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
@@ -146,10 +147,35 @@ def _first_read_of_its_loop(flow, step: TrainingStep, read: Event) -> bool:
 
 def _threshold_carries_scale(clip: Event) -> bool:
     """`clip_grad_norm_(params, max_norm * scaler.get_scale())` (issue 26, principle 4): the threshold is
-    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first."""
+    scaled with the gradients, which is right; a `get_scale()` anywhere in the arguments after the first.
+    In a helper, the threshold may carry it through a parameter that the call into the helper binds to
+    `get_scale()` (mmf's `clip_gradients(..., scale=self.scaler.get_scale())` clips to `max_norm * scale`)."""
     if not isinstance(clip.call, cst.Call):
         return False  # a `p.grad` read
-    return any("get_scale" in code_of(arg.value) for arg in clip.call.args[1:])
+    thresholds = [arg.value for arg in clip.call.args[1:]]
+    if any("get_scale" in code_of(value) for value in thresholds):
+        return True
+    if clip.via is None or clip.scope is None or not clip.scope.is_function:
+        return False
+    named = {name for value in thresholds for name in _plain_names(value)} & set(clip.scope.params)
+    if not named:
+        return False
+    call = clip.via.call
+    positional = call_params(clip.scope)
+    bound = {positional[i]: arg.value for i, arg in enumerate(a for a in call.args if a.keyword is None and not a.star) if i < len(positional)}
+    bound.update({arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None})
+    return any(name in bound and "get_scale" in code_of(bound[name]) for name in named)
+
+
+def _plain_names(expression: cst.BaseExpression) -> Set[str]:
+    found, pending = set(), [expression]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.Name):
+            found.add(node.value)
+        elif not isinstance(node, cst.Attribute):  # `self.scale` is no parameter
+            pending.extend(node.children)
+    return found
 
 
 # clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None)

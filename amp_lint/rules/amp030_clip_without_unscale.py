@@ -78,6 +78,22 @@ class ClipWithoutUnscale(OrderRule):
     needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b")
 
     valid = [
+        # A helper clips to `max_norm * scale`, and the call binds `scale` to the scaler's scale (mmf's
+        # `clip_gradients(..., scale=self.scaler.get_scale())`): the threshold carries the scale.
+        """
+import torch
+from torch import nn
+
+def clip_gradients(model, max_norm, scale=1.0):
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm * scale)
+
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    clip_gradients(model, 1.0, scale=scaler.get_scale())
+    scaler.step(optimizer)
+    scaler.update()
+""",
         # Checks that hold whatever the scale, right after a scaled backward (torch's distributed_test.py).
         """
 import torch
