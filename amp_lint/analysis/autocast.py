@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.syntax import Loop, argument, literal_bool, literal_string
+from amp_lint.analysis.syntax import Loop, argument, literal_bool, literal_string, own_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.file_model import Scope
@@ -196,7 +196,7 @@ def wrapper_spec(function: cst.FunctionDef, qualify) -> Optional[AutocastSpec]:
     The spec keeps what the returned calls say as literals (a literal `enabled=False` everywhere: off); an
     argument that comes from the wrapper's parameters is decided at run time. `call` is None: the wrapper's
     call is not an autocast call whose arguments rules may read or fix."""
-    returns = [node for node in _own_nodes(function.body) if isinstance(node, cst.Return)]
+    returns = [node for node in own_nodes(function.body) if isinstance(node, cst.Return)]
     if not returns or any(_own_yield(function.body)):
         return None
     calls = []
@@ -219,16 +219,5 @@ def wrapper_spec(function: cst.FunctionDef, qualify) -> Optional[AutocastSpec]:
     return spec
 
 
-def _own_nodes(body: cst.CSTNode):
-    """The nodes of a function body, nested functions and classes left out."""
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in node.children:
-            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                stack.append(child)
-
-
 def _own_yield(body: cst.CSTNode):
-    return (node for node in _own_nodes(body) if isinstance(node, (cst.Yield,)))
+    return (node for node in own_nodes(body) if isinstance(node, (cst.Yield,)))

@@ -14,7 +14,7 @@ from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.flow_queries import scope_flow
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.paths import PROVED, Proof, weakest
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.syntax import code_of, ifs_in, names_in
 from amp_lint.analysis.walk import visit_read_only
 
 EPOCH_LOOP = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|e|i_epoch|epoch_num|n_epoch)$|epoch", re.IGNORECASE)
@@ -83,39 +83,6 @@ def runs_once(loop: cst.For) -> bool:
                 one = second.right
                 return isinstance(one, cst.Integer) and int(one.value, 0) <= 1 and second.left.deep_equals(first)
     return False
-
-
-def ifs_in(loop: cst.For) -> Set[int]:
-    found: Set[int] = set()
-
-    class Ifs(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            found.add(id(node))
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return False
-
-    visit_read_only(loop.body, Ifs())
-    return found
-
-
-def names_in(node: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            visit_read_only(attribute.value, self)
-            return False
-
-        def visit_Arg(self, arg: cst.Arg) -> bool:
-            visit_read_only(arg.value, self)
-            return False
-
-    visit_read_only(node, Names())
-    return found
 
 
 # --- a scaler that outlives the call (returned, stored): built once per object, not per call ----------

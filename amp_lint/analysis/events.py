@@ -111,6 +111,12 @@ class Event:
         """The enclosing region that is in force, unless an inner `enabled=False` region switches it off."""
         return enabled_region(self.regions)
 
+    @property
+    def failing_tests(self) -> set:
+        """The (normalised) tests that are false where the event runs: `scaler` under `else:` of `if scaler:`
+        or of `if scaler is not None:`, where that scaler is None or off."""
+        return {key for key, holds in (b.condition for b in self.branches) if not holds}
+
     def compatible(self, other: "Event") -> bool:
         """Can both events run in the same pass through the code (no `if`/`else` between them)?"""
         mine = {b.node: b.taken for b in self.branches}

@@ -20,7 +20,7 @@ from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.names import NameTable, dotted_name
-from amp_lint.analysis.syntax import Loop, Statement, argument, code_of, literal_string
+from amp_lint.analysis.syntax import Loop, Statement, argument, code_of, literal_string, own_nodes
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
 _OPTIMIZER_NAME = re.compile(
@@ -204,8 +204,9 @@ class FileModel:
     # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
     # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
     wrapper_backwards: List[Event] = field(default_factory=list)
-    # `with accelerator.autocast():` blocks (`builder.FRAMEWORK_AUTOCAST`): AMP001 asks about them.
+    # `with accelerator.autocast():` blocks (`builder.FRAMEWORK_AUTOCAST`): see `framework_region_of`.
     framework_regions: List[AutocastRegion] = field(default_factory=list)
+    _framework_statements: Optional[Dict[int, AutocastRegion]] = field(default=None, repr=False)
     # The flow graphs of scopes and training steps (`scaler_flow.flow_of`), built once per model.
     flows: Dict[Tuple[str, int], object] = field(default_factory=dict, repr=False)
     _blocks: Optional[Dict[int, Sequence[cst.BaseStatement]]] = field(default=None, repr=False)
@@ -267,6 +268,17 @@ class FileModel:
                 if _SCALER_NAME.search(param) or (annotation is not None and "Scaler" in code_of(annotation)):
                     return True
         return any(e.kind in SCALER_KINDS for e in self.events if e.scope in set(scope.chain()))
+
+    def framework_region_of(self, statement: cst.CSTNode) -> Optional[AutocastRegion]:
+        """The framework autocast block (`with accelerator.autocast():`) that runs `statement`, innermost
+        first; not one around a function defined in it (that runs when called)."""
+        if self._framework_statements is None:
+            self._framework_statements = {}
+            for region in self.framework_regions:  # in source order, outer blocks first: inner ones overwrite
+                for node in own_nodes(region.node.body):
+                    if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
+                        self._framework_statements[id(node)] = region
+        return self._framework_statements.get(id(statement))
 
     def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.BaseStatement]]:
         """The statements of the block (module or indented body) that holds `statement`, itself included."""

@@ -13,6 +13,7 @@ import libcst as cst
 
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import ScopeFlow, StepFlow
+from amp_lint.analysis.syntax import ifs_in, names_in
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.analysis.file_model import FileModel, Scope
@@ -266,7 +267,7 @@ def _selected(event, loop) -> Optional[str]:
     targets = getattr(loop, "target", None)
     if targets is None or not event.branches:
         return None
-    bound = {n.value for n in _names_in(targets)}
+    bound = names_in(targets)
     inside = None  # the loop body's `if` nodes, found once when asked
     found = None
     for branch in event.branches:
@@ -275,7 +276,7 @@ def _selected(event, loop) -> Optional[str]:
         if kind is None:
             continue
         if inside is None:
-            inside = {id(n) for n in _ifs_in(loop)}
+            inside = ifs_in(loop)
         if id(branch.node) not in inside:
             continue
         if kind == _ONE_PASS:
@@ -307,30 +308,9 @@ def _selection(test: cst.BaseExpression, holds: bool, bound: set) -> Optional[st
     if variables.count(True) != 1:
         return None
     other = sides[variables.index(False)]
-    if isinstance(other, cst.Name) and other.value == "None" or any(n.value in bound for n in _names_in(other)):
+    if isinstance(other, cst.Name) and other.value == "None" or names_in(other) & bound:
         return None  # `opt is None` holds on every pass that has no optimizer; `i == j` on many
     return _ONE_PASS if equal else None
-
-
-def _names_in(node: cst.CSTNode) -> List[cst.Name]:
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, cst.Name):
-            found.append(current)
-        pending.extend(current.children)
-    return found
-
-
-def _ifs_in(loop: cst.CSTNode) -> List[cst.If]:
-    found, pending = [], list(loop.body.children)
-    while pending:
-        current = pending.pop()
-        if isinstance(current, cst.If):
-            found.append(current)
-        if not isinstance(current, cst.BaseExpression):
-            pending.extend(current.children)
-    return found
 
 
 @dataclass(eq=False)

@@ -5,7 +5,7 @@ reads them) while a scaler still holds them SCALED, before the step of that scal
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -20,7 +20,7 @@ from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of, skipped_in_helper
 from amp_lint.analysis.steps import call_params
-from amp_lint.analysis.syntax import argument, code_of, literal_bool
+from amp_lint.analysis.syntax import argument, code_of, literal_bool, names_in
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
 CLIP_RAISES_NONFINITE = "clip-raises-nonfinite"  # `node`: the `error_if_nonfinite=True` argument
@@ -157,7 +157,7 @@ def _threshold_carries_scale(clip: Event) -> bool:
         return True
     if clip.via is None or clip.scope is None or not clip.scope.is_function:
         return False
-    named = {name for value in thresholds for name in _plain_names(value)} & set(clip.scope.params)
+    named = {name for value in thresholds for name in names_in(value)} & set(clip.scope.params)
     if not named:
         return False
     call = clip.via.call
@@ -165,17 +165,6 @@ def _threshold_carries_scale(clip: Event) -> bool:
     bound = {positional[i]: arg.value for i, arg in enumerate(a for a in call.args if a.keyword is None and not a.star) if i < len(positional)}
     bound.update({arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None})
     return any(name in bound and "get_scale" in code_of(bound[name]) for name in named)
-
-
-def _plain_names(expression: cst.BaseExpression) -> Set[str]:
-    found, pending = set(), [expression]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Name):
-            found.add(node.value)
-        elif not isinstance(node, cst.Attribute):  # `self.scale` is no parameter
-            pending.extend(node.children)
-    return found
 
 
 # clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None)

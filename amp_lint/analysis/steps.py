@@ -12,7 +12,6 @@ what its parameters are bound to.
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import libcst as cst
@@ -243,7 +242,12 @@ def _rebased(via: Event, outer: Event) -> Event:
 
 def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
     """The function or method of this file that a CALL event calls, when that is unambiguous."""
-    target = call.target or ""
+    return function_called(model, call.target or "", call.scope)
+
+
+def function_called(model: FileModel, target: str, scope: Scope) -> Optional[Scope]:
+    """The function or method of this file that a call of `target` (as written) made in `scope` calls,
+    when that is unambiguous."""
     if target.startswith("self."):
         name = target[len("self.") :]
         candidates = [
@@ -251,13 +255,13 @@ def callee_scope(model: FileModel, call: Event) -> Optional[Scope]:
             for s in model.function_scopes_named(name)
             if s.is_function
             and s.node.name.value == name
-            and call.scope.class_name is not None
-            and s.class_name == call.scope.class_name
+            and scope.class_name is not None
+            and s.class_name == scope.class_name
             and s.parent is not None
             and not s.parent.is_function
         ]
     elif target and "." not in target:
-        visible = set(call.scope.chain())
+        visible = set(scope.chain())
         candidates = [
             s
             for s in model.function_scopes_named(target)
@@ -279,7 +283,7 @@ def handed_on(model: FileModel, site) -> Set[str]:
     handed = {dotted_name(arg.value) for arg in site.call.args} - {None}
     if not handed:
         return set()
-    callee = callee_scope(model, SimpleNamespace(target=site.func, scope=site.scope)) if site.func else None  # type: ignore[arg-type]
+    callee = function_called(model, site.func, site.scope) if site.func else None
     if callee is not None and not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) for e in callee.events):
         return set()
     return handed

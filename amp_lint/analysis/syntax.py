@@ -62,14 +62,41 @@ def alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         else:
             yield node
 
+
+def own_nodes(body: cst.CSTNode):
+    """The nodes of a function body (or any block), nested functions, classes and lambdas left out: what
+    runs when the block runs."""
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in node.children:
+            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                stack.append(child)
+
+
 def own_returns(function: cst.FunctionDef) -> list:
     """The values `function` itself returns (not those of functions and classes nested in it)."""
-    found, pending = [], list(function.body.children)
+    return [node.value for node in own_nodes(function.body) if isinstance(node, cst.Return) and node.value is not None]
+
+
+def names_in(node: cst.CSTNode) -> set:
+    """The plain names an expression reads: `a` of `a.b.c` (not `b`, `c`), keyword arguments' values (not
+    their keywords)."""
+    found, pending = set(), [node]
     while pending:
-        node = pending.pop()
-        if isinstance(node, cst.Return) and node.value is not None:
-            found.append(node.value)
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.BaseExpression)):
-            pending.extend(node.children)
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            found.add(current.value)
+        elif isinstance(current, cst.Attribute):
+            pending.append(current.value)
+        elif isinstance(current, cst.Arg):
+            pending.append(current.value)
+        else:
+            pending.extend(current.children)
     return found
 
+
+def ifs_in(loop: cst.CSTNode) -> set:
+    """The ids of the `if` statements a loop's body runs (not those of functions defined in it)."""
+    return {id(node) for node in own_nodes(loop.body) if isinstance(node, cst.If)}

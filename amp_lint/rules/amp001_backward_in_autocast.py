@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
@@ -286,7 +286,6 @@ def step(model, x, optimizer):
             events_of.setdefault(id(event.statement), []).append(event)
         # A framework's `accelerator.backward(loss)` inside an explicit `torch.autocast` block is still a
         # backward under autocast (issue 14: diffusers textual_inversion_bf16).
-        framework = _framework_blocks(model)
         for event in sorted(model.events + model.wrapper_backwards, key=lambda e: e.index):
             if event.kind not in (EventKind.BACKWARD, EventKind.AUTOGRAD_GRAD):
                 continue
@@ -294,7 +293,7 @@ def step(model, x, optimizer):
             if region is None and not event.regions:
                 # `with accelerator.autocast():` is autocast too, whoever provides it (no fix: the block's
                 # meaning is the framework's).
-                region = next((r for r, inside in framework if id(event.statement) in inside), None)
+                region = model.framework_region_of(event.statement)
                 if region is not None:
                     fixes.setdefault(region.node, None)
             if region is None:
@@ -314,24 +313,6 @@ def step(model, x, optimizer):
                 fix=fixes[region.node],
                 context=event.scope.name,
             )
-
-
-def _framework_blocks(model: FileModel) -> List[Tuple[AutocastRegion, Set[int]]]:
-    """Each framework autocast block (`model.framework_regions`) with the ids of the statements it runs
-    (not those of functions and classes defined in it: they run when called)."""
-    blocks = []
-    for region in model.framework_regions:
-        inside: Set[int] = set()
-        pending: List[cst.CSTNode] = [region.node.body]
-        while pending:
-            node = pending.pop()
-            if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
-                inside.add(id(node))
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.BaseExpression)):
-                continue
-            pending.extend(node.children)
-        blocks.append((region, inside))
-    return blocks
 
 
 def _autocast_text(region: AutocastRegion) -> str:

@@ -419,7 +419,7 @@ def _per_call_backwards(model: FileModel):
                 continue
             # on a path where the scaler is None or off (`else:` of `if self.scaler is not None:`), nothing of
             # its consumes the backward's gradients
-            off = {key for key, holds in (b.condition for b in backward.branches) if not holds}
+            off = backward.failing_tests
             consumer = next((e for e in steps if backward.compatible(e) and e.receiver not in off), None)
             if consumer is not None:
                 yield backward, consumer

@@ -157,7 +157,7 @@ def step(model, loss, scaler):
             if outputs is None:
                 continue
             event = events.get(id(site.call))
-            if event is not None and scaler in {key for key, holds in (b.condition for b in event.branches) if not holds}:
+            if event is not None and scaler in event.failing_tests:
                 continue  # under `else:` of `if scaler:` (or `if scaler is None:`): no scaler scales this loss
             scaled_by = _scaled_by(outputs.value) or (event.scaled_by if event is not None else None)
             if scaled_by is None:
