@@ -382,3 +382,36 @@ for i, batch in enumerate(loader):
 """
     assert _found(source.replace("SKIPPED", "pass"), "AMP024") == [("AMP024", 8)]
     assert _found(source.replace("SKIPPED", "scaler.update()"), "AMP024") == []
+
+
+def test_a_helper_handed_none_for_its_scaler_drives_no_scaler_at_that_call():
+    # Principle 3: `self._grad_clipping(..., scaler=None)` on the apex path (coqui's trainer) runs none of the
+    # helper's calls on that scaler (they would raise on None); the apex backward is not "unscaled while
+    # None.unscale_(...)" with a safe fix writing `None.scale(...)`. The other call, handed the real
+    # scaler, still makes the unscaled backward beside it a finding.
+    source = '''
+import torch
+
+
+class Trainer:
+    def _grad_clipping(self, grad_clip, optimizer, scaler):
+        if grad_clip is not None and grad_clip > 0:
+            if scaler:
+                scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip)
+
+    def optimize(self, loss, optimizer, scaler, grad_clip):
+        if self.use_apex:
+            with amp.scale_loss(loss, optimizer) as scaled_loss:
+                scaled_loss.backward()
+            self._grad_clipping(grad_clip=grad_clip, optimizer=optimizer, scaler=None)
+            optimizer.step()
+        else:
+            loss.backward()
+            self._grad_clipping(grad_clip=grad_clip, optimizer=optimizer, scaler=scaler)
+            scaler.step(optimizer)
+            scaler.update()
+'''
+    result = Checker(frozenset({"AMP011"})).check(textwrap.dedent(source), "train.py")
+    assert [(d.code, d.location.row) for d in result.diagnostics] == [("AMP011", 19)]
+    assert all("None." not in d.message for d in result.diagnostics)

@@ -52,6 +52,10 @@ class Summary:
         step = 10.0 ** (-3 * (depth + 1))
         out = []
         for position, event in enumerate(self.events, start=1):
+            if any(_is_none(_renamed(key, names)) for key in (event.receiver, event.scaled_by) if key is not None):
+                # `self._grad_clipping(..., scaler=None)` (coqui's trainer on its apex path): the helper's
+                # calls on that scaler cannot run at this call (they would raise), so they do not happen here.
+                continue
             scaled_by, scale_call = _renamed(event.scaled_by, names), event.scale_call
             if scaled_by is None and event.loss is not None and _head(event.loss) in scaled:
                 # `self._backward(scaler.scale(loss))` and `def _backward(self, loss): loss.backward()`
@@ -117,6 +121,11 @@ def _head(expr) -> Optional[str]:
         else:
             return None
     return None
+
+
+def _is_none(key: Optional[str]) -> bool:
+    """A key renamed to the literal `None` a caller passed for the parameter."""
+    return key == "None" or (key is not None and key.startswith("None."))
 
 
 def _renamed(key: Optional[str], names: Dict[str, str]) -> Optional[str]:
