@@ -440,7 +440,7 @@ for batch in loader:
 """
     assert _codes(source, "AMP001") == ["AMP001"]
     # Accelerate's own autocast enters torch.autocast under mixed precision (Accelerator.autocast ->
-    # get_mixed_precision_context_manager): the same bug, reported without a fix (the block is the framework's).
+    # get_mixed_precision_context_manager): the same bug, and the same split fixes it.
     framework = """
 for batch in loader:
     with accelerator.autocast():
@@ -448,9 +448,9 @@ for batch in loader:
         accelerator.backward(loss)
     optimizer.step()
 """
-    diagnostics = _check(framework, "AMP001").diagnostics
-    assert [d.code for d in diagnostics] == ["AMP001"] and diagnostics[0].fix is None
+    assert _codes(framework, "AMP001") == ["AMP001"]
     after = framework.replace("        accelerator.backward(loss)\n", "    accelerator.backward(loss)\n")
+    assert _check(framework, "AMP001", fix=True).fixed_source == after
     assert _codes(after, "AMP001") == []
 
 

@@ -133,7 +133,14 @@ for batch in loader:
         loss = self.model(batch)
         self.accelerator.backward(loss)
     self.opt.step()
-"""
+""",
+            fixed="""
+for batch in loader:
+    with self.accelerator.autocast():
+        loss = self.model(batch)
+    self.accelerator.backward(loss)
+    self.opt.step()
+""",
         ),
         # A framework's backward inside an explicit torch.autocast block (diffusers textual_inversion_bf16).
         Invalid(
@@ -291,11 +298,8 @@ def step(model, x, optimizer):
                 continue
             region = event.in_enabled_autocast()
             if region is None and not event.regions:
-                # `with accelerator.autocast():` is autocast too, whoever provides it (no fix: the block's
-                # meaning is the framework's).
+                # `with accelerator.autocast():` is autocast too, whoever provides it; the same split fixes it.
                 region = model.framework_region_of(event.statement)
-                if region is not None:
-                    fixes.setdefault(region.node, None)
             if region is None:
                 continue
             if region.node not in fixes:
