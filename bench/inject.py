@@ -318,13 +318,19 @@ def refresh(results: List[dict], projects: Dict[str, Path]) -> List[dict]:
 
 def attach_causes(results: List[dict], path: Path) -> None:
     """The causes of misses, read by hand (bench/inject-causes.json: {"project/file:line operator":
-    {"principle": N, "cause": "..."}}), attached to the misses they name."""
+    {"principle": N, "cause": "..."}}), attached to the misses they name; `{"equivalent": true, "cause":
+    "..."}` marks a mutant that is no bug at its site."""
     if not path.exists():
         return
     causes = json.loads(path.read_text(encoding="utf-8"))
     for record in results:
         note = causes.get(f"{record['project']}/{record['file']}:{record['line']} {record['operator']}")
-        if note and not record.get("caught"):
+        if note and note.get("equivalent"):
+            # An equivalent mutant: the mutation is not a bug at that site (judged by hand; the cause says
+            # why). Left out of caught/total; a finding on it is a false positive, and the report says so.
+            record["equivalent"] = True
+            record["cause"] = note.get("cause", "")
+        elif note and not record.get("caught"):
             record["principle"] = note.get("principle")
             record["cause"] = note.get("cause", "")
 

@@ -31,7 +31,8 @@ def _pct(a: int, b: int) -> str:
 
 
 def render(results: List[dict], operators: Sequence[str], elapsed: float, args) -> str:
-    ok = [r for r in results if not r.get("error")]
+    ok = [r for r in results if not r.get("error") and not r.get("equivalent")]
+    equivalent = [r for r in results if not r.get("error") and r.get("equivalent")]
     errors = [r for r in results if r.get("error")]
     projects = sorted({r["project"] for r in ok})
     caught = sum(1 for r in ok if r["caught"])
@@ -41,7 +42,8 @@ def render(results: List[dict], operators: Sequence[str], elapsed: float, args) 
         f"{len(ok)} mutants in {len(projects)} projects ({', '.join(projects)}); "
         f"**{caught} caught ({_pct(caught, len(ok))})**; {len(errors)} could not be checked; "
         + (f"{elapsed / 60:.1f} min with --jobs {args.jobs}; " if elapsed else "")
-        + f"seed {args.seed}, at most {args.per_operator} sites per project and operator.",
+        + f"seed {args.seed}, at most {args.per_operator} sites per project and operator."
+        + (f" {len(equivalent)} equivalent mutants (no bug at the site, judged by hand) left out: see the end." if equivalent else ""),
         "",
         "Command: `" + " ".join(["python", "bench/inject.py", *sys.argv[1:]]) + "`",
         "",
@@ -73,6 +75,7 @@ def render(results: List[dict], operators: Sequence[str], elapsed: float, args) 
     if fixed:
         out += _fix_table(fixed, operators)
     out += _misses(ok)
+    out += _equivalent(equivalent)
     if errors:
         out += ["", "## Not checked (amp-lint failed)", ""]
         out += [f"- {r['project']}/{r['file']}:{r['line']} {r['operator']}: {r['error'][:300]}" for r in errors]
@@ -136,6 +139,20 @@ def _fix_table(fixed: List[dict], operators: Sequence[str]) -> List[str]:
             detail = "; ".join(x for x in (fb.get("why", ""), fb.get("diff", "")) if x)
             mark = "" if one_answer(r) else " (not one answer)"
             out.append(f"- **{fb['class']}** {r['operator']}{mark} {r['project']}/{r['file']}:{r['line']}: {detail[:400]}")
+    return out
+
+
+def _equivalent(records: List[dict]) -> List[str]:
+    """Mutants that are no bug at their site (bench/inject-causes.json, `"equivalent": true`): not counted;
+    one the tool reports anyway is a false positive, and is marked so."""
+    if not records:
+        return []
+    out = ["", "## Equivalent mutants (not counted)", ""]
+    out.append("Mutations that are no bug at their site, judged by hand; a default finding of the expected rule on one is a false positive.")
+    out.append("")
+    for r in sorted(records, key=lambda r: (r["operator"], r["project"], r["file"], r["line"])):
+        flag = " **reported: a false positive**" if r.get("caught") else ""
+        out.append(f"- {r['operator']}: {r['project']}/{r['file']}:{r['line']} ({r['function'] or 'module'}) {r['mutation']}{flag} — {r.get('cause', '')}")
     return out
 
 

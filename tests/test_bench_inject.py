@@ -252,3 +252,32 @@ def test_the_roundtrip_import_runs_under_the_packages_own_venv(tmp_path: Path):
     # Under the venv that has it, the fixed module's own error shows.
     _, _, differ, _ = fix_roundtrip.import_check(changed, fixed, unfixed, str(venv / "bin" / "python"))
     assert [(p.name, a.split(":")[0], b) for p, a, b in differ] == [("uses_dep.py", "NameError", "ok")]
+
+
+def test_equivalent_mutants_are_left_out_and_a_finding_on_one_is_called_a_false_positive(tmp_path: Path):
+    import json
+    import types
+
+    import inject_report
+
+    def record(line, caught):
+        return {
+            "project": "p", "file": "t.py", "line": line, "operator": "step_direct", "function": "train",
+            "mutation": "`scaler.step(opt)` -> `opt.step()`", "caught": caught, "assumed_only": False,
+            "elsewhere": False, "other_changes": False, "error": "",
+        }
+
+    results = [record(1, True), record(2, False), record(3, False), record(4, True)]
+    notes = tmp_path / "causes.json"
+    notes.write_text(json.dumps({
+        "p/t.py:3 step_direct": {"equivalent": True, "cause": "a manual inf check proves the step right"},
+        "p/t.py:4 step_direct": {"equivalent": True, "cause": "no bug here"},
+        "p/t.py:2 step_direct": {"principle": 3, "cause": "open world"},
+    }), encoding="utf-8")
+    inject.attach_causes(results, notes)
+    args = types.SimpleNamespace(jobs=1, seed=0, per_operator=4)
+    text = inject_report.render(results, ["step_direct"], 0.0, args)
+    assert "**1 caught (50%)**" in text and "2 equivalent mutants" in text
+    assert "| step_direct | AMP020, AMP022 | 1 / 2 |" in text
+    assert "p/t.py:3 (train)" in text and "p/t.py:4 (train)" in text
+    assert text.count("a false positive**") == 1  # line 4, reported although no bug

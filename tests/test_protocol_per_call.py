@@ -380,8 +380,16 @@ for i, batch in enumerate(loader):
         for optimizer in optimizers:
             optimizer.zero_grad()
 """
-    assert _found(source.replace("SKIPPED", "pass"), "AMP024") == [("AMP024", 8)]
+    # The path that skips the update passes the step: the iteration ends STEPPED, not UNSCALED (principle
+    # 1, the protocol's end state): the next iteration's step (or unscale_) raises, and AMP021 names the
+    # step that left it so; AMP024 is for an iteration that ends UNSCALED (below).
+    assert _found(source.replace("SKIPPED", "pass"), "AMP024") == []
+    assert _found(source.replace("SKIPPED", "pass"), "AMP021") == [("AMP021", 12)]
     assert _found(source.replace("SKIPPED", "scaler.update()"), "AMP024") == []
+    assert _found(source.replace("SKIPPED", "scaler.update()"), "AMP021") == []
+    ends_unscaled = source.replace("            for optimizer in optimizers:\n                scaler.step(optimizer)\n                SKIPPED\n", "            continue\n")
+    assert "continue" in ends_unscaled
+    assert _found(ends_unscaled, "AMP024") == [("AMP024", 8)]
 
 
 def test_a_helper_handed_none_for_its_scaler_drives_no_scaler_at_that_call():

@@ -107,3 +107,32 @@ def is_varying(key: str) -> bool:
 
 def contradicts(first: Atom, second: Atom) -> bool:
     return first.key == second.key and first.holds != second.holds
+
+
+# A manual inf check: a test of the gradients' (or a norm's) finiteness.
+_FINITE_WORD = re.compile(r"finite", re.IGNORECASE)
+_NONFINITE_WORD = re.compile(r"inf\b|isinf|nan|overflow|found_inf", re.IGNORECASE)
+FINITE, NONFINITE, OPAQUE = "finite", "not finite", "an inf check"
+
+
+def finiteness(test: cst.BaseExpression, holds: bool) -> set:
+    """What the branch edge of `test` that `holds` proves about finiteness: FINITE (the body of `if
+    torch.isfinite(norm):`, the else of `if not isfinite(norm) or skip:`), NONFINITE (the body of
+    `if not torch.isfinite(norm):`), OPAQUE (an inf check whose way this module does not read:
+    `if found_inf.item() == 0:`); empty when the edge proves nothing (the body of `if norm is None or
+    isfinite(norm):`)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return finiteness(test.expression, not holds)
+    if isinstance(test, cst.BooleanOperation):
+        conjunction = isinstance(test.operator, cst.And)
+        if conjunction == holds:  # every side holds (`a and b`) / fails (`not (a or b)`)
+            return finiteness(test.left, holds) | finiteness(test.right, holds)
+        return set()
+    text = code_of(test)
+    if isinstance(test, cst.Comparison):
+        return {OPAQUE} if _FINITE_WORD.search(text) or _NONFINITE_WORD.search(text) else set()
+    if _FINITE_WORD.search(text):
+        return {FINITE if holds else NONFINITE}
+    if _NONFINITE_WORD.search(text):
+        return {NONFINITE if holds else FINITE}
+    return set()

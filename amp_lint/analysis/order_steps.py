@@ -6,26 +6,23 @@ no inf checks. Each query yields `order.Breach`es; see `order`.
 
 from __future__ import annotations
 
-import re
 from typing import Iterator, Optional
 
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.analysis.syntax import code_of
 
 STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` in one iteration; `related`: those scaler steps
 AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
 CLOSED_BY_UPDATE = "step-closed-by-update"  # no scaled backward here, no scaler.step, an update (`other`) follows
 STEP_SCALED = "step-scaled"  # the iteration's scaled backward reaches it, no scaler.step of the optimizer
 
-# A branch test that checks the gradients for inf/NaN itself: a direct step under it is a manual skip.
-_INF_TEST = re.compile(r"inf|finite|nan|overflow", re.IGNORECASE)
 
 
 def direct_steps(model: FileModel) -> Iterator[Breach]:
@@ -72,12 +69,16 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
             scaler = backward.scaled_by
             if not model.scaler_enabled(scaler, step.scope):
                 continue
-            if not any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
-                yield Breach(STEP_SCALED, optimizer_step, step, scaler, flow, cause=backward)
+            if any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
+                continue
+            states = typestate.run(flow).before.get(id(optimizer_step), ())
+            if states and typestate.proof_of(states, scaler, optimizer, STEP_SCALED) is None and _manual_inf_check(optimizer_step):
+                continue  # unscaled on every state, and a test of its own proved them finite: a manual skip
+            yield Breach(STEP_SCALED, optimizer_step, step, scaler, flow, cause=backward)
 
 
 def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) -> Optional[Breach]:
-    if any(_INF_TEST.search(code_of(b.node.test)) for b in optimizer_step.branches if hasattr(b.node, "test")):
+    if _manual_inf_check(optimizer_step):
         return None
     flow = flow_of(model, step)
     states = typestate.run(flow).before.get(id(optimizer_step), ())
@@ -98,14 +99,28 @@ def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) 
     return None
 
 
+def _manual_inf_check(optimizer_step: Event) -> bool:
+    """The direct step runs only where a test of its own proved the gradients finite (the else of `if not
+    torch.isfinite(norm): skip`): a manual skip. The edge of `if norm is None or isfinite(norm):` proves
+    nothing (no norm, no check), and the body of `if not isfinite(norm):` steps on the overflow."""
+    for b in optimizer_step.branches:
+        test = getattr(b.node, "test", None)
+        if test is not None and finiteness(test, b.taken) & {FINITE, OPAQUE}:
+            return True
+    return False
+
+
 def _every_state_breaks(flow, states, scaler: str, optimizer_step: Event, update: Event) -> bool:
     """Issue 26, principle 1: on every protocol state reaching the direct step, it is wrong: the optimizer
-    UNSCALED (an overflow never skipped), or no inf checks recorded and none until the update, which
+    UNSCALED (an overflow never skipped), its gradients still SCALED (an `unscale_` in a loop over the
+    optimizers that may skip this one: espnet's `if iopt != optim_idx: continue`), or no inf checks recorded and none until the update, which
     then raises (`if clip: unscale_(); clip()` then `opt.step(); update()`)."""
     if flow.path(optimizer_step, update) is not PROVED:
         return False
     checks = [e for e in flow.step.events if e.receiver == scaler and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)]
-    kinds = (AROUND_UNSCALED, CLOSED_BY_UPDATE) if flow.path(optimizer_step, update, checks) is not None else (AROUND_UNSCALED,)
+    kinds = (AROUND_UNSCALED, STEP_SCALED)
+    if flow.path(optimizer_step, update, checks) is not None:
+        kinds += (CLOSED_BY_UPDATE,)
     return typestate.proof_of(states, scaler, optimizer_step.target, *kinds) is PROVED
 
 

@@ -108,8 +108,10 @@ def _next_iteration_without_update(model: FileModel, step: TrainingStep, unscale
     # An unscale_ in an inner `for opt in optimizers:` loop runs once per optimizer on each pass of it: the
     # question is the iteration's, from the unscale_ to the iteration's end and from its start to the
     # unscale_, each avoiding every update (the inner loop's own next pass is another optimizer).
+    # A path through a step of that optimizer ends the iteration STEPPED, not UNSCALED: AMP021's.
+    steps = [e for e in step.scaler_events(scaler, EventKind.SCALER_STEP) if e.target == unscale.target]
     flow = flow_of(model, step)
-    return flow.next_iteration(unscale, unscale, updates)
+    return flow.next_iteration(unscale, unscale, list(updates) + steps)
 
 
 def _next_call_without_update(model: FileModel, step: TrainingStep, unscale: Event, scaler: str, updates):

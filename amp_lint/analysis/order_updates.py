@@ -13,14 +13,15 @@ import libcst as cst
 
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
+from amp_lint.analysis.accumulation import accumulation
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
 from amp_lint.analysis.steps import callee_scope, handed_on
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.syntax import code_of, ifs_in, loop_counters, tests_any
 from amp_lint.analysis.flow_queries import again_in_loop, first_of, last_of
 from amp_lint.analysis.order import Breach
-from amp_lint.analysis.paths import PROVED, Proof
+from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 from amp_lint.analysis.scaler_flow import StepFlow, flow_of
 
 # --- update() twice (AMP023) ------------------------------------------------------------------------
@@ -214,6 +215,7 @@ def _owned_by_file(model: FileModel, scaler: str, step: TrainingStep) -> bool:
 # --- update() never (AMP021) -------------------------------------------------------------------------
 MISSING_UPDATE = "update-missing"  # the iteration steps the scaler and nothing updates it (`detail`: where)
 NEVER_UPDATED_IN_PROJECT = "update-never-in-project"  # a per-call step of a class-built scaler nothing updates
+UPDATE_SKIPPED = "update-skipped"  # a path from the step to the next iteration's step skips every update
 
 
 def missing_updates(model: FileModel) -> Iterator[Breach]:
@@ -234,7 +236,9 @@ def missing_updates(model: FileModel) -> Iterator[Breach]:
             if not model.scaler_enabled(scaler, step.scope):
                 continue
             steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
-            if step.scaler_events(scaler, EventKind.SCALER_UPDATE):
+            updates = step.scaler_events(scaler, EventKind.SCALER_UPDATE)
+            if updates:
+                yield from _updates_skipped(model, step, scaler, steps, updates)
                 continue
             if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
                 continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
@@ -248,6 +252,57 @@ def missing_updates(model: FileModel) -> Iterator[Breach]:
                 continue  # the function is one part of a step whose update lives elsewhere
             where = "in this loop" if step.loop is not None else "anywhere in this file"
             yield Breach(MISSING_UPDATE, steps[-1], step, scaler, last=steps[-1], related=tuple(steps), detail=where)
+
+
+def _updates_skipped(model: FileModel, step: TrainingStep, scaler: str, steps: List[Event], updates) -> Iterator[Breach]:
+    """UPDATE_SKIPPED: the iteration updates the scaler, but a path from one of its steps reaches the end of
+    the iteration with no update, and the next iteration reaches that step again with none: the protocol's
+    end state leaves the optimizer STEPPED, so the next step raises "step-twice" (espnet's `if not
+    isfinite(grad_norm): scaler.step(opt)` branch written without its `update()`). Loops only: a function's
+    caller may update between calls. A call that is handed the scaler (or its holder) may update it."""
+    if step.loop is None or any(e.in_helper for e in steps):
+        return
+    flow = flow_of(model, step)
+    avoid = list(updates) + _calls_given(step, scaler)
+    acc = accumulation(model, step)
+    for scaler_step in steps:
+        if acc is not None and acc.every_micro_batch(scaler_step) is not None:
+            continue  # a step on every micro-batch of an accumulation loop is AMP040's
+        proof = flow.next_iteration(scaler_step, scaler_step, avoid)
+        if proof is PROVED and _alternates(step, scaler_step, updates):
+            proof = ASSUMED  # `if i % 2: scaler.step(opt_d) else: scaler.step(opt_g); scaler.update()`
+        if proof is not None:
+            yield Breach(UPDATE_SKIPPED, scaler_step, step, scaler, flow, last=scaler_step, related=(scaler_step,), proof=proof)
+            return
+
+
+def _alternates(step: TrainingStep, event: Event, updates) -> bool:
+    """The path that skips the update is decided by a test of what the loop advances every pass, and an
+    update sits under such a test that `event` is not under: the passes may alternate (a GAN stepping its
+    discriminator on odd iterations and its generator, then the update, on even ones), so the next pass
+    need not take the same way."""
+    counters = loop_counters(step.loop)
+    inside = ifs_in(step.loop)
+
+    def counter_tests(e: Event):
+        return {(id(b.node), b.taken) for b in e.branches if id(b.node) in inside and tests_any(b.node.test, counters)}
+
+    own = counter_tests(event)
+    return bool(own) and any(counter_tests(u) - own for u in updates)
+
+
+def _calls_given(step: TrainingStep, scaler: str) -> List[Event]:
+    """The iteration's calls, not followed by the analysis, that are handed the scaler or its holder."""
+    found = []
+    for event in step.of(EventKind.CALL):
+        if any(inner.via is event for inner in step.events):
+            continue
+        for arg in event.call.args:
+            name = dotted_name(arg.value)
+            if name is not None and (name == scaler or scaler.startswith(name + ".")):
+                found.append(event)
+                break
+    return found
 
 
 def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:

@@ -217,6 +217,7 @@ PREDICATES: Tuple[Predicate, ...] = (
     # AMP021: the iteration ends with the optimizer STEPPED: the next step() raises "step-twice".
     _p("AMP021", "update-missing", END, stage=STEPPED, violation="step-twice", where="no update anywhere"),
     _p("AMP021", "update-never-in-project", END, stage=STEPPED, violation="step-twice", where="nothing in the project updates"),
+    _p("AMP021", "update-skipped", END, stage=STEPPED, violation="step-twice", where="a path skips the update, the next iteration steps again"),
     # AMP022: update() with no inf checks, or between unscale_ and step.
     _p("AMP022", "update-before-step", UPDATE, checks=False, violation="update-without-inf-checks", where="a step follows"),
     _p("AMP022", "update-checks-on-some-paths", UPDATE, checks=False, violation="update-without-inf-checks", where="on some paths"),

@@ -7,6 +7,8 @@ statement and loop node types the model records events in. Nothing here knows ab
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator, Optional, Union
 
 import libcst as cst
@@ -100,3 +102,28 @@ def names_in(node: cst.CSTNode) -> set:
 def ifs_in(loop: cst.CSTNode) -> set:
     """The ids of the `if` statements a loop's body runs (not those of functions defined in it)."""
     return {id(node) for node in own_nodes(loop.body) if isinstance(node, cst.If)}
+
+
+def loop_counters(loop: cst.CSTNode) -> set:
+    """What a loop advances by one on every pass, as code: the target of `for i in range(...)`, the index
+    of `for i, batch in enumerate(...)`, and whatever its body increments (`step += 1`,
+    `self.global_step += 1`). A test of one (`if i % 2:`) need not go the same way on two passes in a row;
+    a batch (`for x in loader`) is data, not a counter."""
+    found = set()
+    if isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call):
+        called = code_of(loop.iter.func)
+        target = loop.target
+        if called == "enumerate" and isinstance(target, (cst.Tuple, cst.List)) and target.elements:
+            target = target.elements[0].value
+        if called in ("range", "enumerate") and isinstance(target, cst.Name):
+            found.add(target.value)
+    for node in own_nodes(loop.body):
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+            found.add(code_of(node.target))
+    return found
+
+
+def tests_any(test: cst.CSTNode, names: set) -> bool:
+    """Does the test's code name any of `names` (plain or dotted, as whole names)?"""
+    text = code_of(test)
+    return any(re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", text) for name in names)

@@ -183,6 +183,24 @@ for x, y in loader:
     scaler.step(optimizer)
     scaler.update()
 """,
+        # A scaler handed in, and a backward under no test of it: the caller may hand a disabled or custom
+        # scaler, or none; silent (issue 26, principle 3).
+        """
+class Strategy:
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def backward(self):
+        self.loss.backward()
+
+    def optimizer_step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+""",
         # `if scaler is not None:` guards.
         """
 def train_step(loss, optimizer, scaler=None):
@@ -319,6 +337,45 @@ class Trainer:
             self.optimizer_step()
 """
         ),
+        # Issue 26, principle 2 (one call is one iteration): a scaler handed in (`scaler=None`), the
+        # backward under `if self.scaler is not None:`: the scaler is in use on that path, whoever built
+        # it, and its step in the sibling method divides the unscaled gradients (avalanche's strategies).
+        Invalid(
+            """
+class Strategy:
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def backward(self):
+        if self.scaler is not None:
+            self.loss.backward()
+
+    def optimizer_step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+""",
+            fixed="""
+class Strategy:
+    def __init__(self, optimizer, scaler=None):
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def backward(self):
+        if self.scaler is not None:
+            self.scaler.scale(self.loss).backward()
+
+    def optimizer_step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -379,7 +436,8 @@ for x in loader:
             scaler = stepped.receiver
             yield self.finding(
                 backward.call,
-                f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}`, which this class builds, "
+                f"`{code_of(backward.call)}` runs on the unscaled loss while `{scaler}`, "
+                f"{'which this class builds' if class_builds_scaler(model, scaler, stepped.scope) else 'tested present here'}, "
                 f"{'unscales the gradients' if stepped.kind is EventKind.SCALER_UNSCALE else 'steps the optimizer'} in `{stepped.scope.name}`; use `{scaler}.scale({backward.target or 'loss'}).backward()`",
                 fix=_scale_fix(model, backward, scaler, []),
                 context=backward.scope.name,
@@ -389,7 +447,8 @@ for x in loader:
 
 def _per_call_backwards(model: FileModel):
     """(unscaled backward, scaler step) for a method called once per batch (no loop of its own, no scaler
-    call) whose class builds a GradScaler (`self.scaler = GradScaler(...)`, not one handed in) and steps it
+    call) whose class builds a GradScaler (`self.scaler = GradScaler(...)`; one handed in only where the
+    backward runs under a test that it is there, `if self.scaler is not None:`) and steps it
     in a sibling method (colbert's and mmengine's `backward()` / `step()` pairs; issue 26, principle 2: the
     protocol applies per call). The scaler's step consumes the backward's gradients when their branch
     conditions agree (`if self.activated:` on both) and no plain `optimizer.step()` of the class could be
@@ -407,7 +466,8 @@ def _per_call_backwards(model: FileModel):
             for e in s.events
             # the scaler's step divides the gradients by the scale, and so does its unscale_ (accelerate's
             # `unscale_gradients()`): either consumes the backward's gradients as scaled ones
-            if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and class_builds_scaler(model, e.receiver, s)
+            if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
+            and (class_builds_scaler(model, e.receiver, s) or any(_tested_present(b, e.receiver) for b in backwards))
         ]
         plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
         if not steps or _called_with_a_scaled_loss(model, scope):
@@ -420,9 +480,23 @@ def _per_call_backwards(model: FileModel):
             # on a path where the scaler is None or off (`else:` of `if self.scaler is not None:`), nothing of
             # its consumes the backward's gradients
             off = backward.failing_tests
-            consumer = next((e for e in steps if backward.compatible(e) and e.receiver not in off), None)
+            consumer = next(
+                (
+                    e for e in steps
+                    if backward.compatible(e) and e.receiver not in off
+                    and (class_builds_scaler(model, e.receiver, e.scope) or _tested_present(backward, e.receiver))
+                ),
+                None,
+            )
             if consumer is not None:
                 yield backward, consumer
+
+
+def _tested_present(backward: Event, scaler: str) -> bool:
+    """The backward runs only where a test asserted the scaler is there (the body of `if self.scaler is not
+    None:`): a scaler handed in (avalanche's strategies take `scaler=None`) is then in use on this path,
+    whoever built it."""
+    return any(holds and key == scaler for key, holds in (b.condition for b in backward.branches))
 
 
 def _called_with_a_scaled_loss(model: FileModel, scope) -> bool:

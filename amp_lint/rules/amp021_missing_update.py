@@ -9,7 +9,7 @@ from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.order import Breach
-from amp_lint.analysis.order_updates import MISSING_UPDATE, NEVER_UPDATED_IN_PROJECT, missing_updates
+from amp_lint.analysis.order_updates import MISSING_UPDATE, NEVER_UPDATED_IN_PROJECT, UPDATE_SKIPPED, missing_updates
 from amp_lint.rules._helpers import OrderRule
 from amp_lint.rules.base import Fix, Invalid
 
@@ -17,7 +17,9 @@ from amp_lint.rules.base import Fix, Invalid
 class MissingScalerUpdate(OrderRule):
     """
     ## What it does
-    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`. A step helper
+    Finds an iteration that calls `scaler.step(optimizer)` but never `scaler.update()`, or whose
+    `scaler.step` reaches the next iteration on a path that skips every update (an overflow branch that
+    steps but forgets the update the other branch runs). A step helper
     that leaves `update()` to its caller is correct (several optimizers, one update) and is judged where
     it is called; when the class builds the scaler, runs its scaled backward in a sibling method and no
     file of the project updates that attribute or hands it on, nothing can supply the update: reported.
@@ -64,6 +66,8 @@ class MissingScalerUpdate(OrderRule):
         "the next `{scaler}.step()` raises RuntimeError",
         NEVER_UPDATED_IN_PROJECT: "`{last}` is never followed by `{scaler}.update()`, and nothing in the project "
         "updates `{scaler}`: the next `{scaler}.step()` raises RuntimeError",
+        UPDATE_SKIPPED: "`{last}` can reach the next iteration with no `{scaler}.update()` (a path skips the update): "
+        "the next `{scaler}.step()` raises RuntimeError 'step() has already been called since the last update()'",
     }
     name = "missing-scaler-update"
     summary = "scaler.step() without scaler.update() in the iteration"
@@ -144,8 +148,41 @@ class Engine:
     def step(self):
         self.scaler.step(self.optimizer)
 """,
+        # Passes that alternate (issue 26, principle 1: a test of the loop's counter need not go the same
+        # way on the next pass): the discriminator's step on odd passes, the generator's and the update on
+        # even ones. Shown only with --show-assumed.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    if i % 2:
+        scaler.step(opt_d)
+    else:
+        scaler.step(opt_g)
+        scaler.update()
+""",
     ]
     invalid = [
+        # Issue 26, principle 1: the protocol's end state on one path is STEPPED (the overflow branch
+        # steps and skips the update), so the next iteration's step raises. No fix: where the update
+        # belongs on that path is the author's call.
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not torch.isfinite(norm):
+        scaler.step(optimizer)
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+    optimizer.zero_grad()
+""",
+        ),
         Invalid(
             """
 import torch
@@ -240,6 +277,8 @@ class Trainer:
     ]
 
     def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
+        if breach.kind == UPDATE_SKIPPED:
+            return None  # the other paths update: where this one should is the author's call
         steps = [breach.last] if breach.kind == NEVER_UPDATED_IN_PROJECT else list(breach.related)
         return None if any(e.in_helper for e in steps) else _insert_update_fix(model, breach.step, steps, breach.scaler)
 

@@ -1,0 +1,183 @@
+"""Issue 26, principle 1 (one protocol, with the gradients' state in it), as met on held-out code (round ten):
+the state an iteration ends in on each path, what a manual inf check proves on each edge of its test, and
+a direct step that is wrong on every state reaching it. The shapes are our own.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from amp_lint.analysis.conditions import FINITE, NONFINITE, OPAQUE, finiteness
+from amp_lint.analysis.syntax import loop_counters
+from amp_lint.engine.checker import Checker
+
+
+def _found(source: str, *codes: str, show_assumed: bool = False):
+    result = Checker(frozenset(codes), show_assumed=show_assumed).check(textwrap.dedent(source), "train.py")
+    return [(d.code, d.location.row) for d in result.diagnostics]
+
+
+# The overflow branch steps and forgets the update the other branch runs (espnet's trainer with one line
+# dropped): the iteration can end STEPPED, and the next iteration's step raises "step-twice".
+_SKIPS_UPDATE = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    if overflowed(x):
+        scaler.step(opt)
+    else:
+        scaler.step(opt)
+        scaler.update()
+    opt.zero_grad()
+"""
+
+
+def test_a_path_that_skips_the_update_ends_the_iteration_stepped():
+    # Principle 1: the protocol's end state on one path is STEPPED: AMP021 at the step that left it so.
+    assert _found(_SKIPS_UPDATE, "AMP021", "AMP024") == [("AMP021", 7)]
+    fixed = _SKIPS_UPDATE.replace("        scaler.step(opt)\n    else:", "        scaler.step(opt)\n        scaler.update()\n    else:")
+    assert _found(fixed, "AMP021", "AMP023", "AMP024", show_assumed=True) == []
+
+
+def test_a_break_or_return_after_the_step_is_not_a_next_iteration():
+    # Principle 1: only a path that reaches the next iteration ends it STEPPED; `break` leaves the loop.
+    source = _SKIPS_UPDATE.replace("        scaler.step(opt)\n    else:", "        scaler.step(opt)\n        break\n    else:")
+    assert _found(source, "AMP021", show_assumed=True) == []
+
+
+def test_passes_that_alternate_on_the_loop_counter_are_only_assumed():
+    # Principle 1, cross-iteration: a test of what the loop advances every pass (`i % 2`) need not go the
+    # same way on the next pass; the update under the other way may run in between (a GAN alternating
+    # its discriminator and generator). Shown with --show-assumed only.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for i, x in enumerate(loader):
+        scaler.scale(model(x).sum()).backward()
+        if i % 2:
+            scaler.step(opt_d)
+        else:
+            scaler.step(opt_g)
+            scaler.update()
+    """
+    assert _found(source, "AMP021") == []
+    assert _found(source, "AMP021", show_assumed=True) == [("AMP021", 7)]
+    # An accumulation boundary is also a test of the counter, but no update runs on the other passes: the
+    # boundary's overflow branch that skips the update still meets its own step again.
+    boundary = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for i, x in enumerate(loader):
+        scaler.scale(model(x).sum() / 4).backward()
+        if (i + 1) % 4 == 0:
+            if overflowed(x):
+                scaler.step(opt)
+            else:
+                scaler.step(opt)
+                scaler.update()
+            opt.zero_grad()
+    """
+    assert _found(boundary, "AMP021") == [("AMP021", 8)]
+
+
+def test_an_exception_handler_that_skips_the_update_is_only_assumed():
+    # Principle 1: `scaler.step` that raises leaves the stage as it was; the handler's `continue` is a path
+    # only if the step raised: an assumption, not a proof.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        try:
+            scaler.step(opt)
+        except RuntimeError:
+            continue
+        scaler.update()
+    """
+    assert _found(source, "AMP021") == []
+
+
+def test_a_call_handed_the_scaler_may_be_the_update_on_that_path():
+    # Principle 3 (open world) inside principle 1's question: a call the analysis does not follow, handed
+    # the scaler, on the path that skips the update may update it.
+    source = _SKIPS_UPDATE.replace("        scaler.step(opt)\n    else:", "        scaler.step(opt)\n        finish(scaler)\n    else:")
+    assert _found(source, "AMP021", show_assumed=True) == []
+
+
+@pytest.mark.parametrize(
+    "test, taken, expected",
+    [
+        ("torch.isfinite(norm)", True, {FINITE}),
+        ("torch.isfinite(norm)", False, {NONFINITE}),
+        ("not torch.isfinite(norm)", False, {FINITE}),
+        ("norm is None or torch.isfinite(norm)", True, set()),  # no norm, no check
+        ("norm is None or torch.isfinite(norm)", False, {NONFINITE}),
+        ("not torch.isfinite(norm) or skip", False, {FINITE}),
+        ("torch.isfinite(norm) and ready", True, {FINITE}),
+        ("found_inf", True, {NONFINITE}),
+        ("found_inf.item() == 0", True, {OPAQUE}),
+        ("ready", True, set()),
+    ],
+)
+def test_what_each_edge_of_an_inf_check_proves(test, taken, expected):
+    assert finiteness(cst.parse_expression(test), taken) == expected
+
+
+_INF_CHECKED = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(opt)
+    norm = None
+    if clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if TEST:
+        opt.step()
+    scaler.update()
+"""
+
+
+def test_a_direct_step_is_a_manual_skip_only_where_its_test_proves_the_gradients_finite():
+    # Principle 1: a manual inf check guards the direct step on the edge that proves the gradients
+    # finite; `norm is None or isfinite(norm)` proves nothing on its body (no clip, no check), and the
+    # body of `not isfinite(norm)` steps on the overflow itself.
+    assert _found(_INF_CHECKED.replace("TEST", "norm is not None and torch.isfinite(norm)"), "AMP020") == []
+    assert _found(_INF_CHECKED.replace("TEST", "norm is None or torch.isfinite(norm)"), "AMP020") == [("AMP020", 11)]
+    assert _found(_INF_CHECKED.replace("TEST", "norm is not None and not torch.isfinite(norm)"), "AMP020") == [("AMP020", 11)]
+
+
+def test_a_direct_step_wrong_on_every_state_is_proved():
+    # Principle 1: the unscale_ loop may skip this optimizer (`continue` under a selector the step loop
+    # repeats, which the paths do not correlate across two loops): the direct step then meets SCALED
+    # gradients, otherwise UNSCALED ones with an update after it. Wrong on every state: proved.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        for i, opt in enumerate(optimizers):
+            if only is not None and i != only:
+                continue
+            scaler.unscale_(opt)
+        for i, opt in enumerate(optimizers):
+            if only is not None and i != only:
+                continue
+            opt.step()
+            scaler.update()
+    """
+    assert ("AMP020", 13) in _found(source, "AMP020")
+
+
+def test_loop_counters_are_what_a_loop_advances_not_its_data():
+    def counters(code: str) -> set:
+        return loop_counters(cst.parse_statement(textwrap.dedent(code)))
+
+    assert counters("for i, x in enumerate(loader):\n    step += 1\n    self.global_step += 1\n") == {"i", "step", "self.global_step"}
+    assert counters("for epoch in range(n):\n    pass\n") == {"epoch"}
+    assert counters("for x in loader:\n    pass\n") == set()
+    assert counters("while True:\n    total += loss\n") == {"total"}
