@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import inject_corpus  # noqa: E402
 import inject_report  # noqa: E402
-from inject_compare import classify_fix, judge_catch, parse_findings  # noqa: E402
+from inject_compare import classify_fix, judge_catch, judge_through_callers, parse_findings  # noqa: E402
 from inject_ops import OPERATORS, Mutant, may_hold_sites, mutants  # noqa: E402
 
 CHECK = ["--no-cache", "--isolated", "--show-assumed", "--output-format", "json", "--exit-zero", "-j", "1"]
@@ -64,9 +64,10 @@ class Worker:
         self.process.wait(timeout=30)
 
 
-def check(worker: Worker, root: Path, file: str, extra: Sequence[str] = ()) -> dict:
+def check(worker: Worker, root: Path, file, extra: Sequence[str] = ()) -> dict:
     started = time.perf_counter()
-    result = worker.run(root, [*CHECK, *extra, file])
+    files = [file] if isinstance(file, str) else list(file)
+    result = worker.run(root, [*CHECK, *extra, *files])
     result["findings"] = parse_findings(result["stdout"])
     result["seconds"] = time.perf_counter() - started
     return result
@@ -105,6 +106,7 @@ def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix
         by_file: Dict[str, List[Mutant]] = defaultdict(list)
         for mutant in todo:
             by_file[mutant.file].append(mutant)
+        callers = Callers(worker, root)
         for file, file_mutants in sorted(by_file.items()):
             path = root / file
             original = path.read_text(encoding="utf-8")
@@ -119,7 +121,7 @@ def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix
                     path.write_text(mutant.text, encoding="utf-8")
                     record = (earlier or {}).get(key(_record(mutant, project=name)))
                     if record is None:
-                        results.append(_one(worker, root, file, path, original, before, mutant, fix_back))
+                        results.append(_one(worker, root, file, path, original, before, mutant, fix_back, callers))
                     else:
                         if record.get("caught") and "fix_back" not in record:
                             record["fix_back"] = fix_back_one(worker, root, file, path, original, before, mutant, record)
@@ -130,12 +132,61 @@ def run_project(worker: Worker, name: str, source: Path, todo: List[Mutant], fix
     return results
 
 
-def _one(worker, root, file, path, original, before, mutant, fix_back) -> dict:
+class Callers:
+    """The modules of a project copy that import a checked file's module: where amp-lint reports a bug of a
+    per-call function (a step helper handed the scaler) that only its caller's iteration shows, at the
+    call, naming the mutated line among its related places. A user checking the project sees it there."""
+
+    LIMIT = 6  # importing modules checked per mutated file
+
+    def __init__(self, worker: Worker, root: Path) -> None:
+        self.worker, self.root = worker, root
+        self._texts: Optional[Dict[str, str]] = None
+        self._importers: Dict[str, List[str]] = {}
+        self._before: Dict[str, Optional[List[dict]]] = {}
+
+    def importers(self, file: str) -> List[str]:
+        if file not in self._importers:
+            if self._texts is None:
+                self._texts = {}
+                for path in inject_corpus.python_files(self.root):
+                    try:
+                        self._texts[str(path.relative_to(self.root))] = path.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError):
+                        continue
+            stem = Path(file).stem if Path(file).stem != "__init__" else Path(file).parent.name
+            pattern = re.compile(r"^\s*(from\s+[\w.]*\b" + re.escape(stem) + r"\b\s+import|import\s+[\w.]*\b" + re.escape(stem) + r"\b)", re.M)
+            found = [other for other, text in sorted(self._texts.items()) if other != file and pattern.search(text)]
+            self._importers[file] = found[: self.LIMIT]
+        return self._importers[file]
+
+    def findings(self, file: str) -> Optional[List[dict]]:
+        """The importers' findings, the checked file as written (once per file)."""
+        if file not in self._before:
+            others = self.importers(file)
+            self._before[file] = check(self.worker, self.root, others)["findings"] if others else []
+        return self._before[file]
+
+
+def _one(worker, root, file, path, original, before, mutant, fix_back, callers: Optional[Callers] = None) -> dict:
     after_run = check(worker, root, file)
     after = after_run["findings"]
     if after is None:
         return _record(mutant, error=f"mutant not checked: rc {after_run['rc']}: {after_run['stderr'][-400:]}")
     verdict = judge_catch(mutant, original, before, after)
+    if not verdict["caught"] and callers is not None and callers.importers(file):
+        # Reported at a caller in another module, naming the mutated line among its related places: the
+        # importers are checked with the original in place (once per file), then with the mutant.
+        path.write_text(original, encoding="utf-8")
+        try:
+            others_before = callers.findings(file)
+        finally:
+            path.write_text(mutant.text, encoding="utf-8")
+        others_after = check(worker, root, callers.importers(file))["findings"]
+        if others_before is not None and others_after is not None:
+            through = judge_through_callers(mutant, original, file, others_before, others_after)
+            if through:
+                verdict.update(caught=True, assumed_only=False, elsewhere=False, through_caller=through)
     record = _record(mutant, **verdict, seconds=round(after_run["seconds"], 2))
     if fix_back and verdict["caught"]:
         record["fix_back"] = fix_back_one(worker, root, file, path, original, before, mutant, verdict, after)

@@ -90,6 +90,25 @@ def judge_catch(mutant: Mutant, original: str, before: Sequence[dict], after: Se
     }
 
 
+def judge_through_callers(mutant: Mutant, original: str, file: str, before: Sequence[dict], after: Sequence[dict]) -> str:
+    """The importing module where a default finding of an expected rule names the mutated function among its
+    related places (a caller's iteration reaching the site), one more than the original had; "" if none."""
+
+    def hits(records: Sequence[dict], span: Tuple[int, int]) -> Counter:
+        out: Counter = Counter()
+        for r in records:
+            if r.get("code") not in mutant.expected or not is_default(r):
+                continue
+            for place in r.get("related") or ():
+                if place.get("filename") == file and span[0] <= int((place.get("location") or {}).get("row") or 0) <= span[1]:
+                    out[r.get("filename", "")] += 1
+                    break
+        return out
+
+    more = hits(after, _span(mutant.text, mutant.function, mutant.mutant_line)) - hits(before, _span(original, mutant.function, mutant.line))
+    return min(more) if more else ""
+
+
 def classify_fix(
     mutant: Mutant, original: str, fixed: str, before: Sequence[dict], after_fix: Sequence[dict], fix_stderr: str,
     mutant_findings: Optional[Sequence[dict]] = None,

@@ -43,7 +43,12 @@ def render(results: List[dict], operators: Sequence[str], elapsed: float, args) 
         f"**{caught} caught ({_pct(caught, len(ok))})**; {len(errors)} could not be checked; "
         + (f"{elapsed / 60:.1f} min with --jobs {args.jobs}; " if elapsed else "")
         + f"seed {args.seed}, at most {args.per_operator} sites per project and operator."
-        + (f" {len(equivalent)} equivalent mutants (no bug at the site, judged by hand) left out: see the end." if equivalent else ""),
+        + (f" {len(equivalent)} equivalent mutants (no bug at the site, judged by hand) left out: see the end." if equivalent else "")
+        + (
+            f" {sum(1 for r in ok if r.get('through_caller'))} caught through a caller in another module (a finding there "
+            "names the mutated line)."
+            if any(r.get("through_caller") for r in ok) else ""
+        ),
         "",
         "Command: `" + " ".join(["python", "bench/inject.py", *sys.argv[1:]]) + "`",
         "",

@@ -181,3 +181,54 @@ def test_loop_counters_are_what_a_loop_advances_not_its_data():
     assert counters("for epoch in range(n):\n    pass\n") == {"epoch"}
     assert counters("for x in loader:\n    pass\n") == set()
     assert counters("while True:\n    total += loss\n") == {"total"}
+
+
+def test_a_loop_over_parameter_groups_steps_each_groups_optimizer_once():
+    # Principle 2: the pass's optimizer may be a tuple element of the target (`for group, opt in
+    # opts.items()`) or looked up from it first thing (`opt = self.optimizers[group]`); a clip of the
+    # group and a builtin call (`any(...)`) in the pass are no iteration's work.
+    from amp_lint.analysis.builder import build_model
+    from amp_lint.analysis.single_pass_loops import single_pass_loops
+
+    source = """
+    def step_groups(self, scaler, groups):
+        for group in groups:
+            optimizer = self.optimizers[group]
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(self.parameters[group], 1.0)
+            if any(p.grad is not None for p in self.parameters[group]):
+                scaler.step(optimizer)
+
+    def step_items(self, scaler):
+        for group, optimizer in self.optimizers.items():
+            scaler.step(optimizer)
+
+    def train(self, scaler, loader):
+        for batch in loader:
+            scaler.step(self.optimizer)
+    """
+    model = build_model(cst.parse_module(textwrap.dedent(source)))
+    once = {}
+    for scope in model.scopes:
+        if scope.is_function:
+            once[scope.node.name.value] = bool(single_pass_loops(scope.events, lambda e: True))
+    assert once == {"step_groups": True, "step_items": True, "train": False}
+
+
+def test_the_fix_check_refuses_a_name_nothing_binds():
+    # A fix that writes a name of another scope (a callee's loop variable) into the caller raises NameError:
+    # refused whatever the rules say.
+    from amp_lint.engine.fix_check import hazard_regression
+    from amp_lint.fixes.undefined_names import new_undefined_names, undefined_names
+
+    before = "def train(self):\n    self.helper(self.scaler)\n"
+    after = "def train(self):\n    self.scaler.unscale_(optimizer)\n    self.helper(self.scaler)\n"
+    assert new_undefined_names(before, after) == ["optimizer"]
+    assert "optimizer" in (hazard_regression(before, after) or "")
+    bound = "def train(self, optimizer):\n    self.scaler.unscale_(optimizer)\n    self.helper(self.scaler)\n"
+    assert new_undefined_names(before.replace("(self)", "(self, optimizer)"), bound) == []
+    # the file's own unbound names (a snippet's `loader`) are compared away; a star import makes it unknowable
+    assert new_undefined_names("for x in loader:\n    f(x)\n", "for x in loader:\n    f(x)\n    g(x)\n") == ["g"]
+    assert undefined_names("from torch import *\nprint(nn)\n") is None
+    # a class body's names are not visible in its methods
+    assert new_undefined_names("class A:\n    y = 1\n", "class A:\n    y = 1\n    def m(self):\n        return y\n") == ["y"]

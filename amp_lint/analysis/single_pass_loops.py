@@ -27,12 +27,14 @@ an update, a clip or a scale in it, or a step of another optimizer, makes it a l
 
 from __future__ import annotations
 
+import builtins
+
 from typing import Callable, Dict, FrozenSet, Iterable, Sequence, Set, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis.events import Event, EventKind
-from amp_lint.analysis.syntax import Loop
+from amp_lint.analysis.syntax import Loop, names_in
 
 # outcomes of running statements from a state ("n": no except clause passed yet, "h": one was)
 _FALL_N, _FALL_H = "fall-n", "fall-h"
@@ -70,30 +72,57 @@ def repeating(loops: Iterable[Loop], once: Set[Loop]) -> Tuple[Loop, ...]:
 
 
 def _over_optimizers(loop: Loop, events: Sequence[Event], may_train: Callable[[Event], bool]) -> bool:
-    if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name) or loop.orelse is not None:
+    if not isinstance(loop, cst.For) or loop.orelse is not None:
         return False
-    name = loop.target.value
+    names = _per_pass(loop)
+    if not names:
+        return False
     members = [e for e in events if loop in e.loops]
     steps = [
         e
         for e in members
-        if (e.kind is EventKind.SCALER_STEP and e.target == name) or (e.kind is EventKind.OPTIMIZER_STEP and e.receiver == name)
+        if (e.kind is EventKind.SCALER_STEP and e.target in names) or (e.kind is EventKind.OPTIMIZER_STEP and e.receiver in names)
     ]
     if not steps:
         return False
     for event in members:
         if event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
-            if event.target != name:
+            if event.target not in names:
                 return False
         elif event.kind in (EventKind.OPTIMIZER_STEP, EventKind.ZERO_GRAD):
-            if event.receiver != name:
+            if event.receiver not in names:
                 return False
+        elif event.kind is EventKind.CLIP:
+            pass  # the pass's optimizer's group, clipped before its step (nerfstudio's `unscale_(optimizer);
+            # clip_grad_norm_(self.parameters[group]); step(optimizer)`): once per optimizer, as the step
         elif event.kind is EventKind.CALL:
-            if may_train(event) and not any(_inside(event.call, step.call) for step in steps):
+            if may_train(event) and event.target not in _BUILTINS and not any(_inside(event.call, step.call) for step in steps):
                 return False
         else:
             return False  # a backward, an update, a scale, a clip or a gradient read: the work of an iteration
     return True
+
+
+_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))  # `any(...)` trains nothing
+
+
+def _per_pass(loop: cst.For) -> set:
+    """The names a pass of the loop binds afresh: its target's (`for opt in ...`, `for group, opt in
+    ....items()`) and those the body assigns from one of them first thing (`opt = self.optimizers[group]`)."""
+    targets = [loop.target]
+    if isinstance(loop.target, (cst.Tuple, cst.List)):
+        targets = [e.value for e in loop.target.elements if not isinstance(e, cst.StarredElement)]
+    names = {t.value for t in targets if isinstance(t, cst.Name)}
+    for statement in _statements(loop.body):
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if (
+                isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                and names_in(small.value) & names
+            ):
+                names.add(small.targets[0].target.value)
+    return names
 
 
 def _inside(node: cst.CSTNode, outer: cst.CSTNode) -> bool:

@@ -43,6 +43,7 @@ from amp_lint.analysis.caller_search import defines_method as _defines_method
 from amp_lint.analysis.instance_calls import InstanceCalls
 from amp_lint.analysis.instance_calls import held_by as _held_by
 from amp_lint.analysis.callers import MAX_MODULE_BYTES
+from amp_lint.analysis.attribute_classes import attribute_classes
 from amp_lint.analysis.calls import drives_a_scaler
 from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
 from amp_lint.analysis.project import qualified_in as _qualified
@@ -324,40 +325,12 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         return self._method_in_bases(module_info, class_name, method, depth)
 
     def _attribute_classes(self, info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
-        """class -> attribute -> qualified project class, for `self.attr = ProjectClass(...)` in methods
-        (an attribute assigned twice, or from anything else, is left out: ambiguous)."""
+        """class -> attribute -> qualified project class (`attribute_classes.attribute_classes`), cached."""
         key = (info.path, info.digest)
         cached = self._self_attrs.get(key)
-        if cached is not None:
-            return cached
-        out: Dict[str, Dict[str, str]] = {}
-        tree = None
-        try:
-            if os.path.getsize(path) <= MAX_MODULE_BYTES:  # larger: no attributes followed (a test suite, say)
-                with open(path, "rb") as handle:
-                    tree = python_ast.parse(handle.read().decode("utf-8-sig"))
-        except (OSError, UnicodeDecodeError):
-            tree = None
-        for node in tree.body if tree is not None else ():
-            if not isinstance(node, ast.ClassDef):
-                continue
-            seen: Dict[str, Optional[str]] = {}
-            for item in ast.walk(node):
-                if not isinstance(item, ast.Assign):
-                    continue
-                for target in item.targets:
-                    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
-                        continue
-                    value = item.value
-                    qualified = None
-                    if isinstance(value, ast.Call):
-                        name = ast_dotted_name(value.func)
-                        if name is not None:
-                            qualified = _qualified(info, name) or (f"{info.name}.{name}" if name in info.classes and info.name else None)
-                    seen[target.attr] = qualified if target.attr not in seen or seen[target.attr] == qualified else None
-            out[node.name] = {attr: q for attr, q in seen.items() if q is not None}
-        self._self_attrs[key] = out
-        return out
+        if cached is None:
+            cached = self._self_attrs[key] = attribute_classes(info, path)
+        return cached
 
     # --- modules and their models ---
     def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[_Foreign]:
@@ -592,3 +565,4 @@ def attribute_kept_in_project(model, attribute: str) -> Optional[bool]:
         raise
     except Exception:
         return None
+

@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from amp_lint.fixes.undefined_names import new_undefined_names
 from amp_lint.fixes.verify_fix import new_hazards
 from amp_lint.rules.base import Finding
 
@@ -91,7 +92,11 @@ def regression(
 
 
 def hazard_regression(before_code: str, after_code: str) -> Optional[str]:
-    """Why the fixed code is worse on GradScaler's call order (scale, unscale_, step, update), or None."""
+    """Why the fixed code is worse: a name it reads that nothing binds (NameError), or GradScaler's call
+    order (scale, unscale_, step, update); None when it is not."""
+    unbound = new_undefined_names(before_code, after_code)
+    if unbound:
+        return f"the fixed code reads `{unbound[0]}`, which nothing binds there"
     added = new_hazards(before_code, after_code)
     if not added:
         return None

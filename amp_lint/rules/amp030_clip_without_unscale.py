@@ -355,6 +355,15 @@ def _scaler_called_anyway(clip: Event, steps: List[Event]) -> bool:
     )
 
 
+def _bound_in(scope, name: str) -> bool:
+    """Is the root of `name` bound where the fix writes it: `self` in a method, or a parameter or an
+    assignment of the iteration's scope or one around it?"""
+    root = name.split(".")[0].split("[")[0]
+    if root == "self":
+        return scope.class_name is not None
+    return any(root in s.params or root in s.assignments for s in scope.chain())
+
+
 def _unscale_fix(
     model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Optional[Event]
 ) -> Optional[Fix]:
@@ -363,6 +372,8 @@ def _unscale_fix(
     for event in steps:
         if event.target is None or _bound_by_a_later_loop(flow, clip, event):
             return None  # no name, or one bound by a later `for opt in optimizers:` loop
+        if event.in_helper and not _bound_in(step.scope, event.target):
+            return None  # the helper's own name (`optimizer` of a loop in a callee), not one of the caller's
         if event.target not in optimizers:
             optimizers.append(event.target)
     anchor = step.anchor_statement(clip)  # before the `for p in model.parameters():` loop, not inside it
