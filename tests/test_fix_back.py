@@ -243,12 +243,18 @@ def test_a_direct_step_after_a_flagged_unscale_goes_through_the_scaler():
         """
     )
     direct = code.replace("self.scaler.step(optimizer)", "optimizer.step()")
-    assert same(fixed(direct, "AMP022"), code)
+    assert same(fixed(direct, "AMP020"), code)
+    # AMP022's update without inf checks needs `clip` false (a parameter, not a varying test, once `clip and
+    # not skip` is read operand by operand): assumed, so its fix, the same step through the scaler (never a
+    # move of the update), is unsafe.
+    (finding,) = Checker(frozenset({"AMP022"}), show_assumed=True).check(direct, "t.py").diagnostics
+    assert finding.fix is not None and finding.fix.message.startswith("Step through")
+    assert same(Checker(frozenset({"AMP022"}), fix=True, unsafe_fixes=True, show_assumed=True).check(direct, "t.py").fixed_source, code)
     with_kwargs = code.replace("clip):", "clip, **kwargs):").replace("step(optimizer)", "step(optimizer, **kwargs)")
     direct = with_kwargs.replace("self.scaler.step(optimizer, **kwargs)", "optimizer.step(**kwargs)")
-    (finding,) = Checker(frozenset({"AMP022"})).check(direct, "t.py").diagnostics
+    (finding,) = Checker(frozenset({"AMP020"})).check(direct, "t.py").diagnostics
     assert finding.fix is not None and finding.fix.applicability.value == "unsafe"
-    result = Checker(frozenset({"AMP022"}), fix=True, unsafe_fixes=True).check(direct, "t.py")
+    result = Checker(frozenset({"AMP020"}), fix=True, unsafe_fixes=True).check(direct, "t.py")
     assert same(result.fixed_source, with_kwargs)
 
 

@@ -232,3 +232,67 @@ def test_the_fix_check_refuses_a_name_nothing_binds():
     assert undefined_names("from torch import *\nprint(nn)\n") is None
     # a class body's names are not visible in its methods
     assert new_undefined_names("class A:\n    y = 1\n", "class A:\n    y = 1\n    def m(self):\n        return y\n") == ["y"]
+
+
+def test_a_short_circuit_test_is_read_operand_by_operand():
+    # Principle 1 (correlated conditions): the false edge of `if clip or i % 100 == 0:` says `clip` is
+    # false, so the later `if clip:` clip always follows the unscale_; the compound was one opaque (and,
+    # with its `%`, "varying") test, and the path that skips the unscale_ and clips was taken as proved.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for i, x in enumerate(loader):
+        scaler.scale(model(x).sum()).backward()
+        if clip or i % 100 == 0:
+            scaler.unscale_(opt)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+    """
+    assert _found(source, "AMP030", show_assumed=True) == []
+    conjunction = source.replace("if clip or i % 100 == 0:", "if clip and ready:").replace("if clip:", "if ready and clip:")
+    assert _found(conjunction, "AMP030", show_assumed=True) == []
+    # `not (a or b)`: its body says both are false
+    negated = textwrap.dedent(source).replace(
+        "if clip or i % 100 == 0:\n        scaler.unscale_(opt)", "if not (clip or log):\n        pass\n    else:\n        scaler.unscale_(opt)"
+    )
+    assert "else:" in negated and _found(negated, "AMP030", show_assumed=True) == []
+    # an operand that decides nothing else keeps the path open
+    other = source.replace("if clip:", "if clip_now:")
+    assert _found(other, "AMP030", show_assumed=True) == [("AMP030", 9)]
+
+
+def test_an_unscale_behind_a_latch_the_code_keeps_runs_once():
+    # Principle 4 (values followed): `if not self.unscaled: unscale_(); self.unscaled = True` in a helper
+    # called twice runs the unscale_ once; a first unscale_ that does not set the flag is still a second.
+    helper = """
+    import torch
+    class Trainer:
+        def unscale(self):
+            if not self.unscaled:
+                self.scaler.unscale_(self.opt)
+                self.unscaled = True
+
+        def train_step(self, x):
+            self.unscaled = False
+            self.scaler.scale(self.model(x).sum()).backward()
+            self.unscale()
+            self.unscale()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+    """
+    assert _found(helper, "AMP024", show_assumed=True) == []
+    unlatched = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        unscaled = False
+        scaler.scale(model(x).sum()).backward()
+        scaler.unscale_(opt)
+        if not unscaled:
+            scaler.unscale_(opt)
+        scaler.step(opt)
+        scaler.update()
+    """
+    assert _found(unlatched, "AMP024") == [("AMP024", 9)]

@@ -143,9 +143,22 @@ class _Builder:
             other = self._if(orelse, following, ctx)
         else:
             other = self.suite(orelse.body, following, ctx)
-        return self._node(
-            statement, [(body, atom_of(statement.test, True)), (other, atom_of(statement.test, False))], ctx
-        )
+        return self._test(statement.test, statement, body, other, ctx)
+
+    def _test(self, test: cst.BaseExpression, statement: cst.CSTNode, yes: int, no: int, ctx: _Context) -> int:
+        """The branch of a test, its `and`/`or` short-circuited into one branch node per operand (as a compiler
+        lowers them): the false edge of `if clip or log:` says `clip` is false, so a later `if clip:` on that
+        path is known (issue 26, principle 1: correlated conditions). The leftmost operand's node, built
+        last, is the statement's."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and isinstance(test.expression, cst.BooleanOperation):
+            return self._test(test.expression, statement, no, yes, ctx)
+        if isinstance(test, cst.BooleanOperation):
+            if isinstance(test.operator, cst.And):
+                right = self._test(test.right, statement, yes, no, ctx)
+                return self._test(test.left, statement, right, no, ctx)
+            right = self._test(test.right, statement, yes, no, ctx)
+            return self._test(test.left, statement, yes, right, ctx)
+        return self._node(statement, [(yes, atom_of(test, True)), (no, atom_of(test, False))], ctx)
 
     def _loop(self, loop: Union[cst.For, cst.While], following: int, ctx: _Context) -> int:
         graph = self.graph

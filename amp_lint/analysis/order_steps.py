@@ -15,6 +15,7 @@ from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.order import Breach
+from amp_lint.analysis.order_reads import unscaled_by_hand
 from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
 
@@ -71,6 +72,8 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
                 continue
             if any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
                 continue
+            if unscaled_by_hand(step, scaler):
+                continue  # gradients rescaled by `scaler.get_scale()` by hand: which ones, the code alone knows
             states = typestate.run(flow).before.get(id(optimizer_step), ())
             if states and typestate.proof_of(states, scaler, optimizer, STEP_SCALED) is None and _manual_inf_check(optimizer_step):
                 continue  # unscaled on every state, and a test of its own proved them finite: a manual skip

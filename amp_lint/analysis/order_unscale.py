@@ -20,6 +20,7 @@ from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.names import plain_target_names
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.conditions import normalise
 from amp_lint.analysis.syntax import code_of
 
 UNSCALE_TWICE = "unscale-twice"  # `cause`: the earlier unscale_ of the optimizer, no update() between
@@ -37,6 +38,8 @@ def unscales_twice(model: FileModel) -> Iterator[Breach]:
     for step in model.steps:
         for unscale in step.of(EventKind.SCALER_UNSCALE):
             if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale, step):
+                continue
+            if _guarded_by_a_latch(model, step, unscale):
                 continue
             scaler = unscale.receiver
             if not model.scaler_enabled(scaler, step.scope):
@@ -89,6 +92,42 @@ def _guarded_by_scaler_state(unscale: Event, step: TrainingStep) -> bool:
         and any(b.node is guards[-1] for b in e.branches)
         for e in step.of(EventKind.SCALER_UNSCALE)
     )
+
+
+def _guarded_by_a_latch(model: FileModel, step: TrainingStep, unscale: Event) -> bool:
+    """`if not unscaled: scaler.unscale_(opt); unscaled = True` (a flag the code keeps for itself, in a
+    helper called twice or beside a logging branch that unscales first): the unscale_ runs only while the
+    flag is false, and every other unscale_ of that optimizer sets it right after, in its own block (the
+    same helper's unscale_ reached through another call is one of those). No two of them run without the
+    code resetting the flag (issue 26, principle 4: values followed)."""
+    flags = [normalise(b.node.test)[0] for b in unscale.branches if b.condition[1] is False]
+    flags = [f for f in flags if re.fullmatch(r"[A-Za-z_][\w.]*", f)]
+    if not flags:
+        return False
+    others = [
+        e for e in step.of(EventKind.SCALER_UNSCALE)
+        if e is not unscale and e.receiver == unscale.receiver and e.target == unscale.target
+    ]
+    return any(all(_sets_after(model, e, flag) for e in others) for flag in flags)
+
+
+def _sets_after(model: FileModel, event: Event, flag: str) -> bool:
+    """A statement after the event's, in its block, sets `flag = True`."""
+    block = model.block_of(event.statement) or []
+    after = False
+    for statement in block:
+        if statement is event.statement:
+            after = True
+            continue
+        if after and isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if (
+                    isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and code_of(small.targets[0].target) == flag
+                    and isinstance(small.value, cst.Name) and small.value.value == "True"
+                ):
+                    return True
+    return False
 
 
 _STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")

@@ -14,6 +14,7 @@ import libcst as cst
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.accumulation import accumulation
+from amp_lint.analysis.single_pass_loops import per_pass_names
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
@@ -43,6 +44,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             if not model.scaler_enabled(scaler, step.scope):
                 continue
             later, proof = typestate.follows(flow, update, P.RESETS_SCALER, scaler, among=updates)
+            later, proof = _next_rounds_left_out(flow, step, update, scaler, later, proof)
             if later:
                 yield Breach(
                     UPDATE_AGAIN, update, step, scaler, flow, last=last_of(flow, later), related=tuple(later), proof=proof
@@ -51,6 +53,23 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             again = _again_in_inner_loop_with_step(flow, update)
             if again is not None:
                 yield Breach(UPDATE_PER_OPTIMIZER, update, step, scaler, flow, proof=again)
+
+
+def _next_rounds_left_out(flow: StepFlow, step: TrainingStep, update: Event, scaler: str, later, proof):
+    """An iteration steps each optimizer once: a later update whose path from `update` steps an optimizer
+    that was stepped before `update` closes the next round, not this one (mmf's tests run
+    `_do_a_fp16_pass()`, backward, step, update, twice in a row). A GAN's phases step different
+    optimizers, each with its update: one iteration that updates twice (the catalog: still fire)."""
+    steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+    before = {s.target for s in steps if s.target is not None and flow.path(s, update) is not None}
+    if not later or not before:
+        return later, proof
+    kept = []
+    for other in later:
+        between = [s for s in steps if flow.path(update, s) is not None and flow.path(s, other) is not None]
+        if not any(s.target in before for s in between):
+            kept.append(other)
+    return kept, proof
 
 
 def _bare_update(model: FileModel, update: Event, step: TrainingStep) -> bool:
@@ -240,6 +259,8 @@ def missing_updates(model: FileModel) -> Iterator[Breach]:
             if updates:
                 yield from _updates_skipped(model, step, scaler, steps, updates)
                 continue
+            if step.loop is not None and _each_pass_another_optimizer(step, steps):
+                continue  # `for model, opt in zip(models, opts): ...; scaler.step(opt)`: the enclosing code updates
             if _helper_may_update(model, step, scaler) and not _nothing_in_project_updates(model, step, scaler):
                 continue  # a call gets the scaler (or its holder), unless nothing in the project updates it
             if step.loop is None and not _runs_scaled_backward(step, scaler):
@@ -252,6 +273,20 @@ def missing_updates(model: FileModel) -> Iterator[Breach]:
                 continue  # the function is one part of a step whose update lives elsewhere
             where = "in this loop" if step.loop is not None else "anywhere in this file"
             yield Breach(MISSING_UPDATE, steps[-1], step, scaler, last=steps[-1], related=tuple(steps), detail=where)
+
+
+def _each_pass_another_optimizer(step: TrainingStep, steps: List[Event]) -> bool:
+    """Each pass of the step's loop steps the optimizer it binds afresh (`for opt in optimizers`, `for model,
+    opt in zip(models, opts)`): "step() twice without update()" is per optimizer, so the passes are one
+    iteration's optimizers, and the update is for the code around the loop, which runs one after it (issue
+    26, principle 1)."""
+    if not isinstance(step.loop, cst.For):
+        return False
+    scaler = steps[0].receiver
+    if not any(u.receiver == scaler and step.loop not in u.loops for u in step.scope.events if u.kind is EventKind.SCALER_UPDATE):
+        return False  # nothing around the loop updates: the loop is all there is to ask
+    names = per_pass_names(step.loop)
+    return bool(names) and all(e.target in names for e in steps)
 
 
 def _updates_skipped(model: FileModel, step: TrainingStep, scaler: str, steps: List[Event], updates) -> Iterator[Breach]:

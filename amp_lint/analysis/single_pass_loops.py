@@ -74,7 +74,7 @@ def repeating(loops: Iterable[Loop], once: Set[Loop]) -> Tuple[Loop, ...]:
 def _over_optimizers(loop: Loop, events: Sequence[Event], may_train: Callable[[Event], bool]) -> bool:
     if not isinstance(loop, cst.For) or loop.orelse is not None:
         return False
-    names = _per_pass(loop)
+    names = per_pass_names(loop)
     if not names:
         return False
     members = [e for e in events if loop in e.loops]
@@ -106,7 +106,7 @@ def _over_optimizers(loop: Loop, events: Sequence[Event], may_train: Callable[[E
 _BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))  # `any(...)` trains nothing
 
 
-def _per_pass(loop: cst.For) -> set:
+def per_pass_names(loop: cst.For) -> set:
     """The names a pass of the loop binds afresh: its target's (`for opt in ...`, `for group, opt in
     ....items()`) and those the body assigns from one of them first thing (`opt = self.optimizers[group]`)."""
     targets = [loop.target]

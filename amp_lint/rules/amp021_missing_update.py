@@ -76,6 +76,17 @@ class MissingScalerUpdate(OrderRule):
     needs = (r"[Ss]caler", r"\bstep\b")
 
     valid = [
+        # Issue 26, principle 1 ("step() twice" is per optimizer): each pass of the inner loop steps another
+        # optimizer, and the update follows the loop, once per iteration.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    for model, opt in zip(models, opts):
+        scaler.scale(model(x).sum()).backward()
+        scaler.step(opt)
+    scaler.update()
+""",
         """
 for x, y in loader:
     scaler.scale(loss_fn(model(x), y)).backward()

@@ -61,6 +61,20 @@ class UpdateTwice(OrderRule):
     needs = (r"[Ss]caler", r"\bupdate\b")
 
     valid = [
+        # Issue 26, principle 1 (an iteration steps each optimizer once): a whole round (backward, step,
+        # update) and then another of the same optimizer are two iterations (mmf's tests run
+        # `_do_a_fp16_pass()` twice in a row), not one that updates twice.
+        """
+class Test:
+    def one_pass(self, x):
+        self.scaler.scale(self.model(x).sum()).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def test_resume(self, x):
+        self.one_pass(x)
+        self.one_pass(x)
+""",
         # The loop over optimizers picks one of them: the step and the update run on one pass only.
         """
 for x in loader:

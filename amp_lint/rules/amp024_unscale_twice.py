@@ -72,6 +72,24 @@ class UnscaleTwice(OrderRule):
     needs = (r"\bunscale_\b", r"[Ss]caler")
 
     valid = [
+        # Issue 26, principle 4 (values followed): a flag the code keeps, set right after each unscale_,
+        # guards the other one (a logging branch unscales first).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for i, x in enumerate(loader):
+    scaler.scale(model(x).sum()).backward()
+    unscaled = False
+    if i % log_every == 0:
+        scaler.unscale_(opt)
+        unscaled = True
+        log_grad_norm(model)
+    if not unscaled:
+        scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(opt)
+    scaler.update()
+""",
         # The scaler's own state decides (allennlp's gradient_descent_trainer: rescale, then clip).
         """
 from torch.amp.grad_scaler import OptState

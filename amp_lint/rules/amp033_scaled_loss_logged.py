@@ -7,6 +7,7 @@ import libcst as cst
 
 from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
 
+from amp_lint.analysis.syntax import names_in
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
@@ -70,6 +71,18 @@ class ScaledLossLogged(Rule):
     needs = (r"[Ss]caler", r"\bscale\b")
 
     valid = [
+        # Issue 26, principle 4: the report divides the scaled loss by the scale (unscaled by hand), and a
+        # string's words are no reads of the name.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    loss = scaler.scale(model(x).sum())
+    loss.backward()
+    scaler.step(optimizer)
+    print(loss.item() / scaler.get_scale(), f"loss at step {step}")
+    scaler.update()
+""",
         """
 import torch
 scaler.scale(loss).backward()
@@ -162,7 +175,7 @@ losses.append(scaled.item())
             scaler, argument = scaled
             variable = assignment.target
             later = _later_sites(model, assignment)
-            reports = [site for site in later if _reports(site, variable)]
+            reports = [site for site in later if _reports(site, variable) and not _divided_by_the_scale(site, scaler)]
             returned = _returned_in_block(model, assignment, variable)
             if not reports and returned is None:
                 continue
@@ -203,7 +216,8 @@ def _later_sites(model: FileModel, assignment: AssignmentSite) -> List[CallSite]
 
 
 def _mentions(node: cst.CSTNode, variable: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(variable)}\b", code_of(node)) is not None
+    """The code reads `variable` (a name, not a word of a string: `print(f"loss {avg}")` does not)."""
+    return variable in names_in(node)
 
 
 def _reports(site: CallSite, variable: str) -> bool:
@@ -212,6 +226,14 @@ def _reports(site: CallSite, variable: str) -> bool:
         return True
     name = dotted_name(site.call.func)
     return name is not None and _REPORTER.search(name) is not None and any(_mentions(arg, variable) for arg in site.call.args)
+
+
+def _divided_by_the_scale(site: CallSite, scaler: str) -> bool:
+    """The report divides by the scale it carries (`print(loss.item() / scaler.get_scale())`): it reports the
+    loss, unscaled by hand; keeping `loss` unscaled would divide it twice (issue 26, principle 4: values
+    followed through the arithmetic the code does on them)."""
+    small = site.small_statement if site.small_statement is not None else site.statement
+    return re.search(rf"/\s*{re.escape(scaler)}\.get_scale\(\)", code_of(small)) is not None
 
 
 def _returned_in_block(model: FileModel, assignment: AssignmentSite, variable: str) -> Optional[cst.SimpleStatementLine]:
