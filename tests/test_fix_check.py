@@ -321,3 +321,30 @@ def test_the_roundtrip_bench_imports_each_fixed_module_beside_its_unfixed_self(t
     assert fix_roundtrip.module_name(fixed / "pkg" / "__init__.py", fixed) == "pkg"
     # A copy that is itself a package imports from its parent.
     assert fix_roundtrip.package_root(fixed / "pkg") == fixed
+
+
+def test_a_check_marks_only_the_fixes_that_fix_would_keep():
+    """`[*]` (a fix in the JSON) only where `--fix` keeps the fix: an `unscale_` before the clip would be a
+    second one on the logging path, so `--fix` refuses it, and a plain check reports the finding without a
+    fix (before: `[*]`, then "not fixed" from `--fix`)."""
+    from amp_lint.engine.checker import Checker
+
+    source = (
+        "import torch\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "for x in loader:\n"
+        "    scaler.scale(model(x).sum()).backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "    if log:\n"
+        "        scaler.unscale_(opt)\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+    )
+    (finding,) = Checker(frozenset({"AMP030"})).check(source, "t.py").diagnostics
+    assert finding.code == "AMP030" and finding.fix is None
+    fixed = Checker(frozenset({"AMP030"}), fix=True).check(source, "t.py")
+    assert fixed.fixed_source is None and any("not fixed" in e.message for e in fixed.errors)
+    # a fix `--fix` keeps is still offered
+    kept = source.replace("    if log:\n        scaler.unscale_(opt)\n", "")
+    (finding,) = Checker(frozenset({"AMP030"})).check(kept, "t.py").diagnostics
+    assert finding.fix is not None

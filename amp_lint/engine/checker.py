@@ -37,6 +37,7 @@ from amp_lint.analysis import values
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.engine.related import _related_locations, _related_text, _short_code
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
+from amp_lint.engine.fix_preview import drop_refused_fixes
 from amp_lint.engine.file_edits import OtherFiles, OtherTexts, file_edits, refused_files
 from amp_lint.fixes.types import FileEdit
 from amp_lint.parse import python_ast
@@ -187,6 +188,8 @@ class Checker:
             findings, positions = self._placed(found, locator, code)
         else:  # the last fix pass found nothing more to fix: its findings are those of the fixed file
             findings, positions, locator, model = final
+        if not self.fix:
+            drop_refused_fixes(self, module, code, filename, findings, file_noqa or frozenset())
         fixes = [f.fix for f in findings if f.fix is not None]
         edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         lines = split_lines(code)

@@ -1,0 +1,54 @@
+"""Check mode's `[*]`: only for a fix that `--fix` would keep.
+
+`--fix` checks each fix before it keeps it (`Checker._checked_pass`: the fixed code parses, reads no name
+nothing binds, breaks no GradScaler order, and leaves no new finding). A plain check used to mark every
+safe fix `[*]`, and `--fix` then refused some of them ("the fixed code calls scaler.update() twice").
+Here a check tries, the same way, each fix that does more than rename a deprecated spelling (those are
+never refused, and a package has hundreds of them), and a refused one is reported without its fix, as
+`--fix` reports it. The cost falls only on files with such a fix: one more analysis, and one per fix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, FrozenSet, List
+
+import libcst as cst
+
+from amp_lint.engine.fix_check import SPELLING_ONLY
+from amp_lint.fixes.apply import ancestry_of
+from amp_lint.rules.base import Finding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from amp_lint.engine.checker import Checker
+
+
+def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filename: str, findings: List[Finding], file_ignored: FrozenSet[str]) -> None:
+    """Set `fix` to None on each finding whose fix `--fix` would refuse (as `--fix` reports it)."""
+    tried = [
+        f for f in findings
+        if f.fix is not None and f.rule.code not in SPELLING_ONLY and f.rule.code in checker.enabled_codes
+        and checker._applicable(f.fix) and not f.fix.files  # a fix of several files is checked when it is written
+    ]
+    if not tried:
+        return
+    from amp_lint.engine.checker import _Rejected  # noqa: F401  (the rejected map's values)
+    from amp_lint.engine.file_edits import OtherFiles
+
+    current = checker._analysed(module, code, filename, [], file_ignored)
+    others = OtherFiles(checker._other_file_analysis(file_ignored), {r.code: r.name for r in checker.check_rules},
+                        checker.refused_files, False)  # fmt: skip
+    by_message: Dict[tuple, list] = {}
+    for found in current.findings:
+        by_message.setdefault((found.finding.rule.code, found.finding.message), []).append(found)
+    for finding in tried:
+        owners = [f for f in by_message.get((finding.rule.code, finding.message), ()) if f.finding.fix is not None and not f.finding.fix.files]
+        if len(owners) != 1:
+            continue  # not matched one to one: leave it as it is
+        fix = owners[0].finding.fix
+        rejected: dict = {}
+        accepted, _ = checker._checked_pass(
+            current, [fix], {id(fix): owners}, ancestry_of(current.module, [fix], current.model.parents),
+            filename, file_ignored, rejected, others,
+        )
+        if not accepted:
+            finding.fix = None
