@@ -3,8 +3,9 @@
 `--fix` checks each fix before it keeps it (`Checker._checked_pass`: the fixed code parses, reads no name
 nothing binds, breaks no GradScaler order, and leaves no new finding). A plain check used to mark every
 safe fix `[*]`, and `--fix` then refused some of them ("the fixed code calls scaler.update() twice").
-Here a check tries, the same way, each fix that does more than rename a deprecated spelling (those are
-never refused, and a package has hundreds of them), and a refused one is reported without its fix, as
+Here a check tries, the same way, each fix of an order rule (the GradScaler protocol's: a fix there moves or
+adds protocol calls, which is what the check refuses; a deprecated spelling's rename or a device string's
+rewrite is not, and a package has hundreds of those), and a refused one is reported without its fix, as
 `--fix` reports it. The cost falls only on files with such a fix: one more analysis, and one per fix.
 """
 
@@ -14,19 +15,24 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, List
 
 import libcst as cst
 
-from amp_lint.engine.fix_check import SPELLING_ONLY
 from amp_lint.fixes.apply import ancestry_of
+from amp_lint.rules._helpers import OrderRule
 from amp_lint.rules.base import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from amp_lint.engine.checker import Checker
 
 
+def _order_rule(rule) -> bool:
+    """A finding's rule is its class (or an instance of it)."""
+    return issubclass(rule if isinstance(rule, type) else type(rule), OrderRule)
+
+
 def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filename: str, findings: List[Finding], file_ignored: FrozenSet[str]) -> None:
     """Set `fix` to None on each finding whose fix `--fix` would refuse (as `--fix` reports it)."""
     tried = [
         f for f in findings
-        if f.fix is not None and f.rule.code not in SPELLING_ONLY and f.rule.code in checker.enabled_codes
+        if f.fix is not None and _order_rule(f.rule) and f.rule.code in checker.enabled_codes
         and checker._applicable(f.fix) and not f.fix.files  # a fix of several files is checked when it is written
     ]
     if not tried:
