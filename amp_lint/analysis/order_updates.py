@@ -328,16 +328,13 @@ def _alternates(step: TrainingStep, event: Event, updates) -> bool:
 
 def _calls_given(step: TrainingStep, scaler: str) -> List[Event]:
     """The iteration's calls, not followed by the analysis, that are handed the scaler or its holder."""
-    found = []
-    for event in step.of(EventKind.CALL):
-        if any(inner.via is event for inner in step.events):
-            continue
-        for arg in event.call.args:
-            name = dotted_name(arg.value)
-            if name is not None and (name == scaler or scaler.startswith(name + ".")):
-                found.append(event)
-                break
-    return found
+    return [e for e in step.of(EventKind.CALL) if not any(i.via is e for i in step.events) and _hands_the_scaler(e, scaler)]
+
+
+def _hands_the_scaler(call: Event, scaler: str) -> bool:
+    """An argument of the call is the scaler (`finish(scaler)`) or what holds it (`hook(self)`)."""
+    names = (dotted_name(arg.value) for arg in call.call.args)
+    return any(name is not None and (name == scaler or scaler.startswith(name + ".")) for name in names)
 
 
 def _nothing_in_project_updates(model: FileModel, step: TrainingStep, scaler: str) -> bool:
@@ -430,10 +427,8 @@ def _helper_may_update(model: FileModel, step: TrainingStep, scaler: str) -> boo
     for event in step.of(EventKind.CALL):
         if callee_scope(model, event) is not None and any(e.via is event for e in step.events):
             continue  # a helper of this file, inlined: its summary is in the iteration's events (no update)
-        for arg in event.call.args:
-            name = dotted_name(arg.value)
-            if name is not None and (name == scaler or scaler.startswith(name + ".")):
-                return True
+        if _hands_the_scaler(event, scaler):
+            return True
         callee = (event.target or "").split(".")[-1]
         for function in model.functions_named(callee):
             scope = model.scope_of(function)

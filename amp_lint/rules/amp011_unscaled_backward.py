@@ -188,18 +188,13 @@ for x, y in loader:
         """
 class Strategy:
     def __init__(self, optimizer, scaler=None):
-        self.optimizer = optimizer
-        self.scaler = scaler
-
+        self.optimizer, self.scaler = optimizer, scaler
     def backward(self):
         self.loss.backward()
-
     def optimizer_step(self):
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
-        else:
-            self.optimizer.step()
 """,
         # `if scaler is not None:` guards.
         """
