@@ -332,9 +332,8 @@ class Trainer:
             self.optimizer_step()
 """
         ),
-        # Issue 26, principle 2 (one call is one iteration): a scaler handed in (`scaler=None`), the
-        # backward under `if self.scaler is not None:`: the scaler is in use on that path, whoever built
-        # it, and its step in the sibling method divides the unscaled gradients (avalanche's strategies).
+        # Issue 26, principle 2: a scaler handed in (`scaler=None`), the backward under `if self.scaler is not
+        # None:`: in use there, whoever built it; its sibling's step divides unscaled gradients (avalanche).
         Invalid(
             """
 class Strategy:
