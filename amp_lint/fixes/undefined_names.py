@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import re
 import symtable
+import warnings
 from typing import FrozenSet, Optional, Tuple
 
 _BUILTINS = frozenset(dir(builtins)) | frozenset(
@@ -29,7 +30,9 @@ def undefined_names(code: str) -> Optional[Undefined]:
     if _STAR_IMPORT.search(code):
         return None
     try:
-        top = symtable.symtable(code, "<fix>", "exec")
+        with warnings.catch_warnings():  # `1()` warns when compiled: the fix check prints nothing
+            warnings.simplefilter("ignore")
+            top = symtable.symtable(code, "<fix>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
