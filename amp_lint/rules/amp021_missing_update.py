@@ -8,7 +8,9 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import Event
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis import typestate
 from amp_lint.analysis.order import Breach
+from amp_lint.analysis.protocol import RESETS_SCALER
 from amp_lint.analysis.order_updates import MISSING_UPDATE, NEVER_UPDATED_IN_PROJECT, UPDATE_SKIPPED, missing_updates
 from amp_lint.rules._helpers import OrderRule
 from amp_lint.rules.base import Fix, Invalid
@@ -52,7 +54,8 @@ class MissingScalerUpdate(OrderRule):
     ## Fix safety
     Safe. `scaler.update()` is inserted right after the last `scaler.step(...)` of the iteration, at
     the same block level: inside the accumulation boundary when there is one, after all optimizers
-    when there are several.
+    when there are several. On a path that skips the update, it goes right after that step, only when
+    no update follows the step on any path.
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -176,8 +179,8 @@ for i, x in enumerate(loader):
     ]
     invalid = [
         # Issue 26, principle 1: the protocol's end state on one path is STEPPED (the overflow branch
-        # steps and skips the update), so the next iteration's step raises. No fix: where the update
-        # belongs on that path is the author's call.
+        # steps and skips the update), so the next iteration's step raises. The update goes right after
+        # that step, when no update follows it on any path.
         Invalid(
             """
 import torch
@@ -188,6 +191,21 @@ for x, y in loader:
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     if not torch.isfinite(norm):
         scaler.step(optimizer)
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+    optimizer.zero_grad()
+""",
+            fixed="""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not torch.isfinite(norm):
+        scaler.step(optimizer)
+        scaler.update()
     else:
         scaler.step(optimizer)
         scaler.update()
@@ -289,7 +307,11 @@ class Trainer:
 
     def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
         if breach.kind == UPDATE_SKIPPED:
-            return None  # the other paths update: where this one should is the author's call
+            # No update follows this step on any path (else one path would update twice): the update goes
+            # right after it, at the iteration's level (after a loop over optimizers that holds it).
+            if breach.last.in_helper or typestate.follows(breach.flow, breach.last, RESETS_SCALER, breach.scaler)[0]:
+                return None
+            return _insert_update_fix(model, breach.step, [breach.last], breach.scaler)
         steps = [breach.last] if breach.kind == NEVER_UPDATED_IN_PROJECT else list(breach.related)
         return None if any(e.in_helper for e in steps) else _insert_update_fix(model, breach.step, steps, breach.scaler)
 
