@@ -12,12 +12,7 @@ import pytest
 
 from amp_lint.analysis.conditions import FINITE, NONFINITE, OPAQUE, finiteness
 from amp_lint.analysis.syntax import loop_counters
-from amp_lint.engine.checker import Checker
-
-
-def _found(source: str, *codes: str, show_assumed: bool = False):
-    result = Checker(frozenset(codes), show_assumed=show_assumed).check(textwrap.dedent(source), "train.py")
-    return [(d.code, d.location.row) for d in result.diagnostics]
+from tests.test_protocol_per_call import _found
 
 
 # The overflow branch steps and forgets the update the other branch runs (espnet's trainer with one line
@@ -99,6 +94,7 @@ def test_an_exception_handler_that_skips_the_update_is_only_assumed():
         scaler.update()
     """
     assert _found(source, "AMP021") == []
+    assert _found(source, "AMP021", show_assumed=True) == [("AMP021", 7)]
 
 
 def test_a_call_handed_the_scaler_may_be_the_update_on_that_path():
@@ -296,3 +292,52 @@ def test_an_unscale_behind_a_latch_the_code_keeps_runs_once():
         scaler.update()
     """
     assert _found(unlatched, "AMP024") == [("AMP024", 9)]
+
+
+@pytest.mark.parametrize(
+    "rescale",
+    [
+        "for p in muon_params:\n        p.grad.mul_(1.0 / scaler.get_scale())",
+        "inv = 1.0 / scaler.get_scale()\n    for p in muon_params:\n        p.grad.data.mul_(inv)",
+        "s = scaler.get_scale()\n    for p in muon_params:\n        p.grad /= s",
+        "for p in muon_params:\n        p.grad = p.grad / scaler.get_scale()",
+    ],
+)
+def test_gradients_rescaled_by_hand_are_not_the_protocols_to_judge(rescale):
+    # Principle 1: the state the code puts the gradients in. A Muon optimizer's gradients divided by the
+    # scale by hand beside an AdamW the scaler unscales: a direct `muon.step()` is not "on scaled
+    # gradients", and its safe fix (through the scaler) would unscale them twice.
+    source = f"""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optim_adam)
+    {rescale}
+    scaler.step(optim_adam)
+    optim_muon.step()
+    scaler.update()
+"""
+    assert _found(source, "AMP020", show_assumed=True) == []
+    # the same without the rescale: the Muon step is on scaled gradients
+    assert _found(source.replace(rescale, "pass"), "AMP020") == [("AMP020", 9)]
+
+
+def test_a_clip_of_gradients_rescaled_by_hand_is_not_a_read_of_scaled_ones():
+    # Principle 1, the reads (AMP030): the Muon gradients divided by the scale by hand, then clipped; the
+    # safe fix (`scaler.unscale_(adam)` before the clip) was beside the point.
+    source = """
+    import torch
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).sum()).backward()
+        inv_scale = 1.0 / scaler.get_scale()
+        for p in muon_params:
+            p.grad.mul_(inv_scale)
+        torch.nn.utils.clip_grad_norm_(muon_params, 1.0)
+        scaler.step(adam)
+        muon.step()
+        scaler.update()
+    """
+    assert _found(source, "AMP030", show_assumed=True) == []
+    assert _found(source.replace("p.grad.mul_(inv_scale)", "pass"), "AMP030") == [("AMP030", 9)]

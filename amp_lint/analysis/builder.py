@@ -65,6 +65,7 @@ class ModelBuilder(CallRecorder, Walker):
         self.autocast_calls: list = []
         self.call_sites: List[CallSite] = []
         self.assignment_sites: List[AssignmentSite] = []
+        self.grad_rescales: List[AssignmentSite] = []
         self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
         self.skip_reference: set = set()
         # Expressions whose value is a callable that will be called later (assigned, or given to partial).
@@ -236,6 +237,7 @@ class ModelBuilder(CallRecorder, Walker):
         # `p.grad /= n` rescales linearly: whatever the scale, it does not read the values (issue 14, fairseq).
         if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and is_grad(node.target):
             self.skip_reference.add(node.target)
+            self.grad_rescales.append(self._site(dotted_name(node.target) or "", node.value))
 
     def visit_Return(self, node: cst.Return) -> None:
         self.small_statement = node
@@ -396,25 +398,27 @@ class ModelBuilder(CallRecorder, Walker):
             return (0, f"{self.scope.class_name}.{key}")
         return (id(self.scope), key)
 
+    def _site(self, key: str, value: cst.BaseExpression) -> AssignmentSite:
+        """`key` set from `value` here: where it sits (statement, scope, loops, branches, autocast regions)."""
+        return AssignmentSite(
+            key,
+            value,
+            self.statement_stack[-1] if self.statement_stack else None,
+            self.scope,
+            tuple(self.loop_stack[-1]),
+            tuple(self.branch_stack[-1]),
+            tuple(self.region_stack[-1]),
+            self.counter,
+            len(self.call_sites) + len(self.assignment_sites),
+        )
+
     def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         key = dotted_name(target)
         if key is None:
             return
         statement = self.statement_stack[-1] if self.statement_stack else None
         self.scope.assignments.setdefault(key, []).append((value, statement))
-        self.assignment_sites.append(
-            AssignmentSite(
-                key,
-                value,
-                statement,
-                self.scope,
-                tuple(self.loop_stack[-1]),
-                tuple(self.branch_stack[-1]),
-                tuple(self.region_stack[-1]),
-                self.counter,
-                len(self.call_sites) + len(self.assignment_sites),
-            )
-        )
+        self.assignment_sites.append(self._site(key, value))
         if "." not in key:
             self.scope.names.bind_local(key)
         for candidate in alternatives(value):
@@ -503,6 +507,7 @@ class ModelBuilder(CallRecorder, Walker):
             autocast_calls=self.autocast_calls,
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
+            grad_rescales=self.grad_rescales,
             parents=self.parents,
             wrapper_backwards=self.wrapper_backwards,
             framework_regions=self.framework_regions,

@@ -200,6 +200,8 @@ class FileModel:
     autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
+    # `p.grad *= f` / `p.grad /= f`: the gradient rescaled in place (`target`, `value`: the factor)
+    grad_rescales: List[AssignmentSite] = field(default_factory=list)
     parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
     # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
     # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).

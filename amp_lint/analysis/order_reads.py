@@ -20,7 +20,7 @@ from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of, skipped_in_helper
 from amp_lint.analysis.steps import call_params
-from amp_lint.analysis.syntax import argument, code_of, literal_bool, names_in, own_nodes
+from amp_lint.analysis.syntax import argument, code_of, literal_bool, names_in
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"
 CLIP_RAISES_NONFINITE = "clip-raises-nonfinite"  # `node`: the `error_if_nonfinite=True` argument
@@ -42,7 +42,7 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
             if reached is None:
                 continue
             backward, scaler, proof = reached
-            if _threshold_carries_scale(clip) or unscaled_by_hand(step, scaler):
+            if _threshold_carries_scale(clip) or unscaled_by_hand(model, step, scaler):
                 continue
             if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
                 continue
@@ -53,42 +53,35 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
             yield Breach(READ_SCALED, clip, step, scaler, flow, cause=backward, related=tuple(steps), proof=proof, detail=what)
 
 
-def unscaled_by_hand(step: TrainingStep, scaler: str) -> bool:
+def unscaled_by_hand(model: FileModel, step: TrainingStep, scaler: str) -> bool:
     """The iteration rescales gradients by the scaler's scale itself (`p.grad.mul_(1 / scaler.get_scale())`,
     `p.grad /= scale` with `scale = scaler.get_scale()`: a Muon optimizer's parameters beside an AdamW that
     the scaler unscales). Which optimizers' gradients that covers is not known, so the reads and direct
     steps of this scaler's gradients are not questions the protocol can answer here (issue 26, principle
-    1: the state the code puts the gradients in, not only the scaler's calls)."""
-    body = step.loop.body if step.loop is not None else getattr(step.scope.node, "body", None)
-    if body is None:
-        return False
+    1: the state the code puts the gradients in, not only the scaler's calls). Read from the model's call,
+    assignment and in-place rescale sites of the iteration."""
     scale = f"{scaler}.get_scale()"
-    nodes = list(own_nodes(body))
-    names = {
-        t.target.value
-        for n in nodes if isinstance(n, cst.Assign) and scale in code_of(n.value)
-        for t in n.targets if isinstance(t.target, cst.Name)
-    }
 
-    def by_the_scale(value: cst.CSTNode) -> bool:
-        return scale in code_of(value) or bool(names_in(value) & names)
+    def in_step(site) -> bool:
+        return site.scope is step.scope and (step.loop is None or step.loop in site.loops)
 
-    def a_gradient(target: cst.CSTNode) -> bool:
-        return isinstance(target, cst.Attribute) and (
-            target.attr.value == "grad"
-            or (target.attr.value == "data" and isinstance(target.value, cst.Attribute) and target.value.attr.value == "grad")
-        )
+    names = {a.target for a in model.assignment_sites if in_step(a) and "." not in a.target and scale in code_of(a.value)}
+    factors = [a.value for a in model.grad_rescales if in_step(a)]
+    factors += [a.value for a in model.assignment_sites if in_step(a) and a.target.split(".")[-1] == "grad"]
+    factors += [
+        arg.value
+        for c in model.call_sites
+        if in_step(c) and c.method in ("mul_", "div_") and _a_gradient(c.call.func.value)
+        for arg in c.call.args
+    ]
+    return any(scale in code_of(f) or names_in(f) & names for f in factors)
 
-    for node in nodes:
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("mul_", "div_"):
-            if a_gradient(node.func.value) and any(by_the_scale(a.value) for a in node.args):
-                return True
-        elif isinstance(node, cst.AugAssign) and isinstance(node.operator, (cst.MultiplyAssign, cst.DivideAssign)):
-            if a_gradient(node.target) and by_the_scale(node.value):
-                return True
-        elif isinstance(node, cst.Assign) and any(a_gradient(t.target) for t in node.targets) and by_the_scale(node.value):
-            return True
-    return False
+
+def _a_gradient(node: cst.BaseExpression) -> bool:
+    """`p.grad`, or `p.grad.data`."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "data":
+        node = node.value
+    return isinstance(node, cst.Attribute) and node.attr.value == "grad"
 
 
 def _scaled_reaching(model: FileModel, step: TrainingStep, flow, clip: Event):

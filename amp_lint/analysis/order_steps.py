@@ -72,7 +72,7 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
                 continue
             if any(e.receiver == scaler and e.target == optimizer for e in step.of(EventKind.SCALER_STEP)):
                 continue
-            if unscaled_by_hand(step, scaler):
+            if unscaled_by_hand(model, step, scaler):
                 continue  # gradients rescaled by `scaler.get_scale()` by hand: which ones, the code alone knows
             states = typestate.run(flow).before.get(id(optimizer_step), ())
             if states and typestate.proof_of(states, scaler, optimizer, STEP_SCALED) is None and _manual_inf_check(optimizer_step):

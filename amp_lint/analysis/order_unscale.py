@@ -112,22 +112,15 @@ def _guarded_by_a_latch(model: FileModel, step: TrainingStep, unscale: Event) ->
 
 
 def _sets_after(model: FileModel, event: Event, flag: str) -> bool:
-    """A statement after the event's, in its block, sets `flag = True`."""
+    """An assignment `flag = True` after the event's statement, in its block."""
     block = model.block_of(event.statement) or []
-    after = False
-    for statement in block:
-        if statement is event.statement:
-            after = True
-            continue
-        if after and isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                if (
-                    isinstance(small, cst.Assign) and len(small.targets) == 1
-                    and code_of(small.targets[0].target) == flag
-                    and isinstance(small.value, cst.Name) and small.value.value == "True"
-                ):
-                    return True
-    return False
+    position = {id(statement): i for i, statement in enumerate(block)}
+    here = position.get(id(event.statement))
+    return here is not None and any(
+        site.target == flag and isinstance(site.value, cst.Name) and site.value.value == "True"
+        and position.get(id(site.statement), -1) > here
+        for site in model.assignment_sites
+    )
 
 
 _STATE_TEST = re.compile(r"_per_optimizer_states|OptState|\bstage\b")

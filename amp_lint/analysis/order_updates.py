@@ -44,7 +44,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
             if not model.scaler_enabled(scaler, step.scope):
                 continue
             later, proof = typestate.follows(flow, update, P.RESETS_SCALER, scaler, among=updates)
-            later, proof = _next_rounds_left_out(flow, step, update, scaler, later, proof)
+            later = _next_rounds_left_out(flow, step, update, scaler, later)
             if later:
                 yield Breach(
                     UPDATE_AGAIN, update, step, scaler, flow, last=last_of(flow, later), related=tuple(later), proof=proof
@@ -55,7 +55,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
                 yield Breach(UPDATE_PER_OPTIMIZER, update, step, scaler, flow, proof=again)
 
 
-def _next_rounds_left_out(flow: StepFlow, step: TrainingStep, update: Event, scaler: str, later, proof):
+def _next_rounds_left_out(flow: StepFlow, step: TrainingStep, update: Event, scaler: str, later: List[Event]) -> List[Event]:
     """An iteration steps each optimizer once: a later update whose path from `update` steps an optimizer
     that was stepped before `update` closes the next round, not this one (mmf's tests run
     `_do_a_fp16_pass()`, backward, step, update, twice in a row). A GAN's phases step different
@@ -63,13 +63,12 @@ def _next_rounds_left_out(flow: StepFlow, step: TrainingStep, update: Event, sca
     steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
     before = {s.target for s in steps if s.target is not None and flow.path(s, update) is not None}
     if not later or not before:
-        return later, proof
-    kept = []
-    for other in later:
-        between = [s for s in steps if flow.path(update, s) is not None and flow.path(s, other) is not None]
-        if not any(s.target in before for s in between):
-            kept.append(other)
-    return kept, proof
+        return later
+
+    def next_round(other: Event) -> bool:
+        return any(s.target in before and flow.path(update, s) is not None and flow.path(s, other) is not None for s in steps)
+
+    return [other for other in later if not next_round(other)]
 
 
 def _bare_update(model: FileModel, update: Event, step: TrainingStep) -> bool:

@@ -37,7 +37,6 @@ def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filena
     ]
     if not tried:
         return
-    from amp_lint.engine.checker import _Rejected  # noqa: F401  (the rejected map's values)
     from amp_lint.engine.file_edits import OtherFiles
 
     current = checker._analysed(module, code, filename, [], file_ignored)

@@ -455,13 +455,12 @@ def _per_call_backwards(model: FileModel):
             continue
         siblings = [s for s in model.scopes if s.is_function and s.class_name == scope.class_name and s is not scope]
         steps = [
-            e
+            (e, class_builds_scaler(model, e.receiver, s))
             for s in siblings
             for e in s.events
             # the scaler's step divides the gradients by the scale, and so does its unscale_ (accelerate's
             # `unscale_gradients()`): either consumes the backward's gradients as scaled ones
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
-            and (class_builds_scaler(model, e.receiver, s) or any(_tested_present(b, e.receiver) for b in backwards))
         ]
         plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
         if not steps or _called_with_a_scaled_loss(model, scope):
@@ -475,11 +474,7 @@ def _per_call_backwards(model: FileModel):
             # its consumes the backward's gradients
             off = backward.failing_tests
             consumer = next(
-                (
-                    e for e in steps
-                    if backward.compatible(e) and e.receiver not in off
-                    and (class_builds_scaler(model, e.receiver, e.scope) or _tested_present(backward, e.receiver))
-                ),
+                (e for e, built in steps if backward.compatible(e) and e.receiver not in off and (built or _tested_present(backward, e.receiver))),
                 None,
             )
             if consumer is not None:
