@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 import inject_corpus  # noqa: E402
 import inject_report  # noqa: E402
 from inject_compare import classify_fix, judge_catch, judge_through_callers, parse_findings  # noqa: E402
-from inject_ops import OPERATORS, Mutant, may_hold_sites, mutants  # noqa: E402
+from inject_ops import OPERATORS, Mutant, may_hold_sites, mutants, own_scaler_classes  # noqa: E402
 
 CHECK = ["--no-cache", "--isolated", "--show-assumed", "--output-format", "json", "--exit-zero", "-j", "1"]
 
@@ -78,14 +78,17 @@ def find_mutants(projects: Dict[str, Path], operators: Sequence[str], cap: int, 
     chosen: List[Mutant] = []
     for name, root in projects.items():
         per_op: Dict[str, List[Mutant]] = defaultdict(list)
+        texts = {}
         for path in inject_corpus.python_files(root):
             try:
-                text = path.read_text(encoding="utf-8")
+                texts[path] = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
+        foreign = own_scaler_classes(list(texts.values()))
+        for path, text in texts.items():
             if not may_hold_sites(text):
                 continue
-            for mutant in mutants(text, str(path.relative_to(root)), operators):
+            for mutant in mutants(text, str(path.relative_to(root)), operators, foreign):
                 per_op[mutant.operator].append(mutant)
         for op, found in sorted(per_op.items()):
             if cap and len(found) > cap:

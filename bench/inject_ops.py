@@ -77,8 +77,29 @@ class Mutant:
 # --- reading the module ------------------------------------------------------------------------------
 
 
+def own_scaler_classes(texts: Sequence[str]) -> frozenset:
+    """Classes a project defines that are named like a scaler (`...Scaler`) and derive from no scaler: thinc's
+    `PyTorchGradScaler`, with its own `unscale(grads)` and no `step()`. They are not torch's GradScaler, whose
+    protocol the operators mutate (the catalog's mistakes are torch's), so their calls are no sites. A subclass
+    of torch's (`class S(GradScaler)`) or a wrapper that holds one (timm's `NativeScaler`, whose sites are its
+    `self._scaler` calls) is not left out."""
+    found = set()
+    for text in texts:
+        if "Scaler" not in text:
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("GradScaler"):
+                if not any(_text(b).split(".")[-1].endswith("Scaler") for b in node.bases):
+                    found.add(node.name)
+    return frozenset(found)
+
+
 class Module:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, foreign: frozenset = frozenset()) -> None:
         self.text = text
         self.lines = text.splitlines(keepends=True)
         self.tree = ast.parse(text)
@@ -106,7 +127,8 @@ class Module:
             _text(c.func.value) for c in self.calls()
             if isinstance(c.func, ast.Attribute) and "scaler" in _text(c.func.value).split(".")[-1].lower()
         }
-        self.scalers = {s for s in scalers if s}
+        self.foreign = _built_from(self.tree, foreign) if foreign else set()
+        self.scalers = {s for s in scalers if s and s not in self.foreign}
 
     def _index(self, node: ast.AST, prefix: str) -> None:
         for field in ("body", "orelse", "finalbody"):
@@ -165,6 +187,36 @@ class Module:
     def indent(self, stmt: ast.stmt) -> str:
         line = self.lines[stmt.lineno - 1]
         return line[: len(line) - len(line.lstrip())]
+
+
+def _built_from(tree: ast.Module, classes: frozenset) -> set:
+    """Names and attributes of the module that some assignment (or a parameter's annotation) gives an instance
+    of one of `classes`, directly or through another such name: `self._grad_scaler = grad_scaler` after
+    `grad_scaler = PyTorchGradScaler(...)`."""
+    assigned: Dict[str, List[ast.AST]] = {}
+    built = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                assigned.setdefault(_text(target), []).append(node.value)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            if any(isinstance(n, ast.Name) and n.id in classes for n in ast.walk(node.annotation)):
+                built.add(node.arg)
+    changed = True
+    while changed:
+        changed = False
+        for name, values in assigned.items():
+            if name in built:
+                continue
+            for value in values:
+                parts = [n for n in ast.walk(value) if isinstance(n, (ast.Call, ast.Name, ast.Attribute))]
+                if any(isinstance(n, ast.Call) and _text(n.func).split(".")[-1] in classes for n in parts) or any(
+                    isinstance(n, (ast.Name, ast.Attribute)) and _text(n) in built for n in parts
+                ):
+                    built.add(name)
+                    changed = True
+                    break
+    return built
 
 
 def _text(node: ast.AST) -> str:
@@ -467,10 +519,11 @@ OPERATORS: Dict[str, Callable[[Module], Iterator[Site]]] = {
 }
 
 
-def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS)) -> List[Mutant]:
-    """Every mutant of one module, by operator; mutants that do not parse (or change nothing) are dropped."""
+def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS), foreign: frozenset = frozenset()) -> List[Mutant]:
+    """Every mutant of one module, by operator; mutants that do not parse (or change nothing) are dropped.
+    `foreign`: the project's own scaler classes (`own_scaler_classes`), whose calls are no sites."""
     try:
-        module = Module(text)
+        module = Module(text, foreign)
     except (SyntaxError, ValueError, RecursionError):
         return []
     out: List[Mutant] = []

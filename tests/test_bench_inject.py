@@ -281,3 +281,42 @@ def test_equivalent_mutants_are_left_out_and_a_finding_on_one_is_called_a_false_
     assert "| step_direct | AMP020, AMP022 | 1 / 2 |" in text
     assert "p/t.py:3 (train)" in text and "p/t.py:4 (train)" in text
     assert text.count("a false positive**") == 1  # line 4, reported although no bug
+
+
+def test_a_projects_own_scaler_class_gives_no_sites():
+    # thinc's PyTorchGradScaler: named like torch's, derived from nothing, its own protocol (no step()).
+    own = textwrap.dedent(
+        """\
+        class PyTorchGradScaler:
+            def update(self):
+                self._found_inf = False
+        class Wrapped(torch.amp.GradScaler):
+            pass
+        """
+    )
+    foreign = inject_ops.own_scaler_classes([own])
+    assert foreign == frozenset({"PyTorchGradScaler"})
+    shim = textwrap.dedent(
+        """\
+        import torch
+        from .scaler import PyTorchGradScaler
+
+        class Shim:
+            def __init__(self, grad_scaler: PyTorchGradScaler = None):
+                if grad_scaler is None:
+                    grad_scaler = PyTorchGradScaler(True)
+                self._grad_scaler = grad_scaler
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def finish(self, opt):
+                self._grad_scaler.update()
+                self.scaler.step(opt)
+                self.scaler.update()
+        """
+    )
+    sites = {(m.operator, m.line) for m in inject_ops.mutants(shim, "shim.py", ["update_dropped"], foreign)}
+    assert sites == {("update_dropped", 14)}
+    assert {(m.operator, m.line) for m in inject_ops.mutants(shim, "shim.py", ["update_dropped"])} == {
+        ("update_dropped", 12),
+        ("update_dropped", 14),
+    }

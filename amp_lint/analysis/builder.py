@@ -35,6 +35,7 @@ class ModelBuilder(CallRecorder, Walker):
         self.scopes: List[Scope] = [self.module_scope]
         self.scope_stack: List[Scope] = [self.module_scope]
         self.class_stack: List[str] = []
+        self.classes_open_at: List[int] = [0]  # per scope on scope_stack: how many classes enclosed it
         self.statement_stack: List[Statement] = []
         self.flow_stack: List[cst.CSTNode] = []  # statements and one-line suites: the flow graph's nodes
         self.small_statement: Optional[cst.BaseSmallStatement] = None
@@ -132,11 +133,14 @@ class ModelBuilder(CallRecorder, Walker):
             parent.names.bind_local(node.name.value)
         class_name = self.class_stack[-1] if self.class_stack else None
         prefix = class_name if class_name else (parent.name if parent.name else "")
+        # A method of a class defined inside a function is that class's; a closure in a method keeps its
+        # method's class.
+        in_class_body = len(self.class_stack) > self.classes_open_at[-1]
         scope = Scope(
             node=node,
             name=f"{prefix}.{node.name.value}" if prefix else node.name.value,
             parent=parent,
-            class_name=class_name if not parent.is_function else parent.class_name,
+            class_name=class_name if in_class_body or not parent.is_function else parent.class_name,
             names=NameTable(parent.names),
         )
         for param in self._parameters(node.params):
@@ -148,6 +152,7 @@ class ModelBuilder(CallRecorder, Walker):
         region = self._decorator_region(node)
         self.scopes.append(scope)
         self.scope_stack.append(scope)
+        self.classes_open_at.append(len(self.class_stack))
         self.loop_stack.append([])
         self.branch_stack.append([])
         self.region_stack.append([])
@@ -160,6 +165,7 @@ class ModelBuilder(CallRecorder, Walker):
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.scope_stack.pop()
+        self.classes_open_at.pop()
         self.loop_stack.pop()
         self.branch_stack.pop()
         self.region_stack.pop()

@@ -22,7 +22,7 @@ from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
-from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.names import dotted_name, receiver_name
 from amp_lint.analysis.steps import argument_names, callee_scope
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns
 
@@ -224,7 +224,7 @@ class CallRecorder:
             if method == "backward" and not (isinstance(func.value, cst.Name) and func.value.value == "self"):
                 self._maybe_backward(node, func.value)
                 return
-            receiver = dotted_name(func.value)
+            receiver = receiver_name(func.value)
             if receiver is not None and method in ("step", "update", "unscale_", "scale", "zero_grad"):
                 statement, small, scope, loops, branches, regions = self._context()
                 self.counter += 1

@@ -260,6 +260,19 @@ class NameTable:
         return f"{resolved}.{rest}" if rest else resolved
 
 
+def receiver_name(node: cst.BaseExpression) -> Optional[str]:
+    """The dotted name a method is called on; `super()` (or `super(Cls, self)`) in a method is the instance
+    itself, `self`, reached through its base's methods: `super().unscale_(opt)` in a GradScaler subclass
+    runs torch's protocol on `self`."""
+    dotted = dotted_name(node)
+    if dotted is not None:
+        return dotted
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super":
+        if not node.args or (len(node.args) == 2 and isinstance(node.args[1].value, cst.Name) and node.args[1].value.value == "self"):
+            return "self"
+    return None
+
+
 def binds_at_module_level(table: NameTable, name: str) -> bool:
     """Does `name`, looked up from `table`, name what the module itself binds (a top-level def), no import
     or enclosing function's name hiding it?"""

@@ -94,6 +94,11 @@ def _after_unscale(model: FileModel, step: TrainingStep, optimizer_step: Event) 
                 continue
             updates, _ = typestate.follows(flow, optimizer_step, P.RESETS_SCALER, scaler)
             if not updates:
+                if step.loop is None and not step.scaler_events(scaler, EventKind.SCALER_UPDATE):
+                    # A per-call helper that unscales and steps directly, leaving the update to its caller
+                    # (issue 26, principles 2 and 3): whatever the caller does next, this step already ran
+                    # on gradients nobody checked for inf.
+                    return Breach(AROUND_UNSCALED, optimizer_step, step, scaler, flow, cause=unscale, proof=flow.path(unscale, optimizer_step))
                 continue
             proof = weakest(flow.path(unscale, optimizer_step), flow.path(optimizer_step, updates[0]))
             if proof is not PROVED and _every_state_breaks(flow, states, scaler, optimizer_step, updates[0]):

@@ -30,7 +30,10 @@ def is_tensor_in(model: Optional[FileModel], name: str, scope: Scope, depth: int
     - passed as the first argument of a torch operator (`torch.baddbmm(W, ...)`, `F.group_norm(x, ...)`),
       not of one that takes anything (`torch.device(s)`, `torch.save(obj, path)`, `torch.tensor(a)`);
     - passed to a function of this file whose parameter in that place is shown a tensor the same way.
+    - a parameter declared a tensor (`x: torch.Tensor`, `Optional[Tensor]`, `Tensor | None`).
     A config object (`cfg.device`, `args.device`: often a string) shows none of these."""
+    if _declared_tensor(scope, scope.params.get(name)):
+        return True
     code = code_of(scope.node)
     if re.search(rf"(?<![\w.]){re.escape(name)}{_TENSOR_USE}", code) is not None:
         return True
@@ -51,6 +54,22 @@ def is_tensor_in(model: Optional[FileModel], name: str, scope: Scope, depth: int
                 if callee is not None and position < len(params) and is_tensor_in(model, params[position].name.value, callee, depth + 1):
                     return True
     return False
+
+
+def _declared_tensor(scope: Scope, annotation: Optional[cst.BaseExpression]) -> bool:
+    """An annotation that names torch's Tensor, alone or as the one type beside None."""
+    if isinstance(annotation, cst.Annotation):
+        annotation = annotation.annotation
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        sides = [annotation.left, annotation.right]
+        others = [s for s in sides if not (isinstance(s, cst.Name) and s.value == "None")]
+        return len(others) == 1 and _declared_tensor(scope, others[0])
+    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
+        if (scope.names.qualify(annotation.value) or "").rpartition(".")[2] == "Optional":
+            inner = annotation.slice[0].slice
+            return isinstance(inner, cst.Index) and _declared_tensor(scope, inner.value)
+        return False
+    return annotation is not None and scope.names.qualify(annotation) == "torch.Tensor"
 
 
 class _PassedAs(cst.CSTVisitor):

@@ -213,6 +213,29 @@ for x, y in loader:
     scaler.update()
 """,
         ),
+        # Issue 26, principles 2 and 3: a helper unscales (its gradients arrive scaled), clips and steps
+        # directly; its caller updates. Whatever the caller does, the step ran with no inf check. The fix
+        # steps through the scaler: unsafe, on the caller's behalf.
+        Invalid(
+            """
+import torch
+def step_all(grad_scaler, optimizers, max_norm=None):
+    for optimizer in optimizers:
+        if max_norm is not None:
+            grad_scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
+        optimizer.step()
+""",
+            fixed="""
+import torch
+def step_all(grad_scaler, optimizers, max_norm=None):
+    for optimizer in optimizers:
+        if max_norm is not None:
+            grad_scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_norm)
+        grad_scaler.step(optimizer)
+""",
+        ),
     ]
 
     def fix(self, model: FileModel, breach: Breach, memo: dict) -> Optional[Fix]:
@@ -221,6 +244,14 @@ for x, y in loader:
             if optimizer_step.in_helper or breach.flow.from_start(optimizer_step, breach.related) is not None:
                 return None  # not only after the scaler's step
             return remove_call_fix(model, optimizer_step, "Remove the second optimizer step")
+        if breach.kind == AROUND_UNSCALED and breach.other is None:
+            # No update here: the caller closes the iteration. Stepping through the scaler is right whatever
+            # it does (the helper's own unscale_ shows the gradients arrive scaled), but it skips steps on
+            # overflow that ran before, for a caller this file may not show: unsafe.
+            fix = None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step)
+            if fix is not None:
+                fix.applicability = Applicability.UNSAFE
+            return fix
         if breach.kind != STEP_SCALED:
             return None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step)
         if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler):

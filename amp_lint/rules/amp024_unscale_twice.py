@@ -181,6 +181,24 @@ for x in loader:
 """,
     ]
     invalid = [
+        # Issue 26, principle 1: `super()` in a GradScaler subclass is the scaler itself.
+        Invalid(
+            """
+import torch
+class ClampedScaler(torch.amp.GradScaler):
+    def unscale_(self, optimizer):
+        super().unscale_(optimizer)
+        super().unscale_(optimizer)
+        self.clamp_found_inf(optimizer)
+""",
+            fixed="""
+import torch
+class ClampedScaler(torch.amp.GradScaler):
+    def unscale_(self, optimizer):
+        super().unscale_(optimizer)
+        self.clamp_found_inf(optimizer)
+""",
+        ),
         Invalid(
             """
 import torch

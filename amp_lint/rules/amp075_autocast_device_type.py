@@ -246,6 +246,21 @@ def step(model, x):
         return model(x.to(torch.float32))
 """,
         ),
+        # ... a parameter declared a tensor (torchtitan's router, `x_BLD: torch.Tensor`).
+        Invalid(
+            """
+import torch
+def route(x: torch.Tensor, gate):
+    with torch.autocast(str(x.device), dtype=torch.float32):
+        return gate(x)
+""",
+            fixed="""
+import torch
+def route(x: torch.Tensor, gate):
+    with torch.autocast(x.device.type, dtype=torch.float32):
+        return gate(x)
+""",
+        ),
         # ... the device of a model's parameters.
         Invalid(
             """

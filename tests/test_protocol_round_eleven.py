@@ -1,0 +1,135 @@
+"""Issue 26, as met on held-out code in round eleven: the scaler reached through `super()` in a GradScaler
+subclass (also one defined inside a function), a helper that unscales and then steps directly with the
+update left to its caller, and a parameter declared a tensor. The shapes are our own.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amp_lint.analysis.builder import build_model
+from tests.test_protocol_per_call import _found
+
+# Principle 1: `super().unscale_(opt)` in a GradScaler subclass runs torch's unscale_ on the instance itself;
+# twice, with no update between, raises "unscale_() has already been called on this optimizer".
+_SUBCLASS = """
+import torch
+
+
+def build(enabled):
+    try:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    except ImportError:
+        return None
+
+    class RankScaler(ShardedGradScaler):
+        def unscale_(self, optimizer):
+            super().unscale_(optimizer)
+{again}            if not self.is_enabled():
+                return
+            self.found = self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+
+    return RankScaler(enabled=enabled)
+"""
+
+
+def test_super_in_a_scaler_subclass_is_the_scaler_itself():
+    doubled = _SUBCLASS.replace("{again}", "            super().unscale_(optimizer)\n")
+    assert _found(doubled, "AMP024") == [("AMP024", 14)]
+    # One unscale_ in an override of unscale_ is the override's whole job: nothing to report.
+    assert _found(_SUBCLASS.replace("{again}", ""), *_ORDER_RULES, show_assumed=True) == []
+
+
+def test_super_with_explicit_arguments_is_the_instance_too():
+    source = """
+import torch
+
+class Checked(torch.amp.GradScaler):
+    def step(self, optimizer, *args, **kwargs):
+        super(Checked, self).unscale_(optimizer)
+        super(Checked, self).unscale_(optimizer)
+        return super(Checked, self).step(optimizer, *args, **kwargs)
+"""
+    assert _found(source, "AMP024") == [("AMP024", 7)]
+
+
+def test_a_method_of_a_class_defined_in_a_function_belongs_to_that_class():
+    module = build_model(cst.parse_module(_SUBCLASS.replace("{again}", "")))
+    methods = {s.name: s.class_name for s in module.scopes if s.is_function}
+    assert methods == {"build": None, "RankScaler.unscale_": "RankScaler"}
+    # A closure inside a method keeps the method's class.
+    closure = build_model(cst.parse_module("class A:\n    def m(self):\n        def inner():\n            return self\n"))
+    assert {s.name: s.class_name for s in closure.scopes if s.is_function}["A.inner"] == "A"
+
+
+# Principles 2 and 3: a helper that unscales (so its gradients arrive scaled), clips and steps directly, and
+# leaves the update to its caller. Whatever the caller does, the step already ran with no inf check.
+_HELPER = """
+import torch
+
+
+class Optimizers:
+    def __init__(self, groups):
+        self.optimizers = {name: torch.optim.AdamW(params) for name, params in groups.items()}
+        self.groups = groups
+
+    def step_all(self, grad_scaler, max_norm=None):
+        for name, optimizer in self.optimizers.items():
+            if max_norm is not None:
+                grad_scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(self.groups[name], max_norm)
+            {step}
+"""
+
+
+def test_a_helper_that_unscales_then_steps_directly_skips_the_inf_check():
+    assert _found(_HELPER.replace("{step}", "optimizer.step()"), *_ORDER_RULES) == [("AMP020", 15)]
+    # Through the scaler: the helper's half of the protocol, the caller updates.
+    assert _found(_HELPER.replace("{step}", "grad_scaler.step(optimizer)"), *_ORDER_RULES, show_assumed=True) == []
+    # A manual inf check of its own guards the direct step.
+    guarded = _HELPER.replace(
+        "{step}",
+        "norm = torch.nn.utils.clip_grad_norm_(self.groups[name], 1e9)\n"
+        "            if torch.isfinite(norm):\n"
+        "                optimizer.step()",
+    )
+    assert _found(guarded, "AMP020", show_assumed=True) == []
+
+
+def test_the_helpers_direct_step_is_fixed_through_the_scaler_only_as_unsafe():
+    from amp_lint.engine.checker import Checker
+
+    source = _HELPER.replace("{step}", "optimizer.step()")
+    safe = Checker(frozenset({"AMP020"}), fix=True).check(source, "train.py")
+    assert safe.fixed_source in (None, source)
+    unsafe = Checker(frozenset({"AMP020"}), fix=True, unsafe_fixes=True).check(source, "train.py")
+    assert unsafe.fixed_source == _HELPER.replace("{step}", "grad_scaler.step(optimizer)")
+
+
+# Principle 4: a parameter declared a tensor is a tensor; `str()` of its device is "cuda:0" on CUDA.
+def test_a_parameter_declared_a_tensor_has_an_indexed_device():
+    source = """
+import torch
+from typing import Optional
+from torch import Tensor
+
+def route(x: torch.Tensor, gate):
+    with torch.autocast(device_type=str(x.device), dtype=torch.float32):
+        return gate(x)
+
+def maybe(x: Optional[Tensor], gate):
+    with torch.autocast(device_type=str(x.device)):
+        return gate(x)
+
+def union(x: Tensor | None, gate):
+    with torch.autocast(device_type=str(x.device)):
+        return gate(x)
+
+def settings(x: Config, gate):
+    with torch.autocast(device_type=str(x.device)):
+        return gate(x)
+"""
+    assert _found(source, "AMP075") == [("AMP075", 7), ("AMP075", 11), ("AMP075", 15)]
+
+
+_ORDER_RULES = ("AMP020", "AMP021", "AMP022", "AMP023", "AMP024", "AMP030", "AMP043")
