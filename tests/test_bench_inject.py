@@ -226,7 +226,6 @@ def test_the_roundtrip_import_runs_under_the_packages_own_venv(tmp_path: Path):
     """Issue 27: without a package's dependencies a changed module fails to import alike fixed and unfixed,
     which proves nothing; `--venvs` imports it under a venv that has them (bench/roundtrip_venvs.py)."""
     import subprocess
-    import sysconfig
 
     import fix_roundtrip
     import roundtrip_venvs

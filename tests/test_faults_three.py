@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snippets import BACKWARD_IN_AUTOCAST, MISSING_UPDATE
+from snippets import MISSING_UPDATE
 from test_faults import FINDING, amp_lint, assert_no_crash, needs_fifo, output, write
 
 BUGGY = MISSING_UPDATE
@@ -389,7 +389,6 @@ def test_cache_prunes_old_entries_old_versions_and_deleted_files(tmp_path):
 
 
 def test_ten_megabyte_list_literal_is_refused_fast_and_in_little_memory(tmp_path):
-    import resource
     import time
 
     write(tmp_path / "data.py", BUGGY + "table = [" + "1, " * 3_500_000 + "]\n")  # 10 MB, 7 million tokens

@@ -6,7 +6,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from tests.test_server import applied, diagnostics, e2e, open_file, pytest_lsp, session
 from tests.test_multi_file_fixes import ENGINE, MAIN

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from tests.test_server import (
     DEPRECATED_SCALER,

@@ -13,7 +13,7 @@ import pytest
 from amp_lint import rules as registry
 from amp_lint.engine.runner import CheckConfig, check_text
 from amp_lint.engine.unit_split import HEADER, MEMBER, TOP
-from amp_lint.engine.units import FINE, OWN, UnitChecker
+from amp_lint.engine.units import OWN, UnitChecker
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
