@@ -52,6 +52,10 @@ def render(results: List[dict], operators: Sequence[str], elapsed: float, args) 
         "",
         "Command: `" + " ".join(["python", "bench/inject.py", *sys.argv[1:]]) + "`",
         "",
+        "Sites are calls on torch's GradScaler: not on a project's own scaler class, one named like torch's that "
+        "derives from no scaler (thinc's `PyTorchGradScaler`, with its own `unscale(grads)` and no `step()`; "
+        "`inject_ops.own_scaler_classes`), whose protocol is not the catalog's.",
+        "",
         "Caught: a default finding (no `--show-assumed`) of the expected rule in the site's function that the "
         "original file does not have. *assumed*: caught only with `--show-assumed`; *elsewhere*: a new finding of "
         "the rule elsewhere in the file, not at the site. *other changes*: mutants where other default findings "

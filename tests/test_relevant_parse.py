@@ -151,3 +151,39 @@ def test_small_files_and_fixes_parse_the_whole_text():
     big = _padded(text)
     assert relevant_text(big, None, GATE) == big  # no `ast` tree: LibCST decides on the whole text
     assert relevant_text(big, ast.parse(big), None) == big  # no gate words: every unit may matter
+
+
+def test_state_is_shared_within_a_class_family_only(monkeypatch):
+    # `Trainer.train` reads `self.optimizer`, which its `__init__` (beside the scaler) stores: kept. A test
+    # method whose local model class stores `self.optimizer` (that class's own instance) and an unrelated
+    # class that stores the same attribute name share no state with it: not kept. A subclass in the file
+    # does (its `self` is a Trainer).
+    text = _padded(
+        "import torch\n\n\nclass Trainer:\n"
+        "    def __init__(self, model, optimizer):\n"
+        "        self.model = model\n"
+        "        self.scaler = torch.amp.GradScaler()\n\n"
+        "    def train(self, batch):\n"
+        "        loss = self.model(batch)\n"
+        "        self.scaler.scale(loss).backward()\n"
+        "        self.scaler.step(self.optimizer)\n"
+        "        self.scaler.update()\n\n\n"
+        "class Tests:\n"
+        "    def test_local_model(self):\n"
+        "        class Local:\n"
+        "            def build(self):\n"
+        "                self.optimizer = None\n"
+        "        return Local()\n\n\n"
+        "class Other:\n"
+        "    def prepare(self):\n"
+        "        self.optimizer = make()\n\n\n"
+        "class Child(Trainer):\n"
+        "    def setup(self):\n"
+        "        self.optimizer = make()\n"
+    )
+    kept = relevant_text(text, ast.parse(text), GATE)
+    assert "def test_local_model(" not in kept
+    assert "class Other:" not in kept
+    assert "class Child(Trainer):" in kept and kept.count("self.optimizer = make()") == 1
+    whole, partial = _whole_and_relevant(text, CONFIG, monkeypatch)
+    assert _seen(partial) == _seen(whole)

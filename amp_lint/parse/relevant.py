@@ -154,8 +154,12 @@ def _collect(body: List[ast.stmt], parent: Optional[_Unit], units: List[_Unit]) 
 
 
 def _names_of(node: ast.AST, unit: _Unit) -> None:
+    """The names `node` mentions, and the attributes of `self` it writes and reads. Inside a class defined
+    in the unit (a test's local `class Net(nn.Module)`), `self` is that class's instance, not the unit's:
+    its `self.fc1 = ...` is no state the unit shares with its class's other methods."""
     names, stores, loads = unit.names, unit.stores, unit.loads
     pending = [node]
+    local_classes: List[ast.AST] = []  # the class bodies inside the unit, where `self` is another instance
     while pending:  # `ast.walk`, without its generator per node
         child = pending.pop()
         kind = type(child)
@@ -168,12 +172,24 @@ def _names_of(node: ast.AST, unit: _Unit) -> None:
                 (stores if type(child.ctx) is not ast.Load else loads).add(child.attr)
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.ClassDef:
             names.add(child.name)  # a nested function's name: calls to it are inside the unit
+            if kind is ast.ClassDef and child is not node:
+                local_classes.append(child)
+                continue
         for field in _fields(kind):
             value = getattr(child, field, None)
             if type(value) is list:
                 pending.extend(item for item in value if isinstance(item, ast.AST))
             elif isinstance(value, ast.AST):
                 pending.append(value)
+    if local_classes:
+        inner = _Unit.__new__(_Unit)
+        inner.names, inner.stores, inner.loads = names, set(), set()
+        for cls in local_classes:
+            for field in _fields(ast.ClassDef):
+                value = getattr(cls, field, None)
+                for item in value if type(value) is list else [value]:
+                    if isinstance(item, ast.AST):
+                        _names_of(item, inner)
 
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
@@ -205,22 +221,29 @@ def _close(units: List[_Unit]) -> None:
     pulled in: a helper that a training step calls is read for its summary, and the hundred other tests
     that call it are not.
     """
+    family = _families(units)
     changed = True
     while changed:
         changed = False
         core = [unit for unit in units if unit.relevant == CORE]
         kept = [unit for unit in units if unit.relevant]
         core_names = {unit.name for unit in core}
-        core_stores = set().union(*(unit.stores for unit in core))
+        core_stores = _by_family(core, family, "stores")
         named = set().union(*(unit.names for unit in kept))
-        loaded = set().union(*(unit.loads for unit in kept))
+        loaded = _by_family(kept, family, "loads")
+        shared_of: Dict[Optional[str], Set[str]] = {}
+        read_of: Dict[Optional[str], Set[str]] = {}
         for unit in units:
             if unit.relevant == CORE:
                 continue
-            if not unit.names.isdisjoint(core_names) or not unit.loads.isdisjoint(core_stores) or not unit.stores.isdisjoint(core_stores):
+            key = family[unit]
+            if key not in shared_of:
+                shared_of[key], read_of[key] = _state_of(core_stores, key), _state_of(loaded, key)
+            shared, read = shared_of[key], read_of[key]
+            if not unit.names.isdisjoint(core_names) or not unit.loads.isdisjoint(shared) or not unit.stores.isdisjoint(shared):
                 unit.relevant = CORE  # it calls the core, or shares its state
                 changed = True
-            elif not unit.relevant and (unit.name in named or not unit.stores.isdisjoint(loaded)):
+            elif not unit.relevant and (unit.name in named or not unit.stores.isdisjoint(read)):
                 unit.relevant = SUPPORT  # the core (or its support) calls or names it, or reads what it writes
                 changed = True
                 for method in unit.children:  # a class in use runs its special methods without naming them
@@ -237,3 +260,44 @@ def _drop(siblings: List[_Unit], dropped: List[Tuple[int, int]]) -> None:
             if all(isinstance(s, _UNIT_TYPES) for s in body) and not any(c.relevant for c in unit.children):
                 unit.children[0].relevant = SUPPORT  # a class body cannot be empty: keep its first unit
             _drop(unit.children, dropped)
+
+
+def _families(units: List[_Unit]) -> Dict[_Unit, Optional[str]]:
+    """Per unit, the family of classes whose instances its `self` can be: the class it is a method of (or
+    the class itself), joined with the classes of this file it derives from or that derive from it (by
+    name). `self.x` state is shared within a family only, as the analysis reads it (`values`: the class,
+    its bases and subclasses in the file). None for a function outside any class: shared with all."""
+    classes = [unit for unit in units if isinstance(unit.node, ast.ClassDef) and unit.name]
+    parent: Dict[str, str] = {unit.name: unit.name for unit in classes}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    for unit in classes:
+        for base in unit.node.bases:
+            name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+            if name in parent:
+                parent[root(name)] = root(unit.name)
+    family: Dict[_Unit, Optional[str]] = {}
+    for unit in units:
+        owner = unit if isinstance(unit.node, ast.ClassDef) else unit.parent
+        family[unit] = root(owner.name) if owner is not None and owner.name in parent else None
+    return family
+
+
+def _by_family(units: List[_Unit], family: Dict[_Unit, Optional[str]], kind: str) -> Dict[Optional[str], Set[str]]:
+    found: Dict[Optional[str], Set[str]] = {}
+    for unit in units:
+        found.setdefault(family[unit], set()).update(getattr(unit, kind))
+    return found
+
+
+def _state_of(by_family: Dict[Optional[str], Set[str]], key: Optional[str]) -> Set[str]:
+    """The `self` attributes a unit of family `key` can share: its family's and those of functions outside
+    any class; a function outside any class shares with every family."""
+    if key is None:
+        return set().union(*by_family.values()) if by_family else set()
+    return by_family.get(key, set()) | by_family.get(None, set())
