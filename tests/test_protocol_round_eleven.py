@@ -133,3 +133,93 @@ def settings(x: Config, gate):
 
 
 _ORDER_RULES = ("AMP020", "AMP021", "AMP022", "AMP023", "AMP024", "AMP030", "AMP043")
+
+
+# Principle 1: a disabled scaler's unscale_, step and update pass through: on the branch where the scaler says
+# it is disabled, stepping directly is what `scaler.step` would do (a probe on real shapes, round eleven).
+def test_a_direct_step_where_the_scaler_says_it_is_disabled_is_right():
+    helper = """
+import torch
+def step(scaler, opt, params):
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    if scaler.is_enabled():
+        scaler.step(opt)
+    else:
+        opt.step()
+"""
+    assert _found(helper, "AMP020", show_assumed=True) == []
+    loop = """
+import torch
+def train(scaler, opt, model, loader):
+    for x in loader:
+        scaler.scale(model(x)).backward()
+        scaler.unscale_(opt)
+        if not scaler.is_enabled():
+            opt.step()
+        else:
+            scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(loop, "AMP020", show_assumed=True) == []
+    # The enabled branch stepping directly is still wrong.
+    wrong = helper.replace("        scaler.step(opt)\n    else:\n        opt.step()", "        opt.step()\n    else:\n        scaler.step(opt)")
+    assert _found(wrong, "AMP020") == [("AMP020", 7)]
+
+
+# Principle 3: a scaler declared a class that overrides a protocol method (hivemind's GradScaler, whose
+# `unscale_` does nothing outside a global step) keeps that class's meaning: two `unscale_` calls on exclusive
+# uses are not torch's "unscale_() has already been called".
+def test_a_parameter_declared_a_scaler_class_with_its_own_unscale_is_not_torchs():
+    source = """
+import torch
+from typing import Optional
+
+
+class GradScaler(torch.amp.GradScaler):
+    def unscale_(self, optimizer):
+        if self.running_global_step:
+            return super().unscale_(optimizer)
+        return False
+
+
+def step(opt, grad_scaler: Optional[GradScaler], averaging):
+    if not averaging:
+        grad_scaler.unscale_(opt)
+    finish(opt, grad_scaler)
+    grad_scaler.unscale_(opt)
+"""
+    assert _found(source, "AMP024", show_assumed=True) == []
+    plain = source.replace("Optional[GradScaler]", "Optional[torch.amp.GradScaler]")
+    assert _found(plain, "AMP024", show_assumed=True) != []
+
+
+# Principle 3: `self.grad_scaler` that a base class in another module builds from a class of its own (torch's
+# benchmark runner: `self.grad_scaler = DummyGradScaler()`, whose `scale` returns the loss) is no scaler.
+def test_a_scaler_name_a_base_in_another_module_builds_from_a_plain_class_is_no_scaler(tmp_path):
+    from amp_lint import rules as registry
+    from amp_lint.analysis.project import ProjectIndex
+    from amp_lint.engine.checker import Checker
+
+    (tmp_path / "common.py").write_text(
+        "class DummyGradScaler:\n    def scale(self, loss):\n        return loss\n\n\n"
+        "class Runner:\n    def __init__(self):\n        self.grad_scaler = DummyGradScaler()\n        self.optimizer = None\n\n"
+        "    def optimizer_step(self):\n        if self.optimizer is not None:\n            self.optimizer.step()\n"
+    )
+    runner = tmp_path / "bench.py"
+    runner.write_text(
+        "import torch\nfrom common import Runner\n\n\nclass TimmRunner(Runner):\n"
+        "    def forward_and_backward_pass(self, mod, inputs):\n"
+        "        with torch.autocast('cuda'):\n            loss = mod(inputs).sum()\n"
+        "        self.grad_scaler.scale(loss).backward()\n        self.optimizer_step()\n"
+    )
+
+    def found():
+        checker = Checker(frozenset(registry.default_codes()), show_assumed=True, project=ProjectIndex())
+        return [d.code for d in checker.check(runner.read_text(), "bench.py", path=str(runner)).diagnostics]
+
+    assert "AMP020" not in found()
+    # Built from torch's GradScaler there instead: the direct step applies scaled gradients.
+    (tmp_path / "common.py").write_text((tmp_path / "common.py").read_text().replace(
+        "self.grad_scaler = DummyGradScaler()", "self.grad_scaler = torch.amp.GradScaler('cuda')").replace("class DummyGradScaler", "import torch\n\n\nclass DummyGradScaler"))
+    assert "AMP020" in found()

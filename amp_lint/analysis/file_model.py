@@ -336,6 +336,8 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
         return True
     if key == "self" and _in_scaler_subclass(scope, model):
         return True
+    if _declared_a_protocol_of_its_own(key, scope, model):
+        return False
     last = key.split(".")[-1]
     if not _SCALER_NAME.search(last):
         for outer in scope.chain():
@@ -343,8 +345,49 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
             if annotation is not None and "Scaler" in code_of(annotation):
                 return True
         return False
-    # Named like a scaler: still not one if the file builds it from something that is not torch's.
-    return not _built_by_someone_else(key, scope, model, imports_count=True)
+    # Named like a scaler: still not one if the file builds it from something that is not torch's, or a base
+    # class in another module of the project does (torch's benchmark runner, `DummyGradScaler`).
+    if _built_by_someone_else(key, scope, model, imports_count=True):
+        return False
+    if key.startswith("self.") and key.count(".") == 1 and scope.class_name:
+        from amp_lint.analysis.scaler_factories import built_in_a_base, derives_from_torch_scaler
+
+        built = built_in_a_base(model, scope, key[len("self."):])
+        if built is not None and not derives_from_torch_scaler(built):
+            return False
+    return True
+
+
+def known_not_a_scaler(key: str, scope: Scope, model: FileModel) -> bool:
+    """Named like a scaler, and proved something else: built from a class that is not torch's (in this file or
+    in a base class's module), or declared a class with a protocol of its own. Its `.scale(loss)` is that
+    class's business."""
+    return bool(_SCALER_NAME.search(key.split(".")[-1])) and not is_scaler(key, scope, model)
+
+
+def _declared_a_protocol_of_its_own(key: str, scope: Scope, model: FileModel) -> bool:
+    """A parameter declared a class of the project that overrides a protocol method (hivemind's `GradScaler`,
+    whose `unscale_` does nothing outside a global step): its calls keep that class's meaning, not torch's."""
+    for outer in scope.chain():
+        if key not in outer.params:
+            continue
+        annotation = outer.params[key]
+        if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1 and isinstance(annotation.slice[0].slice, cst.Index):
+            annotation = annotation.slice[0].slice.value  # Optional[X]
+        elif isinstance(annotation, cst.BinaryOperation):
+            annotation = annotation.left if code_of(annotation.right) == "None" else annotation.right  # X | None
+        if annotation is None or "Scaler" not in code_of(annotation):
+            return False
+        if isinstance(annotation, cst.Name) and annotation.value in model.classes:
+            cls = model.classes[annotation.value]
+            return any(isinstance(s, cst.FunctionDef) and s.name.value in _PROTOCOL_METHODS for s in cls.body.body)
+        qualified = outer.names.qualify(annotation)
+        if qualified is None or qualified.startswith("torch."):
+            return False
+        from amp_lint.analysis.scaler_factories import project_class_binds
+
+        return project_class_binds(model, qualified, _PROTOCOL_METHODS)
+    return False
 
 
 def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import libcst as cst
+
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
-from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.file_model import FileModel, TrainingStep, known_not_a_scaler
 from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.order_reads import unscaled_by_hand
 from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
+from amp_lint.analysis.syntax import code_of
 
 STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` in one iteration; `related`: those scaler steps
 AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
@@ -42,6 +45,33 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
     - STEP_SCALED: the backward whose gradients it applies is scaled, and the scaler never steps this
       optimizer. The iteration's own unscaled backward (the fp32 branch of `if amp: ... else: ...`) is not.
     """
+    for breach in _direct_steps(model):
+        if breach.scaler is not None and known_not_a_scaler(breach.scaler, breach.step.scope, model):
+            continue  # `self.grad_scaler = DummyGradScaler()`: its `scale()` is its own
+        if not _scaler_disabled_on(breach.event, breach.scaler):
+            yield breach
+
+
+def _scaler_disabled_on(optimizer_step: Event, scaler: Optional[str]) -> bool:
+    """The direct step runs only where the scaler says it is disabled (the else of `if scaler.is_enabled():
+    scaler.step(opt)`): a disabled scaler's `unscale_`, `step` and `update` pass through, and stepping
+    directly is what `scaler.step` would do."""
+    if scaler is None:
+        return False
+    for branch in optimizer_step.branches:
+        test, holds = getattr(branch.node, "test", None), branch.taken
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, holds = test.expression, not holds
+        if holds:
+            continue
+        if isinstance(test, cst.Call) and not test.args and code_of(test.func) == f"{scaler}.is_enabled":
+            return True
+        if isinstance(test, cst.Attribute) and code_of(test) == f"{scaler}._enabled":
+            return True
+    return False
+
+
+def _direct_steps(model: FileModel) -> Iterator[Breach]:
     for step in model.steps:
         flow = flow_of(model, step)
         for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):

@@ -79,3 +79,91 @@ def _is_scaler_class(index, qualified: str) -> bool:
     if not (qualified.endswith(".amp.GradScaler") or qualified.endswith(".ShardedGradScaler")) or "." not in qualified:
         return False
     return index.resolve(qualified) is None  # the project's own class of that name is not torch's
+
+
+# --- project classes that a scaler name may hold: the rules ask while a file is checked --------------------
+
+
+def _provider():
+    from amp_lint.analysis import summaries
+
+    return summaries._ACTIVE[-1] if summaries._ACTIVE else None
+
+
+def project_class_binds(model, qualified: str, names: frozenset) -> bool:
+    """For a rule: does `qualified` (a class name as the module of `model` imports it) resolve to a class of the
+    project that binds one of `names` itself or through a base of the project (not torch's)? False without a
+    project, for a name outside it, or when the module cannot be read."""
+    provider = _provider()
+    if provider is None:
+        return False
+    try:
+        resolved = provider.index.resolve(qualified)
+        for _ in range(8):
+            if resolved is None or resolved[1] not in resolved[0].classes:
+                return False
+            info, cls = resolved
+            provider.index.note_read(info.path)
+            if not names.isdisjoint(info.members.get(cls, {})):
+                return True
+            bases = [b for b in info.classes[cls] if not b.startswith("torch.")]
+            base = (qualified_in(info, bases[0]) or f"{info.name}.{bases[0]}") if len(bases) == 1 else None
+            resolved = provider.index.resolve(base) if base else None
+        return False
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:
+        return False
+
+
+def built_in_a_base(model, scope, attribute: str) -> Optional[str]:
+    """For `self.<attribute>` in a method of a class of the checked file: the project class that a base class in
+    another module builds it from (`self.grad_scaler = DummyGradScaler()` in torch's benchmark runner, the
+    only assignment there), when that base resolves; None otherwise."""
+    provider = _provider()
+    cls = model.classes.get(scope.class_name or "")
+    if provider is None or cls is None:
+        return None
+    try:
+        pending = [scope.names.qualify(base.value) for base in cls.bases]
+        for _ in range(8):
+            qualified = next((q for q in pending if q and not q.startswith("torch.")), None)
+            if qualified is None:
+                return None
+            pending.remove(qualified)
+            resolved = provider.index.resolve(qualified)
+            if resolved is None or resolved[1] not in resolved[0].classes:
+                continue
+            info, name = resolved
+            provider.index.note_read(info.path)
+            found = provider._attribute_classes(info, info.path).get(name, {}).get(attribute)
+            if found is not None:
+                return found
+            pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name])
+        return None
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:
+        return None
+
+
+def derives_from_torch_scaler(qualified: str) -> bool:
+    """Does the project class `qualified` derive (through project classes) from a torch GradScaler?"""
+    provider = _provider()
+    if provider is None:
+        return True  # nothing to read: assume it may
+    pending = [qualified]
+    for _ in range(8):
+        if not pending:
+            return False
+        current = pending.pop()
+        if current in GRAD_SCALER or current.endswith((".amp.GradScaler", ".ShardedGradScaler")) and provider.index.resolve(current) is None:
+            return True
+        resolved = provider.index.resolve(current)
+        if resolved is None or resolved[1] not in resolved[0].classes:
+            if not current.startswith(("builtins.", "object")):
+                return True  # an unreadable base may be one
+            continue
+        info, name = resolved
+        pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name] if base != "object")
+    return True
