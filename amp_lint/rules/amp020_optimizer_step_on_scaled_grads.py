@@ -24,7 +24,11 @@ class OptimizerStepOnScaledGrads(OrderRule):
     `scaler.step(optimizer)` or in addition to it (a double step). Also a step function whose scaled
     backward runs elsewhere (a sibling method, a callback) that steps the optimizer directly and then
     closes the iteration with `scaler.update()`, with no `scaler.step` in it: whatever its callers did,
-    the update finds no inf checks, or an overflowing step is never skipped.
+    the update finds no inf checks, or an overflowing step is never skipped. And a helper that unscales
+    (its gradients arrive scaled), then steps directly and leaves the update to its caller: whatever the
+    caller does, that step ran with no inf check. Silent where the scaler is proved something else (built
+    from a class of the project's, here or in a base class's module) or says it is disabled (the else of
+    `if scaler.is_enabled():`), and under a manual inf check of the step's own.
 
     ## Why is this bad?
     `scaler.step(optimizer)` unscales the gradients, checks them for inf/NaN and skips the step on
@@ -58,7 +62,7 @@ class OptimizerStepOnScaledGrads(OrderRule):
     positional argument that the step's function passes on from its own caller (`def step(self,
     closure=None)`); both unsafe: they may carry a closure, which `scaler.step` refuses as a keyword and
     runs after its inf check when positional. No fix for a `closure=` keyword or a closure built here
-    (AMP025).
+    (AMP025). Unsafe, too, in a helper whose caller updates: the edit is made on that caller's behalf.
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
