@@ -223,3 +223,30 @@ def test_a_scaler_name_a_base_in_another_module_builds_from_a_plain_class_is_no_
     (tmp_path / "common.py").write_text((tmp_path / "common.py").read_text().replace(
         "self.grad_scaler = DummyGradScaler()", "self.grad_scaler = torch.amp.GradScaler('cuda')").replace("class DummyGradScaler", "import torch\n\n\nclass DummyGradScaler"))
     assert "AMP020" in found()
+
+
+def test_a_direct_step_where_every_construction_reaching_it_is_disabled_is_right():
+    # hivemind's benchmark: `GradScaler(enabled=args.use_amp)` where the step is direct only without AMP; the
+    # other construction is under `if args.use_amp and ...:`, a path the direct step never shares.
+    source = """
+import torch
+from torch.amp import GradScaler
+
+def run(args, model, opt, loader):
+    if args.use_amp and args.reuse_grad_buffers:
+        grad_scaler = GradScaler()
+    else:
+        grad_scaler = GradScaler(enabled=args.use_amp)
+    for x in loader:
+        grad_scaler.scale(model(x)).backward()
+        grad_scaler.unscale_(opt)
+        if args.use_amp:
+            grad_scaler.step(opt)
+        else:
+            opt.step()
+        grad_scaler.update()
+"""
+    assert _found(source, "AMP020", show_assumed=True) == []
+    # A construction that is enabled on the direct step's path: wrong there.
+    enabled = source.replace("    if args.use_amp and args.reuse_grad_buffers:", "    if args.reuse_grad_buffers:")
+    assert _found(enabled, "AMP020", show_assumed=True) == [("AMP020", 16)]

@@ -20,7 +20,7 @@ from amp_lint.analysis.order import Breach
 from amp_lint.analysis.order_reads import unscaled_by_hand
 from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.syntax import argument, code_of
 
 STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` in one iteration; `related`: those scaler steps
 AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
@@ -48,27 +48,64 @@ def direct_steps(model: FileModel) -> Iterator[Breach]:
     for breach in _direct_steps(model):
         if breach.scaler is not None and known_not_a_scaler(breach.scaler, breach.step.scope, model):
             continue  # `self.grad_scaler = DummyGradScaler()`: its `scale()` is its own
-        if not _scaler_disabled_on(breach.event, breach.scaler):
+        if not _scaler_disabled_on(model, breach.event, breach.scaler):
             yield breach
 
 
-def _scaler_disabled_on(optimizer_step: Event, scaler: Optional[str]) -> bool:
-    """The direct step runs only where the scaler says it is disabled (the else of `if scaler.is_enabled():
-    scaler.step(opt)`): a disabled scaler's `unscale_`, `step` and `update` pass through, and stepping
-    directly is what `scaler.step` would do."""
+def _scaler_disabled_on(model: FileModel, optimizer_step: Event, scaler: Optional[str]) -> bool:
+    """The direct step runs only where the scaler is disabled: the else of `if scaler.is_enabled():
+    scaler.step(opt)`, or the else of `if amp:` where every construction that reaches it is
+    `GradScaler(enabled=amp)` (a construction inside `if amp and ...:` does not). A disabled scaler's
+    `unscale_`, `step` and `update` pass through: stepping directly is what `scaler.step` would do."""
     if scaler is None:
         return False
+    false_tests = set()
     for branch in optimizer_step.branches:
         test, holds = getattr(branch.node, "test", None), branch.taken
         while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, holds = test.expression, not holds
-        if holds:
+        if holds or test is None:
             continue
         if isinstance(test, cst.Call) and not test.args and code_of(test.func) == f"{scaler}.is_enabled":
             return True
         if isinstance(test, cst.Attribute) and code_of(test) == f"{scaler}._enabled":
             return True
-    return False
+        false_tests.add(code_of(test))
+    bindings = [b for b in model.scaler_bindings(scaler, optimizer_step.scope) if b.call is not None]
+    if not false_tests or not bindings:
+        return False
+    for binding in bindings:
+        enabled = argument(binding.call, None, "enabled")
+        if enabled is not None and code_of(enabled.value) in false_tests:
+            continue  # built disabled where the step runs
+        where = binding.scope.node if binding.scope is not None else model.module
+        if not any(_conjuncts(test) & false_tests for test in _tests_holding_at(where, binding.statement)):
+            return False  # built enabled, or on a path the step's may share
+    return True
+
+
+def _conjuncts(test: cst.BaseExpression) -> set:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) | _conjuncts(test.right)
+    return {code_of(test)}
+
+
+def _tests_holding_at(root: cst.CSTNode, target) -> list:
+    """The tests of the `if` statements whose body holds `target` (a statement of `root`)."""
+    found: list = []
+
+    def visit(node: cst.CSTNode, tests: list) -> bool:
+        if node is target:
+            found.extend(tests)
+            return True
+        if isinstance(node, cst.If):
+            if visit(node.body, tests + [node.test]):
+                return True
+            return node.orelse is not None and visit(node.orelse, tests)
+        return any(visit(child, tests) for child in node.children if isinstance(child, (cst.BaseSuite, cst.BaseStatement, cst.BaseCompoundStatement, cst.Else)))
+
+    visit(root, [])
+    return found
 
 
 def _direct_steps(model: FileModel) -> Iterator[Breach]:
