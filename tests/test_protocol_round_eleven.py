@@ -250,3 +250,116 @@ def run(args, model, opt, loader):
     # A construction that is enabled on the direct step's path: wrong there.
     enabled = source.replace("    if args.use_amp and args.reuse_grad_buffers:", "    if args.reuse_grad_buffers:")
     assert _found(enabled, "AMP020", show_assumed=True) == [("AMP020", 16)]
+
+
+# Judged on 42 more repositories (round eleven): each shape a false positive there, now silent for its principle,
+# and the same shape with the evidence turned around still reported.
+def test_writing_inf_into_a_gradient_reads_only_its_shape():
+    # Ascend's test_amp: `torch.full_like(p.grad, inf)` is the same at any scale (AMP030 with a safe fix).
+    source = """
+import torch
+def poison(model):
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad = torch.full_like(p.grad, float("inf"))
+def run(model, opt, data, scaler):
+    for x in data:
+        scaler.scale(model(x).sum()).backward()
+        poison(model)
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(source, "AMP030", show_assumed=True) == []
+    assert _found(source.replace("torch.full_like(p.grad,", "torch.clamp(p.grad, max="), "AMP030") != []
+
+
+def test_a_scaler_name_built_from_a_project_class_on_one_side_of_a_conditional_is_no_scaler():
+    # metaseq's FP16 optimizer: `self.scaler = None if bf16 else DynamicLossScaler(...)` (AMP020 with a safe fix).
+    source = """
+class DynamicLossScaler:
+    def update(self):
+        pass
+
+class FP16Optimizer:
+    def __init__(self, cfg, fp32_optimizer):
+        self.fp32_optimizer = fp32_optimizer
+        self.scaler = None if cfg.bf16 else DynamicLossScaler()
+
+    def step(self):
+        self.fp32_optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update()
+"""
+    assert _found(source, "AMP020", show_assumed=True) == []
+
+
+def test_an_imported_librarys_own_autocast_is_not_torchs():
+    # Transformer Engine's `te.autocast`: an FP8 recipe context, never torch's autocast (AMP001 with a safe fix).
+    source = """
+import transformer_engine.pytorch as te
+def fwd_bwd(layer, x, recipe):
+    with te.autocast(enabled=True, recipe=recipe):
+        out = layer(x)
+        out.sum().backward()
+"""
+    assert _found(source, "AMP001", show_assumed=True) == []
+    framework = source.replace("import transformer_engine.pytorch as te\n", "").replace("def fwd_bwd(layer, x, recipe):", "def fwd_bwd(layer, x, recipe, te):")
+    assert _found(framework, "AMP001") == [("AMP001", 5)]  # an object's autocast(): a framework's, entering torch's
+
+
+def test_a_vendor_backends_autocast_dtypes_are_its_own():
+    # torch_npu registers "npu" as PrivateUse1 and lists float32 among its autocast dtypes (AMP054).
+    source = """
+import torch
+with torch.autocast(device_type="npu", dtype=torch.float32):
+    out = torch.mm(a, a)
+"""
+    assert _found(source, "AMP054") == []
+    assert _found(source.replace('"npu"', '"cpu"'), "AMP054") == [("AMP054", 3)]
+
+
+def test_a_sweep_that_builds_model_optimizer_and_scaler_each_pass_starts_each_run_afresh():
+    # IPEX's tests: one fresh model, optimizer and scaler per configuration (AMP013 with a safe fix).
+    source = """
+import torch
+def sweep(make_model, x):
+    for dtype in (torch.float16, torch.bfloat16):
+        model = make_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda", init_scale=1)
+        with torch.autocast("cuda", dtype=dtype):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(source, "AMP013", show_assumed=True) == []
+    hoisted = source.replace("        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "").replace(
+        "    for dtype in", "    opt = torch.optim.SGD(make_model().parameters(), lr=0.1)\n    for dtype in")
+    assert _found(hoisted, "AMP013") == [("AMP013", 7)]
+
+
+def test_an_unscaled_backward_whose_gradients_a_plain_optimizer_steps_is_an_fp32_reference():
+    # IPEX's parity tests: an fp32 reference model with its own optimizer beside the AMP one (AMP011, safe fix).
+    source = """
+import copy
+import torch
+def run(model, x):
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for _ in range(2):
+        ref_loss = ref(x).sum()
+        ref_loss.backward()
+        ref_opt.step()
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(source, "AMP011", show_assumed=True) == []
+    # The reference optimizer stepped through the scaler too: its backward must be scaled.
+    through = source.replace("        ref_opt.step()\n", "        scaler.step(ref_opt)\n")
+    assert _found(through, "AMP011") == [("AMP011", 11)]

@@ -221,3 +221,27 @@ def wrapper_spec(function: cst.FunctionDef, qualify) -> Optional[AutocastSpec]:
 
 def _own_yield(body: cst.CSTNode):
     return (node for node in own_nodes(body) if isinstance(node, (cst.Yield,)))
+
+
+# `with accelerator.autocast():`, `with fabric.autocast():`: a framework's own autocast context (it enters
+# `torch.autocast` when the run is configured for mixed precision). Not one of `regions`: its device, dtype
+# and switch are the framework's configuration, which the rules about those cannot read.
+FRAMEWORK_AUTOCAST = "<framework>.autocast"
+
+
+def not_a_library_function(qualified: Optional[str]) -> bool:
+    """An object's `autocast()` (accelerator, fabric) or a vendor's `torch.npu.amp.autocast`, not an imported
+    library's own function of that name (Transformer Engine's `te.autocast`: an FP8 recipe context that never
+    enters torch's autocast)."""
+    return qualified is None or qualified.startswith("torch") or qualified.endswith(".amp.autocast")
+
+
+def is_framework_autocast(expr: cst.BaseExpression) -> bool:
+    """`x.autocast(...)` on an object (not a module path `torch.autocast`, recognised already), not switched
+    off by a literal `enabled=False`."""
+    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute) or expr.func.attr.value != "autocast":
+        return False
+    return not any(
+        a.keyword is not None and a.keyword.value == "enabled" and isinstance(a.value, cst.Name) and a.value.value == "False"
+        for a in expr.args
+    )

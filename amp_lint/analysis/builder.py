@@ -15,7 +15,17 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion, AutocastSpec, autocast_spec, resolve_spec, wrapper_spec
+from amp_lint.analysis.autocast import (
+    FRAMEWORK_AUTOCAST,
+    AutocastBinding,
+    AutocastRegion,
+    AutocastSpec,
+    autocast_spec,
+    is_framework_autocast,
+    not_a_library_function,
+    resolve_spec,
+    wrapper_spec,
+)
 from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
 from amp_lint.analysis.events import Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
@@ -336,7 +346,7 @@ class ModelBuilder(CallRecorder, Walker):
             if spec is not None:
                 region = AutocastRegion(node=node, spec=spec, item=item, scope=self.scope, loops=tuple(self.loop_stack[-1]))
                 regions.append(region)
-            elif _framework_autocast(item.item):
+            elif is_framework_autocast(item.item) and not_a_library_function(self.scope.names.qualify(item.item.func)):
                 spec = AutocastSpec(qualified_name=FRAMEWORK_AUTOCAST, call=item.item, enabled=None)
                 self.framework_regions.append(AutocastRegion(node=node, spec=spec, item=item, scope=self.scope))
         self.with_regions[node] = regions
@@ -574,20 +584,3 @@ def _paired_elements(target: cst.BaseExpression, value: cst.BaseExpression):
     if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
         return []
     return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-
-
-# `with accelerator.autocast():`, `with fabric.autocast():`: a framework's own autocast context (it enters
-# `torch.autocast` when the run is configured for mixed precision). Not one of `regions`: its device, dtype
-# and switch are the framework's configuration, which the rules about those cannot read.
-FRAMEWORK_AUTOCAST = "<framework>.autocast"
-
-
-def _framework_autocast(expr: cst.BaseExpression) -> bool:
-    """`x.autocast(...)` on an object (not a module path `torch.autocast`, recognised already), not switched
-    off by a literal `enabled=False`."""
-    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute) or expr.func.attr.value != "autocast":
-        return False
-    return not any(
-        a.keyword is not None and a.keyword.value == "enabled" and isinstance(a.value, cst.Name) and a.value.value == "False"
-        for a in expr.args
-    )

@@ -37,7 +37,11 @@ _SCALE_PRESERVING_METHODS = frozenset(
 
 # Questions about gradients whose answer does not depend on the loss scale, and linear rescales.
 _SCALE_INDEPENDENT_METHODS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "div_", "mul_", "zero_"})
-_SCALE_INDEPENDENT_FUNCTIONS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isneginf", "torch.isposinf"})
+# Reads of a gradient that the scale cannot change: its finiteness, or only its shape, dtype and device (`full_like`).
+_SCALE_INDEPENDENT_FUNCTIONS = frozenset(
+    {"torch.isnan", "torch.isinf", "torch.isfinite", "torch.isneginf", "torch.isposinf", "torch.full_like",
+     "torch.zeros_like", "torch.ones_like", "torch.empty_like"}
+)
 
 
 def is_grad(node: cst.BaseExpression) -> bool:

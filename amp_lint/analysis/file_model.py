@@ -20,7 +20,7 @@ from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.names import NameTable, dotted_name
-from amp_lint.analysis.syntax import Loop, Statement, argument, code_of, literal_string, own_nodes
+from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_string, own_nodes
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
 _OPTIMIZER_NAME = re.compile(
@@ -206,7 +206,7 @@ class FileModel:
     # `accelerator.backward(loss)` and other frameworks' backward wrappers (not in `events`: they scale and
     # step on the user's behalf, so the protocol rules ignore them; AMP001 does not).
     wrapper_backwards: List[Event] = field(default_factory=list)
-    # `with accelerator.autocast():` blocks (`builder.FRAMEWORK_AUTOCAST`): see `framework_region_of`.
+    # `with accelerator.autocast():` blocks (`autocast.FRAMEWORK_AUTOCAST`): see `framework_region_of`.
     framework_regions: List[AutocastRegion] = field(default_factory=list)
     _framework_statements: Optional[Dict[int, AutocastRegion]] = field(default=None, repr=False)
     # The flow graphs of scopes and training steps (`scaler_flow.flow_of`), built once per model.
@@ -445,12 +445,13 @@ def _built_by_someone_else(key: str, scope: Scope, model: FileModel, imports_cou
         for other in model.scopes:
             if other.class_name in family:
                 assignments.extend((value, other) for value, _ in other.assignments.get(key, []))
-    for value, where in assignments:
-        if not isinstance(value, cst.Call):
-            continue
-        qualified = where.names.qualify(value.func)
-        if imports_count and qualified is not None and not qualified.startswith("torch."):
-            return True
-        if qualified is None and isinstance(value.func, cst.Name) and value.func.value in model.classes:
-            return True
+    for assigned, where in assignments:
+        for value in alternatives(assigned):  # `None if cfg.bf16 else DynamicLossScaler(...)`: either side
+            if not isinstance(value, cst.Call):
+                continue
+            qualified = where.names.qualify(value.func)
+            if imports_count and qualified is not None and not qualified.startswith("torch."):
+                return True
+            if qualified is None and isinstance(value.func, cst.Name) and value.func.value in model.classes:
+                return True
     return False

@@ -516,6 +516,10 @@ def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Even
             continue
         if site_path(flow, scaled, backward) is None and site_path(flow, backward, scaled) is None:
             return None, None  # the unscaled backward is the fp32 alternative of a scaled one: no path has both
+    # Its gradients go to an optimizer the scaler never steps, stepped directly (an fp32 reference model's).
+    through_scaler = {e.target for e in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)}
+    if any(o.target not in through_scaler and flow.path(backward, o) is PROVED for o in step.of(EventKind.OPTIMIZER_STEP)):
+        return None, None
     found, best = None, None
     for event in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
         # The scaler consumes these gradients on some path (not on the other side of an if/else).

@@ -82,6 +82,13 @@ class AutocastSilentlyDisabled(Rule):
     ast_needs = (r"autocast_dtype_arg",)
 
     valid = [
+        # A vendor backend's device (torch_npu registers "npu" as PrivateUse1): its own
+        # `get_amp_supported_dtype()` decides, and torch_npu's lists float32.
+        """
+import torch
+with torch.autocast(device_type="npu", dtype=torch.float32):
+    out = torch.mm(a, a)
+""",
         """
 import torch
 with torch.autocast("cpu", torch.bfloat16):
@@ -243,8 +250,8 @@ with torch.autocast("cuda", "float16"):
                 # On CUDA a float32 autocast still upcasts the low-precision op lists (a way to force
                 # float32 inside an outer region); only a known non-CUDA device disables it for sure.
                 device = names.IMPLIED_DEVICE.get(qualified) or _device_type(model, call, scope)
-                if device is None or device == "cuda":
-                    continue
+                if device is None or device == "cuda" or device not in _TORCH_LISTED_DEVICES:
+                    continue  # a vendor backend (torch_npu's "npu") lists its own dtypes, float32 among them
                 yield self.finding(
                     dtype,
                     f"`{short(call)}`: {device} autocast does not support `{value.literals[0]}`: it warns "
@@ -252,6 +259,11 @@ with torch.autocast("cuda", "float16"):
                     context=scope.name,
                     related=definitions(value, "set") if not _is_literal(dtype.value) else (),
                 )
+
+
+# The device types whose autocast dtypes torch itself lists (`autocast.__init__`: bfloat16 and float16). Any
+# other is a renamed PrivateUse1 backend, whose `get_amp_supported_dtype()` decides.
+_TORCH_LISTED_DEVICES = frozenset({"cpu", "xpu", "hpu", "mps", "xla", "mtia", "maia", "ipu"})
 
 
 def _is_literal(node: cst.BaseExpression) -> bool:
