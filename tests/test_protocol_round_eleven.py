@@ -363,3 +363,27 @@ def run(model, x):
     # The reference optimizer stepped through the scaler too: its backward must be scaled.
     through = source.replace("        ref_opt.step()\n", "        scaler.step(ref_opt)\n")
     assert _found(through, "AMP011") == [("AMP011", 11)]
+
+
+def test_an_unscaled_penalty_on_the_other_side_of_a_scaled_one_is_the_fp32_path():
+    # torch's and Ascend's test_amp: `if try_scaling_api: grad(scaler.scale(loss)) ... else: grad(loss)` (AMP032).
+    source = """
+import torch
+def run(model, opt, data, loss_fn, use_scaler):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in data:
+        loss = loss_fn(model(x))
+        if use_scaler:
+            g = torch.autograd.grad(scaler.scale(loss), model.parameters(), create_graph=True)
+            g = [p / scaler.get_scale() for p in g]
+        else:
+            g = torch.autograd.grad(loss, model.parameters(), create_graph=True)
+        loss = loss + sum(t.pow(2).sum() for t in g)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(source, "AMP032", show_assumed=True) == []
+    # Both on one path: the unscaled one underflows.
+    both = source.replace("        else:\n            g = torch.autograd.grad(loss", "        if True:\n            g = torch.autograd.grad(loss")
+    assert _found(both, "AMP032") == [("AMP032", 11)]

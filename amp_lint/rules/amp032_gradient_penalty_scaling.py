@@ -160,6 +160,11 @@ def step(model, loss, scaler):
             if event is not None and scaler in event.failing_tests:
                 continue  # under `else:` of `if scaler:` (or `if scaler is None:`): no scaler scales this loss
             scaled_by = _scaled_by(outputs.value) or (event.scaled_by if event is not None else None)
+            if scaled_by is None and event is not None and any(
+                other.scope is event.scope and _scaled_by(other.call.args[0].value if other.call.args else other.call) == scaler
+                and not event.compatible(other) for other in events.values()
+            ):
+                continue  # the fp32 alternative of a scaled penalty (`if use_scaler: ... else: ...`)
             if scaled_by is None:
                 yield self.finding(
                     site.call,
