@@ -138,7 +138,7 @@ class CallerSearch:
             return False
         holder_class = site.scope.class_name
         if parts[0] == "self" and len(parts) == 3 and holder_class is not None:
-            qualified = self._attribute_classes(caller, path).get(holder_class, {}).get(parts[1])
+            qualified = self.attribute_classes_of(caller, path).get(holder_class, {}).get(parts[1])
             if qualified is None:
                 return False
             resolved = self.index.resolve(qualified)

@@ -136,7 +136,7 @@ def built_in_a_base(model, scope, attribute: str) -> Optional[str]:
                 continue
             info, name = resolved
             provider.index.note_read(info.path)
-            found = provider._attribute_classes(info, info.path).get(name, {}).get(attribute)
+            found = provider.attribute_classes_of(info, info.path).get(name, {}).get(attribute)
             if found is not None:
                 return found
             pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name])

@@ -196,7 +196,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
             if self.instance_holder(target) is not None:
                 return self.instance_method(info, target) is not None
             if parts[0] == "self":
-                return len(parts) == 3 and any(parts[1] in attrs for attrs in self._attribute_classes(info, path).values())
+                return len(parts) == 3 and any(parts[1] in attrs for attrs in self.attribute_classes_of(info, path).values())
             qualified = _qualified(info, target)
             return qualified is not None and self._could_summarise(qualified) and self.index.resolve(qualified) is not None
         except (RecursionError, MemoryError):
@@ -279,7 +279,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
                     return None  # defined here (ambiguously, or the file would have followed it)
                 return self._method_in_bases(info, class_name, parts[1], 0)
             if len(parts) == 3:  # `self.attr.method()`: attr holds an instance of a project class
-                qualified = self._attribute_classes(info, path).get(class_name, {}).get(parts[1])
+                qualified = self.attribute_classes_of(info, path).get(class_name, {}).get(parts[1])
                 if qualified is None:
                     return None
                 return self._method_of_class(qualified, parts[2], 0)
@@ -324,7 +324,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
             return foreign, class_name, method
         return self._method_in_bases(module_info, class_name, method, depth)
 
-    def _attribute_classes(self, info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
+    def attribute_classes_of(self, info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
         """class -> attribute -> qualified project class (`attribute_classes.attribute_classes`), cached."""
         key = (info.path, info.digest)
         cached = self._self_attrs.get(key)
