@@ -454,6 +454,7 @@ class ModelBuilder(CallRecorder, Walker):
                             statement=statement,
                             scope=self.scope,
                             loops=tuple(self.loop_stack[-1]),
+                            branches=tuple(self.branch_stack[-1]),
                         ),
                     )
                 elif isinstance(candidate.func, cst.Name) and qualified is not None and self._scaler_factory(candidate.func.value):

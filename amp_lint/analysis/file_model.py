@@ -41,6 +41,7 @@ class ScalerBinding:
     statement: Optional[Statement] = None
     scope: Optional["Scope"] = None
     loops: Tuple[Loop, ...] = ()  # loops around the construction, in its scope
+    branches: Tuple[Branch, ...] = ()  # enclosing ifs within its scope, outermost first (as an Event's)
     factory: Optional[cst.Call] = None  # a project function that returns a GradScaler on every path (`call` is None)
 
     @property

@@ -14,13 +14,13 @@ from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep, known_not_a_scaler
-from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness
+from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness, normalise
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.order_reads import unscaled_by_hand
 from amp_lint.analysis.paths import PROVED, weakest
 from amp_lint.analysis.scaler_flow import flow_of
-from amp_lint.analysis.syntax import argument, code_of
+from amp_lint.analysis.syntax import argument
 
 STEPPED_TWICE = "optimizer-stepped-twice"  # `scaler.step(opt)` and `opt.step()` in one iteration; `related`: those scaler steps
 AROUND_UNSCALED = "step-around-unscaled"  # UNSCALED by the scaler (`cause`: its unscale_), an update follows
@@ -59,53 +59,26 @@ def _scaler_disabled_on(model: FileModel, optimizer_step: Event, scaler: Optiona
     `unscale_`, `step` and `update` pass through: stepping directly is what `scaler.step` would do."""
     if scaler is None:
         return False
-    false_tests = set()
-    for branch in optimizer_step.branches:
-        test, holds = getattr(branch.node, "test", None), branch.taken
-        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test, holds = test.expression, not holds
-        if holds or test is None:
-            continue
-        if isinstance(test, cst.Call) and not test.args and code_of(test.func) == f"{scaler}.is_enabled":
-            return True
-        if isinstance(test, cst.Attribute) and code_of(test) == f"{scaler}._enabled":
-            return True
-        false_tests.add(code_of(test))
+    false_here = optimizer_step.failing_tests  # normalised as the flow graph's branch atoms are
+    if f"{scaler}.is_enabled()" in false_here or f"{scaler}._enabled" in false_here:
+        return True
     bindings = [b for b in model.scaler_bindings(scaler, optimizer_step.scope) if b.call is not None]
-    if not false_tests or not bindings:
+    if not false_here or not bindings:
         return False
     for binding in bindings:
         enabled = argument(binding.call, None, "enabled")
-        if enabled is not None and code_of(enabled.value) in false_tests:
+        if enabled is not None and normalise(enabled.value) in {(key, True) for key in false_here}:
             continue  # built disabled where the step runs
-        where = binding.scope.node if binding.scope is not None else model.module
-        if not any(_conjuncts(test) & false_tests for test in _tests_holding_at(where, binding.statement)):
+        required = {normalise(part) for b in binding.branches if b.taken for part in _conjuncts(b.node.test)}
+        if not any(key in false_here and holds for key, holds in required):
             return False  # built enabled, or on a path the step's may share
     return True
 
 
-def _conjuncts(test: cst.BaseExpression) -> set:
+def _conjuncts(test: cst.BaseExpression) -> list:
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _conjuncts(test.left) | _conjuncts(test.right)
-    return {code_of(test)}
-
-
-def _tests_holding_at(root: cst.CSTNode, target) -> list:
-    """The tests of the `if` statements whose body holds `target` (a statement of `root`)."""
-    found: list = []
-
-    def visit(node: cst.CSTNode, tests: list) -> bool:
-        if node is target:
-            found.extend(tests)
-            return True
-        if isinstance(node, cst.If):
-            if visit(node.body, tests + [node.test]):
-                return True
-            return node.orelse is not None and visit(node.orelse, tests)
-        return any(visit(child, tests) for child in node.children if isinstance(child, (cst.BaseSuite, cst.BaseStatement, cst.BaseCompoundStatement, cst.Else)))
-
-    visit(root, [])
-    return found
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
 
 
 def _direct_steps(model: FileModel) -> Iterator[Breach]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from amp_lint.analysis.names import GRAD_SCALER
 from amp_lint.analysis.project import MAX_MODULE_BYTES, ModuleInfo, ast_dotted_name, qualified_in
@@ -90,80 +90,77 @@ def _provider():
     return summaries._ACTIVE[-1] if summaries._ACTIVE else None
 
 
+def _class_and_bases(provider, qualified: Sequence[str]):
+    """(qualified name, (module, class) or None when it is no class of the project) for the classes
+    `qualified` and, breadth first, their bases as their modules import them (at most 16)."""
+    pending, seen = list(qualified), set()
+    while pending and len(seen) < 16:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        resolved = provider.index.resolve(current)
+        if resolved is None or resolved[1] not in resolved[0].classes:
+            yield current, None
+            continue
+        info, name = resolved
+        provider.index.note_read(info.path)
+        yield current, resolved
+        pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name] if base != "object")
+
+
+def _asking(question, default):
+    """Run a question about the project's classes; an unreadable corner never costs the file its findings."""
+    provider = _provider()
+    if provider is None:
+        return default
+    try:
+        return question(provider)
+    except (RecursionError, MemoryError):
+        raise
+    except Exception:
+        return default
+
+
 def project_class_binds(model, qualified: str, names: frozenset) -> bool:
     """For a rule: does `qualified` (a class name as the module of `model` imports it) resolve to a class of the
     project that binds one of `names` itself or through a base of the project (not torch's)? False without a
     project, for a name outside it, or when the module cannot be read."""
-    provider = _provider()
-    if provider is None:
-        return False
-    try:
-        resolved = provider.index.resolve(qualified)
-        for _ in range(8):
-            if resolved is None or resolved[1] not in resolved[0].classes:
-                return False
-            info, cls = resolved
-            provider.index.note_read(info.path)
-            if not names.isdisjoint(info.members.get(cls, {})):
-                return True
-            bases = [b for b in info.classes[cls] if not b.startswith("torch.")]
-            base = (qualified_in(info, bases[0]) or f"{info.name}.{bases[0]}") if len(bases) == 1 else None
-            resolved = provider.index.resolve(base) if base else None
-        return False
-    except (RecursionError, MemoryError):
-        raise
-    except Exception:
-        return False
+    return _asking(
+        lambda provider: any(
+            found is not None and not names.isdisjoint(found[0].members.get(found[1], {}))
+            for _, found in _class_and_bases(provider, [qualified])
+        ),
+        False,
+    )
 
 
 def built_in_a_base(model, scope, attribute: str) -> Optional[str]:
     """For `self.<attribute>` in a method of a class of the checked file: the project class that a base class in
     another module builds it from (`self.grad_scaler = DummyGradScaler()` in torch's benchmark runner, the
-    only assignment there), when that base resolves; None otherwise."""
-    provider = _provider()
+    only assignment there), the nearest base first; None otherwise."""
     cls = model.classes.get(scope.class_name or "")
-    if provider is None or cls is None:
+    if cls is None:
         return None
-    try:
-        pending = [scope.names.qualify(base.value) for base in cls.bases]
-        for _ in range(8):
-            qualified = next((q for q in pending if q and not q.startswith("torch.")), None)
-            if qualified is None:
-                return None
-            pending.remove(qualified)
-            resolved = provider.index.resolve(qualified)
-            if resolved is None or resolved[1] not in resolved[0].classes:
-                continue
-            info, name = resolved
-            provider.index.note_read(info.path)
-            found = provider.attribute_classes_of(info, info.path).get(name, {}).get(attribute)
-            if found is not None:
-                return found
-            pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name])
+    bases = [q for q in (scope.names.qualify(base.value) for base in cls.bases) if q and not q.startswith("torch.")]
+
+    def question(provider):
+        for _, found in _class_and_bases(provider, bases):
+            built = provider.attribute_classes_of(found[0], found[0].path).get(found[1], {}).get(attribute) if found else None
+            if built is not None:
+                return built
         return None
-    except (RecursionError, MemoryError):
-        raise
-    except Exception:
-        return None
+
+    return _asking(question, None)
 
 
 def derives_from_torch_scaler(qualified: str) -> bool:
-    """Does the project class `qualified` derive (through project classes) from a torch GradScaler?"""
-    provider = _provider()
-    if provider is None:
-        return True  # nothing to read: assume it may
-    pending = [qualified]
-    for _ in range(8):
-        if not pending:
-            return False
-        current = pending.pop()
-        if current in GRAD_SCALER or current.endswith((".amp.GradScaler", ".ShardedGradScaler")) and provider.index.resolve(current) is None:
-            return True
-        resolved = provider.index.resolve(current)
-        if resolved is None or resolved[1] not in resolved[0].classes:
-            if not current.startswith(("builtins.", "object")):
-                return True  # an unreadable base may be one
-            continue
-        info, name = resolved
-        pending.extend(qualified_in(info, base) or f"{info.name}.{base}" for base in info.classes[name] if base != "object")
-    return True
+    """Does the project class `qualified` derive (through project classes) from a torch GradScaler? True when
+    a base cannot be read (it may be one)."""
+    return _asking(
+        lambda provider: any(
+            _is_scaler_class(provider.index, current) or (found is None and not current.startswith("builtins."))
+            for current, found in _class_and_bases(provider, [qualified])
+        ),
+        True,
+    )
