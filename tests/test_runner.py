@@ -100,27 +100,35 @@ def test_workers_started_before_the_files_are_known_report_what_one_process_repo
 
 
 _LOADED_ONCE = """
-import sys
+import os, sys
 from amp_lint.engine import workers
 
 def checker_loaded():
     return "libcst" in sys.modules and "amp_lint.engine.checker" in sys.modules
 
+def worker_facts():
+    from amp_lint.engine import warm_up
+    return checker_loaded(), os.getppid()
+
 assert not checker_loaded()
 workers._FORK = sys.argv[1] == "fork"
 scheduler = workers.Scheduler(jobs=2)
 scheduler.start_early()
-print(checker_loaded(), scheduler.pool.submit(checker_loaded).result())
+loaded, parent = scheduler.pool.submit(worker_facts).result()
+zygote = getattr(scheduler.pool, "pid", None)
+print(checker_loaded(), loaded, zygote is not None and parent == zygote)
 scheduler.close()
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers fork on Linux only")
-def test_workers_started_early_fork_with_the_checker_loaded_once_by_the_main_process():
-    """Loaded by each worker, the checker (LibCST and the rules) cost a third of a second of CPU per worker."""
+def test_workers_started_early_fork_from_a_zygote_that_loaded_the_checker():
+    """Loaded by each worker, the checker (LibCST and the rules) cost a sixth of a second of CPU per worker;
+    loaded by the main process before it forks them, it stopped the walk for as long. Where workers fork,
+    they fork from the zygote, which loaded it once while the main process went on (`engine.zygote`)."""
     import subprocess
 
-    for start, expected in (("fork", ["True", "True"]), ("spawn", ["False", "True"])):
+    for start, expected in (("fork", ["False", "True", "True"]), ("spawn", ["False", "True", "False"])):
         done = subprocess.run([sys.executable, "-c", _LOADED_ONCE, start], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == expected, start  # where workers do not fork, each loads it as it starts
@@ -138,6 +146,7 @@ def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypat
         time.sleep(30)  # still "loading the checker" when the run ends
 
     monkeypatch.setattr(workers, "_start_worker", slow_start)
+    monkeypatch.setattr(workers, "_FORK", False)  # a pool of this process's own: its workers can be listed
     scheduler = workers.Scheduler(jobs=2)
     scheduler.start_early()
     processes = list(scheduler.pool._processes.values())
@@ -146,6 +155,49 @@ def test_workers_started_early_that_get_no_file_are_killed_not_awaited(monkeypat
     scheduler.close()
     assert time.monotonic() - started < 10
     assert all(not process.is_alive() for process in processes)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is used where workers fork")
+def test_a_zygote_whose_workers_get_no_file_is_killed_not_awaited(monkeypatch):
+    """The same for workers forked from the zygote: it is killed, and its workers die with it."""
+    import time
+
+    real_start = workers._start_worker
+
+    def slow_start(*args):
+        real_start(*args)
+        time.sleep(30)  # still starting when the run ends
+
+    monkeypatch.setattr(workers, "_start_worker", slow_start)
+    scheduler = workers.Scheduler(jobs=2)
+    scheduler.start_early()
+    zygote = scheduler.pool.pid
+    time.sleep(0.5)  # the zygote loads the checker and forks its workers
+    children = _children(zygote)
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 10
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in [zygote, *children]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in [zygote, *children])
+
+
+def _children(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_walk_over_much_source_starts_the_workers_early_unless_the_cache_has_results(tmp_path, monkeypatch):

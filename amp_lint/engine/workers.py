@@ -65,11 +65,15 @@ class Scheduler:
         killed at `close`. Where workers do not fork (macOS, Windows), each loads the checker as it starts."""
         if self.pool is not None or self.workers < 2:
             return
-        if _FORK:
-            _load_checker()
+        if _FORK:  # the checker is imported by the zygote, on the second core, while this process walks on
+            from amp_lint.engine.zygote import ZygotePool
+
+            self._prepare_context()  # the stop event and the watchdog pipe: the zygote and its workers inherit them
+            self.pool = ZygotePool(self.workers, self.stop, self.watchdog, load_and_warm_checker, _start_worker)
+            return
         gc.freeze()  # see `_start_pool`
-        self.pool = self._new_pool(self.workers, load_checker=not _FORK)
-        self.pool.submit(_ready)  # the pool forks its workers at the first task
+        self.pool = self._new_pool(self.workers, load_checker=True)
+        self.pool.submit(_ready)  # the pool starts its workers at the first task
 
     def add(self, path: str, config: CheckConfig, size: int, raw: Optional[bytes]) -> None:
         if self.pool is not None:
@@ -111,16 +115,9 @@ class Scheduler:
             self._batch(item)
 
     def _new_pool(self, workers: int, load_checker: bool = False) -> "ProcessPoolExecutor":
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        if self.context is None:
-            self.context = multiprocessing.get_context("fork") if _FORK else multiprocessing.get_context()
-            self.stop = self.context.Event()
-            if _FORK:  # forked workers inherit the pipe's read end; the main process alone holds the write end
-                self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
-            else:
-                self.watchdog = None
+        self._prepare_context()
         return ProcessPoolExecutor(
             max_workers=workers,
             mp_context=self.context,
@@ -128,15 +125,28 @@ class Scheduler:
             initargs=(self.stop, os.getpid(), self.watchdog, load_checker),
         )
 
+    def _prepare_context(self) -> None:
+        """The start method, the stop event and the watchdog pipe, made once for every pool of the run."""
+        if self.context is not None:
+            return
+        import multiprocessing
+
+        self.context = multiprocessing.get_context("fork") if _FORK else multiprocessing.get_context()
+        self.stop = self.context.Event()
+        if _FORK:  # forked workers inherit the pipe's read end; the main process alone holds the write end
+            self.watchdog = os.pipe()  # (read end, write end); see `_start_worker`
+        else:
+            self.watchdog = None
+
     def results(self):
         """(outcome, raw bytes) per file; on Ctrl-C, files not started yet are left alone."""
         try:
             for path, config, _, raw in self.waiting:
                 if raw is not None and _risky(raw):
                     # Checked here, an out-of-memory abort in LibCST's native parser would end the run.
-                    yield self._check_isolated(path, config) if self._can_isolate() else runner.check_file(path, config), raw
+                    yield self._check_isolated(path, config) if self._can_isolate() else runner.check_file(path, config, prefiltered=True), raw
                 else:
-                    yield runner.check_file(path, config), raw
+                    yield runner.check_file(path, config, prefiltered=True), raw
             if self.pool is None:
                 return
             from concurrent.futures.process import BrokenProcessPool
@@ -160,8 +170,8 @@ class Scheduler:
         for path, config in items:
             if self.stop is not None and self.stop.is_set():
                 break
-            if self.alone is None:
-                self.alone = self._new_pool(1)
+            if self.alone is None:  # forked from this process, which may not have the checker loaded (the zygote's)
+                self.alone = self._new_pool(1, load_checker=True)
             try:
                 outcomes.extend(self.alone.submit(check_files, [(path, config)]).result())
             except BrokenProcessPool:
@@ -210,6 +220,15 @@ def _load_checker() -> None:
     registry.ALL_RULES  # noqa: B018  (imports every rule module)
 
 
+def load_and_warm_checker() -> None:
+    """`_load_checker`, then the warm-up check (`engine.warm_up`): run by the zygote before its workers
+    fork, so that they do not each make the caches of a first check."""
+    from amp_lint.engine.warm_up import check_warm_up
+
+    _load_checker()
+    check_warm_up()
+
+
 def _risky(raw: bytes) -> bool:
     """Might checking these bytes take enough memory for an out-of-memory abort (`guard.ISOLATE_ABOVE`)?"""
     from amp_lint.parse import guard
@@ -228,7 +247,10 @@ def _ready() -> None:
     """The first task of workers started early: the pool starts its processes at its first task."""
 
 
-def _kill_idle_workers(pool: "ProcessPoolExecutor") -> None:
+def _kill_idle_workers(pool) -> None:
+    if hasattr(pool, "kill"):  # a `ZygotePool`: its workers die with it
+        pool.kill()
+        return
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         with contextlib.suppress(OSError, AttributeError, ValueError):
             process.kill()
@@ -249,10 +271,11 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
     _STOP = stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent(parent)
+    die_with_parent(parent)
     if watchdog is not None:
         read_end, write_end = watchdog
-        os.close(write_end)  # this worker's inherited copy: only the main process may keep the pipe open
+        if write_end is not None:  # None: closed already by the zygote the worker forked from
+            os.close(write_end)  # this worker's inherited copy: only the main process may keep the pipe open
         threading.Thread(target=_wait_for_eof, args=(read_end,), name="amp-lint-watchdog", daemon=True).start()
     else:
         threading.Thread(target=_poll_parent, args=(parent,), name="amp-lint-watchdog", daemon=True).start()
@@ -263,7 +286,7 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
         gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -306,5 +329,5 @@ def check_files(items: Sequence[Tuple[str, CheckConfig]]) -> List[FileOutcome]:
     for path, config in items:
         if _STOP is not None and _STOP.is_set():
             break
-        outcomes.append(runner.check_file(path, config))
+        outcomes.append(runner.check_file(path, config, prefiltered=True))
     return outcomes

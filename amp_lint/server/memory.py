@@ -6,69 +6,15 @@ from __future__ import annotations
 
 import logging
 
-# The warm-up's program: the statements and expressions of a training script, so that the per-node-type
-# caches of the analysis are made before the first document's check.
-WARM_UP = """\
-import math
-from typing import Optional
-import torch
-import torch.nn.functional as F
-
-
-@torch.no_grad()
-def evaluate(model, loader, *, device: Optional[str] = None, **kw):
-    total, seen = 0.0, 0
-    for x, y in loader:
-        with torch.autocast("cuda", dtype=torch.float16), torch.inference_mode():
-            out = model(x.to(device, non_blocking=True))
-        total += float((out.argmax(-1) == y).sum().item()) if out is not None else 0
-        seen += len(y)
-    return total / max(seen, 1)
-
-
-class Trainer:
-    scale: float = 2.0**16
-
-    def __init__(self, model, optimizer, steps=10):
-        self.model, self.optimizer = model, optimizer
-        self.scaler = torch.amp.GradScaler("cuda", init_scale=self.scale)
-        self.steps = [i for i in range(steps) if i % 2 == 0]
-        self.names = {k: v for k, v in model.named_parameters()}
-
-    async def step(self, batch, accumulate: int = 1):
-        try:
-            with torch.autocast(device_type="cuda"):
-                loss = F.cross_entropy(*self.model(batch)) / accumulate
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=1.0)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        except (RuntimeError, ValueError) as error:
-            raise ValueError(f"step failed: {error!r}") from error
-        finally:
-            self.optimizer.zero_grad(set_to_none=True)
-        while not math.isfinite(loss.item()):
-            break
-        del batch
-        return lambda: {"loss": loss.detach(), **{"lr": self.optimizer.param_groups[0]["lr"]}}
-
-
-if __name__ == "__main__":
-    assert Trainer, "unreachable"
-    print(evaluate(None, [], device="cpu") if True else None, [*range(3)], {1, 2} | {3}, not False)
-"""
-
+from amp_lint.engine.warm_up import WARM_UP  # noqa: F401  (the program the server checks first)
 
 
 def warm_up() -> None:
-    """Import the engine, the rules and LibCST, and check `WARM_UP` once."""
+    """Import the engine, the rules and LibCST, and check a small training program once (`engine.warm_up`)."""
     try:
-        from amp_lint import rules as registry
-        from amp_lint.engine.runner import CheckConfig, check_text
+        from amp_lint.engine.warm_up import check_warm_up
 
-        config = CheckConfig(frozenset(registry.default_codes()), False, False, False, False)
-        check_text(WARM_UP, "warm_up.py", config)
+        check_warm_up()
         import linecache
 
         import amp_lint.fixes.text_edits  # noqa: F401  (code actions)
