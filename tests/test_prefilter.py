@@ -76,6 +76,7 @@ def _fixture_texts():
 def test_reading_only_the_hint_lines_keeps_every_decision():
     """The second step skips statements without a hint of the rules the first step left open, and asks only
     those rules' code groups; over every fixture it decides as a full read of every rule's groups does."""
+    from amp_lint.parse.code_text import code_text
     from amp_lint.parse.prefilter import _COMMENT_LINES, _lines_with, code_identifiers
     from amp_lint.parse.python_ast import parse as _parse
 
@@ -90,7 +91,7 @@ def test_reading_only_the_hint_lines_keeps_every_decision():
             open_groups = prefilter._matching(_COMMENT_LINES.sub("", text))
             if not open_groups:
                 continue
-            code_groups, line_hints = prefilter._second_step(tuple(open_groups))
+            code_groups, line_hints, text_groups = prefilter._second_step(tuple(open_groups))
             pruned = code_identifiers(tree, _lines_with(text, line_hints))
             assert set(pruned.split()) - {"autocast_device_object"} <= set(full.split())
             # Every rule's two steps on the full read: the needs of the text and the code groups of the code.
@@ -100,6 +101,8 @@ def test_reading_only_the_hint_lines_keeps_every_decision():
                 for rule in rules
             )
             assert prefilter._matches(pruned, code_groups) == expected, text[:200]
+            if expected:  # the code text (strings and comments gone) never rejects what the parse keeps
+                assert prefilter._matches(code_text(text), text_groups), text[:200]
 
 
 def test_a_device_copied_on_a_line_without_hints_still_counts():
@@ -289,3 +292,50 @@ def test_a_caller_that_ran_the_first_step_is_not_made_to_run_it_again(monkeypatc
     monkeypatch.setattr(Prefilter, "_matches", lambda self, text, groups=None: scanned.append(text) or real(self, text, groups))
     AMP011.may_match(texts[-2], first_step_passed=True)
     assert texts[-2] not in scanned
+
+
+CODE_TEXT_CASES = {
+    # source: what must survive, what must go
+    "docstring": ('def f():\n    """uses scaler.step(opt)"""\n    return 1\n', ["def f", "return"], ["scaler"]),
+    "single quotes": ("x = 'autocast' + \"GradScaler\"\n", ["x ="], ["autocast", "GradScaler"]),
+    "escaped quote": ('x = "a \\" autocast"; y = backward()\n', ["backward"], ["autocast"]),
+    "raw string": ('x = r"\\" autocast"; y = backward()\n', ["backward"], ["autocast"]),
+    "comment": ("y = backward()  # scaler.step(opt)\n", ["backward"], ["scaler"]),
+    "hash in a string": ('x = "# not a comment"; scaler.step(opt)\n', ["scaler.step"], []),
+    "triple single": ("x = '''it's \"autocast\"'''; step()\n", ["step"], ["autocast"]),
+    "f-string fields are code": ('x = f"{scaler.step(opt)} done"\n', ["scaler.step"], []),
+    "rf-string": ("x = rf'{autocast()}'\n", ["autocast"], []),
+    "bytes": ("x = b'autocast' + rb'caler'\n", ["x ="], ["autocast", "caler"]),
+    "quote after a keyword": ('if"autocast":\n    pass\n', ["if", "pass"], ["autocast"]),
+    "lone CR lines": ("x = 1 # autocast\ry = backward()\r", ["backward"], ["autocast"]),
+}
+
+
+@pytest.mark.parametrize("source, kept, gone", CODE_TEXT_CASES.values(), ids=list(CODE_TEXT_CASES))
+def test_the_code_text_keeps_code_and_drops_strings_and_comments(source, kept, gone):
+    from amp_lint.parse.code_text import code_text
+
+    text = code_text(source)
+    assert all(word in text for word in kept), text
+    assert not any(word in text for word in gone), text
+
+
+def test_every_fact_of_the_second_step_names_the_word_it_is_made_from():
+    """`code_identifiers` adds facts (`autocast_twice`, `manual_grad_update`); the code-text step asks for
+    the word each comes from instead, so every fact it can add must be in the table."""
+    import inspect
+
+    from amp_lint.parse import prefilter
+
+    source = inspect.getsource(prefilter)
+    made = set(re.findall(r'"((?:autocast_|manual_)[a-z_]+)"', source)) - {"autocast_device_"}
+    assert made and made <= set(prefilter._FACT_SOURCES), sorted(made - set(prefilter._FACT_SOURCES))
+
+
+def test_names_only_in_docstrings_and_messages_are_decided_without_a_parse(monkeypatch):
+    from amp_lint.parse import python_ast
+
+    text = _big('"""Call scaler.step(optimizer) after loss.backward()."""\nprint("no GradScaler here", "backward")\n')
+    assert AMP011.text_may_match(text)
+    monkeypatch.setattr(python_ast, "parse", lambda text: pytest.fail("parsed"))
+    assert not AMP011.may_match(text)

@@ -5,7 +5,9 @@ can hold a finding when, for at least one selected rule, every one of that rule'
 
 1. On the raw text (microseconds per file): the text is a superset of the code's identifiers.
    Before the second step, the first is run again without the lines that are only a comment.
-2. On the identifiers in the positions the analysis model reads, collected from Python's own `ast`
+2. On the text without its strings and comments (`code_text`, a regular expression): a file whose names
+   are only in docstrings, messages and comments is decided here, without a parse. Then on the
+   identifiers in the positions the analysis model reads, collected from Python's own `ast`
    (about a tenth of a LibCST parse): names in strings, comments, docstrings and plain data no longer
    count. A file `ast` rejects (newer syntax than this Python's, say) passes, so LibCST decides.
 
@@ -23,6 +25,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.files.lines import LINE_BREAK
 from amp_lint.parse import python_ast
+from amp_lint.parse.code_text import code_text
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
@@ -161,6 +164,7 @@ class Prefilter:
         needs = tuple(sorted({tuple(rule.needs) for rule in rules}))
         code_needs = tuple(sorted({tuple(rule.ast_needs or rule.needs) for rule in rules}))
         self._groups = _compile(needs)
+        self._code_needs = code_needs
         self._code_groups = _compile(code_needs)
         # Which code groups each group's rules ask of the second step (the rules that share its needs).
         self._code_groups_of: Dict[int, Set[int]] = {}
@@ -241,21 +245,25 @@ class Prefilter:
         open_groups = self._matching(_COMMENT_LINES.sub("", text))
         if not open_groups:
             return False  # the names are only in comments: no need for the second step's parse
+        code_groups, line_hints, text_groups = self._second_step(tuple(open_groups))
+        if not self._matches(code_text(text), text_groups):
+            return False  # the names are only in strings and comments: decided without a parse
         tree = python_ast.parse(text)
         if tree is None:
             return True
-        code_groups, line_hints = self._second_step(tuple(open_groups))
         return self._matches(code_identifiers(tree, _lines_with(text, line_hints)), code_groups)
 
     def _second_step(self, open_groups: Tuple[int, ...]):
         """What the second step asks after the first left these groups open: only the code groups of their
         rules (a rule whose names the code lacks cannot find anything, whatever the other rules' code
-        identifiers), and the lines of those groups' words."""
+        identifiers), the lines of those groups' words, and the groups as the code text is asked them."""
         asked = self._second_steps.get(open_groups)
         if asked is None:
             indices = sorted({index for group in open_groups for index in self._code_groups_of[group]})
             code_groups = tuple(self._code_groups[index] for index in indices)
-            asked = self._second_steps[open_groups] = (code_groups, _line_hints(code_groups))
+            # The same groups on the code text (`code_text`), before the parse.
+            text_groups = _compile(tuple(tuple(_on_code_text(p) for p in self._code_needs[i]) for i in indices))
+            asked = self._second_steps[open_groups] = (code_groups, _line_hints(code_groups), text_groups)
         return asked
 
 
@@ -298,9 +306,33 @@ def _gate_and_keys(groups) -> Tuple[Optional[Tuple[str, ...]], Tuple[frozenset, 
     return tuple(sorted(gate)), tuple(chosen[index] for index in range(len(usable)))
 
 
+# The facts `code_identifiers` adds, each with the word it is made from: every one comes from a call, a
+# decorator, an import or an attribute that spells that word in the code.
+_FACT_SOURCES = {
+    **{
+        fact: r"\bautocast\b"
+        for fact in (
+            "autocast_applied", "autocast_bare_decorator", "autocast_bool_arg", "autocast_device_call",
+            "autocast_device_expr", "autocast_device_indexed", "autocast_device_missing", "autocast_device_object",
+            "autocast_dtype_arg", "autocast_second_positional", "autocast_twice",
+        )
+    },
+    "manual_grad_update": r"\bgrad\b",
+}
+
+
+def _on_code_text(pattern: str) -> str:
+    """A code pattern (matched against `code_identifiers`), for the code text instead: a fact it can match
+    stands for the word the fact is made from."""
+    sources = sorted({source for fact, source in _FACT_SOURCES.items() if re.search(pattern, fact)})
+    return "|".join([pattern, *sources]) if sources else pattern
+
+
 def _line_hints(groups) -> Optional[Tuple[str, ...]]:
     """The words whose lines the second step must read; None when a pattern has no literal part."""
-    hints = {"autocast", "device"}  # the lines autocast facts and device objects come from
+    # The lines autocast facts come from. Not those of device objects (`dev = torch.device(...)`): reading
+    # only some lines, `code_identifiers` takes any name passed to autocast for a device object.
+    hints = {"autocast"}
     for group in groups:
         for _, pattern_hints in group:
             if not pattern_hints:
@@ -329,9 +361,9 @@ def _statements_to_read(tree, hint_lines: Optional[List[int]]) -> Iterator:
     """`ast.walk`, minus the statements whose lines hold none of the hints (with all they contain).
 
     A statement without a hint on its lines cannot add a name that a pattern needs: every pattern's
-    matches contain one of its hints, and the facts about autocast calls and device objects come from
-    lines with "autocast" or "device". (Names copied from a device object are the exception:
-    `code_identifiers` assumes the worst for them when something was skipped.)
+    matches contain one of its hints, and the facts about autocast calls come from lines with "autocast".
+    (Which names are device objects is the exception: `code_identifiers` assumes the worst for every name
+    passed to autocast when something was skipped.)
     """
     pending = [tree]
     while pending:
