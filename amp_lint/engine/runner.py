@@ -150,16 +150,19 @@ def forget_parsed() -> None:
     python_ast.forget()
 
 
-def check_text(text: str, display_name: str, config: CheckConfig, path: Optional[str] = None) -> FileOutcome:
+def check_text(
+    text: str, display_name: str, config: CheckConfig, path: Optional[str] = None, first_step_passed: bool = False
+) -> FileOutcome:
     """Check source text (a file's or stdin's) in a thread with room for deep recursion; `path`, the
-    file's place on disk (None for stdin and notebooks), lets the analysis follow its imports."""
+    file's place on disk (None for stdin and notebooks), lets the analysis follow its imports.
+    `first_step_passed`: the main process ran the prefilter's first step on this text (`text_may_match`)."""
     outcome = FileOutcome(display_name)
     box: dict = {}
 
     def work() -> None:
         try:
             with no_cyclic_gc():  # the prefilter's `ast` parse too, not only the checker's work
-                if not text_may_match(text, config):
+                if not first_step_passed and not text_may_match(text, config):
                     return  # most files: the first step alone decides
                 # Before any parse, `ast`'s included: memory follows tokens, not bytes.
                 from amp_lint.parse.guard import check_memory
@@ -271,8 +274,10 @@ def check_in_progress() -> bool:
     return _RUNNING is not None and not _RUNNING.is_set()
 
 
-def check_file(path: str, config: CheckConfig) -> FileOutcome:
-    """Read, check and (with --fix) rewrite one file. Runs in a worker process."""
+def check_file(path: str, config: CheckConfig, prefiltered: bool = False) -> FileOutcome:
+    """Read, check and (with --fix) rewrite one file. Runs in a worker process. `prefiltered`: the main
+    process let the file through the prefilter's first step (`_prefilter_and_schedule`), which for a
+    notebook ran on its JSON, not on its cells' source."""
     from amp_lint.files.sources import SourceError, read_source
 
     try:
@@ -289,7 +294,9 @@ def check_file(path: str, config: CheckConfig) -> FileOutcome:
         except SourceError as error:
             return FileOutcome(path, errors=[FileError(path, error.message)])
         text = notebook.source
-    outcome = check_text(text, path, config, path=None if notebook is not None else path)
+    outcome = check_text(
+        text, path, config, path=None if notebook is not None else path, first_step_passed=prefiltered and notebook is None
+    )
     if notebook is not None:
         outcome.diagnostics = [_in_cell(d, notebook) for d in outcome.diagnostics]
         outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
