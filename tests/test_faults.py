@@ -322,10 +322,10 @@ def test_worker_that_dies_is_that_files_error_and_the_run_goes_on(tmp_path, monk
 
     real_check_file = runner.check_file
 
-    def crashing_check_file(path, config):
+    def crashing_check_file(path, config, **options):
         if path.endswith("crash.py"):
             os.kill(os.getpid(), signal.SIGSEGV)  # as LibCST's native parser did on 100,000 brackets
-        return real_check_file(path, config)
+        return real_check_file(path, config, **options)
 
     monkeypatch.setattr(runner, "check_file", crashing_check_file)
     monkeypatch.setattr(workers, "_PARALLEL_MIN_FILES", 2)
