@@ -101,15 +101,42 @@ def test_every_rule_preview_included_gets_the_findings_of_the_whole_text(path, m
     assert _seen(partial) == _seen(whole)
 
 
-def test_rows_and_columns_are_kept_and_the_irrelevant_units_emptied():
+def test_rows_and_columns_are_kept_and_the_irrelevant_units_hollowed():
     source = (ROOT / "fixtures" / "check" / "bad_amp020_step_without_scaler.py")
     text = _padded(source.read_text() if source.is_file() else FIXTURES[0].read_text())
     kept = relevant_text(text, ast.parse(text), GATE)
     assert len(kept.splitlines()) == len(text.splitlines())
-    ast.parse(kept)  # still a module
+    tree = ast.parse(kept)  # still a module
     for before, after in zip(text.splitlines(), kept.splitlines()):
-        assert after in ("", before)
+        assert after == before or after.strip() in ("", '""', '"""')
     assert "def unrelated_3(" not in kept and "class UnrelatedTests_3" not in kept
+    # The dropped units, one after the other, are one string statement each run of them: few nodes.
+    strings = [s for s in tree.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)]
+    assert strings and all(set(s.value.value) <= {"\n"} for s in strings)
+    assert len(strings) < 8 and max(s.end_lineno - s.lineno for s in strings) > 50
+
+
+def test_a_hollowed_unit_keeps_its_block_and_the_rows_after_it(monkeypatch):
+    """Dropped units first in a class body, between kept methods, one-line ones, and last in the file:
+    the text parses, and the findings (rows, columns, messages, fixes) are those of the whole text."""
+    unrelated = "".join(f"    def helper_{i}(self):\n        return {i}\n\n" for i in range(300))
+    text = (
+        "import torch\n\n\nclass Trainer:\n" + unrelated
+        + "    def one(self): return 1\n"
+        "    def train(self, model, opt, x):\n"
+        "        scaler = torch.amp.GradScaler()\n"
+        "        with torch.autocast('cuda'):\n"
+        "            loss = model(x)\n"
+        "        loss.backward()\n"
+        "        scaler.step(opt)\n\n" + unrelated.replace("helper_", "other_")
+        + "    def last(self):\n        scaler = torch.amp.GradScaler()\n        return scaler\n"
+        + "".join(f"\n\ndef tail_{i}():\n    return {i}\n" for i in range(200))
+    )
+    kept = relevant_text(text, ast.parse(text), GATE)
+    assert kept.count("\n") == text.count("\n") and "def helper_3(" not in kept and "def tail_3(" not in kept
+    ast.parse(kept)
+    whole, partial = _whole_and_relevant(text, CONFIG, monkeypatch)
+    assert _seen(partial) == _seen(whole) and whole.diagnostics
 
 
 def _check(text: str):
@@ -187,3 +214,18 @@ def test_state_is_shared_within_a_class_family_only(monkeypatch):
     assert "class Child(Trainer):" in kept and kept.count("self.optimizer = make()") == 1
     whole, partial = _whole_and_relevant(text, CONFIG, monkeypatch)
     assert _seen(partial) == _seen(whole)
+
+
+def test_a_fix_in_a_large_module_writes_the_whole_files_quotes(monkeypatch):
+    """The fix's new string takes the quote the whole file mostly uses, not the quote of the units kept:
+    here the kept code uses double quotes and the dropped units single ones (NeMo's flux model)."""
+    text = (
+        'import torch\n\n\ndef train(model, x):\n    with torch.cuda.amp.autocast():\n'
+        '        return model(x, mode="fast", name="run")\n'
+        + "".join(f"\n\ndef plain_{i}(a):\n    return a.get('k{i}', 'v') + 'x' + 'y'\n" for i in range(600))
+    )
+    assert text.count("'") > text.count('"')
+    whole, partial = _whole_and_relevant(text, CONFIG, monkeypatch)
+    assert whole.diagnostics and _seen(partial) == _seen(whole)
+    edits = [edit.content for d in partial.diagnostics if d.fix for edit in d.fix.edits]
+    assert any("'cuda'" in content for content in edits), edits

@@ -171,6 +171,8 @@ class Checker:
             result.errors.append(FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({error})"))
             return result
         result.parsed = True
+        if prepared.text is not source:  # the relevant units only: the fixes follow the whole file's style
+            remember_text(module, prepared.text, whole_text=source)
         final: Optional[_Placed] = None
         if self.fix and prepared.restore(module.code).text != source:
             # LibCST drops something we do not put back: writing its output would change bytes the

@@ -24,10 +24,15 @@ _REMOVED: Dict[int, cst.CSTNode] = {}
 _QUOTE_OF_LAST_MODULE: List[Tuple[cst.Module, str]] = []
 
 
-def remember_text(module: cst.Module, code: str) -> None:
+def remember_text(module: cst.Module, code: str, whole_text: Optional[str] = None) -> None:
     """Tell the builders the text of the module being analysed (the engine knows it; regenerating it
-    from the tree costs a quarter of a second on a 500 kB file)."""
-    _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if code.count("'") > code.count('"') else '"')]
+    from the tree costs a quarter of a second on a 500 kB file). `whole_text`: the file's text, when the
+    module is parsed from part of it (`parse.relevant`): the fixes write the quote the whole file mostly
+    uses, as a check of the whole text would. A module's text is told once (a tree does not change)."""
+    if whole_text is None and _QUOTE_OF_LAST_MODULE and _QUOTE_OF_LAST_MODULE[0][0] is module:
+        return
+    text = code if whole_text is None else whole_text
+    _QUOTE_OF_LAST_MODULE[:] = [(module, "'" if text.count("'") > text.count('"') else '"')]
 
 
 def forget_text() -> None:
