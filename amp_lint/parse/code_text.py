@@ -7,15 +7,29 @@ from __future__ import annotations
 import re
 
 # Strings and comments, as Python 3.11's tokenizer reads them (a backslash escapes the next character in
-# every kind of string, raw ones included). An f-string is kept whole: its replacement fields are code.
-_STRING_FORMS = (
-    r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""',
-    r"'''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''",
-    r'"[^"\\\r\n]*(?:\\.[^"\\\r\n]*)*"',
-    r"'[^'\\\r\n]*(?:\\.[^'\\\r\n]*)*'",
-)
+# every kind of string, raw ones included), each string form by its opening quote and the rest of it.
+_STRING_FORMS = {
+    '"""': r'[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""',
+    "'''": r"[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*'''",
+    '"': r'[^"\\\r\n]*(?:\\.[^"\\\r\n]*)*"',
+    "'": r"[^'\\\r\n]*(?:\\.[^'\\\r\n]*)*'",
+}
+
+
+def _after_an_f_prefix(quote: str) -> str:
+    """Just past an opening quote: the prefix before it makes an f-string (f, rf, fR, ...)."""
+    quote = re.escape(quote)
+    return rf"(?:(?<=(?<!\w)[fF]{quote})|(?<=(?<!\w)[fF][rR]{quote})|(?<=(?<!\w)[rR][fF]{quote}))"
+
+
+# An f-string is the first group, kept: its replacement fields are code. Every alternative starts with its
+# quote (or `#`): the regular expression engine then skips ahead to those characters alone.
 _STRINGS_AND_COMMENTS = re.compile(
-    r"((?<!\w)(?:[fF][rR]?|[rR][fF])(?:" + "|".join(_STRING_FORMS) + r"))|" + "|".join(_STRING_FORMS) + r"|#[^\r\n]*",
+    "("
+    + "|".join(re.escape(quote) + _after_an_f_prefix(quote) + rest for quote, rest in _STRING_FORMS.items())
+    + ")|"
+    + "|".join(re.escape(quote) + rest for quote, rest in _STRING_FORMS.items())
+    + r"|#[^\r\n]*",
     re.S,
 )
 
