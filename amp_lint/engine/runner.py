@@ -100,6 +100,9 @@ _PREFILTERS: Dict[FrozenSet[str], object] = {}
 def _prefilter(config: CheckConfig):
     """The prefilter of the enabled rules, from the registry's table: deciding that a file cannot hold a
     finding imports no rule and not LibCST (most files of a pre-commit run are decided so)."""
+    prefilter = _PREFILTER_OF_CONFIG.get(config)  # asked once per file: a dictionary look-up
+    if prefilter is not None:
+        return prefilter
     from amp_lint import rules as registry
 
     codes = config.enabled
@@ -110,7 +113,11 @@ def _prefilter(config: CheckConfig):
         from amp_lint.parse.prefilter import Prefilter
 
         prefilter = _PREFILTERS[codes] = Prefilter(registry.entries(codes))
+    _PREFILTER_OF_CONFIG[config] = prefilter
     return prefilter
+
+
+_PREFILTER_OF_CONFIG: Dict[CheckConfig, object] = {}
 
 
 def _callers_key(path: str, text: str) -> bytes:

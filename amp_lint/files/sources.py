@@ -143,13 +143,16 @@ def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[byt
         total = 0
         wanted = info.st_size + 1  # one byte more than expected: to see the end of the file at once
         while True:
-            chunk = os.read(fd, min(max(wanted, 65536), limit + 1 - total))
+            asked = min(max(wanted, 65536), limit + 1 - total)
+            chunk = os.read(fd, asked)
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
                 raise SourceError(_too_large(total, limit))
+            if len(chunk) < asked:
+                break  # a regular file reads short only at its end: no read more to see it
             wanted = 65536
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from exc
