@@ -197,8 +197,13 @@ def test_the_gate_never_rejects_a_text_the_groups_keep():
             assert gated.text_may_match(text) == ungated.text_may_match(text), ([r.code for r in rules], text[:200])
             # The gate on bytes, before decoding (the main process's prefilter), invalid UTF-8 included.
             for raw in (text.encode("utf-8"), b"\xff\xfe" + text.encode("utf-8") + b"\xc3"):
+                decoded = raw.decode("utf-8", errors="replace")
                 if not gated.bytes_may_match(raw):
-                    assert not ungated.text_may_match(raw.decode("utf-8", errors="replace")), [r.code for r in rules]
+                    assert not ungated.text_may_match(decoded), [r.code for r in rules]
+                # The gate's words found in the bytes spare the text step its own search for them.
+                words = gated.gate_words_in(raw)
+                assert (words is None or bool(words)) == gated.bytes_may_match(raw)
+                assert gated.text_may_match(decoded, words) == ungated.text_may_match(decoded), [r.code for r in rules]
 
 
 def test_the_gate_takes_shared_and_long_words():

@@ -140,12 +140,8 @@ def may_match(text: str, config: CheckConfig, first_step_passed: bool = False) -
     return bool(config.enabled) and _prefilter(config).may_match(text, first_step_passed=first_step_passed)
 
 
-def text_may_match(text: str, config: CheckConfig) -> bool:
-    return bool(config.enabled) and _prefilter(config).text_may_match(text)
-
-
-def bytes_may_match(raw: bytes, config: CheckConfig) -> bool:
-    return bool(config.enabled) and _prefilter(config).bytes_may_match(raw)
+def text_may_match(text: str, config: CheckConfig, gate_words: Optional[FrozenSet[str]] = None) -> bool:
+    return bool(config.enabled) and _prefilter(config).text_may_match(text, gate_words)
 
 
 def forget_parsed() -> None:
@@ -537,8 +533,9 @@ def _prefilter_and_schedule(plan, scheduler, report, outcomes, cache, known_file
                 negatives[path] = digest  # the same bytes (a `touch`, a checkout): ruled out again
                 continue
             notebook = path.endswith(".ipynb")
-            text = raw.decode("utf-8", errors="replace") if notebook or bytes_may_match(raw, config) else None
-            if not notebook and (text is None or not text_may_match(text, config)):
+            gate_words = None if notebook or not config.enabled else _prefilter(config).gate_words_in(raw)
+            text = raw.decode("utf-8", errors="replace") if notebook or gate_words is None or gate_words else None
+            if not notebook and (text is None or not text_may_match(text, config, gate_words)):
                 if digest is not None:
                     negatives[path] = digest
                 continue

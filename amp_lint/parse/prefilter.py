@@ -21,7 +21,7 @@ import ast
 import bisect
 import re
 from functools import lru_cache
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from amp_lint.files.lines import LINE_BREAK
 from amp_lint.parse import python_ast
@@ -184,12 +184,15 @@ class Prefilter:
     def _matches(self, text: str, groups=None) -> bool:
         return bool(self._matching(text, groups, every=False))
 
-    def _matching(self, text: str, groups=None, every: bool = True) -> List[int]:
+    def _matching(self, text: str, groups=None, every: bool = True, gate_words: Optional[FrozenSet[str]] = None) -> List[int]:
         """The indices of the groups (default: the rules' `needs`) that match the text; with `every` False,
-        only the first."""
+        only the first. `gate_words`: the gate's words in the text, known already (`gate_words_in`)."""
         seen: dict = {}  # several rules share patterns: scan the text once per pattern
         absent: list = []  # hints not in the text: "caler" absent, so is "GradScaler"
         present: set = set()  # hints found, for the next pattern that asks
+        if gate_words is not None and self._gate is not None:
+            present.update(gate_words)
+            absent.extend(word for word in self._gate if word not in gate_words)
 
         def has(hint: str) -> bool:
             if hint in present:
@@ -224,15 +227,24 @@ class Prefilter:
                     break
         return matching
 
-    def text_may_match(self, text: str) -> bool:
-        """The first step alone (cheap enough for the main process to run over every file)."""
-        return self._always or self._matches(text)
+    def text_may_match(self, text: str, gate_words: Optional[FrozenSet[str]] = None) -> bool:
+        """The first step alone (cheap enough for the main process to run over every file). `gate_words`:
+        the gate's words in the text, when its bytes were searched for them (`gate_words_in`)."""
+        return self._always or bool(self._matching(text, every=False, gate_words=gate_words))
 
     def bytes_may_match(self, raw: bytes) -> bool:
         """The gate alone, on a file's bytes before they are decoded: False, and `text_may_match` of the
         decoded text is False too (the gate's words are ASCII, and UTF-8 decoding, with replacement
         characters or not, keeps every ASCII byte as it is)."""
         return self._always or self._byte_gate is None or any(word in raw for word in self._byte_gate)
+
+    def gate_words_in(self, raw: bytes) -> Optional[FrozenSet[str]]:
+        """The gate's words in a file's bytes, each searched once; empty: `bytes_may_match` is False. They
+        are the words of the decoded text too (see `bytes_may_match`), and `text_may_match` need not search
+        the text for them again. None when there is no byte gate."""
+        if self._always or self._byte_gate is None:
+            return None
+        return frozenset(word for word, encoded in zip(self._gate, self._byte_gate) if encoded in raw)
 
     def may_match(self, text: str, *, always_second_step: bool = False, first_step_passed: bool = False) -> bool:
         """Both steps; `first_step_passed`: the caller has just had `text_may_match(text)` say True."""
