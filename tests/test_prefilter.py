@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from amp_lint.parse.prefilter import Prefilter, literal_first
+from amp_lint.parse.patterns import literal_first
+from amp_lint.parse.prefilter import Prefilter
 from amp_lint.rules import ALL_RULES, rule_by_code
 
 PATTERNS = sorted({pattern for rule in ALL_RULES for pattern in (*rule.needs, *(rule.ast_needs or ()))})
@@ -220,7 +221,7 @@ def test_the_gate_takes_shared_and_long_words():
 
 
 def test_a_small_class_inside_a_word_is_spelled_out_when_the_words_get_much_longer():
-    from amp_lint.parse.prefilter import literal_hints
+    from amp_lint.parse.patterns import literal_hints
 
     # "custom_" is in a tenth of torch's files, "custom_fwd" and "custom_bwd" in five.
     assert literal_hints(r"\bcustom_[fb]wd\b") == ("custom_fwd", "custom_bwd")
@@ -240,7 +241,7 @@ def test_a_small_class_inside_a_word_is_spelled_out_when_the_words_get_much_long
 def test_only_the_groups_of_the_gate_words_in_a_text_are_tried(monkeypatch):
     """A text that passes the gate with one word is matched against the groups that word stands for: a
     group whose gate words are all absent cannot match, and its patterns are not searched."""
-    from amp_lint.parse import prefilter as module
+    from amp_lint.parse import patterns as module
     from amp_lint.rules import default_codes
 
     rules = [rule for rule in ALL_RULES if rule.code in set(default_codes()) and not rule.preview]
@@ -269,9 +270,9 @@ def test_the_default_gate_is_a_few_words():
 def test_a_text_without_the_rules_words_compiles_no_pattern():
     """The patterns are compiled when first searched: a short run (pre-commit) whose files the literal hints
     decide compiles none of the rules' 140 patterns; a text that has the words compiles only what it asks."""
-    from amp_lint.parse import prefilter as module
+    from amp_lint.parse import patterns as module
 
-    module._compile.cache_clear()
+    module.compile_needs.cache_clear()
     checker = Prefilter([rule for rule in ALL_RULES if not rule.preview and rule.needs])
     patterns = {pattern for groups in (checker._groups, checker._code_groups) for group in groups for pattern, _ in group}
     assert not checker.text_may_match("import os\nprint(os.getcwd())\n")
