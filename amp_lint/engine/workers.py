@@ -58,11 +58,12 @@ class Scheduler:
 
     def start_early(self) -> None:
         """Start the workers now, before the files are known: a walk that has found many bytes of source
-        calls this. The checker (LibCST and the rules, a third of a second of CPU) is loaded here, once,
-        and the workers fork with it loaded: loaded by each worker, it cost that third of a second per
-        worker, and on two cores the workers' loading competed with this process's walk anyway. Once they
-        are started, every file the prefilter keeps goes to them. Workers that never get a file are
-        killed at `close`. Where workers do not fork (macOS, Windows), each loads the checker as it starts."""
+        calls this. The checker (LibCST and the rules, a sixth of a second of CPU) is loaded once, by the
+        zygote this forks (`engine.zygote`), on the second core while this process walks on; the workers
+        fork from the zygote with it loaded (loaded by each worker, it cost that time per worker; loaded
+        here, it stopped the walk for as long). Once they are started, every file the prefilter keeps goes
+        to them. Workers that never get a file are killed at `close`. Where workers do not fork (macOS,
+        Windows), there is no zygote: each worker loads the checker as it starts."""
         if self.pool is not None or self.workers < 2:
             return
         if _FORK:  # the checker is imported by the zygote, on the second core, while this process walks on
@@ -271,7 +272,7 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
     _STOP = stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    die_with_parent(parent)
+    die_with_parent()
     if watchdog is not None:
         read_end, write_end = watchdog
         if write_end is not None:  # None: closed already by the zygote the worker forked from
@@ -286,7 +287,8 @@ def _start_worker(stop, parent: int, watchdog: Optional[Tuple[int, int]], load_c
         gc.freeze()  # loaded for the worker's life: its collector need not scan them between files
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent() -> None:
+    """Linux: the kernel kills this process when the thread that forked it ends (PR_SET_PDEATHSIG)."""
     if not sys.platform.startswith("linux"):
         return
     try:

@@ -112,7 +112,7 @@ def _serve(tasks, results, workers: int, stop, watchdog_read: int, main: int, pr
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    worker_module.die_with_parent(main)
+    worker_module.die_with_parent()
     if os.getppid() != main:  # the main process died before any of this was in place
         return
     prepare()
