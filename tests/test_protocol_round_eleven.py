@@ -387,3 +387,32 @@ def run(model, opt, data, loss_fn, use_scaler):
     # Both on one path: the unscaled one underflows.
     both = source.replace("        else:\n            g = torch.autograd.grad(loss", "        if True:\n            g = torch.autograd.grad(loss")
     assert _found(both, "AMP032") == [("AMP032", 11)]
+
+
+def test_an_optimizer_unpacked_from_a_call_in_each_pass_starts_each_run_afresh():
+    # IPEX's `model, opt = ipex.optimize(model, optimizer=opt)` in each configuration's pass: the names it
+    # binds are in the model (`unpacked_sites`), not read off the loop's statements by the rule.
+    source = """
+import torch
+import intel_extension_for_pytorch as ipex
+def sweep(make_model, x):
+    for dtype in (torch.float16, torch.bfloat16):
+        model, opt = ipex.optimize(make_model(), optimizer=torch.optim.SGD([], lr=0.1))
+        scaler = torch.amp.GradScaler("cuda", init_scale=1)
+        with torch.autocast("cuda", dtype=dtype):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+    assert _found(source, "AMP013", show_assumed=True) == []
+    from amp_lint.analysis.builder import build_model
+    import libcst as cst
+
+    model = build_model(cst.parse_module(source))
+    assert {site.target for site in model.unpacked_sites} == {"model", "opt"}
+    assert not any(site.target in ("model", "opt") for site in model.assignment_sites)
+    # An optimizer built once, before the sweep, is the same run's: the scaler built in the loop is AMP013.
+    hoisted = source.replace("        model, opt = ipex.optimize(", "        model, _ = ipex.optimize(").replace(
+        "    for dtype in", "    opt = torch.optim.SGD([], lr=0.1)\n    for dtype in")
+    assert _found(hoisted, "AMP013") == [("AMP013", 8)]

@@ -76,6 +76,7 @@ class ModelBuilder(CallRecorder, Walker):
         self.autocast_calls: list = []
         self.call_sites: List[CallSite] = []
         self.assignment_sites: List[AssignmentSite] = []
+        self.unpacked_sites: List[AssignmentSite] = []
         self.grad_rescales: List[AssignmentSite] = []
         self.decorator_nodes: Dict[cst.CSTNode, cst.Decorator] = {}
         self.skip_reference: set = set()
@@ -237,8 +238,12 @@ class ModelBuilder(CallRecorder, Walker):
         for target in node.targets:
             self._record_assignment(target.target, node.value)
             # `a, b = scaler.scale(x), scaler.scale(y)`: each name bound to its own element (issue 26, principle 4).
-            for name, value in _paired_elements(target.target, node.value):
+            paired = _paired_elements(target.target, node.value)
+            for name, value in paired:
                 self._record_assignment(name, value)
+            if not paired and isinstance(target.target, (cst.Tuple, cst.List)):  # `model, opt = ipex.optimize(...)`
+                keys = (dotted_name(element.value) for element in target.target.elements)
+                self.unpacked_sites.extend(self._site(key, node.value) for key in keys if key is not None)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self.small_statement = node
@@ -524,6 +529,7 @@ class ModelBuilder(CallRecorder, Walker):
             autocast_calls=self.autocast_calls,
             call_sites=self.call_sites,
             assignment_sites=self.assignment_sites,
+            unpacked_sites=self.unpacked_sites,
             grad_rescales=self.grad_rescales,
             parents=self.parents,
             wrapper_backwards=self.wrapper_backwards,

@@ -19,7 +19,7 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
-from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.names import NameTable, declared_type, dotted_name
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_string, own_nodes
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
@@ -201,6 +201,9 @@ class FileModel:
     autocast_calls: List[Tuple[cst.Call, str, Scope]] = field(default_factory=list)
     call_sites: List[CallSite] = field(default_factory=list)  # every call, in source order
     assignment_sites: List[AssignmentSite] = field(default_factory=list)  # in source order
+    # Names bound by unpacking a value that is no tuple of the same length (`model, opt = ipex.optimize(...)`):
+    # each holds one element of `value`, so none is among `assignment_sites` (whose value is the target's).
+    unpacked_sites: List[AssignmentSite] = field(default_factory=list)
     # `p.grad *= f` / `p.grad /= f`: the gradient rescaled in place (`target`, `value`: the factor)
     grad_rescales: List[AssignmentSite] = field(default_factory=list)
     parents: Dict[int, cst.CSTNode] = field(default_factory=dict, repr=False)  # node id -> the node above it
@@ -372,16 +375,11 @@ def _declared_a_protocol_of_its_own(key: str, scope: Scope, model: FileModel) ->
     for outer in scope.chain():
         if key not in outer.params:
             continue
-        annotation = outer.params[key]
-        if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1 and isinstance(annotation.slice[0].slice, cst.Index):
-            annotation = annotation.slice[0].slice.value  # Optional[X]
-        elif isinstance(annotation, cst.BinaryOperation):
-            annotation = annotation.left if code_of(annotation.right) == "None" else annotation.right  # X | None
+        annotation = declared_type(outer.params[key], outer.names)  # `Optional[X]`, `X | None`: X
         if annotation is None or "Scaler" not in code_of(annotation):
             return False
         if isinstance(annotation, cst.Name) and annotation.value in model.classes:
-            cls = model.classes[annotation.value]
-            return any(isinstance(s, cst.FunctionDef) and s.name.value in _PROTOCOL_METHODS for s in cls.body.body)
+            return bool(_overridden_protocol(model.classes[annotation.value]))
         qualified = outer.names.qualify(annotation)
         if qualified is None or qualified.startswith("torch."):
             return False
@@ -401,11 +399,16 @@ def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
         return False
     # A protocol method the subclass overrides and also calls on `self` keeps the subclass's meaning, not
     # torch's (an idempotent `unscale_`): then nothing is known about `self`.
-    overridden = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)} & _PROTOCOL_METHODS
+    overridden = _overridden_protocol(cls)
     return not any(re.search(rf"\bself\.{re.escape(name)}\(", code_of(cls)) for name in overridden)
 
 
 _PROTOCOL_METHODS = frozenset({"scale", "unscale_", "step", "update"})
+
+
+def _overridden_protocol(cls: cst.ClassDef) -> Set[str]:
+    """The GradScaler protocol methods a class of the file defines itself."""
+    return {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)} & _PROTOCOL_METHODS
 
 
 def is_optimizer(key: str, model: FileModel, scope: Optional[Scope] = None) -> bool:

@@ -295,3 +295,18 @@ def plain_target_names(target: cst.BaseExpression) -> Set[str]:
     if isinstance(target, cst.StarredElement):
         return plain_target_names(target.value)
     return set()
+
+
+def declared_type(annotation: Optional[cst.BaseExpression], table: NameTable) -> Optional[cst.BaseExpression]:
+    """The one type an annotation declares: `X`, with `Optional[X]` and `X | None` read as `X`; None for no
+    annotation or a union of several types."""
+    if isinstance(annotation, cst.Annotation):
+        annotation = annotation.annotation
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        others = [s for s in (annotation.left, annotation.right) if not (isinstance(s, cst.Name) and s.value == "None")]
+        return declared_type(others[0], table) if len(others) == 1 else None
+    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
+        inner = annotation.slice[0].slice
+        if (table.qualify(annotation.value) or "").rpartition(".")[2] == "Optional" and isinstance(inner, cst.Index):
+            return declared_type(inner.value, table)
+    return annotation

@@ -9,6 +9,7 @@ from typing import Optional
 import libcst as cst
 
 from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.names import declared_type
 from amp_lint.analysis.syntax import code_of
 
 # What only a tensor does (a config object, `args`, never does): its shape, dtype, size, a cast or a move.
@@ -58,18 +59,8 @@ def is_tensor_in(model: Optional[FileModel], name: str, scope: Scope, depth: int
 
 def _declared_tensor(scope: Scope, annotation: Optional[cst.BaseExpression]) -> bool:
     """An annotation that names torch's Tensor, alone or as the one type beside None."""
-    if isinstance(annotation, cst.Annotation):
-        annotation = annotation.annotation
-    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
-        sides = [annotation.left, annotation.right]
-        others = [s for s in sides if not (isinstance(s, cst.Name) and s.value == "None")]
-        return len(others) == 1 and _declared_tensor(scope, others[0])
-    if isinstance(annotation, cst.Subscript) and len(annotation.slice) == 1:
-        if (scope.names.qualify(annotation.value) or "").rpartition(".")[2] == "Optional":
-            inner = annotation.slice[0].slice
-            return isinstance(inner, cst.Index) and _declared_tensor(scope, inner.value)
-        return False
-    return annotation is not None and scope.names.qualify(annotation) == "torch.Tensor"
+    declared = declared_type(annotation, scope.names)
+    return declared is not None and scope.names.qualify(declared) == "torch.Tensor"
 
 
 class _PassedAs(cst.CSTVisitor):

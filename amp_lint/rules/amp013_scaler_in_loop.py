@@ -10,7 +10,7 @@ from amp_lint.fixes.builder import FixBuilder
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.syntax import Loop, code_of, own_nodes
+from amp_lint.analysis.syntax import Loop, code_of
 from amp_lint.analysis.paths import ASSUMED, PROVED, Proof
 from amp_lint.analysis.scaler_flow import assumption_text
 from amp_lint.analysis.flow_queries import scope_flow
@@ -330,7 +330,7 @@ for x in loader:
         events = [e for e in scope.events if loop in e.loops and (e.kind in _TRAINING or _passes(e, binding.key))]
         if not events:
             return
-        if _lazy(model, binding) or _fresh_optimizer_each_pass(binding, loop):
+        if _lazy(model, binding) or _fresh_optimizer_each_pass(model, binding, loop):
             return
         same_loop = [e for e in events if e.loops[-1] is loop]
         confidence = Confidence.HIGH
@@ -582,15 +582,14 @@ def _bound_names(loop: Loop) -> Set[str]:
     return found
 
 
-def _fresh_optimizer_each_pass(binding: ScalerBinding, loop: Loop) -> bool:
+def _fresh_optimizer_each_pass(model: FileModel, binding: ScalerBinding, loop: Loop) -> bool:
     """Each pass also builds the optimizer the scaler steps (a sweep over configurations, each a fresh model
     and optimizer: `torch.optim.SGD(...)`, `model, opt = ipex.optimize(...)`): a new run per pass, whose
     scale starts afresh as it should."""
     stepped = {e.target for e in binding.scope.events if e.kind is EventKind.SCALER_STEP and e.receiver == binding.key and loop in e.loops}
-    built = set()
-    for node in own_nodes(loop.body):
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
-            for target in node.targets:
-                parts = [e.value for e in target.target.elements] if isinstance(target.target, cst.Tuple) else [target.target]
-                built.update(dotted_name(part) for part in parts)
+    built = {
+        site.target
+        for site in (*model.assignment_sites, *model.unpacked_sites)
+        if site.scope is binding.scope and loop in site.loops and isinstance(site.value, cst.Call)
+    }
     return bool(stepped) and stepped <= built
