@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -639,6 +639,9 @@ class Row:
     status: str = "ok"  # ok | error | unavailable | skipped
     note: str = ""
     extrapolated: bool = False
+    # Measured alternating with the cold check (`CorpusBenchmark.amp_lint_cold`): the median over the
+    # pairs of the cold check's time divided by this row's.
+    paired_ratio: Optional[float] = None
 
     @property
     def measured(self) -> bool:
@@ -656,6 +659,18 @@ class Options:
     timeout_s: float
     work_dir: Path
     rows: Sequence[str]
+
+
+def _recorded(row: Row, runs: Sequence[Measurement], best_of: bool) -> Measurement:
+    """The row's seconds and CPU (the median of the runs, or the best) and its peak; the last run."""
+    seconds = [run.seconds for run in runs]
+    cpus = [run.cpu_seconds for run in runs]
+    row.seconds = min(seconds) if best_of else statistics.median(seconds)
+    row.cpu_seconds = min(cpus) if best_of else statistics.median(cpus)
+    row.peak_mb = max(run.peak_mb for run in runs)
+    if len(runs) > 1:
+        row.note = _join(row.note, f"{'best' if best_of else 'median'} of {len(runs)}")
+    return runs[-1]
 
 
 class CorpusBenchmark:
@@ -690,32 +705,50 @@ class CorpusBenchmark:
         Tools run in the scratch folder, never in the corpus: `python -m` puts the working folder first
         on sys.path, and torch's package has modules named `signal` and `random`.
         """
-        seconds, peaks, cpus, last = [], [], [], None
+        runs_of_row: List[Measurement] = []
         for attempt in range(runs):
             if prepare:
                 prepare()
-            last = run_measured(
-                command,
-                cwd=self.scratch,
-                timeout_s=self.options.timeout_s,
-                log_dir=self.logs,
-                label=f"{row.row_id}-{attempt}",
-            )
-            if last.timed_out:
-                row.status, row.note = "error", f"timed out after {self.options.timeout_s:.0f} s"
+            last = self._run_once(row, command, attempt, ok_codes)
+            if last is None:
                 return None
-            if last.returncode not in ok_codes:
-                row.status = "error"
-                row.note = f"exit code {last.returncode}: {last.stderr_tail()}"
-                return None
-            seconds.append(last.seconds)
-            peaks.append(last.peak_mb)
-            cpus.append(last.cpu_seconds)
-        row.seconds = min(seconds) if best_of else statistics.median(seconds)
-        row.cpu_seconds = min(cpus) if best_of else statistics.median(cpus)
-        row.peak_mb = max(peaks)
-        if runs > 1:
-            row.note = _join(row.note, f"{'best' if best_of else 'median'} of {runs}")
+            runs_of_row.append(last)
+        return _recorded(row, runs_of_row, best_of)
+
+    def measure_alternating(
+        self, row: Row, command: Sequence[str], other: Row, other_command: Sequence[str], runs: int, other_ok_codes=(0,)
+    ) -> Tuple[Optional[Measurement], Optional[Measurement]]:
+        """`measure` of two commands whose runs alternate (one, the other, one, ...), so that a machine
+        that gets faster or slower during the benchmark does so for both; `other.paired_ratio` is the
+        median over the pairs of the first's time over the other's. A failure of either stops both."""
+        first_runs: List[Measurement] = []
+        other_runs: List[Measurement] = []
+        for attempt in range(runs):
+            first = self._run_once(row, command, attempt, (0, 1))
+            second = self._run_once(other, other_command, attempt, other_ok_codes) if first is not None else None
+            if first is None or second is None:
+                return None, None
+            first_runs.append(first)
+            other_runs.append(second)
+        other.paired_ratio = statistics.median(a.seconds / b.seconds for a, b in zip(first_runs, other_runs))
+        return _recorded(row, first_runs, False), _recorded(other, other_runs, False)
+
+    def _run_once(self, row: Row, command: Sequence[str], attempt: int, ok_codes) -> Optional[Measurement]:
+        """One timed run into the scratch folder; None, with the row marked as an error, when it failed."""
+        last = run_measured(
+            command,
+            cwd=self.scratch,
+            timeout_s=self.options.timeout_s,
+            log_dir=self.logs,
+            label=f"{row.row_id}-{attempt}",
+        )
+        if last.timed_out:
+            row.status, row.note = "error", f"timed out after {self.options.timeout_s:.0f} s"
+            return None
+        if last.returncode not in ok_codes:
+            row.status = "error"
+            row.note = f"exit code {last.returncode}: {last.stderr_tail()}"
+            return None
         return last
 
     def add(self, row: Row) -> Row:
@@ -813,7 +846,19 @@ class CorpusBenchmark:
         row = self.amp_lint_row("cold", "amp-lint cold (--no-cache)")
         if row is None:
             return
-        last = self.measure(row, self.check_command(cache_dir=None), self.options.repeat_fast)
+        ruff = self.ruff_row("ruff-silent") if "ruff-silent" in self.options.rows and self.peers else None
+        if ruff is not None and ruff[1] is not None:
+            # Issue 31's ratio: the two alternate, run for run, so that the machine's drift does not enter it.
+            last, ruff_last = self.measure_alternating(
+                row, self.check_command(cache_dir=None), ruff[0], ruff[1], self.options.repeat_fast
+            )
+            if ruff_last is not None:
+                ruff[0].note = _join(ruff[0].note, "each run right after one of the cold check's")
+            elif ruff[0].status == "ok":
+                ruff[0].status, ruff[0].note = "skipped", "the cold check it alternates with failed"
+            self.finish_ruff_row(ruff[0])
+        else:
+            last = self.measure(row, self.check_command(cache_dir=None), self.options.repeat_fast)
         if last is not None:
             findings = count_findings(last.stdout_path)
             if findings is None:
@@ -872,20 +917,29 @@ class CorpusBenchmark:
         self.add(row)
 
     def ruff(self, row_id: str) -> None:
+        if any(row.row_id == row_id for row in self.rows):
+            return  # measured beside the cold check (`amp_lint_cold`)
+        row, command = self.ruff_row(row_id)
+        if command is not None:
+            # Ruff is fast: its row is the median of as many runs as amp-lint's, like for like.
+            self.measure(row, command, self.options.repeat_fast, ok_codes=(0,))
+        self.finish_ruff_row(row)
+
+    def ruff_row(self, row_id: str) -> Tuple[Row, Optional[List[str]]]:
+        """The row and the command of one of Ruff's rows; no command when Ruff is unavailable."""
         flags, label = RUFF_OUTPUTS[row_id]
         row = Row(row_id, label)
         executable = self.peers.executables.get("ruff")
         if executable is None:
             row.status, row.note = "unavailable", self.peers.problems.get("ruff", "")
-            self.add(row)
-            return
+            return row, None
         root = str(self.corpus.root)
         shown = run_quietly([str(executable), "check", "--show-files", "--no-cache", root], cwd=self.scratch)
         row.files = len([line for line in shown.stdout.splitlines() if line.strip()]) or None
-        command = [str(executable), "check", "--select", "ALL", "--no-cache", "--exit-zero", *flags, root]
-        # Ruff is fast: its row is the median of as many runs as amp-lint's, like for like.
-        self.measure(row, command, self.options.repeat_fast, ok_codes=(0,))
-        if row.files and row.files != len(self.corpus.files):
+        return row, [str(executable), "check", "--select", "ALL", "--no-cache", "--exit-zero", *flags, root]
+
+    def finish_ruff_row(self, row: Row) -> None:
+        if row.measured and row.files and row.files != len(self.corpus.files):
             row.note = _join(row.note, "ruff also checks .pyi stubs")
         self.add(row)
 
@@ -1054,8 +1108,12 @@ def judge_targets(rows: Sequence[Row], corpus: Corpus, prefiltered_bytes: Option
     if cold and seconds("ruff-concise"):
         verdicts["ruff-concise"] = f"{cold:.2f} s vs {seconds('ruff-concise'):.2f} s ({cold / seconds('ruff-concise'):.2f}x Ruff's time)"
     if cold and seconds("ruff-silent"):
-        ratio = cold / seconds("ruff-silent")
-        verdicts["ruff-silent"] = verdict(ratio <= 0.6, f"{cold:.2f} s vs {seconds('ruff-silent'):.2f} s, {ratio:.2f}x Ruff's time")
+        paired = measured["ruff-silent"].paired_ratio
+        ratio = paired if paired is not None else cold / seconds("ruff-silent")
+        how = ", the median of the alternating runs' ratios" if paired is not None else ""
+        verdicts["ruff-silent"] = verdict(
+            ratio <= 0.6, f"{cold:.2f} s vs {seconds('ruff-silent'):.2f} s, {ratio:.3f}x Ruff's time{how}"
+        )
     for peer in ("torchfix", "fixit"):
         if cold and seconds(peer):
             speedup = seconds(peer) / cold
