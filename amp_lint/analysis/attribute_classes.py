@@ -14,7 +14,7 @@ from typing import Dict, Optional
 from amp_lint.analysis.callers import MAX_MODULE_BYTES
 from amp_lint.analysis.project import ModuleInfo, ast_dotted_name
 from amp_lint.analysis.project import qualified_in as _qualified
-from amp_lint.parse import python_ast
+from amp_lint.parse import outline
 
 
 def attribute_classes(info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
@@ -24,7 +24,7 @@ def attribute_classes(info: ModuleInfo, path: str) -> Dict[str, Dict[str, str]]:
     try:
         if os.path.getsize(path) <= MAX_MODULE_BYTES:  # larger: no attributes followed (a test suite, say)
             with open(path, "rb") as handle:
-                tree = python_ast.parse(handle.read().decode("utf-8-sig"))
+                tree = outline.parse(handle.read().decode("utf-8-sig"), methods=False)  # the classes, whole
     except (OSError, UnicodeDecodeError):
         tree = None
 

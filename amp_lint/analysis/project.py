@@ -27,7 +27,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence
 
 from amp_lint.files import digests
 from amp_lint.files.cache import DEPENDENCY_BYTES_LIMIT, dependency_digest
-from amp_lint.parse import python_ast
+from amp_lint.parse import outline
 
 _INSTALLATION_FOLDERS = frozenset({"site-packages", "dist-packages"})
 # How large a module the index reads (a generated 50 MB module is not a training helper).
@@ -95,7 +95,9 @@ def _absolute(module: Optional[str], level: int, current: str, is_package: bool)
 
 def read_module_facts(text: str, name: str, path: str, digest: str, is_package: bool) -> ModuleInfo:
     """The top-level facts of a module's text; a module `ast` cannot read has none (never an error)."""
-    tree = python_ast.parse(text)  # the checked file's tree is the prefilter's
+    # The checked file's tree is the prefilter's (`python_ast` keeps it); another module's facts are in its
+    # outline (its function bodies hollowed), a fraction of its parse.
+    tree = outline.parse(text)
     if tree is None:
         return ModuleInfo(name=name, path=path, digest=digest, is_package=is_package)
     functions = set()

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from amp_lint.analysis.names import GRAD_SCALER
 from amp_lint.analysis.project import MAX_MODULE_BYTES, ModuleInfo, ast_dotted_name, qualified_in
-from amp_lint.parse import python_ast
+from amp_lint.parse import outline
 
 _FACTORIES: Dict[Tuple[str, str, str], Optional[str]] = {}
 
@@ -36,7 +36,7 @@ def _read_scaler_factory(index, info: ModuleInfo, function: str) -> Optional[str
     if os.path.getsize(info.path) > MAX_MODULE_BYTES:
         return None
     with open(info.path, "rb") as handle:
-        tree = python_ast.parse(handle.read().decode("utf-8-sig"))
+        tree = outline.parse(handle.read().decode("utf-8-sig"), keep=(function,))  # that function's body alone
     if tree is None:
         return None
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]

@@ -41,3 +41,23 @@ def code_text(text: str) -> str:
     f-string that nests its own quotes is read as several strings: its replacement fields may be lost, and
     `ast`, which could not parse the file, would have let it through.)"""
     return _STRINGS_AND_COMMENTS.sub(r"\1 ", text)
+
+
+def _blanked(match: "re.Match[str]") -> str:
+    found = match.group()
+    if found[0] == "#":
+        return ""
+    breaks = found.count("\n")
+    if not breaks:
+        return " " * len(found)
+    return "\\\n" * breaks + "~" * (len(found) - found.rfind("\n") - 1)
+
+
+def without_strings_and_comments(text: str) -> str:
+    r"""The text's lines with every comment gone and every string (f-strings too) blanked: its lines are the
+    text's, each with its code at the text's columns, and no line is inside a string. A string that spans
+    lines ends each of its lines but the last with a backslash (the statement goes on, as a backslash
+    says), and its last line with `~`s: a line that starts with `~` goes on with a statement that started
+    above it. For a text whose line breaks are all `\n` (the line numbers of `\r` breaks inside a string
+    would be lost)."""
+    return _STRINGS_AND_COMMENTS.sub(_blanked, text)

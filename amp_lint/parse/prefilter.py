@@ -25,10 +25,16 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tup
 from amp_lint.files.lines import LINE_BREAK
 from amp_lint.parse import python_ast
 from amp_lint.parse.code_text import code_text
+from amp_lint.parse.logical_lines import statements_on
 from amp_lint.parse.patterns import compile_needs
 
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
+# From this size the second step first reads the statements on its keys' lines (`_keys_may_match`): in
+# torch's package a third of the large modules it parses are ruled out so, at a tenth of the cost. At most
+# this many lines: past them, parsing the module costs little more.
+_KEYS_MIN_CHARS = 20_000
+_MOST_KEY_LINES = 200
 
 # A line whose first character past the indentation is `#` holds no code: it is a comment, or the
 # inside of a string that spans lines. Dropping those lines before the second step spares its parse of
@@ -49,6 +55,7 @@ class Prefilter:
         for rule in rules:
             self._code_groups_of.setdefault(needs.index(tuple(rule.needs)), set()).add(code_needs.index(tuple(rule.ast_needs or rule.needs)))
         self._second_steps: Dict[Tuple[int, ...], tuple] = {}
+        self._keys: Dict[tuple, tuple] = {}  # code groups -> their keys (`_keys_may_match`)
         self._always = any(not n for n in needs)
         self._gate, self._gate_keys = _gate_and_keys(self._groups)
         ascii_gate = self._gate is not None and all(word.isascii() for word in self._gate)
@@ -138,10 +145,36 @@ class Prefilter:
         code_groups, line_hints, text_groups = self._second_step(tuple(open_groups))
         if not self._matches(code_text(text), text_groups):
             return False  # the names are only in strings and comments: decided without a parse
+        if len(text) >= _KEYS_MIN_CHARS and not self._keys_may_match(text, code_groups):
+            return False  # no group's key is in the code of its lines: decided without parsing the module
         tree = python_ast.parse(text)
         if tree is None:
             return True
         return self._matches(code_identifiers(tree, _lines_with(text, line_hints)), code_groups)
+
+    def _keys_may_match(self, text: str, code_groups) -> bool:
+        """Whether each group's key could match the code (False: no group can), read from the statements on
+        its lines alone (`logical_lines`), not from the module's parse.
+
+        A group's key is one of its patterns, the one with the rarest words. A group matches only where its
+        key does, and a pattern's matches are names spelled on the lines of its words, or facts about the
+        calls on "autocast" lines (a pattern that can match a fact made elsewhere is no key). So if no key
+        matches the names the statements on those lines hold, in the positions `code_identifiers` reads, no
+        group matches the module's. True when that cannot be told so cheaply (a group without a key, too
+        many lines, statements that do not stand alone)."""
+        keys = self._keys.get(code_groups)
+        if keys is None:
+            keys = self._keys[code_groups] = _keys_of(code_groups)
+        if not keys:
+            return True
+        lines = _lines_with(text, tuple(sorted({"autocast"}.union(*(hints for _, hints in keys)))))
+        if len(lines) > _MOST_KEY_LINES or _in_use_on_sight(text, {hint for _, hints in keys for hint in hints}):
+            return True
+        statements = statements_on(text, lines)
+        tree = python_ast.parse_quietly(statements) if statements is not None else None
+        if tree is None:
+            return True
+        return self._matches(code_identifiers(tree, some_lines=True), tuple((key,) for key in keys))
 
     def _second_step(self, open_groups: Tuple[int, ...]):
         """What the second step asks after the first left these groups open: only the code groups of their
@@ -155,6 +188,51 @@ class Prefilter:
             text_groups = compile_needs(tuple(tuple(_on_code_text(p) for p in self._code_needs[i]) for i in indices))
             asked = self._second_steps[open_groups] = (code_groups, _line_hints(code_groups), text_groups)
         return asked
+
+
+_IN_USE = ("import ", "from ", "with ", "async with ", "@")
+
+
+def _in_use_on_sight(text: str, hints) -> bool:
+    """A line that plainly uses a name with one of the hints in a position `code_identifiers` reads (it
+    calls it, imports it, enters it, decorates with it): the file will pass, and `_keys_may_match` need
+    not read its statements to say so."""
+    for hint in hints:
+        position = text.find(hint)
+        while position != -1:
+            start = text.rfind("\n", 0, position) + 1
+            line = text[start : text.find("\n", position)].lstrip()
+            if line.startswith(_IN_USE):
+                return True
+            end = position + len(hint)
+            while end < len(text) and (text[end].isalnum() or text[end] == "_"):
+                end += 1
+            if text[end : end + 1] == "(" and not line.startswith(("def ", "async def ", "class ")):
+                return True
+            position = text.find(hint, position + 1)
+    return False
+
+
+def _keys_of(code_groups) -> tuple:
+    """One pattern per group, its key: of the patterns whose matches all come from the lines of their own
+    words (or from "autocast" lines), the one with the rarest words (a word of n letters is in a text with
+    a chance of 2**-n, as `_gate` counts). Empty when a group has no such pattern."""
+    keys = []
+    for group in code_groups:
+        candidates = [(pattern, hints) for pattern, hints in group if hints and _facts_on_its_lines(pattern, hints)]
+        if not candidates:
+            return ()
+        keys.append(min(candidates, key=lambda candidate: sum(2.0 ** -len(hint) for hint in candidate[1])))
+    return tuple(keys)
+
+
+def _facts_on_its_lines(pattern, hints) -> bool:
+    """Every fact the pattern can match is made from a word of its own or from "autocast" (`_FACT_SOURCES`)."""
+    for fact, source in _FACT_SOURCES.items():
+        word = source.replace(r"\b", "")
+        if pattern.search(fact) is not None and word != "autocast" and word not in hints:
+            return False
+    return True
 
 
 _SCAN_COST = 0.02  # in the units of `_gate`'s cost: the chance that a hint of n letters is in a text, 2**-n
@@ -235,16 +313,29 @@ def _lines_with(text: str, hints: Optional[Tuple[str, ...]]) -> Optional[List[in
     """The sorted line numbers (as `ast` counts them) of the lines that contain a hint; None: every line."""
     if hints is None:
         return None
+    positions = _positions_of(text, hints)
+    if "\r" not in text:  # lines broken at `\n` alone: counted between the positions, not for every line
+        lines, line, counted = [], 1, 0
+        for position in positions:
+            line += text.count("\n", counted, position)
+            counted = position
+            if not lines or lines[-1] != line:
+                lines.append(line)
+        return lines
     starts = [match.end() for match in LINE_BREAK.finditer(text)]
-    lines = set()
+    return sorted({bisect.bisect_right(starts, position) + 1 for position in positions})
+
+
+def _positions_of(text: str, hints: Tuple[str, ...]) -> List[int]:
+    """Where the hints are in the text, in order."""
+    positions = []
     for hint in hints:  # one fast substring search per hint: an alternation of fifty words crawls
         position = text.find(hint)
         while position != -1:
-            lines.add(bisect.bisect_right(starts, position) + 1)
+            positions.append(position)
             position = text.find(hint, position + 1)
-    return sorted(lines)
-
-
+    positions.sort()
+    return positions
 
 
 def _statements_to_read(tree, hint_lines: Optional[List[int]]) -> Iterator:
@@ -291,14 +382,15 @@ def _child_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
-def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
+def code_identifiers(tree, hint_lines: Optional[List[int]] = None, some_lines: bool = False):
     """The identifiers in the positions the analysis model reads, space-separated.
 
     Those positions: everything in a call's callee (receivers included) and its keyword names, `with`
     items, decorators, class bases, imports, annotations, and the names an assignment binds or copies (`ctx = torch.autocast(...)`, `amp_cm = autocast if amp else nullcontext`). A name that
     only appears elsewhere (in a string, a comment, a dict of API references) cannot make a finding.
     `tree` is the module's Python `ast`; with `hint_lines` (see `_lines_with`), only the statements
-    on those lines are read.
+    on those lines are read. `some_lines`: the tree is of the statements on some lines of the module
+    (`logical_lines`), and what the module binds elsewhere is not known, as with `hint_lines`.
     """
     names: set = set()
     autocast_calls = []
@@ -376,7 +468,7 @@ def code_identifiers(tree, hint_lines: Optional[List[int]] = None):
     if aliased:
         names.update(_ALL_AUTOCAST_FACTS)
     # A device name copied on a skipped line (`d = dev`) may be a device object: assume it is.
-    names.update(_autocast_facts(autocast_calls, device_objects, any_name_is_a_device=hint_lines is not None))
+    names.update(_autocast_facts(autocast_calls, device_objects, any_name_is_a_device=some_lines or hint_lines is not None))
     return " ".join(names)
 
 

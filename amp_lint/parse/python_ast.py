@@ -28,6 +28,11 @@ def parse(text: Union[str, bytes]) -> Optional[ast.Module]:
     return tree
 
 
+def is_kept(text: Union[str, bytes]) -> bool:
+    """Whether `parse(text)` would answer from the kept tree, without parsing."""
+    return _last is not None and (_last[0] is text or _last[0] == text)
+
+
 def parse_quietly(text: Union[str, bytes]) -> Optional[ast.Module]:
     """`ast.parse` without its warnings (invalid escape sequences and the like are not ours to report), kept
     nowhere; None when this Python cannot read the text."""

@@ -12,7 +12,7 @@ of class bodies (methods are units). A unit is *relevant* when:
   relevant unit writes, or writes one that a relevant unit reads (`self.scaler = ...` in `__init__`,
   `self.scaler.step(...)` in `train`).
 
-Every other unit's lines become one string statement that spans them (`_hollow`): the rows and columns
+Every other unit's lines become one string statement that spans them (`hollow.hollow`): the rows and columns
 of everything kept are those of the whole text, and the module's import and binding statements (everything that is not a function or a
 class) are always kept. A file's whole-file questions are not asked here: the checker parses the whole
 text when a fix is to be written, when AMP900 (unused `# noqa`, a question about every comment) runs,
@@ -26,6 +26,7 @@ import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from amp_lint.files.lines import lines_with_ends
+from amp_lint.parse.hollow import hollow
 
 # Below this size the whole text is parsed: the saving would not pay for the relevance pass.
 MIN_CHARS = 40_000
@@ -95,39 +96,8 @@ def _kept_text(text: str, tree: ast.Module, gate: Sequence[str], lines: List[str
     _drop(top, dropped)
     if not dropped:
         return text
-    for first, last in _joined(sorted(dropped), lines):
-        _hollow(lines, first, last)
+    hollow(lines, sorted(dropped))
     return "".join(lines)
-
-
-def _joined(regions: List[Tuple[int, int]], lines: List[str]) -> List[Tuple[int, int]]:
-    """Dropped regions one after the other, with nothing but blank lines between them, as one region."""
-    joined: List[Tuple[int, int]] = []
-    for first, last in regions:
-        if joined and all(not lines[index].strip() for index in range(joined[-1][1], first - 1)):
-            joined[-1] = (joined[-1][0], last)
-        else:
-            joined.append((first, last))
-    return joined
-
-
-def _hollow(lines: List[str], first: int, last: int) -> None:
-    """Lines `first` to `last` (a dropped unit's, from its first decorator) become one string statement
-    that spans them all, at the unit's indentation: the rows and columns of everything after it stay those
-    of the whole text, and LibCST reads one string token where it read a node for each empty line (the
-    blank lines of torch's `distributed_test.py` cost a three times longer parse than the code it keeps)."""
-    def line_break(line: str) -> str:
-        return line[len(line.rstrip("\r\n")) :]
-
-    head = lines[first - 1]
-    indent = head[: len(head) - len(head.lstrip(" \t"))]
-    if first == last:
-        lines[first - 1] = indent + '""' + line_break(head)
-        return
-    lines[first - 1] = indent + '"""' + line_break(head)
-    for index in range(first, last - 1):
-        lines[index] = line_break(lines[index])
-    lines[last - 1] = '"""' + line_break(lines[last - 1])
 
 
 def _carriers(body: List[ast.stmt], lines: List[str], seed: "re.Pattern[str]") -> Set[str]:
