@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -195,17 +196,17 @@ def _read(identifiers: str, hints):
     return {name for name in identifiers.split() if name in FACTS or any(hint in name for hint in hints)}
 
 
-@pytest.mark.parametrize("hint", HINTS)
-def test_the_statements_on_the_lines_hold_what_the_whole_parse_reads_there(hint):
-    hints = (hint, "autocast")  # "autocast" lines always: the facts about autocast calls come from them
+def test_the_statements_on_the_lines_hold_what_the_whole_parse_reads_there():
     for text in _texts():
-        text = _padded(text)
-        lines = prefilter._lines_with(text, hints)
-        statements = statements_on(text, lines)
-        assert statements is not None
-        whole = prefilter.code_identifiers(ast.parse(text), lines)
-        alone = prefilter.code_identifiers(ast.parse(statements), some_lines=True)
-        assert _read(alone, hints) == _read(whole, hints), text[:300]
+        tree = ast.parse(text)
+        for hint in HINTS:
+            hints = (hint, "autocast")  # "autocast" lines always: the facts about autocast calls come from them
+            lines = prefilter._lines_with(text, hints)
+            statements = statements_on(text, lines)
+            assert statements is not None
+            whole = prefilter.code_identifiers(tree, lines)
+            alone = prefilter.code_identifiers(ast.parse(statements), some_lines=True)
+            assert _read(alone, hints) == _read(whole, hints), (hint, text[:300])
 
 
 def test_statements_stand_alone_clauses_decorators_and_continuations():
@@ -231,22 +232,49 @@ def test_statements_on_refuses_what_it_cannot_read_alone():
     assert statements_on("x = 1\n", []) == ""
 
 
-def test_the_keys_decide_as_the_whole_parse_does_on_every_fixture():
-    """Over every fixture, grown past the size where the keys are read first: the second step decides as
-    it does without them, for the default rules and for all of them."""
+def test_the_keys_decide_as_the_whole_parse_does_on_every_fixture(monkeypatch):
+    """Over every fixture and its variants with the AMP names out of the read positions, with both steps
+    and the keys run whatever the size: the second step decides as it does without the keys, for the
+    default rules and for all of them."""
+    monkeypatch.setattr(prefilter, "_SECOND_STEP_MIN_CHARS", 0)
+    # Without the shortcut for names plainly in use, so that the statements decide every file.
+    monkeypatch.setattr(prefilter, "_in_use_on_sight", lambda text, hints: False)
     for rules in (ALL_RULES, [rule for rule in ALL_RULES if not rule.preview]):
         checker = prefilter.Prefilter([rule for rule in rules if rule.needs])  # a rule without needs keeps every file
-        for text in _texts():
-            text = _padded(text)
-            python_ast.forget()
-            with_keys = checker.may_match(text)
-            python_ast.forget()
-            limit, prefilter._KEYS_MIN_CHARS = prefilter._KEYS_MIN_CHARS, 10**12
-            try:
-                assert checker.may_match(text) == with_keys, text[:300]
-            finally:
-                prefilter._KEYS_MIN_CHARS = limit
+        ruled_out = 0
+        for text in _texts() + _unread_variants():
+            decided = []
+            for keys_from in (0, 10**12):
+                monkeypatch.setattr(prefilter, "_KEYS_MIN_CHARS", keys_from)
+                python_ast.forget()
+                decided.append(checker.may_match(text))
+            assert decided[0] == decided[1], text[:300]
+            ruled_out += not decided[0]
+        assert ruled_out >= 20  # the keys rule files out here, not only let them through
     python_ast.forget()
+
+
+_KEY_WORDS = re.compile(r"autocast|[Ss]caler")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _unread_variants():
+    """Each fixture with every simple line that names autocast or a scaler rewritten as a tuple of those
+    names (`_refs = (scaler, step, optimizer,)`): the names are in the code, but in no position the
+    analysis reads. The variants that still parse."""
+    variants = []
+    for text in _texts():
+        lines = text.split("\n")
+        for index, line in enumerate(lines):
+            stripped = line.strip()
+            if not _KEY_WORDS.search(stripped) or stripped.startswith(("@", "#")) or stripped.endswith((":", "(", ",", "\\")):
+                continue
+            names = ", ".join(_NAME.findall(stripped.split("#")[0].replace("'", " ").replace('"', " ")))
+            lines[index] = line[: len(line) - len(line.lstrip())] + f"_refs = ({names},)"
+        variant = "\n".join(lines)
+        if variant != text and python_ast.parse_quietly(variant) is not None:
+            variants.append(variant)
+    return variants
 
 
 def test_a_module_whose_keys_are_only_in_unread_positions_is_ruled_out_without_its_parse(monkeypatch):
