@@ -29,7 +29,7 @@ import signal
 import threading
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Tuple
 
 _DIED = "the process that starts the workers ended"
 

@@ -20,7 +20,7 @@ from amp_lint.parse.code_text import without_strings_and_comments
 
 _KEYWORD = re.compile(r"(async[ \t]+)?([A-Za-z_]\w*)")
 # Compound statements' clauses that hold no expression of their own.
-_BARE_CLAUSES = _CLAUSES = frozenset({"else", "try", "finally"})
+_BARE_CLAUSES = frozenset({"else", "try", "finally"})
 
 
 def statements_on(text: str, lines: Sequence[int]) -> Optional[str]:
@@ -76,14 +76,12 @@ def _take(parts: List[str], structure: List[str], original: List[str], start: in
         return next_line
     while next_line is not None and next_line <= end + 1:
         next_line = next(wanted, None)
-    if next_line is not None and next_line < start + 1:  # pragma: no cover - lines are sorted
-        return False
     head = structure[start].lstrip(" \t")
     found = _KEYWORD.match(head)
     keyword = found.group(2) if found else ""
     statement = [original[start].lstrip(" \t")] + original[start + 1 : end + 1]
     is_header = structure[end].rstrip().endswith(":") and keyword in _HEADERS
-    if not is_header and keyword in _CLAUSES and head[len(keyword) :].lstrip(" \t").startswith(":"):
+    if not is_header and keyword in _BARE_CLAUSES and head[len(keyword) :].lstrip(" \t").startswith(":"):
         # `else: x = 1`: the clause's own statement, alone
         statement[0] = statement[0][len(keyword) :].lstrip(" \t")[1:].lstrip(" \t")
     elif not is_header and keyword == "elif":
