@@ -31,8 +31,8 @@ from amp_lint.parse.patterns import compile_needs
 # Below this size LibCST parses fast enough that the second step is not worth its cost.
 _SECOND_STEP_MIN_CHARS = 4_000
 # From this size the second step first reads the statements on its keys' lines (`_keys_may_match`): in
-# torch's package a third of the large modules it parses are ruled out so, at a tenth of the cost. At most
-# this many lines: past them, parsing the module costs little more.
+# torch's package `_C/__init__.pyi` and dynamo's `builder.py` are ruled out so, at a third of their parse.
+# At most this many lines: past them, parsing the module costs little more.
 _KEYS_MIN_CHARS = 20_000
 _MOST_KEY_LINES = 200
 
