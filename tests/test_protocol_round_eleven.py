@@ -318,14 +318,12 @@ with torch.autocast(device_type="npu", dtype=torch.float32):
     assert _found(source.replace('"npu"', '"cpu"'), "AMP054") == [("AMP054", 3)]
 
 
-def test_a_sweep_that_builds_model_optimizer_and_scaler_each_pass_starts_each_run_afresh():
-    # IPEX's tests: one fresh model, optimizer and scaler per configuration (AMP013 with a safe fix).
-    source = """
+# One training run per pass of a sweep; `built`: how the pass makes its model and optimizer.
+_SWEEP = """
 import torch
-def sweep(make_model, x):
+{imports}def sweep(make_model, x):
     for dtype in (torch.float16, torch.bfloat16):
-        model = make_model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        {built}
         scaler = torch.amp.GradScaler("cuda", init_scale=1)
         with torch.autocast("cuda", dtype=dtype):
             loss = model(x).sum()
@@ -333,6 +331,11 @@ def sweep(make_model, x):
         scaler.step(opt)
         scaler.update()
 """
+
+
+def test_a_sweep_that_builds_model_optimizer_and_scaler_each_pass_starts_each_run_afresh():
+    # IPEX's tests: one fresh model, optimizer and scaler per configuration (AMP013 with a safe fix).
+    source = _SWEEP.format(imports="", built="model = make_model()\n        opt = torch.optim.SGD(model.parameters(), lr=0.1)")
     assert _found(source, "AMP013", show_assumed=True) == []
     hoisted = source.replace("        opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "").replace(
         "    for dtype in", "    opt = torch.optim.SGD(make_model().parameters(), lr=0.1)\n    for dtype in")
@@ -392,19 +395,10 @@ def run(model, opt, data, loss_fn, use_scaler):
 def test_an_optimizer_unpacked_from_a_call_in_each_pass_starts_each_run_afresh():
     # IPEX's `model, opt = ipex.optimize(model, optimizer=opt)` in each configuration's pass: the names it
     # binds are in the model (`unpacked_sites`), not read off the loop's statements by the rule.
-    source = """
-import torch
-import intel_extension_for_pytorch as ipex
-def sweep(make_model, x):
-    for dtype in (torch.float16, torch.bfloat16):
-        model, opt = ipex.optimize(make_model(), optimizer=torch.optim.SGD([], lr=0.1))
-        scaler = torch.amp.GradScaler("cuda", init_scale=1)
-        with torch.autocast("cuda", dtype=dtype):
-            loss = model(x).sum()
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-"""
+    source = _SWEEP.format(
+        imports="import intel_extension_for_pytorch as ipex\n",
+        built="model, opt = ipex.optimize(make_model(), optimizer=torch.optim.SGD([], lr=0.1))",
+    )
     assert _found(source, "AMP013", show_assumed=True) == []
     from amp_lint.analysis.builder import build_model
     import libcst as cst

@@ -14,7 +14,7 @@ and `await` parse). Headers that hold no expression (`else:`, `try:`, `finally:`
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from amp_lint.parse.code_text import without_strings_and_comments
 
@@ -26,7 +26,7 @@ _BARE_CLAUSES = frozenset({"else", "try", "finally"})
 def statements_on(text: str, lines: Sequence[int]) -> Optional[str]:
     """A module of the logical lines of `text` that hold one of `lines` (sorted, 1-based), each made a
     statement of its own (see the module's doc); None where they cannot be found so (`\\r` line breaks,
-    a `match` statement's `case`)."""
+    a `match` statement's `case`, a statement that never ends)."""
     if "\r" in text:
         return None
     if not lines:
@@ -36,46 +36,56 @@ def statements_on(text: str, lines: Sequence[int]) -> Optional[str]:
     parts: List[str] = ["async def _():\n pass\n"]
     wanted = iter(lines)
     next_line = next(wanted, None)
-    start = -1  # the first line (0-based) of the logical line being read
-    depth = 0
-    continued = False
-    for index, line in enumerate(structure):
+    for first, last in logical_lines(structure):
+        while next_line is not None and next_line <= first:
+            next_line = next(wanted, None)  # a line outside every statement: blank, or a comment
         if next_line is None:
             break
+        if last < 0:
+            return None  # a statement that never ends: no Python
+        if next_line > last + 1:
+            continue
+        while next_line is not None and next_line <= last + 1:
+            next_line = next(wanted, None)
+        statement = _alone(structure, original, first, last)
+        if statement is None:
+            return None
+        parts.append(statement)
+    return "".join(parts)
+
+
+def logical_lines(structure: List[str]) -> Iterator[Tuple[int, int]]:
+    """The first and last line (0-based) of each logical line of a text without its strings and comments
+    (`without_strings_and_comments`, split at `\\n`): a statement goes on while its brackets are open or a
+    line ends with a backslash. Lines outside every statement (blank, a comment) are in none. A last
+    statement that never ends comes as (first, -1)."""
+    start = -1
+    depth = 0  # open brackets
+    continued = False  # the line before ended with a backslash
+    for index, line in enumerate(structure):
         code = line.lstrip(" \t")
-        if not code:  # blank, a comment, or a string alone (which may end a backslash's statement)
-            if start >= 0 and (depth > 0 or continued):
-                continued = False
-                if depth == 0:
-                    next_line = _take(parts, structure, original, start, index, next_line, wanted)
-                    start = -1
-                    if next_line is False:
-                        return None
-            elif start < 0 and index + 1 == next_line:
-                next_line = next(wanted, None)  # nothing on the line (a comment, a string: no statement)
+        if not code:  # blank, a comment, or a string alone (which ends a backslash's statement)
+            if start >= 0 and continued and depth == 0:
+                yield start, index
+                start = -1
+            continued = False
             continue
         if start < 0:
             start = index
         if "(" in code or ")" in code or "[" in code or "]" in code or "{" in code or "}" in code:
-            depth = max(0, depth + code.count("(") + code.count("[") + code.count("{") - code.count(")") - code.count("]") - code.count("}"))
+            opened = code.count("(") + code.count("[") + code.count("{")
+            depth = max(0, depth + opened - code.count(")") - code.count("]") - code.count("}"))
         continued = code.rstrip().endswith("\\")
-        if depth == 0 and not continued:  # the logical line ends here
-            next_line = _take(parts, structure, original, start, index, next_line, wanted)
+        if depth == 0 and not continued:
+            yield start, index
             start = -1
-            if next_line is False:
-                return None
-    if next_line is not None:
-        return None  # a line past the last statement, or in one that never ends (no Python)
-    return "".join(parts)
+    if start >= 0:
+        yield start, -1
 
 
-def _take(parts: List[str], structure: List[str], original: List[str], start: int, end: int, next_line, wanted):
-    """Add the logical line `start`..`end` (0-based) to `parts` if it holds `next_line` (1-based); the next
-    line wanted after it (None: none left), or False when it cannot stand alone."""
-    if next_line > end + 1:
-        return next_line
-    while next_line is not None and next_line <= end + 1:
-        next_line = next(wanted, None)
+def _alone(structure: List[str], original: List[str], start: int, end: int) -> Optional[str]:
+    """The logical line `start`..`end` (0-based) as a statement of its own, indented for the `async def`
+    ("" for a clause that holds no expression); None when it cannot stand alone."""
     head = structure[start].lstrip(" \t")
     found = _KEYWORD.match(head)
     keyword = found.group(2) if found else ""
@@ -91,9 +101,9 @@ def _take(parts: List[str], structure: List[str], original: List[str], start: in
     elif head.startswith("@"):
         statement.append("def _(): pass")
     elif is_header and keyword in _BARE_CLAUSES:
-        return next_line
+        return ""
     elif is_header and keyword in ("case", "match"):
-        return False
+        return None
     elif is_header and keyword == "elif":
         statement[0] = "if" + statement[0][4:]
         statement.append(" pass")
@@ -101,8 +111,7 @@ def _take(parts: List[str], structure: List[str], original: List[str], start: in
         statement = ["try: pass"] + statement + [" pass"]
     elif is_header:
         statement.append(" pass")
-    parts.append("".join(" " + line + "\n" for line in statement))
-    return next_line
+    return "".join(" " + line + "\n" for line in statement)
 
 
 _HEADERS = frozenset(

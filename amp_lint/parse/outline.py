@@ -22,6 +22,7 @@ from amp_lint.files.lines import lines_with_ends
 from amp_lint.parse import python_ast
 from amp_lint.parse.code_text import without_strings_and_comments
 from amp_lint.parse.hollow import hollow
+from amp_lint.parse.logical_lines import logical_lines
 
 _DEF = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)")
 
@@ -60,53 +61,29 @@ def outline(text: str, *, methods: bool = True, keep: Collection[str] = ()) -> O
 
 
 def _bodies(structure: List[str], methods: bool, keep: Collection[str]) -> List[Tuple[int, int]]:
-    """The (first, last) lines, 1-based, of the function bodies to hollow, none inside another. A body's
-    last line is its last line of code (a string that ends the body ends on one: its `~`s)."""
+    """The (first, last) lines, 1-based, of the function bodies to hollow, none inside another: from the
+    first logical line after the `def`'s header to the last before a logical line at the `def`'s
+    indentation or less."""
     regions: List[Tuple[int, int]] = []
-    depth = 0  # open brackets
-    continued = False  # the line before ended in a backslash
-    header = -1  # the indentation of a `def` whose header has not ended
-    kept = False  # that `def` is one of `keep`: its body is read, nested functions and all
     body_indent = -1  # the indentation of the `def` whose body is being read
-    first = last = -1  # the body's first and last lines of code (0-based)
-    hollowing = False  # the body being read is to be hollowed
-    for index, line in enumerate(structure):
-        code = line.lstrip(" \t")
-        if not code:  # blank, a comment, or a string alone (which may end a backslash's statement)
-            if continued and body_indent >= 0:
-                last = index
-            continued = False
-            continue
-        if depth == 0 and not continued and code[0] != "~":  # a logical line starts here
-            indent = len(line) - len(code)
-            if body_indent >= 0 and indent <= body_indent:
-                if hollowing and first >= 0:
-                    regions.append((first + 1, last + 1))
-                body_indent = -1
-            if body_indent < 0:
-                if header < 0 and (methods or indent == 0):
-                    found = _DEF.match(code)
-                    if found is not None:
-                        header, kept = indent, indent == 0 and found.group(1) in keep
-            elif first < 0:
-                first = index
+    hollowing = False  # that body is to be hollowed (not one of `keep`)
+    first = last = -1  # the body's first and last lines (0-based)
+    for start, end in logical_lines(structure):
+        if end < 0:
+            break  # a statement that never ends: the outline will not parse
+        code = structure[start].lstrip(" \t")
+        indent = len(structure[start]) - len(code)
+        if body_indent >= 0 and indent <= body_indent:
+            if hollowing and first >= 0:
+                regions.append((first + 1, last + 1))
+            body_indent = -1
         if body_indent >= 0:
-            last = index
-        if "(" in code or ")" in code or "[" in code or "]" in code or "{" in code or "}" in code:
-            depth = max(0, depth + _opened(code))
-        code = code.rstrip()
-        continued = code.endswith("\\")
-        if header >= 0 and depth == 0 and not continued:
-            # the header's logical line ends here: a block follows it, or it was all on one line
-            if code.endswith(":"):
-                body_indent, first, last, hollowing = header, -1, index, not kept
-            header = -1
+            first, last = (start if first < 0 else first), end
+        elif methods or indent == 0:
+            found = _DEF.match(code)
+            if found is not None and structure[end].rstrip().endswith(":"):  # a block follows the header
+                body_indent, first, last = indent, -1, end
+                hollowing = not (indent == 0 and found.group(1) in keep)
     if body_indent >= 0 and hollowing and first >= 0:
         regions.append((first + 1, last + 1))
     return regions
-
-
-def _opened(code: str) -> int:
-    return (
-        code.count("(") + code.count("[") + code.count("{") - code.count(")") - code.count("]") - code.count("}")
-    )
