@@ -519,9 +519,16 @@ OPERATORS: Dict[str, Callable[[Module], Iterator[Site]]] = {
 }
 
 
-def mutants(text: str, file: str, operators: Sequence[str] = tuple(OPERATORS), foreign: frozenset = frozenset()) -> List[Mutant]:
-    """Every mutant of one module, by operator; mutants that do not parse (or change nothing) are dropped.
-    `foreign`: the project's own scaler classes (`own_scaler_classes`), whose calls are no sites."""
+# The first ten families (issues 26 and 27); bench/inject_ops_more.py adds the rest of the default rules.
+FIRST_TEN = tuple(OPERATORS)
+
+
+def mutants(text: str, file: str, operators: Optional[Sequence[str]] = None, foreign: frozenset = frozenset()) -> List[Mutant]:
+    """Every mutant of one module, by operator (default: every operator); mutants that do not parse (or change
+    nothing) are dropped. `foreign`: the project's own scaler classes (`own_scaler_classes`), whose calls are
+    no sites."""
+    if operators is None:
+        operators = tuple(OPERATORS)
     try:
         module = Module(text, foreign)
     except (SyntaxError, ValueError, RecursionError):
@@ -570,3 +577,17 @@ def function_span(text: str, qualname: str) -> Optional[Tuple[int, int]]:
 
 def may_hold_sites(text: str) -> bool:
     return "autocast" in text or ".scale(" in text or "scaler" in text.lower()
+
+
+def _register_more() -> None:
+    """Add bench/inject_ops_more.py's operators (imported last: it reads this module's helpers)."""
+    global MANY_ANSWERS
+    import inject_ops_more as more
+
+    OPERATORS.update(more.OPERATORS_MORE)
+    EXPECTED.update(more.EXPECTED_MORE)
+    PRINCIPLE.update(more.PRINCIPLE_MORE)
+    MANY_ANSWERS = MANY_ANSWERS + more.MANY_ANSWERS_MORE
+
+
+_register_more()

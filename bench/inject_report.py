@@ -19,6 +19,8 @@ PRINCIPLES = {
     2: "2. an iteration is not only a loop body",
     3: "3. open world (what a caller completes / unresolved calls)",
     4: "4. values followed everywhere",
+    5: "5. reached through calls (issue 46)",
+    6: "6. configuration semantics (issue 46)",
 }
 
 
