@@ -10,7 +10,7 @@ wrong device, a float32 autocast), and deprecated factories referenced without a
                            holds the scaled backward                                    AMP013
     scaler_device_cpu      torch.amp.GradScaler("cuda") -> GradScaler("cpu") beside a cuda autocast   AMP014
     bf16_with_scaler       autocast dtype=torch.float16 -> torch.bfloat16 where a scaler steps   AMP012
-    float32_autocast       autocast dtype=torch.float16 -> torch.float32                AMP054
+    float32_autocast       autocast dtype=torch.float16 -> torch.float32 on a non-CUDA device   AMP054
     nonfinite_clip         clip_grad_norm_(...) in a scaler loop gets error_if_nonfinite=True   AMP031
     scaled_loss_logged     S.scale(L).backward() -> scaled = S.scale(L); scaled.backward(); print(scaled.item())
                                                                                         AMP033
@@ -181,7 +181,13 @@ def op_bf16_with_scaler(module: Module) -> Iterator[Site]:
 
 
 def op_float32_autocast(module: Module) -> Iterator[Site]:
+    """On a device other than CUDA (a literal one), float32 is no autocast dtype: autocast warns and turns
+    itself off. On CUDA it is an accepted idiom for forcing float32, so CUDA sites are none."""
+    devices = dict(_device_autocasts(module))
     for call, value in _float16_dtypes(module):
+        device = devices.get(call)
+        if not (isinstance(device, ast.Constant) and isinstance(device.value, str) and device.value.split(":")[0] in ("cpu", "xpu", "mps", "hpu", "npu", "xla")):
+            continue
         yield call.lineno, call.lineno, f"autocast dtype `{_text(value)}` -> `torch.float32`", replace_node(module, value, "torch.float32")
 
 

@@ -328,6 +328,12 @@ def test_every_default_rule_family_of_issue_46_has_an_operator_that_applies_once
 
     more = [op for op in inject_ops.OPERATORS if op not in inject_ops.FIRST_TEN]
     assert sorted(more) == sorted(inject_ops_more.OPERATORS_MORE)
+    # float32 is an accepted CUDA autocast dtype (AMP054 leaves it): its sites are other devices' autocasts.
+    on_cpu = TRAIN.replace('torch.autocast("cuda"', 'torch.autocast("cpu"')
+    assert not inject_ops.mutants(TRAIN, "pkg/train.py", ["float32_autocast"])
+    (cpu,) = inject_ops.mutants(on_cpu, "pkg/train.py", ["float32_autocast"])
+    assert 'torch.autocast("cpu", dtype=torch.float32)' in cpu.text
+    more.remove("float32_autocast")
     found = inject_ops.mutants(TRAIN, "pkg/train.py", more)
     by_op = {}
     for mutant in found:
