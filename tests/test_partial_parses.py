@@ -189,7 +189,8 @@ def test_the_outline_declines_small_savings_and_cr_line_breaks():
 HINTS = ("autocast", "caler", "step", "backward", "amp", "enabled", "torch", "device", "grad")
 FACTS = {"autocast_applied", "autocast_twice", "autocast_second_positional", "autocast_bool_arg",
          "autocast_dtype_arg", "autocast_device_missing", "autocast_device_indexed", "autocast_device_call",
-         "autocast_device_object", "autocast_device_expr", "autocast_bare_decorator", "manual_grad_update"}  # fmt: skip
+         "autocast_device_object", "autocast_device_expr", "autocast_device_splat", "autocast_bare_decorator",
+         "manual_grad_update"}  # fmt: skip
 
 
 def _read(identifiers: str, hints):

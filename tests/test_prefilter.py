@@ -147,6 +147,9 @@ def test_autocast_calls_with_star_arguments_add_no_device_or_dtype_fact():
     text = _big("import torch\nwith torch.autocast(*args, **kwargs):\n    out = model(x)\ndtype = torch.float16\n")
     assert not Prefilter([rule_by_code("AMP054")]).may_match(text)
     assert not Prefilter([rule_by_code("AMP075")]).may_match(text)
+    # Issue 46, principle 1: a `**` dict alone may be one the file writes out, whose keys AMP075 reads.
+    alone = _big("import torch\nwith torch.autocast(**amp_kwargs):\n    out = model(x)\n")
+    assert Prefilter([rule_by_code("AMP075")]).may_match(alone)
 
 
 def test_the_dtype_fact_needs_a_dtype_in_the_autocast_call():

@@ -234,7 +234,7 @@ class FileValues:
 
     # --- names ---
     def _name(self, name: str, scope: NameScope, position: Optional[int], depth: int) -> Value:
-        found = self._reaching(name, scope, position)
+        found = self.reaching(name, scope, position)
         if found is None:
             return UNKNOWN
         owner, bindings, param = found
@@ -258,7 +258,7 @@ class FileValues:
             ),
         )
 
-    def _reaching(self, name: str, scope: NameScope, position: Optional[int]):
+    def reaching(self, name: str, scope: NameScope, position: Optional[int]):
         """(scope that binds `name`, the bindings that may reach the use, the parameter's name or None);
         None when the name is bound in a way that is not followed, or not at all (a builtin)."""
         current: Optional[NameScope] = scope
@@ -486,7 +486,7 @@ class FileValues:
         key = subscript_key(node)
         if key is None or not isinstance(value, cst.Name):
             return UNKNOWN
-        found = self._reaching(value.value, scope, position)
+        found = self.reaching(value.value, scope, position)
         if found is None or found[2] is not None:
             return UNKNOWN
         owner, bindings, _ = found

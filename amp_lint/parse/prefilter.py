@@ -282,7 +282,7 @@ _FACT_SOURCES = {
         for fact in (
             "autocast_applied", "autocast_bare_decorator", "autocast_bool_arg", "autocast_device_call",
             "autocast_device_expr", "autocast_device_indexed", "autocast_device_missing", "autocast_device_object",
-            "autocast_dtype_arg", "autocast_second_positional", "autocast_twice",
+            "autocast_device_splat", "autocast_dtype_arg", "autocast_second_positional", "autocast_twice",
         )
     },
     "manual_grad_update": r"\bgrad\b",
@@ -488,6 +488,7 @@ _ALL_AUTOCAST_FACTS = (
     "autocast_bool_arg",
     "autocast_dtype_arg",
     "autocast_device_missing",
+    "autocast_device_splat",
 )
 
 
@@ -515,6 +516,10 @@ def _autocast_facts(calls, device_objects, any_name_is_a_device: bool = False) -
         if device is None:
             if not splat:
                 facts.add("autocast_device_missing")
+            elif not any(isinstance(a, ast.Starred) for a in call.args) and any(
+                k.arg is None and isinstance(k.value, (ast.Name, ast.Dict, ast.Call)) for k in call.keywords
+            ):
+                facts.add("autocast_device_splat")  # `autocast(**amp_kwargs)`: the dict may be the file's own
         elif isinstance(device, ast.Constant):
             if not isinstance(device.value, str) or ":" in device.value:
                 facts.add("autocast_device_indexed")

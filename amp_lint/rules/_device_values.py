@@ -3,12 +3,14 @@ indexed on CUDA), whether an expression can take a postfix, and the fixes that r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Optional
 
 import libcst as cst
 
 from amp_lint.analysis import project, values
+from amp_lint.analysis.dict_splats import splat_entries
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
@@ -16,7 +18,7 @@ from amp_lint.analysis.tensor_evidence import is_tensor_in
 from amp_lint.analysis.value_types import Index, Kind, Value
 from amp_lint.diagnostics import Applicability, Confidence
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.rules._helpers import definitions, short, value_of
+from amp_lint.rules._helpers import definitions, literal_string, short, value_of
 from amp_lint.rules.base import Finding, Fix, Rule
 
 def tensor_device(node: cst.BaseExpression, scope: Optional[Scope], model: Optional[FileModel] = None) -> bool:
@@ -187,6 +189,20 @@ def check_str_call(rule: Rule, model: FileModel, value: cst.Call, scope: Scope) 
     if not proven and not resolved.indexed() and dotted_name(inner) is None:
         return  # str() of something nobody knows
     text = code_of(inner)
+    torch_name = values.of(model.module).torch_name(scope.node)
+    if resolved.known and torch_name is not None and all(a.kind is Kind.STRING for a in resolved.atoms):
+        # str() of a device *string* is the string: it has no `.type`; torch.device(s).type is the type of
+        # every value it can have, indexed or not.
+        wanted = f"{torch_name}.device({text}).type"
+        yield rule.finding(
+            value,
+            f"device_type `{short(value)}` is a device string with an index on some paths; use `{wanted}`",
+            fix=replace_fix(model, value, wanted, Applicability.SAFE),
+            confidence=Confidence.HIGH if certainly_indexed(resolved) else Confidence.MEDIUM,
+            context=scope.name,
+            related=definitions(resolved, "set"),
+        )
+        return
     yield rule.finding(
         value,
         f"device_type `{short(value)}` is 'cuda:0' for an indexed device; use `{text}.type`",
@@ -283,3 +299,74 @@ def _str_of_tensor_device(model: FileModel, node: Optional[cst.CSTNode], scope: 
         and len(node.args) == 1
         and tensor_device_value(model, node.args[0].value, scope)
     )
+
+
+def check_splats(rule: Rule, model: FileModel, call: cst.Call, scope: Scope) -> Iterator[Finding]:
+    """`autocast(**amp_kwargs)` with a dict the file writes out (issue 46, principle 1: values that travel):
+    its `device_type` is checked as if written in the call, without a fix (the dict may
+    serve other calls); a `device` key where `device_type` is meant, or no device at all, is a TypeError."""
+    if any(arg.star == "*" for arg in call.args):
+        return
+    splats = [arg.value for arg in call.args if arg.star == "**"]
+    entries = {}
+    for splat in splats:
+        found = splat_entries(values.of(model.module), splat, scope.node, getattr(model, "parents", None))
+        if found is None:
+            return
+        entries.update(found)
+    if "device_type" in entries:
+        for finding in check_device(rule, model, call, entries["device_type"], scope):
+            yield replace(finding, fix=None, node=call, message=f"through `{short(call)}`: {finding.message}")
+        return
+    if "device" in entries:
+        what = "`device=`, which autocast does not take (its parameter is `device_type`)"
+    else:
+        what = "no device_type (a required argument)"
+    yield rule.finding(
+        call,
+        f"`{short(call)}` passes {what}: TypeError at the first call (the dict's keys: "
+        f"{', '.join(sorted(entries)) or 'none'})",
+        context=scope.name,
+    )
+
+
+def check_device(rule: Rule, model: FileModel, call: cst.Call, value: cst.BaseExpression, scope: Scope) -> Iterator[Finding]:
+    """AMP075's question about one device_type value: an indexed literal or f-string, `str()` of a device, a
+    torch.device, or what a name, attribute, subscript or helper call resolves to."""
+    literal = literal_string(value)
+    if literal is not None:
+        if ":" in literal:
+            yield rule.finding(
+                value,
+                f"device_type `{literal}` carries a device index; autocast wants the device type "
+                f"`{literal.split(':')[0]}` (with an index it skips CUDA's availability checks)",
+                fix=replace_fix(model, value, model_string(model, literal.split(":")[0]), Applicability.SAFE),
+                context=scope.name,
+            )
+        return
+    if isinstance(value, cst.FormattedString):
+        head = value.parts[0] if value.parts else None
+        if isinstance(head, cst.FormattedStringText) and ":" in head.value:
+            device = head.value.split(":")[0]
+            yield rule.finding(
+                value,
+                f"device_type `{code_of(value)}` carries a device index; use the device type `{device}`",
+                fix=replace_fix(model, value, model_string(model, device), Applicability.SAFE),
+                context=scope.name,
+            )
+        return
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "str" and len(value.args) == 1:
+        yield from check_str_call(rule, model, value, scope)
+        return
+    if isinstance(value, cst.Call) and scope.names.qualify(value.func) == "torch.device":
+        inner = literal_string(value.args[0].value) if value.args else None
+        yield rule.finding(
+            value,
+            f"device_type `{short(value)}` is a torch.device, not a string: ValueError",
+            fix=replace_fix(model, value, model_string(model, inner.split(":")[0]), Applicability.SAFE)
+            if inner is not None and len(value.args) == 1
+            else None,
+            context=scope.name,
+        )
+        return
+    yield from check_resolved(rule, model, value, scope)

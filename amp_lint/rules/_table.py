@@ -55,7 +55,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP072', 'amp07x_deprecated_spelling', 'DeprecatedGradScaler', True, ('\\bGradScaler\\b', '\\bamp\\b'), ()),
     RuleEntry('AMP073', 'amp073_deprecated_custom_fwd_bwd', 'DeprecatedCustomFwdBwd', True, ('\\bcustom_[fb]wd\\b', '\\bamp\\b'), ()),
     RuleEntry('AMP074', 'amp074_deprecated_autocast_state', 'DeprecatedAutocastState', True, ('_autocast_(cpu|gpu|ipu|xla)_',), ()),
-    RuleEntry('AMP075', 'amp075_autocast_device_type', 'AutocastDeviceType', True, ('\\bautocast\\b',), ('autocast_device_(missing|indexed|call|object|expr)|autocast_bare_decorator',)),
+    RuleEntry('AMP075', 'amp075_autocast_device_type', 'AutocastDeviceType', True, ('\\bautocast\\b',), ('autocast_device_(missing|indexed|call|object|expr|splat)|autocast_bare_decorator',)),
     RuleEntry('AMP076', 'amp076_invalid_scaler_factors', 'InvalidScalerFactors', True, ('Scaler',), ()),
     RuleEntry('AMP077', 'amp077_apex_amp', 'ApexAmp', True, ('\\bapex\\b', '\\binitialize\\b|\\bscale_loss\\b|\\bmaster_params\\b|state_dict'), ()),
     RuleEntry('AMP078', 'amp078_cuda_implicit_autocast_state', 'CudaImplicitAutocastState', False, ('_autocast_enabled\\b',), ()),

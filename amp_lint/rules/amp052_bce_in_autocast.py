@@ -8,6 +8,7 @@ from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
+from amp_lint.rules._bce_calls import bce_reaching_functions, callees
 from amp_lint.rules._helpers import region_device_types, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -20,7 +21,9 @@ class BceInAutocast(Rule):
     """
     ## What it does
     Finds `torch.nn.functional.binary_cross_entropy(...)` and calls of a `torch.nn.BCELoss()` instance
-    inside an enabled autocast region whose device is not the CPU.
+    inside an enabled autocast region whose device is not the CPU, also when the call inside the region
+    is a loss helper of the same file that runs one (a function, a method through `self.`, an instance of
+    a loss class: its `__call__` or `forward`) in the caller's autocast state.
 
     ## Why is this bad?
     On CUDA (and the out-of-tree backends that register the same ban) these ops are banned under
@@ -57,6 +60,17 @@ class BceInAutocast(Rule):
     needs = (r"\bautocast\b", r"binary_cross_entropy|BCELoss")
 
     valid = [
+        # The helper turns autocast off around its BCE (in float32): allowed.
+        """
+import torch
+import torch.nn.functional as F
+def bce_term(p, y):
+    with torch.autocast("cuda", enabled=False):
+        return F.binary_cross_entropy(p.float(), y.float())
+def step(model, x, y):
+    with torch.autocast("cuda"):
+        return bce_term(torch.sigmoid(model(x)), y)
+""",
         """
 import torch
 import torch.nn.functional as F
@@ -103,6 +117,26 @@ loss = criterion(probs.float(), y)
 """,
     ]
     invalid = [
+        # Issue 46, principle 5 (reached through calls): the BCE runs in a loss helper the step calls.
+        Invalid(
+            """
+import torch
+import torch.nn.functional as F
+def bce_term(logits, y):
+    return F.binary_cross_entropy(torch.sigmoid(logits), y)
+class Criterion:
+    def __init__(self):
+        self.bce = torch.nn.BCELoss()
+    def __call__(self, logits, y):
+        return self.bce(torch.sigmoid(logits), y)
+def step(model, x, y):
+    crit = Criterion()
+    with torch.autocast("cuda"):
+        out = model(x)
+        return bce_term(out, y) + crit(out, y)
+""",
+            count=2,
+        ),
         Invalid(
             """
 import torch
@@ -143,10 +177,18 @@ class Trainer:
             for a in model.assignment_sites
             if isinstance(a.value, cst.Call) and a.scope.names.qualify(a.value.func) in _BCE_MODULES
         ]
+        direct = [site for site in model.call_sites if _bce_kind(site, instances) is not None]
+        helpers = bce_reaching_functions(model, direct)
         for site in model.call_sites:
             if not site.regions:
                 continue
             what = _bce_kind(site, instances)
+            inner = None
+            if what is None and helpers:
+                inner = next((helpers[id(c)] for c in callees(model, site) if id(c) in helpers), None)
+                if inner is None:
+                    continue
+                what = f"it runs `{short(inner.call)}` in `{inner.scope.name}`"
             if what is None:
                 continue
             region = site.in_enabled_autocast()
@@ -158,8 +200,9 @@ class Trainer:
                 continue
             known = devices is not None
             advice = "use binary_cross_entropy_with_logits on the logits"
-            arg = site.call.args[0].value if site.call.args else None
-            if arg is not None and _is_sigmoid(site, arg):
+            bce = inner if inner is not None else site
+            arg = bce.call.args[0].value if bce.call.args else None
+            if arg is not None and _is_sigmoid(bce, arg):
                 advice = "drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
             yield self.finding(
                 site.call,
@@ -167,6 +210,7 @@ class Trainer:
                 f"it is unsafe to autocast; {advice}",
                 confidence=Confidence.HIGH if known else Confidence.MEDIUM,
                 context=site.scope.name,
+                related=(("the binary cross-entropy", inner.call),) if inner is not None else (),
             )
 
 

@@ -6,10 +6,14 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
-from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of
-from amp_lint.rules._helpers import argument, file_devices, has_star_args, literal_string, short
-from amp_lint.rules._device_values import check_resolved, check_str_call, insert_device_fix, model_string, replace_fix
+from amp_lint.rules._helpers import argument, file_devices, has_star_args, short
+from amp_lint.rules._device_values import (
+    check_device,
+    check_splats,
+    insert_device_fix,
+)
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -18,8 +22,9 @@ class AutocastDeviceType(Rule):
     ## What it does
     Finds `torch.autocast` / `torch.amp.autocast` whose `device_type` is missing, is not a string (a
     `torch.device`), or carries a device index (`"cuda:0"`, `str(device)`, `f"cuda:{rank}"`), also when the
-    value comes through a name, an attribute set in the class (`self.device = "cuda:0"`), a dict entry or
-    a helper of the file (`def get_device(): return str(device)`).
+    value comes through a name, an attribute set in the class (`self.device = "cuda:0"`), a dict entry, a
+    helper of the file (`def get_device(): return str(device)`), or a kwargs dict the file writes out
+    (`autocast(**amp_kwargs)` whose key is `device` where `device_type` is meant: TypeError).
 
     ## Why is this bad?
     - `torch.autocast()` without a device raises `TypeError: autocast.__init__() missing 1 required
@@ -75,7 +80,7 @@ class AutocastDeviceType(Rule):
     # No device, an indexed string, a call (`str(device)`, `torch.device(...)`), a torch.device object, an
     # expression the analysis resolves (`dt`, `self.dev`, `ctx["dev"]`), or a bare `@autocast` decorator:
     # what the `ast` pass of the prefilter notes about each autocast call.
-    ast_needs = (r"autocast_device_(missing|indexed|call|object|expr)|autocast_bare_decorator",)
+    ast_needs = (r"autocast_device_(missing|indexed|call|object|expr|splat)|autocast_bare_decorator",)
 
     valid = [
         """
@@ -197,8 +202,32 @@ class Runner:
 runner = Runner()
 runner.device = "cuda"
 """,
+        # Issue 46, principle 1: a kwargs dict that something else changes: its keys are unknown.
+        """
+import torch
+def step(model, x, extra):
+    amp_kwargs = {"device": "cuda"}
+    amp_kwargs.update(extra)
+    with torch.autocast(**amp_kwargs):
+        return model(x)
+""",
     ]
     invalid = [
+        # Issue 46, principle 1 (values that travel): a kwargs dict whose key is `device` where `device_type`
+        # is meant, and one whose device_type carries an index.
+        Invalid(
+            """
+import torch
+AMP_KWARGS = {"device": "cuda", "dtype": torch.float16}
+INDEXED = dict(device_type="cuda:0")
+def step(model, x):
+    with torch.autocast(**AMP_KWARGS):
+        y = model(x)
+    with torch.autocast(**INDEXED):
+        return model(y)
+""",
+            count=2,
+        ),
         # Issue 26, principle 4: a device written out is wrong whatever a `**kwargs` beside it holds.
         Invalid(
             """
@@ -539,6 +568,7 @@ class Trainer:
             device = argument(call, 0, "device_type")
             if device is None:
                 if has_star_args(call):
+                    yield from check_splats(self, model, call, scope)
                     continue
                 yield self.finding(
                     call,
@@ -547,7 +577,7 @@ class Trainer:
                     context=scope.name,
                 )
                 continue
-            yield from self._check_device(model, call, device.value, scope)
+            yield from check_device(self, model, call, device.value, scope)
         for region in model.regions:
             if region.is_decorator and region.spec.call is None and region.spec.qualified_name not in names.IMPLIED_DEVICE:
                 bare = [d for d in region.node.decorators if not isinstance(d.decorator, cst.Call) and "autocast" in code_of(d)]
@@ -557,42 +587,3 @@ class Trainer:
                     "write `@torch.autocast(\"cuda\")` (the device type)",
                     context=region.scope.name if region.scope else "",
                 )
-
-    def _check_device(self, model: FileModel, call: cst.Call, value: cst.BaseExpression, scope: Scope) -> Iterator[Finding]:
-        literal = literal_string(value)
-        if literal is not None:
-            if ":" in literal:
-                yield self.finding(
-                    value,
-                    f"device_type `{literal}` carries a device index; autocast wants the device type "
-                    f"`{literal.split(':')[0]}` (with an index it skips CUDA's availability checks)",
-                    fix=replace_fix(model, value, model_string(model, literal.split(":")[0]), Applicability.SAFE),
-                    context=scope.name,
-                )
-            return
-        if isinstance(value, cst.FormattedString):
-            head = value.parts[0] if value.parts else None
-            if isinstance(head, cst.FormattedStringText) and ":" in head.value:
-                device = head.value.split(":")[0]
-                yield self.finding(
-                    value,
-                    f"device_type `{code_of(value)}` carries a device index; use the device type `{device}`",
-                    fix=replace_fix(model, value, model_string(model, device), Applicability.SAFE),
-                    context=scope.name,
-                )
-            return
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "str" and len(value.args) == 1:
-            yield from check_str_call(self, model, value, scope)
-            return
-        if isinstance(value, cst.Call) and scope.names.qualify(value.func) == "torch.device":
-            inner = literal_string(value.args[0].value) if value.args else None
-            yield self.finding(
-                value,
-                f"device_type `{short(value)}` is a torch.device, not a string: ValueError",
-                fix=replace_fix(model, value, model_string(model, inner.split(":")[0]), Applicability.SAFE)
-                if inner is not None and len(value.args) == 1
-                else None,
-                context=scope.name,
-            )
-            return
-        yield from check_resolved(self, model, value, scope)

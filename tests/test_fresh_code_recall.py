@@ -1,0 +1,191 @@
+"""Issue 46: the AMP bugs people reported, by principle. Each test names the principle it holds, with shapes in
+our own words (the held-out cases stay in bench/realbugs). Where a shape is correct code, the test says why the
+rule must stay silent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from amp_lint.engine.checker import Checker
+
+
+def _findings(source: str, *codes: str, show_assumed: bool = False):
+    options = {"show_assumed": True} if show_assumed else {}
+    result = Checker(frozenset(codes), **options).check(textwrap.dedent(source), "example.py")
+    assert not result.errors, result.errors
+    return result.diagnostics
+
+
+def _codes(source: str, *codes: str, show_assumed: bool = False):
+    return sorted(d.code for d in _findings(source, *codes, show_assumed=show_assumed))
+
+
+# --- Principle 1: values that travel to autocast and the scaler -------------------------------------------
+
+FALLBACK_IMPORT = """
+import torch
+try:
+    from torch.amp import autocast
+except ImportError:
+    from torch.cuda.amp import autocast
+
+def forward(model, x):
+    with autocast({args}):
+        return model(x)
+"""
+
+
+def test_principle_1_a_fallback_import_means_the_try_bodys_name():
+    # Principle 1: `try: from torch.amp import autocast` / `except ImportError: from torch.cuda.amp import
+    # autocast`: on any torch that has torch.amp the name is torch.amp's, whose device_type is required, so the
+    # old call without a device is a TypeError (the handler runs only where the import failed).
+    assert _codes(FALLBACK_IMPORT.format(args=""), "AMP075") == ["AMP075"]
+    assert _codes(FALLBACK_IMPORT.format(args="dtype=torch.float16"), "AMP075") == ["AMP075"]
+    # Written for the modern API: nothing to say, and no deprecation either (the old name is the fallback).
+    assert _codes(FALLBACK_IMPORT.format(args='"cuda", dtype=torch.float16'), "AMP075", "AMP070") == []
+
+
+def test_principle_1_the_old_import_in_the_try_body_is_the_one_in_effect():
+    # Principle 1: the other order, `try: from torch.cuda.amp import autocast`, keeps the old class (which
+    # takes no device): no AMP075.
+    source = FALLBACK_IMPORT.replace("from torch.amp import autocast", "from torch.cuda.amp import KEEP").replace(
+        "    from torch.cuda.amp import autocast", "    from torch.amp import autocast"
+    ).replace("KEEP", "autocast")
+    assert "try:\n    from torch.cuda.amp import autocast" in source
+    assert _codes(source.format(args=""), "AMP075") == []
+
+
+KWARGS = """
+import torch
+{define}
+
+def forward(model, x):
+    with torch.autocast(**AMP_KWARGS):
+        return model(x)
+"""
+
+
+@pytest.mark.parametrize(
+    "define, message",
+    [
+        ('AMP_KWARGS = {"device": "cuda", "dtype": torch.float16}', "`device=`, which autocast does not take"),
+        ('AMP_KWARGS = dict(dtype=torch.float16)', "no device_type"),
+        ('AMP_KWARGS = {"device_type": "cuda:0"}', "carries a device index"),
+    ],
+)
+def test_principle_1_a_kwargs_dict_carries_the_device(define, message):
+    # Principle 1: `autocast(**amp_kwargs)` passes what the dict holds; a `device` key where `device_type` is
+    # meant is a TypeError at the first call, and so is a dict without a device; an indexed device_type is AMP075's
+    # usual finding. None has a fix: the dict may be splatted into other calls too.
+    (finding,) = _findings(KWARGS.format(define=define), "AMP075")
+    assert message in finding.message
+    assert finding.fix is None
+
+
+@pytest.mark.parametrize(
+    "define",
+    [
+        'AMP_KWARGS = {"device_type": "cuda", "dtype": torch.float16}',
+        'AMP_KWARGS = {"device": "cuda"}\nAMP_KWARGS.update(load_settings())',
+        'AMP_KWARGS = {"device": "cuda"}\nAMP_KWARGS[key] = value',
+        'AMP_KWARGS = make_kwargs()',
+        'AMP_KWARGS = {"device": "cuda"}\nconfigure(AMP_KWARGS)',
+    ],
+)
+def test_principle_1_a_kwargs_dict_nobody_can_read_is_left_alone(define):
+    # Principle 1, the silent side: a right dict, or one that is changed, handed on or built elsewhere.
+    assert _codes(KWARGS.format(define=define), "AMP075") == []
+
+
+def test_principle_1_str_of_a_device_string_constant_gets_torch_device_type(tmp_path):
+    # Principle 1: a module constant a device helper sets (`"cuda:0"` or `"cpu"`), through `str()`: str() of a
+    # string is the string, which has no `.type`; the fix is `torch.device(X).type`, right for every value.
+    source = textwrap.dedent(
+        """
+        import torch
+
+        def pick_device():
+            return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+        DEVICE = pick_device()
+
+        def forward(model, x):
+            with torch.autocast(str(DEVICE)):
+                return model(x)
+
+        print(forward(torch.nn.Linear(2, 2), torch.ones(1, 2)).shape)
+        """
+    )
+    (finding,) = _findings(source, "AMP075")
+    assert "torch.device(DEVICE).type" in finding.message
+    path = tmp_path / "example.py"
+    path.write_text(source)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "amp_lint", "--no-cache", "--isolated", "--select", "AMP075", "--fix", str(path)],
+        capture_output=True, text=True,
+    )
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "torch.autocast(torch.device(DEVICE).type)" in path.read_text()
+    ran = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)  # runs on CPU
+    assert ran.returncode == 0, ran.stderr
+
+
+# --- Principle 5: reached through calls -------------------------------------------------------------------
+
+BCE_HELPER = """
+import torch
+import torch.nn.functional as F
+
+{helper}
+
+def train(model, loader, opt, scaler):
+    for x, y in loader:
+        with torch.autocast("{device}", dtype=torch.float16):
+            out = model(x)
+            loss = {call}
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+
+HELPERS = {
+    "function": ("def bce_term(p, y):\n    return F.binary_cross_entropy(torch.sigmoid(p), y)", "bce_term(out, y)"),
+    "loss class": (
+        "class Criterion(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.bce = torch.nn.BCELoss()\n\n    def forward(self, p, y):\n        return self.bce(p.sigmoid(), y)\n\n"
+        "crit = Criterion()",
+        "crit(out, y)",
+    ),
+    "two calls deep": (
+        "def bce_term(p, y):\n    return F.binary_cross_entropy(p, y)\n\ndef total(p, y):\n    return bce_term(p.sigmoid(), y) + p.mean()",
+        "total(out, y)",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(HELPERS))
+def test_principle_5_bce_in_a_helper_called_under_cuda_autocast(shape):
+    # Principle 5: the ban is on the op wherever it is written; a loss helper of the file called inside the
+    # CUDA autocast runs its BCE under it (RuntimeError on the first step).
+    helper, call = HELPERS[shape]
+    findings = _findings(BCE_HELPER.format(helper=helper, call=call, device="cuda"), "AMP052")
+    assert [f.code for f in findings] == ["AMP052"]
+    assert findings[0].related, "the finding points at the BCE inside the helper"
+
+
+def test_principle_5_bce_helpers_that_are_safe_stay_silent():
+    # Principle 5, the silent side: CPU autocast runs BCE in float32; a helper that turns autocast off around
+    # its BCE is the documented way; a helper the file cannot see into is unknown.
+    helper, call = HELPERS["function"]
+    assert _codes(BCE_HELPER.format(helper=helper, call=call, device="cpu"), "AMP052") == []
+    guarded = (
+        "def bce_term(p, y):\n    with torch.autocast('cuda', enabled=False):\n"
+        "        return F.binary_cross_entropy(torch.sigmoid(p.float()), y.float())"
+    )
+    assert _codes(BCE_HELPER.format(helper=guarded, call=call, device="cuda"), "AMP052") == []
+    imported = "from losses import bce_term"
+    assert _codes(BCE_HELPER.format(helper=imported, call=call, device="cuda"), "AMP052") == []
