@@ -189,3 +189,65 @@ def test_principle_5_bce_helpers_that_are_safe_stay_silent():
     assert _codes(BCE_HELPER.format(helper=guarded, call=call, device="cuda"), "AMP052") == []
     imported = "from losses import bce_term"
     assert _codes(BCE_HELPER.format(helper=imported, call=call, device="cuda"), "AMP052") == []
+
+
+# --- Principle 2: lifetimes set by calls ------------------------------------------------------------------
+
+PER_EPOCH = """
+import torch
+
+class Trainer:
+    def __init__(self, model, opt, use_amp):
+        self.model, self.opt, self.use_amp = model, opt, use_amp
+        self.scaler = None
+
+    def train_epoch(self, loader):
+{build}
+        for x in loader:
+            with torch.autocast("cuda", enabled=self.use_amp):
+                loss = self.model(x).sum()
+            {key}.scale(loss).backward()
+            {key}.step(self.opt)
+            {key}.update()
+            self.opt.zero_grad()
+
+    def fit(self, loader, epochs):
+        for {target} in range({count}):
+            self.train_epoch(loader)
+"""
+
+
+@pytest.mark.parametrize(
+    "build, key",
+    [
+        ('        self.scaler = torch.amp.GradScaler("cuda")', "self.scaler"),
+        ('        if self.use_amp:\n            self.scaler = torch.amp.GradScaler("cuda")', "self.scaler"),
+        ('        scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)', "scaler"),
+    ],
+)
+@pytest.mark.parametrize("target, count", [("epoch", "epochs"), ("_", "epochs"), ("i", "self.num_epochs")])
+def test_principle_2_a_scaler_built_in_a_method_an_epoch_loop_calls(build, key, target, count):
+    # Principle 2: the epoch loop calls `train_epoch`, which builds its scaler on every call (into an attribute
+    # or not, under a flag that does not change between calls or not): the scale restarts every epoch. An
+    # epoch loop says so in its target or in what it iterates (`for _ in range(epochs)`).
+    source = PER_EPOCH.format(build=build, key=key, target=target, count=count)
+    findings = _findings(source, "AMP013")
+    assert [f.code for f in findings] == ["AMP013"]
+    assert "once per epoch" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "build, target, count",
+    [
+        # Lazy: built on the first call only.
+        ('        if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")', "epoch", "epochs"),
+        # Its state comes back on every call.
+        ('        self.scaler = torch.amp.GradScaler("cuda")\n        self.scaler.load_state_dict(self.saved)', "epoch", "epochs"),
+        # Not an epoch loop: folds of a cross-validation are fresh runs.
+        ('        self.scaler = torch.amp.GradScaler("cuda")', "fold", "self.folds"),
+    ],
+)
+def test_principle_2_scalers_that_do_not_restart_stay_silent(build, target, count):
+    # Principle 2, the silent side.
+    source = PER_EPOCH.format(build=build, key="self.scaler", target=target, count=count)
+    assert _codes(source, "AMP013", show_assumed=True) == []

@@ -40,7 +40,9 @@ def repeated_call(model: FileModel, site, epoch: bool) -> Optional[Proof]:
     if not site.loops:
         return None
     loop = site.loops[-1]
-    if epoch and not (isinstance(loop, cst.For) and EPOCH_LOOP.search(code_of(loop.target))):
+    # An epoch loop says so in its target (`for epoch in ...`) or in what it iterates (`for _ in
+    # range(num_epochs)`, issue 46, principle 2): other outer loops (folds, sweeps) start fresh runs.
+    if epoch and not (isinstance(loop, cst.For) and (EPOCH_LOOP.search(code_of(loop.target)) or EPOCH_LOOP.search(code_of(loop.iter)))):
         return None
     if isinstance(loop, cst.For):
         if runs_once(loop):
@@ -88,6 +90,11 @@ def runs_once(loop: cst.For) -> bool:
 # --- a scaler that outlives the call (returned, stored): built once per object, not per call ----------
 
 _STORING_METHODS = frozenset({"append", "extend", "add", "insert", "setdefault", "update", "register", "put"})
+
+
+def restored(function: cst.FunctionDef, key: str) -> bool:
+    """Does the function give the scaler `key` its state back (`self.scaler.load_state_dict(...)`)?"""
+    return f"{key}.load_state_dict" in code_of(function).replace(" ", "")
 
 
 def kept(function: cst.FunctionDef, key: str) -> bool:

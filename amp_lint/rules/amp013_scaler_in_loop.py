@@ -22,6 +22,7 @@ from amp_lint.analysis.epochs import (
     repeated_call as _repeated_call,
     every_iteration as _every_iteration,
     kept as _kept,
+    restored,
     stores,
 )
 from amp_lint.rules._helpers import short
@@ -397,14 +398,17 @@ for x in loader:
         here, at the construction, either way, and names the epoch loop."""
         scope = binding.scope
         function = scope.node
-        if binding.key.startswith("self.") or "." in binding.key or _lazy(model, binding):
+        # `self.scaler = GradScaler()` on every call replaces the one before it (issue 46, principle 2): the
+        # attribute keeps it only until the next call, unless something loads its state back.
+        own = binding.key.startswith("self.") and binding.key.count(".") == 1
+        if ("." in binding.key and not own) or _lazy(model, binding) or (own and restored(function, binding.key)):
             return
         uses = [
             e
             for e in scope.events
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
         ]
-        if not uses or _kept(function, binding.key):
+        if not uses or (not own and _kept(function, binding.key)):
             return
         reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
 
