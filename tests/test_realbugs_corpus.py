@@ -118,3 +118,17 @@ def test_the_runner_refuses_a_malformed_corpus(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2
     assert "bad_bug.py" in run.stderr
+
+
+def test_the_upstream_fix_check_reads_the_fixed_code_not_the_header(tmp_path):
+    import run as realbugs_run
+
+    text = ("# origin: a/b | https://github.com/a/b/pull/1 | -\n# principle: 5\n# expect: AMP020 line 6\n"
+            "# summary: the loop also calls optimizer.step() directly\n# fix-check: ^(?![\\s\\S]*optimizer\\.step\\(\\))\n"
+            "optimizer.step()\n")
+    case = corpus.parse_case(_write(tmp_path, "bugs", "double_step", text), "bugs")
+    fixed = tmp_path / "fixed.py"
+    fixed.write_text(text.replace("optimizer.step()\n", "pass\n"), encoding="utf-8")
+    assert realbugs_run._judge_fix(case, fixed, [], [])["upstream"] == "yes"
+    fixed.write_text(text, encoding="utf-8")
+    assert realbugs_run._judge_fix(case, fixed, [], [])["upstream"] == "no"

@@ -150,7 +150,8 @@ def _judge_fix(case: corpus.Case, copy: Path, findings_after: List[dict], refusa
     if case.fix_check is None:
         upstream = "not stated"
     else:
-        upstream = "yes" if re.search(case.fix_check, after) else "no"
+        code = "\n".join(line for line in after.splitlines() if not line.lstrip().startswith("#"))
+        upstream = "yes" if re.search(case.fix_check, code) else "no"
     return {"changed": before != after, "parses": parses, "gone": gone, "upstream": upstream, "refusals": refusals}
 
 
