@@ -63,7 +63,7 @@ def render(verdicts: List[dict], fixes: List[dict], rules: Dict[str, dict]) -> s
     lines += false_positives(correct)
     lines += other_findings(bugs)
     if fixes:
-        lines += fix_table(fixes)
+        lines += fix_table(fixes, {v["case"].name: case_status(v) for v in bugs})
     return "\n".join(lines) + "\n"
 
 
@@ -184,10 +184,14 @@ def other_findings(bugs: List[dict]) -> List[str]:
     return lines + [""]
 
 
-def fix_table(fixes: List[dict]) -> List[str]:
-    def cell(result: dict) -> str:
+def fix_table(fixes: List[dict], statuses: Dict[str, str]) -> List[str]:
+    def cell(result: dict, name: str) -> str:
         if not result["changed"]:
-            return "unchanged" + (f" (refused: {'; '.join(result['refusals'])})" if result["refusals"] else "")
+            if result["refusals"]:
+                return f"unchanged (refused: {'; '.join(result['refusals'])})"
+            if statuses.get(name) == "found":
+                return "unchanged: found, but no fix offered and no reason given"
+            return "unchanged (not found)"
         return (f"{'parses' if result['parses'] else '**does not parse**'}, "
                 f"{'finding gone' if result['gone'] else 'finding still reported'}, upstream: {result['upstream']}")
 
@@ -203,15 +207,18 @@ def fix_table(fixes: List[dict]) -> List[str]:
     for result in fixes:
         case = result["case"]
         expected = "; ".join(e.label for e in case.expectations)
-        lines.append(f"| `{case.name}` | {expected} | {cell(result['safe'])} | {cell(result['unsafe'])} |")
+        lines.append(f"| `{case.name}` | {expected} | {cell(result['safe'], case.name)} | {cell(result['unsafe'], case.name)} |")
     parsed = sum(1 for r in fixes for mode in ("safe", "unsafe") if r[mode]["changed"] and r[mode]["parses"])
     changed = sum(1 for r in fixes for mode in ("safe", "unsafe") if r[mode]["changed"])
     matched = [r for r in fixes if r["case"].fix_check is not None]
+    silent = [r["case"].name for r in fixes if statuses.get(r["case"].name) == "found"
+              and not r["unsafe"]["changed"] and not r["unsafe"]["refusals"]]
     lines += [
         "",
         f"Changed files that parse: {parsed} of {changed}. Cases with an upstream fix to compare: {len(matched)}; "
         f"matched with --fix: {sum(1 for r in matched if r['safe']['upstream'] == 'yes')}, with --unsafe-fixes: "
-        f"{sum(1 for r in matched if r['unsafe']['upstream'] == 'yes')}.",
+        f"{sum(1 for r in matched if r['unsafe']['upstream'] == 'yes')}. Found, yet neither fixed nor refused with a "
+        f"reason (even with --unsafe-fixes): {len(silent)}" + (f" ({', '.join(silent)})." if silent else "."),
         "",
     ]
     return lines
