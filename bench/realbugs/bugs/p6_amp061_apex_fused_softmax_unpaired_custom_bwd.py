@@ -1,6 +1,6 @@
 # origin: NVIDIA/apex | https://github.com/NVIDIA/apex/pull/1188 | apex/transformer/functional/fused_softmax.py
 # principle: 6
-# expect: AMP061 line 20
+# expect: AMP061 line 13,20
 # summary: a fused-softmax autograd Function kept @custom_bwd on backward after custom_fwd was removed from forward; under autocast the backward fails with "no attribute '_fwd_used_autocast'".
 # upstream-fix: PR #1188 removes the unpaired custom_bwd.
 # fix-check: ^(?![\s\S]*@custom_(?:fwd|bwd))
