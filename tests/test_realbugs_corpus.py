@@ -6,6 +6,7 @@ them.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,19 @@ from amp_lint.rules import all_codes
 
 ROOT = Path(__file__).resolve().parents[1]
 REALBUGS = ROOT / "bench" / "realbugs"
-sys.path.insert(0, str(REALBUGS))
 
-import realbugs_corpus as corpus  # noqa: E402
+
+def _load(name: str, path: Path):
+    """Import a bench module under its own name (bench/ is no package; `run` alone would clash)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+corpus = _load("realbugs_corpus", REALBUGS / "realbugs_corpus.py")
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +132,7 @@ def test_the_runner_refuses_a_malformed_corpus(tmp_path):
 
 
 def test_the_upstream_fix_check_reads_the_fixed_code_not_the_header(tmp_path):
-    import run as realbugs_run
-
+    realbugs_run = _load("realbugs_run", REALBUGS / "run.py")
     text = ("# origin: a/b | https://github.com/a/b/pull/1 | -\n# principle: 5\n# expect: AMP020 line 6\n"
             "# summary: the loop also calls optimizer.step() directly\n# fix-check: ^(?![\\s\\S]*optimizer\\.step\\(\\))\n"
             "optimizer.step()\n")
