@@ -12,7 +12,7 @@ method of the caller's own class through `self.method(...)`, and an instance of 
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -22,28 +22,24 @@ from amp_lint.analysis.names import binds_at_module_level, dotted_name
 _MAX_ROUNDS = 6
 
 
-def bce_reaching_functions(model: FileModel, direct: Iterable[CallSite]) -> Dict[int, CallSite]:
-    """id(function scope) -> the BCE call it runs (its own, or one of a callee), for the file's functions that
-    run a BCE in their caller's autocast state."""
-    found: Dict[int, CallSite] = {}
-    for site in direct:
-        if not site.regions and site.scope.is_function:
-            found.setdefault(id(site.scope), site)
-    if not found:
-        return found
+def called_under(model: FileModel, entries: Dict[int, Tuple[CallSite, object]]) -> Dict[int, Tuple[CallSite, object]]:
+    """id(function scope) -> (the call inside an autocast region that reaches it, what the region was), for the
+    file's functions that run in the autocast state of such a call: `entries` (the callees of the calls in the
+    regions), and the functions they call in turn outside a region of their own."""
+    reached = dict(entries)
     for _ in range(_MAX_ROUNDS):
         added = False
         for site in model.call_sites:
-            if site.regions or not site.scope.is_function or id(site.scope) in found:
+            origin = reached.get(id(site.scope))
+            if origin is None or site.regions:
                 continue
             for callee in callees(model, site):
-                if id(callee) in found:
-                    found[id(site.scope)] = found[id(callee)]
+                if id(callee) not in reached:
+                    reached[id(callee)] = origin
                     added = True
-                    break
         if not added:
             break
-    return found
+    return reached
 
 
 def callees(model: FileModel, site: CallSite) -> List[Scope]:

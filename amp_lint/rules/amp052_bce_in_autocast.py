@@ -8,7 +8,7 @@ from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
-from amp_lint.rules._bce_calls import bce_reaching_functions, callees
+from amp_lint.rules._bce_calls import called_under, callees
 from amp_lint.rules._helpers import region_device_types, short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -174,44 +174,64 @@ class Trainer:
     def check(self, model: FileModel) -> Iterator[Finding]:
         instances = [
             a
-            for a in model.assignment_sites
+            for a in model.assignment_sites + model.unpacked_sites
             if isinstance(a.value, cst.Call) and a.scope.names.qualify(a.value.func) in _BCE_MODULES
         ]
-        direct = [site for site in model.call_sites if _bce_kind(site, instances) is not None]
-        helpers = bce_reaching_functions(model, direct)
+        outside = []  # BCE calls in the autocast state of their function's caller
         for site in model.call_sites:
-            if not site.regions:
-                continue
             what = _bce_kind(site, instances)
-            inner = None
-            if what is None and helpers:
-                inner = next((helpers[id(c)] for c in callees(model, site) if id(c) in helpers), None)
-                if inner is None:
-                    continue
-                what = f"it runs `{short(inner.call)}` in `{inner.scope.name}`"
             if what is None:
                 continue
-            region = site.in_enabled_autocast()
-            if region is None:
+            if not site.regions:
+                outside.append((site, what))
                 continue
-            # On a host with CUDA: `"cuda" if torch.cuda.is_available() else "cpu"` is CUDA there.
-            devices = region_device_types(model, region, with_cuda=True)
-            if devices is not None and devices <= {"cpu"}:
-                continue
-            known = devices is not None
-            advice = "use binary_cross_entropy_with_logits on the logits"
-            bce = inner if inner is not None else site
-            arg = bce.call.args[0].value if bce.call.args else None
-            if arg is not None and _is_sigmoid(bce, arg):
-                advice = "drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
-            yield self.finding(
-                site.call,
-                f"`{short(site.call)}` ({what}) inside `{_region_text(region)}` raises RuntimeError on CUDA: "
-                f"it is unsafe to autocast; {advice}",
-                confidence=Confidence.HIGH if known else Confidence.MEDIUM,
-                context=site.scope.name,
-                related=(("the binary cross-entropy", inner.call),) if inner is not None else (),
-            )
+            region = _cuda_region(model, site.in_enabled_autocast())
+            if region is not None:
+                yield self._finding(site, what, region, f"inside `{_region_text(region[0])}`")
+        if not outside:
+            return
+        # Issue 46, principle 5: a loss helper, a loss module's forward, a method of the trainer that the
+        # file calls inside a CUDA autocast runs its BCE under it; the finding is at the BCE, where it raises.
+        entries = {}
+        for site in model.call_sites:
+            region = _cuda_region(model, site.in_enabled_autocast()) if site.regions else None
+            if region is not None:
+                for callee in callees(model, site):
+                    entries.setdefault(id(callee), (site, region))
+        reached = called_under(model, entries)
+        for site, what in outside:
+            found = reached.get(id(site.scope))
+            if found is not None:
+                call, region = found
+                yield self._finding(
+                    site, what, region,
+                    f"in `{site.scope.name}()`, which `{short(call.call)}` runs inside `{_region_text(region[0])}`",
+                    related=(("called under autocast", call.call),),
+                )
+
+    def _finding(self, site: CallSite, what: str, region, where: str, related=()) -> Finding:
+        advice = "use binary_cross_entropy_with_logits on the logits"
+        arg = site.call.args[0].value if site.call.args else None
+        if arg is not None and _is_sigmoid(site, arg):
+            advice = "drop the sigmoid and use binary_cross_entropy_with_logits / BCEWithLogitsLoss"
+        return self.finding(
+            site.call,
+            f"`{short(site.call)}` ({what}) {where} raises RuntimeError on CUDA: it is unsafe to autocast; {advice}",
+            confidence=Confidence.HIGH if region[1] else Confidence.MEDIUM,
+            context=site.scope.name,
+            related=related,
+        )
+
+
+def _cuda_region(model: FileModel, region: Optional[AutocastRegion]):
+    """(region, its device is known) for an enabled autocast that is not the CPU's; None otherwise. On a host
+    with CUDA, `"cuda" if torch.cuda.is_available() else "cpu"` is CUDA there."""
+    if region is None:
+        return None
+    devices = region_device_types(model, region, with_cuda=True)
+    if devices is not None and devices <= {"cpu"}:
+        return None
+    return region, devices is not None
 
 
 def _bce_kind(site: CallSite, instances: List[AssignmentSite]) -> Optional[str]:
