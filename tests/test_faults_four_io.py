@@ -1,0 +1,57 @@
+"""Faults, round four (issue 45), the file layer: bytes kept on every path (standard input, codecs that do not
+round-trip), no write through a symlink out of the checked paths, notebooks that rewrite or refuse cleanly,
+clean reasons, in-place writes where a rename is refused, and configuration files read as Ruff reads them.
+Each test is named for its item."""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from snippets import MISSING_UPDATE
+from test_faults import FINDING, amp_lint, assert_no_crash, output, write
+
+BUGGY = MISSING_UPDATE
+UPDATE = "    scaler.update()\n"
+FIXED = BUGGY.replace("    scaler.step(optimizer)\n", "    scaler.step(optimizer)\n" + UPDATE)
+CLEAN = FIXED
+
+
+def _fixed_bytes(raw: bytes) -> bytes:
+    """`raw` with the one line AMP021's fix inserts, every other byte as it was."""
+    step = b"    scaler.step(optimizer)\n"
+    assert raw.count(step) == 1
+    return raw.replace(step, step + UPDATE.encode("ascii"))
+
+
+def notebook(source: str, **metadata) -> str:
+    cell = {"cell_type": "code", "source": [source], "metadata": {}, "outputs": [], "execution_count": None}
+    return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
+
+
+# -- 21: configuration files: a BOM is read; an `extend` cycle through a folder symlink is named -------------
+
+
+@pytest.mark.parametrize("name", ["amp-lint.toml", "pyproject.toml"])
+def test_item21_config_with_a_utf8_bom_is_read(tmp_path, name):
+    table = "[tool.amp-lint]\n" if name == "pyproject.toml" else ""
+    write(tmp_path / name, codecs.BOM_UTF8 + f'{table}ignore = ["AMP021"]\n'.encode())
+    write(tmp_path / "train.py", BUGGY)
+    result = amp_lint("check", "--no-cache", ".", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert "Invalid statement" not in output(result) and FINDING not in output(result)
+
+
+def test_item21_extend_cycle_through_a_folder_symlink_is_named_a_cycle(tmp_path):
+    write(tmp_path / "amp-lint.toml", 'extend = "loop/amp-lint.toml"\n')
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
+    write(tmp_path / "train.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "train.py", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "'extend' makes a cycle" in output(result), output(result)
+    assert "loop/loop" not in output(result)
