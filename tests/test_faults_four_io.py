@@ -34,6 +34,22 @@ def notebook(source: str, **metadata) -> str:
     return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
 
 
+# -- 15: a file that grew during --fix gets a clean reason -------------------------------------------------
+
+
+def test_item15_file_that_grew_before_the_write_gets_a_clean_reason(tmp_path):
+    from amp_lint.files.sources import FileChangedError, read_source, write_atomic
+
+    path = write(tmp_path / "train.py", BUGGY)
+    source = read_source(path)
+    with open(path, "a") as grown:
+        grown.write("# a line more\n")
+    with pytest.raises(FileChangedError) as raised:
+        write_atomic(path, FIXED, source)
+    assert raised.value.message == "file changed on disk after it was read (it grew); not written"
+    assert path.read_text() == BUGGY + "# a line more\n"
+
+
 # -- 21: configuration files: a BOM is read; an `extend` cycle through a folder symlink is named -------------
 
 

@@ -41,6 +41,10 @@ class FileChangedError(SourceError):
     """The file on disk is no longer what was read: another tool or the user edited it meanwhile."""
 
 
+class TooLargeError(SourceError):
+    """A file (or standard input) over the size limit: `read_bytes` stops one byte past it."""
+
+
 # -- discovery (amp_lint.files.walk) ------------------------------------------------------------------
 
 
@@ -138,7 +142,7 @@ def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[byt
         if not stat.S_ISREG(info.st_mode):
             raise SourceError("not a regular file")
         if info.st_size > limit:
-            raise SourceError(_too_large(info.st_size, limit))
+            raise TooLargeError(_too_large(info.st_size, limit))
         chunks = []
         total = 0
         wanted = info.st_size + 1  # one byte more than expected: to see the end of the file at once
@@ -150,7 +154,7 @@ def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[byt
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise SourceError(_too_large(total, limit))
+                raise TooLargeError(_too_large(total, limit))
             if len(chunk) < asked:
                 break  # a regular file reads short only at its end: no read more to see it
             wanted = 65536
@@ -173,7 +177,7 @@ def read_stream(stream, name: str) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         total += len(chunk)
-    raise SourceError(_too_large(total, limit))
+    raise TooLargeError(_too_large(total, limit))
 
 
 def _too_large(size: int, limit: int) -> str:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from amp_lint.files.sources import FileChangedError, SourceError, SourceText, _file_id, _read_regular_file
+from amp_lint.files.sources import FileChangedError, SourceError, SourceText, TooLargeError, _file_id, _read_regular_file
 
 # Held while files are being replaced. A worker process stopped by Ctrl-C takes it before it exits
 # (`engine.workers`): it ends at once, unless it is writing, and then as soon as the write is done.
@@ -242,10 +242,13 @@ def _unchanged_or_raise(target: Path, expected: bytes, info: os.stat_result) -> 
     most one byte more than expected: a file swapped for a FIFO or a `/dev/zero` link is refused at once."""
     try:
         now, now_info = _read_regular_file(str(target), len(expected), getattr(os, "O_NOFOLLOW", 0))
+    except TooLargeError:  # it grew: the re-read stops one byte past what was read
+        raise FileChangedError("file changed on disk after it was read (it grew); not written") from None
     except SourceError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
             raise FileChangedError("file was removed after it was read; not written") from None
-        raise FileChangedError(f"file changed on disk after it was read ({exc.message}); not written") from None
+        # "not a regular file", or the reason the file cannot be opened now
+        raise FileChangedError(f"file changed on disk after it was read (now: {exc.message}); not written") from None
     if _file_id(now_info) != _file_id(info) or now != expected:
         raise FileChangedError("file changed on disk after it was read; not written")
 
