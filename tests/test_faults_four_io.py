@@ -34,6 +34,42 @@ def notebook(source: str, **metadata) -> str:
     return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
 
 
+# -- 4: a notebook with an integer of more than 4,300 digits is fixed, diffed and fixed on stdin -------------
+
+
+HUGE = "9" * 5000
+
+
+def _huge_notebook() -> str:
+    return notebook(BUGGY, x="@").replace('"@"', HUGE)
+
+
+def test_item4_fix_of_a_notebook_with_a_huge_integer_writes_it_and_the_other_files(tmp_path):
+    path = write(tmp_path / "huge.ipynb", _huge_notebook())
+    other = write(tmp_path / "other.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "--fix", ".", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert other.read_text() == FIXED
+    fixed = path.read_text()
+    assert HUGE in fixed and "".join(json.loads(fixed.replace(HUGE, "1"))["cells"][0]["source"]) == FIXED
+
+
+def test_item4_diff_of_a_notebook_with_a_huge_integer(tmp_path):
+    write(tmp_path / "huge.ipynb", _huge_notebook())
+    write(tmp_path / "other.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "--diff", ".", cwd=tmp_path)
+    assert_no_crash(result, 1)
+    assert "+++ b/huge.ipynb" in result.stdout and "+++ b/other.py" in result.stdout
+
+
+def test_item4_fix_stdin_of_a_notebook_with_a_huge_integer(tmp_path):
+    result = amp_lint(
+        "check", "--no-cache", "--fix", "--stdin-filename", "nb.ipynb", "-", cwd=tmp_path, input=_huge_notebook().encode()
+    )
+    assert_no_crash(result, 0)
+    assert HUGE in result.stdout and "scaler.update()" in result.stdout
+
+
 # -- 15: a file that grew during --fix gets a clean reason -------------------------------------------------
 
 

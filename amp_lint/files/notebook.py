@@ -184,6 +184,8 @@ class Notebook:
             return self._with_sources(replacements)
         except RecursionError:  # parsed once at this depth, but the writer's own walk may not be so lucky
             raise SourceError("notebook JSON nested too deeply to rewrite") from None
+        except ValueError as error:  # the JSON parsed once: a value the writer's walk cannot take stops this file only
+            raise SourceError(f"notebook JSON cannot be rewritten ({error}); not written") from None
 
     def _split_cells(self, new_source: str) -> List[List[str]]:
         segments: List[List[str]] = []
@@ -381,7 +383,7 @@ class _JsonStyle:
 
 def _source_spans(text: str, cell_numbers: List[int]) -> List[Tuple[int, int, str]]:
     """For the given cells: where their `source` value starts and ends in the text, and its key's indent."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_int=_parse_int)  # as `Notebook.parse` reads it: a huge integer too
     members, _ = _object_members(text, _WHITESPACE.match(text).end(), decoder)
     cells_start = [start for key, _, start, _ in members if key == "cells"][-1]
     spans: List[Tuple[int, int, str]] = []
