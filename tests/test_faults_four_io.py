@@ -70,6 +70,24 @@ def test_item4_fix_stdin_of_a_notebook_with_a_huge_integer(tmp_path):
     assert HUGE in result.stdout and "scaler.update()" in result.stdout
 
 
+# -- 6: a notebook cell with a lone surrogate is a clear error ----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [(), ("--fix",)], ids=["check", "fix"])
+def test_item6_notebook_cell_with_a_lone_surrogate_is_a_clear_error(tmp_path, mode):
+    text = json.dumps({"cells": [{"cell_type": "markdown", "source": "#"},
+                                 {"cell_type": "code", "source": [BUGGY + "s = '\ud800'\n"]}],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})  # fmt: skip
+    assert "\\ud800" in text
+    write(tmp_path / "nb.ipynb", text)
+    write(tmp_path / "other.py", BUGGY)
+    result = amp_lint("check", "--no-cache", *mode, ".", cwd=tmp_path)
+    assert_no_crash(result, 2)
+    assert "internal error" not in output(result)
+    assert "nb.ipynb: error: cell 2: lone surrogate \\ud800 at line 10, column 6" in output(result)
+    assert (tmp_path / "nb.ipynb").read_text() == text
+
+
 # -- 15: a file that grew during --fix gets a clean reason -------------------------------------------------
 
 

@@ -96,6 +96,7 @@ class Notebook:
                 cell_text = source
             else:
                 raise SourceError(f"invalid notebook: cell {index} has no source text")
+            _no_lone_surrogate(cell_text, index)
             code_cell = _CodeCell(index, cell_text, isinstance(source, list))
             program.append(f"# amp-lint: cell {index}\n")
             code_cell.first_row = len(program) + 1
@@ -224,6 +225,19 @@ class Notebook:
             end = value_start
         pieces.append(self.text[:end])
         return "".join(reversed(pieces))
+
+
+def _no_lone_surrogate(cell_text: str, index: int) -> None:
+    """JSON's `\\ud800` escape decodes to half a UTF-16 pair, which no Python source holds and no UTF-8 text
+    can carry: say where, instead of failing later on the first encode."""
+    try:
+        cell_text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        before = cell_text[: error.start]
+        row = before.count("\n") + 1
+        column = error.start - (before.rfind("\n") + 1) + 1
+        code = ord(cell_text[error.start])
+        raise SourceError(f"cell {index}: lone surrogate \\u{code:04x} at line {row}, column {column}") from None
 
 
 def _marker_problem(expected: List[int], found: List[int]) -> str:
