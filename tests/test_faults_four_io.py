@@ -104,6 +104,90 @@ def test_item15_file_that_grew_before_the_write_gets_a_clean_reason(tmp_path):
     assert path.read_text() == BUGGY + "# a line more\n"
 
 
+# -- 18: a file that can be written but not renamed over is written in place -------------------------------
+
+
+@pytest.mark.parametrize("code", [errno.EBUSY, errno.EACCES, errno.EPERM, errno.EXDEV])
+def test_item18_file_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monkeypatch, code):
+    from amp_lint.files.sources import read_source, write_atomic
+
+    path = write(tmp_path / "train.py", BUGGY)
+    inode = os.stat(path).st_ino
+    source = read_source(path)
+
+    def refuse(source_path, target):  # a single-file bind mount: EBUSY; a folder the user cannot write: EACCES
+        raise OSError(code, os.strerror(code), str(target))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    monkeypatch.setattr(os, "rename", refuse)
+    write_atomic(path, FIXED, source)
+    assert path.read_text() == FIXED and os.stat(path).st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary file left
+
+
+def _unwritable_folder(monkeypatch):
+    """As root ignores the folder's mode bits: no file may be created in it (EACCES), none renamed."""
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
+
+
+def test_item18_writable_file_in_a_folder_that_cannot_be_written_is_written_in_place(tmp_path, monkeypatch):
+    from amp_lint.files.sources import read_source, write_atomic
+
+    path = write(tmp_path / "train.py", BUGGY)
+    source = read_source(path)
+    _unwritable_folder(monkeypatch)
+    write_atomic(path, FIXED, source)
+    assert path.read_text() == FIXED
+
+
+def test_item18_when_the_folder_is_the_problem_the_reason_says_so(tmp_path, monkeypatch):
+    from amp_lint.files import writing
+    from amp_lint.files.sources import SourceError, read_source, write_atomic
+
+    path = write(tmp_path / "train.py", BUGGY)
+    other = write(tmp_path / "other.py", BUGGY)
+    source, other_source = read_source(path), read_source(other)
+    _unwritable_folder(monkeypatch)
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writing, "_write_all", full)
+    in_place = "and writing the file in place failed .No space left on device."
+    with pytest.raises(SourceError, match=f"the folder {tmp_path} cannot be written .Permission denied., {in_place}"):
+        write_atomic(path, FIXED, source)
+    assert path.read_text() == BUGGY
+    none_in_place = "and a fix that changes several files writes none in place"
+    with pytest.raises(SourceError, match=f"the folder {tmp_path} cannot be written .Permission denied., {none_in_place}"):
+        writing.write_all_or_none([(path, FIXED, source), (other, FIXED, other_source)])
+    assert path.read_text() == BUGGY and other.read_text() == BUGGY
+
+
+def test_item18_several_files_where_one_cannot_be_renamed_over_say_so(tmp_path, monkeypatch):
+    from amp_lint.files import writing
+    from amp_lint.files.sources import SourceError, read_source
+
+    first, second = write(tmp_path / "a.py", BUGGY), write(tmp_path / "b.py", BUGGY)
+    items = [(first, FIXED, read_source(first)), (second, FIXED, read_source(second))]
+    real_replace = os.replace
+
+    def busy_for_b(source_path, target):
+        if Path(target).name == "b.py":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        real_replace(source_path, target)
+
+    monkeypatch.setattr(os, "replace", busy_for_b)
+    with pytest.raises(SourceError, match="b.py cannot be renamed over .Device or resource busy."):
+        writing.write_all_or_none(items)
+    assert first.read_text() == BUGGY and second.read_text() == BUGGY
+
+
 # -- 21: configuration files: a BOM is read; an `extend` cycle through a folder symlink is named -------------
 
 
