@@ -34,6 +34,56 @@ def notebook(source: str, **metadata) -> str:
     return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
 
 
+# -- 2: a codec that does not round-trip: only the changed lines are encoded, or the fix is refused ----------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # `\x41` reads as `A`; unicode_escape would write every line break as `\n`: one line
+        b"# -*- coding: unicode_escape -*-\n" + BUGGY.encode() + b'name = "\\x41\\u00e9"\n',
+        # `\u00e9` reads as `é`, and would be written as the byte 0xe9
+        b"# -*- coding: raw_unicode_escape -*-\n" + BUGGY.encode() + b'name = "\\u00e9"\n',
+        # NEC's 0x8790 and IBM's 0xfa5b read as the same characters as 0x81e0 and 0x81e6
+        b"# -*- coding: cp932 -*-\n" + BUGGY.encode() + b'name = "\x87\x90\xfa\x5b"  # \x87\x90\n',
+    ],
+    ids=["unicode_escape", "raw_unicode_escape", "cp932"],
+)
+def test_item2_fix_keeps_the_bytes_it_did_not_touch_when_the_codec_does_not_round_trip(tmp_path, raw):
+    path = write(tmp_path / "train.py", raw)
+    result = amp_lint("check", "--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert path.read_bytes() == _fixed_bytes(raw)
+
+
+def test_item2_fix_keeps_the_bytes_of_a_changed_line_beside_the_change():
+    from amp_lint.files.sources import decode_source
+
+    raw = b"# -*- coding: cp932 -*-\nname = '\x87\x90'\n"
+    source = decode_source(raw)
+    assert source.encode(source.text.replace("name =", "label =")) == raw.replace(b"name =", b"label =")
+
+
+def test_item2_fix_that_cannot_be_written_back_exactly_is_refused():
+    from amp_lint.files.sources import SourceError, decode_source
+
+    # raw_unicode_escape writes a backslash as it is: the new `\u0041` would read back as `A`
+    source = decode_source(b"# -*- coding: raw_unicode_escape -*-\nx = 1\n")
+    with pytest.raises(SourceError, match="encoding does not round-trip"):
+        source.encode(source.text + 'y = "\\u0041"\n')
+
+
+def test_item2_refused_fix_leaves_the_file_as_it_was(tmp_path):
+    from amp_lint.files.sources import SourceError, read_source, write_atomic
+
+    raw = b"# -*- coding: raw_unicode_escape -*-\nx = 1\n"
+    path = write(tmp_path / "train.py", raw)
+    source = read_source(path)
+    with pytest.raises(SourceError, match="encoding does not round-trip"):
+        write_atomic(path, source.text + 'y = "\\u0041"\n', source)
+    assert path.read_bytes() == raw and [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
 # -- 4: a notebook with an integer of more than 4,300 digits is fixed, diffed and fixed on stdin -------------
 
 
