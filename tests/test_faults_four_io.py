@@ -34,6 +34,46 @@ def notebook(source: str, **metadata) -> str:
     return json.dumps({"cells": [cell], "metadata": metadata, "nbformat": 4, "nbformat_minor": 5})
 
 
+# -- 1: `--fix -` writes the input's own encoding and BOM, and the input's bytes when nothing was fixed ------
+
+
+LATIN_1 = ("# -*- coding: latin-1 -*-\n" + BUGGY + 'name = "café"\n').encode("latin-1")
+
+
+def test_item1_fix_stdin_keeps_a_latin_1_encoding(tmp_path):
+    assert _stdout_bytes(tmp_path, LATIN_1) == _fixed_bytes(LATIN_1)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        ("# -*- coding: latin-1 -*-\n" + CLEAN + 'name = "café"\n').encode("latin-1"),
+        codecs.BOM_UTF8 + (CLEAN + 'name = "café"\n').encode("utf-8"),
+    ],
+    ids=["latin-1", "utf-8-bom"],
+)
+def test_item1_fix_stdin_with_nothing_to_fix_gives_back_the_input_bytes(tmp_path, raw):
+    assert _stdout_bytes(tmp_path, raw) == raw
+
+
+def test_item1_fix_stdin_keeps_the_bom_when_it_fixes(tmp_path):
+    raw = codecs.BOM_UTF8 + (BUGGY + 'name = "café"\n').encode("utf-8")
+    assert _stdout_bytes(tmp_path, raw) == _fixed_bytes(raw)
+
+
+def _stdout_bytes(tmp_path: Path, raw: bytes) -> bytes:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "amp_lint", "check", "--no-cache", "--fix", "-"],
+        cwd=tmp_path, input=raw, capture_output=True, timeout=120,
+    )
+    assert b"Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout
+
+
 # -- 2: a codec that does not round-trip: only the changed lines are encoded, or the fix is refused ----------
 
 
