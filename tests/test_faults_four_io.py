@@ -124,6 +124,44 @@ def test_item2_refused_fix_leaves_the_file_as_it_was(tmp_path):
     assert path.read_bytes() == raw and [p.name for p in tmp_path.iterdir()] == ["train.py"]
 
 
+# -- 3: a symlink out of the checked paths is checked, not written ------------------------------------------
+
+
+@pytest.mark.parametrize("named", [".", "train.py"], ids=["folder", "file"])
+def test_item3_fix_does_not_write_through_a_symlink_out_of_the_checked_paths(tmp_path, named):
+    outside = write(tmp_path / "elsewhere" / "victim.py", BUGGY)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").symlink_to(outside)
+    write(project / "own.py", BUGGY)
+    result = amp_lint("check", "--no-cache", "--fix", named, cwd=project)
+    assert_no_crash(result, 1, 2)
+    assert outside.read_text() == BUGGY
+    assert "train.py: error: not fixed: symlink to a file outside the checked paths" in output(result)
+    assert "train.py" + FINDING in output(result)  # checked all the same
+    if named == ".":
+        assert (project / "own.py").read_text() == FIXED
+
+
+def test_item3_fix_through_a_folder_symlink_out_of_the_checked_paths_is_refused(tmp_path):
+    outside = write(tmp_path / "elsewhere" / "victim.py", BUGGY)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "vendor").symlink_to(outside.parent, target_is_directory=True)
+    result = amp_lint("check", "--no-cache", "--fix", ".", cwd=project)
+    assert_no_crash(result, 1, 2)
+    assert outside.read_text() == BUGGY
+    assert "not fixed: symlink to a file outside the checked paths" in output(result)
+
+
+def test_item3_fix_through_a_symlink_inside_the_checked_paths_is_still_written(tmp_path):
+    real = write(tmp_path / "src" / "real.py", BUGGY)
+    (tmp_path / "link.py").symlink_to(real)
+    result = amp_lint("check", "--no-cache", "--fix", "link.py", "src", cwd=tmp_path)
+    assert_no_crash(result, 0)
+    assert real.read_text() == FIXED and (tmp_path / "link.py").is_symlink()
+
+
 # -- 4: a notebook with an integer of more than 4,300 digits is fixed, diffed and fixed on stdin -------------
 
 

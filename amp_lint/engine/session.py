@@ -92,7 +92,16 @@ class RunSpec:
                 settings_by_folder[folder] = for_folder(folder) if for_folder else self.resolver.for_path(path)
             return settings_by_folder[folder]
 
-        return [(path, self.config_for(settings_of(path), path)) for path in files], errors
+        planned = [(path, self.config_for(settings_of(path), path)) for path in files]
+        if self.fix:  # a symlink out of the paths given is checked, not written (`amp_lint.files.outside_links`)
+            from amp_lint.files.outside_links import OUTSIDE_LINK, links_out_of
+
+            outside = links_out_of(paths, files)
+            planned = [
+                (path, dataclasses.replace(config, not_written=OUTSIDE_LINK) if path in outside else config)
+                for path, config in planned
+            ]
+        return planned, errors
 
 
 def prefiltered(planned: Sequence[Tuple[str, CheckConfig]]) -> List[str]:
