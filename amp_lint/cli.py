@@ -470,7 +470,7 @@ def _check_stdin(run, root, options: dict) -> int:
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
             return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
-        _write_code(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
+        _write_code(result.fixed_bytes)  # the code itself, even with --silent: it is the output, not a message
         if options["fix_only"]:
             return _fix_only_result(report, options, err=True)
         # As Ruff: the findings left (and the summary) go to standard error, or to --output-file.
@@ -480,10 +480,10 @@ def _check_stdin(run, root, options: dict) -> int:
     return _exit_code(report, options)
 
 
-def _write_code(text: str) -> None:
-    """Code to standard output as UTF-8 bytes, whatever the terminal's encoding (not a message to decode)."""
+def _write_code(data: bytes) -> None:
+    """Code to standard output as bytes (its own encoding), whatever the terminal's (not a message to decode)."""
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
 
 

@@ -35,7 +35,9 @@ def settle_multi_file_fixes(outcomes: Dict[str, object], configs: Dict[str, obje
 
 def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], check_file: Callable) -> None:
     """Write (or diff) every outcome's group of files, or check its file again without what cannot be written."""
-    planned = {os.path.abspath(path) for path in configs}
+    planned = {os.path.abspath(path) for path, config in configs.items() if not config.not_written}
+    # Checked but never written (a symlink out of the checked paths): refused, saying why.
+    not_written = {os.path.abspath(path): config.not_written for path, config in configs.items() if config.not_written}
     # Files this run changed (or, with --diff, would change) through their own fixes.
     changed: Set[str] = {
         os.path.abspath(path) for path, outcome in outcomes.items() if outcome.fixed_text is not None and not outcome.file_group
@@ -50,7 +52,11 @@ def settle_file_groups(outcomes: Dict[str, object], configs: Dict[str, object], 
                 break
             own = outcome.file_group[0][0]
             others = [entry[0] for entry in outcome.file_group[1:]]
-            refused = {other: NOT_CHECKED for other in others if other not in planned}
+            refused = {
+                other: f"which is a {not_written[other]}; not written" if other in not_written else NOT_CHECKED
+                for other in others
+                if other not in planned
+            }
             clashing = [other for other in others if other in changed]
             if clashing and not config.write:
                 refused.update({other: CHANGED_BY_DIFF for other in clashing})
@@ -129,7 +135,7 @@ def _diff(path: str, before: str, after: str) -> str:
 def drop_unwritable_fixes(outcomes: Dict[str, object], configs: Dict[str, object]) -> None:
     """A finding whose fix would change a file this run does not check is reported without a fix (issue 27:
     what is marked fixable is what `--fix` on the same paths applies)."""
-    planned = {os.path.abspath(path) for path in configs}
+    planned = {os.path.abspath(path) for path, config in configs.items() if not config.not_written}
     for outcome in outcomes.values():
         kept = []
         for diagnostic in outcome.diagnostics:

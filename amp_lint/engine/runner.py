@@ -42,6 +42,7 @@ class CheckConfig:
     write: bool  # write fixes back (False for --diff)
     rule_options: Tuple[Tuple[str, object], ...] = ()
     unfixable: FrozenSet[str] = frozenset()  # codes whose findings carry no fix (`unfixable`, `fixable`)
+    not_written: str = ""  # why this file is checked but never fixed (a symlink out of the checked paths), or ""
 
 
 @dataclass
@@ -305,6 +306,8 @@ def check_file(path: str, config: CheckConfig, prefiltered: bool = False) -> Fil
         outcome.errors = [_error_in_cell(e, notebook) for e in outcome.errors]
     if outcome.fixed_text is None:
         return outcome
+    if config.not_written:
+        return _unfixed(text, path, config, notebook, f"not fixed: {config.not_written}")
     if outcome.file_group:  # with other files: written or shown together, by the main process
         outcome.file_group = ((os.path.abspath(path), text, outcome.fixed_text),) + outcome.file_group
         return outcome
@@ -334,13 +337,17 @@ def check_file(path: str, config: CheckConfig, prefiltered: bool = False) -> Fil
         write_atomic(Path(path), new_text, source)
     except (SourceError, OSError) as error:
         message = error.message if isinstance(error, SourceError) else (error.strerror or str(error))
-        # Nothing was written: report the findings of the file as it is.
-        unfixed = check_text(text, path, dataclasses.replace(config, fix=False))
-        if notebook is not None:
-            unfixed.diagnostics = [_in_cell(d, notebook) for d in unfixed.diagnostics]
-        unfixed.errors.append(FileError(path, f"fixes not written: {message}"))
-        return unfixed
+        return _unfixed(text, path, config, notebook, f"fixes not written: {message}")
     return outcome
+
+
+def _unfixed(text: str, path: str, config: CheckConfig, notebook, why: str) -> FileOutcome:
+    """Nothing was written: the findings of the file as it is, and why it was not fixed."""
+    unfixed = check_text(text, path, dataclasses.replace(config, fix=False))
+    if notebook is not None:
+        unfixed.diagnostics = [_in_cell(d, notebook) for d in unfixed.diagnostics]
+    unfixed.errors.append(FileError(path, why))
+    return unfixed
 
 
 def _in_cell(diagnostic: Diagnostic, notebook) -> Diagnostic:

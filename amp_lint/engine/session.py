@@ -6,6 +6,7 @@ The command line (`amp_lint.cli`) reads options and prints; what a run does with
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import zlib
@@ -91,7 +92,16 @@ class RunSpec:
                 settings_by_folder[folder] = for_folder(folder) if for_folder else self.resolver.for_path(path)
             return settings_by_folder[folder]
 
-        return [(path, self.config_for(settings_of(path), path)) for path in files], errors
+        planned = [(path, self.config_for(settings_of(path), path)) for path in files]
+        if self.fix:  # a symlink out of the paths given is checked, not written (`amp_lint.files.outside_links`)
+            from amp_lint.files.outside_links import OUTSIDE_LINK, links_out_of
+
+            outside = links_out_of(paths, files)
+            planned = [
+                (path, dataclasses.replace(config, not_written=OUTSIDE_LINK) if path in outside else config)
+                for path, config in planned
+            ]
+        return planned, errors
 
 
 def prefiltered(planned: Sequence[Tuple[str, CheckConfig]]) -> List[str]:
@@ -213,6 +223,8 @@ class StdinResult:
     text: str  # the code as read
     fixed_text: str  # the code after the fixes (the same text when nothing was fixed)
     excluded: bool = False  # --force-exclude excludes the name: nothing was checked
+    # What `--fix -` writes: the fixed code in the input's own encoding and BOM; the input's bytes when unfixed.
+    fixed_bytes: bytes = b""
 
 
 class StdinError(ValueError):
@@ -236,7 +248,7 @@ def check_stdin(run: RunSpec, raw: bytes, name: str, *, force_exclude: bool) -> 
 
     if name != "-" and stdin_excluded(run, name, force_exclude):
         text = raw.decode("utf-8", errors="surrogateescape")
-        return StdinResult(Report(), text, text, excluded=True)
+        return StdinResult(Report(), text, text, excluded=True, fixed_bytes=raw)
     try:
         source = decode_source(raw)
     except SourceError as error:
@@ -262,13 +274,24 @@ def check_stdin(run: RunSpec, raw: bytes, name: str, *, force_exclude: bool) -> 
             except SourceError as error:
                 outcome.errors.append(FileError(name, f"fixes not applied: {error.message}"))
                 outcome.fixed_text, outcome.fixed = None, {}
+    fixed_bytes = raw
+    if outcome.fixed_text is not None:
+        try:  # as a file is written: its own encoding and BOM, the bytes of the lines no fix touched
+            fixed_bytes = source.encode(outcome.fixed_text)
+        except SourceError as error:
+            unfixed = check_text(text, name, dataclasses.replace(config, fix=False))
+            if notebook is not None:
+                unfixed.diagnostics = [notebook.in_cell(d) for d in unfixed.diagnostics]
+                unfixed.errors = [notebook.error_in_cell(e) for e in unfixed.errors]
+            unfixed.errors.append(FileError(name, f"fixes not applied: {error.message}"))
+            outcome = unfixed
     report = Report(diagnostics=outcome.diagnostics, errors=outcome.errors, files_checked=1)
     if outcome.fixed:
         report.fixed[name] = outcome.fixed
     report.unsafe_fixable = outcome.unsafe_fixable
     report.sort()
     fixed = outcome.fixed_text if outcome.fixed_text is not None else source.text
-    return StdinResult(report, source.text, fixed)
+    return StdinResult(report, source.text, fixed, fixed_bytes=fixed_bytes)
 
 
 def unified_diff(before: str, after: str, name: str) -> str:

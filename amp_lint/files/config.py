@@ -77,7 +77,7 @@ def _has_amp_lint_table(pyproject: Path) -> bool:
         return False
     tomllib = toml_parser()
     try:
-        data = read_only_toml(content.decode("utf-8", errors="replace"))
+        data = read_only_toml(content.decode("utf-8-sig", errors="replace"))  # a BOM is read, as Ruff reads it
     except (tomllib.TOMLDecodeError, RecursionError):
         return True  # let load_config report the error instead of silently using another file
     tool = data.get("tool")
@@ -140,9 +140,11 @@ def _extended(path: Path, value: Any, all_codes: List[str], extending: Tuple[str
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{path}: 'extend' must be a path to a configuration file, got {_type_name(value)}")
     base_path = Path(os.path.abspath(path.parent / os.path.expanduser(os.path.expandvars(value))))
-    chain = extending + (os.path.abspath(path),)
-    if str(base_path) in chain:
-        raise ConfigError(f"{path}: 'extend' makes a cycle: {' -> '.join(chain + (str(base_path),))}")
+    # Compared as the files they are (realpath): through a symlinked folder that leads back, `abspath` would
+    # make a new name at each turn, and the cycle would show as a path 40 folders deep (ELOOP).
+    chain = extending + (os.path.realpath(path),)
+    if os.path.realpath(base_path) in chain:
+        raise ConfigError(f"{path}: 'extend' makes a cycle: {' -> '.join(chain + (os.path.realpath(base_path),))}")
     if not base_path.is_file():
         raise ConfigError(f"{path}: 'extend' names {base_path}, which is not a file")
     return _anchored(load_config(base_path, all_codes, chain))
@@ -191,7 +193,8 @@ def _read_table(path: Path) -> Tuple[dict, str]:
     tomllib = toml_parser()
     try:
         # Not `read_text`: `--config` naming a FIFO or a device must fail at once, not hang.
-        data = tomllib.loads(read_bytes(str(path), _CONFIG_BYTES).decode("utf-8"))
+        # "utf-8-sig": a file saved with a byte order mark is read, as Ruff reads it (TOML itself has no BOM).
+        data = tomllib.loads(read_bytes(str(path), _CONFIG_BYTES).decode("utf-8-sig"))
     except SourceError as error:
         raise ConfigError(f"{path}: cannot read: {error.message}") from error
     except UnicodeDecodeError as error:

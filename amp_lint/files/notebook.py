@@ -96,6 +96,7 @@ class Notebook:
                 cell_text = source
             else:
                 raise SourceError(f"invalid notebook: cell {index} has no source text")
+            _no_lone_surrogate(cell_text, index)
             code_cell = _CodeCell(index, cell_text, isinstance(source, list))
             program.append(f"# amp-lint: cell {index}\n")
             code_cell.first_row = len(program) + 1
@@ -184,6 +185,8 @@ class Notebook:
             return self._with_sources(replacements)
         except RecursionError:  # parsed once at this depth, but the writer's own walk may not be so lucky
             raise SourceError("notebook JSON nested too deeply to rewrite") from None
+        except ValueError as error:  # the JSON parsed once: a value the writer's walk cannot take stops this file only
+            raise SourceError(f"notebook JSON cannot be rewritten ({error}); not written") from None
 
     def _split_cells(self, new_source: str) -> List[List[str]]:
         segments: List[List[str]] = []
@@ -222,6 +225,19 @@ class Notebook:
             end = value_start
         pieces.append(self.text[:end])
         return "".join(reversed(pieces))
+
+
+def _no_lone_surrogate(cell_text: str, index: int) -> None:
+    """JSON's `\\ud800` escape decodes to half a UTF-16 pair, which no Python source holds and no UTF-8 text
+    can carry: say where, instead of failing later on the first encode."""
+    try:
+        cell_text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        before = cell_text[: error.start]
+        row = before.count("\n") + 1
+        column = error.start - (before.rfind("\n") + 1) + 1
+        code = ord(cell_text[error.start])
+        raise SourceError(f"cell {index}: lone surrogate \\u{code:04x} at line {row}, column {column}") from None
 
 
 def _marker_problem(expected: List[int], found: List[int]) -> str:
@@ -381,7 +397,7 @@ class _JsonStyle:
 
 def _source_spans(text: str, cell_numbers: List[int]) -> List[Tuple[int, int, str]]:
     """For the given cells: where their `source` value starts and ends in the text, and its key's indent."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_int=_parse_int)  # as `Notebook.parse` reads it: a huge integer too
     members, _ = _object_members(text, _WHITESPACE.match(text).end(), decoder)
     cells_start = [start for key, _, start, _ in members if key == "cells"][-1]
     spans: List[Tuple[int, int, str]] = []

@@ -41,6 +41,10 @@ class FileChangedError(SourceError):
     """The file on disk is no longer what was read: another tool or the user edited it meanwhile."""
 
 
+class TooLargeError(SourceError):
+    """A file (or standard input) over the size limit: `read_bytes` stops one byte past it."""
+
+
 # -- discovery (amp_lint.files.walk) ------------------------------------------------------------------
 
 
@@ -81,7 +85,14 @@ class SourceText:
     identity: Optional[Tuple[int, int]] = None
 
     def encode(self, new_text: str) -> bytes:
-        """The bytes to write for `new_text`: the same encoding, and the BOM if there was one."""
+        """The bytes to write for `new_text`: the same encoding, and the BOM if there was one; the bytes read
+        when the text is the text read.
+
+        A codec that does not give back the bytes it decoded (`unicode_escape`, cp932's duplicates) would change
+        lines no fix touched: for such a file only the changed lines are encoded (`splice.spliced`), and where
+        even that cannot give exactly `new_text` back, the write is refused."""
+        if new_text == self.text:
+            return self.raw
         try:
             data = new_text.encode(self.encoding)
         except UnicodeEncodeError as exc:
@@ -90,7 +101,18 @@ class SourceText:
                 f"the fixed text has characters that {self.encoding} cannot encode (line {row}, column {column})",
                 Location(row, column),
             ) from exc
-        return codecs.BOM_UTF8 + data if self.bom else data
+        bom = codecs.BOM_UTF8 if self.bom else b""
+        body = self.raw[len(bom) :]
+        exact = self.encoding == "utf-8" or (
+            _round_trips(self.text, body, self.encoding) and _reads_back(data, new_text, self.encoding)
+        )
+        if not exact:
+            from amp_lint.files.splice import spliced
+
+            data = spliced(self.text, body, self.encoding, new_text)
+            if data is None:  # no bytes read back as the fixed text with the untouched lines as they were
+                raise SourceError(f"encoding does not round-trip ({self.encoding}); file left unchanged")
+        return bom + data
 
 
 # Python source this big is generated data, not code to lint; reading it whole (and LibCST's tree of
@@ -138,7 +160,7 @@ def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[byt
         if not stat.S_ISREG(info.st_mode):
             raise SourceError("not a regular file")
         if info.st_size > limit:
-            raise SourceError(_too_large(info.st_size, limit))
+            raise TooLargeError(_too_large(info.st_size, limit))
         chunks = []
         total = 0
         wanted = info.st_size + 1  # one byte more than expected: to see the end of the file at once
@@ -150,7 +172,7 @@ def _read_regular_file(path: str, limit: int, extra_flags: int = 0) -> Tuple[byt
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise SourceError(_too_large(total, limit))
+                raise TooLargeError(_too_large(total, limit))
             if len(chunk) < asked:
                 break  # a regular file reads short only at its end: no read more to see it
             wanted = 65536
@@ -173,7 +195,7 @@ def read_stream(stream, name: str) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         total += len(chunk)
-    raise SourceError(_too_large(total, limit))
+    raise TooLargeError(_too_large(total, limit))
 
 
 def _too_large(size: int, limit: int) -> str:
@@ -228,6 +250,22 @@ def _is_ascii_compatible(encoding: str) -> bool:
     try:
         return b"# \n".decode(encoding) == "# \n"
     except (LookupError, UnicodeDecodeError):
+        return False
+
+
+def _round_trips(text: str, body: bytes, encoding: str) -> bool:
+    """Does encoding `text` (decoded from `body`) give back `body`? (UTF-8 always does: it was decoded strictly.)"""
+    try:
+        return text.encode(encoding) == body
+    except UnicodeEncodeError:
+        return False
+
+
+def _reads_back(data: bytes, text: str, encoding: str) -> bool:
+    """Does `data` (`text` encoded) decode to `text`? Not in raw_unicode_escape when `text` holds `\\u0041`."""
+    try:
+        return data.decode(encoding) == text
+    except UnicodeDecodeError:
         return False
 
 

@@ -128,7 +128,7 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
         tomllib = toml_parser()
         try:
             with open(pyproject, "rb") as handle:
-                data = read_only_toml(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8", errors="replace"))
+                data = read_only_toml(handle.read(_MAX_REQUIREMENTS_BYTES).decode("utf-8-sig", errors="replace"))
         except (OSError, tomllib.TOMLDecodeError, RecursionError):
             data = {}
         project = data.get("project") if isinstance(data, dict) else None

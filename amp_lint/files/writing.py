@@ -5,6 +5,7 @@ file system keeps about it (owner, permission bits, extended attributes and POSI
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -12,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from amp_lint.files.sources import FileChangedError, SourceError, SourceText, _file_id, _read_regular_file
+from amp_lint.files.sources import FileChangedError, SourceError, SourceText, TooLargeError, _file_id, _read_regular_file
 
 # Held while files are being replaced. A worker process stopped by Ctrl-C takes it before it exits
 # (`engine.workers`): it ends at once, unless it is writing, and then as soon as the write is done.
@@ -91,7 +92,15 @@ def _write_all_or_none(items: Sequence[Tuple[Path, str, SourceText]]) -> None:
             info = _writable_or_raise(target, original)
             if info.st_nlink > 1:
                 raise SourceError(f"{path} has hard links, and a fix that changes several files writes none in place; not written")
-            fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+            try:
+                fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+            except OSError as exc:
+                if exc.errno not in _FOLDER_REFUSES:
+                    raise
+                raise SourceError(
+                    f"the folder {target.parent} cannot be written ({exc.strerror}), and a fix that changes several "
+                    "files writes none in place; not written"
+                ) from exc
             staged.append((target, temporary, data, original))
             try:
                 _keep_owner(temporary, fd, info)
@@ -113,13 +122,19 @@ def _write_all_or_none(items: Sequence[Tuple[Path, str, SourceText]]) -> None:
         for target, temporary, _, original in staged:
             os.replace(temporary, target)
             replaced.append((target, original))
-    except BaseException:
+    except BaseException as exc:
         for _, temporary, _, _ in staged[len(replaced) :]:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
         for target, original in replaced:  # the originals back, the same way
             with contextlib.suppress(OSError):
                 _replace(target, original.raw, os.stat(target), _read_bytes(target) or b"")
+        if isinstance(exc, OSError) and exc.errno in _RENAME_REFUSES:
+            failed = staged[len(replaced)][0]
+            raise SourceError(
+                f"{failed} cannot be renamed over ({exc.strerror}), and a fix that changes several files writes "
+                "none in place; not written"
+            ) from exc
         raise
 
 
@@ -138,10 +153,30 @@ def _writable_or_raise(target: Path, original: SourceText) -> os.stat_result:
     return info
 
 
+# A folder the user cannot write (EACCES, EPERM: no temporary file beside the file, no rename in it), a
+# single-file bind mount (EBUSY: the mount point cannot be renamed over), another file system (EXDEV).
+_FOLDER_REFUSES = (errno.EACCES, errno.EPERM)
+_RENAME_REFUSES = (errno.EBUSY, errno.EXDEV, errno.EACCES, errno.EPERM)
+
+
 def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -> None:
     import tempfile  # only a fix writes: a check run does not pay for this import
 
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.amp-lint-", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        if exc.errno not in _FOLDER_REFUSES:
+            raise
+        # The file may be written, its folder not: written in place, as Ruff and Black write every file.
+        _unchanged_or_raise(target, expected, info)
+        try:
+            _write_in_place(target, data, expected)
+        except OSError as in_place:
+            raise SourceError(
+                f"the folder {target.parent} cannot be written ({exc.strerror}), and writing the file in place "
+                f"failed ({in_place.strerror or in_place}); file left unchanged"
+            ) from in_place
+        return
     try:
         try:
             _keep_owner(temporary, fd, info)  # before chmod: chown clears setuid/setgid bits
@@ -153,16 +188,29 @@ def _replace(target: Path, data: bytes, info: os.stat_result, expected: bytes) -
             os.close(fd)
         _unchanged_or_raise(target, expected, info)
         if info.st_nlink > 1:
-            if _read_bytes(Path(temporary)) != data:
-                raise SourceError("the temporary copy does not read back as written; file left unchanged")
-            _write_in_place(target, data, expected)
-            os.unlink(temporary)
+            _copy_in_place(target, temporary, data, expected)
         else:
-            os.replace(temporary, target)
+            try:
+                os.replace(temporary, target)
+            except OSError as exc:
+                if exc.errno not in _RENAME_REFUSES:
+                    raise
+                # Written but not renamed over: in place, after the temporary copy read back (a full disk failed there).
+                _unchanged_or_raise(target, expected, info)
+                _copy_in_place(target, temporary, data, expected)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _copy_in_place(target: Path, temporary: str, data: bytes, expected: bytes) -> None:
+    """Write `data` into the file itself, once its temporary copy reads back as written; then drop the copy."""
+    if _read_bytes(Path(temporary)) != data:
+        raise SourceError("the temporary copy does not read back as written; file left unchanged")
+    _write_in_place(target, data, expected)
+    with contextlib.suppress(OSError):  # a folder that refused the rename may refuse this too: removed below
+        os.unlink(temporary)
 
 
 def _write_in_place(target: Path, data: bytes, original: bytes) -> None:
@@ -242,10 +290,13 @@ def _unchanged_or_raise(target: Path, expected: bytes, info: os.stat_result) -> 
     most one byte more than expected: a file swapped for a FIFO or a `/dev/zero` link is refused at once."""
     try:
         now, now_info = _read_regular_file(str(target), len(expected), getattr(os, "O_NOFOLLOW", 0))
+    except TooLargeError:  # it grew: the re-read stops one byte past what was read
+        raise FileChangedError("file changed on disk after it was read (it grew); not written") from None
     except SourceError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
             raise FileChangedError("file was removed after it was read; not written") from None
-        raise FileChangedError(f"file changed on disk after it was read ({exc.message}); not written") from None
+        # "not a regular file", or the reason the file cannot be opened now
+        raise FileChangedError(f"file changed on disk after it was read (now: {exc.message}); not written") from None
     if _file_id(now_info) != _file_id(info) or now != expected:
         raise FileChangedError("file changed on disk after it was read; not written")
 
