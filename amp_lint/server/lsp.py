@@ -217,10 +217,9 @@ class AmpLintServer(CodeActions, LanguageServer):
             self.log(f"amp-lint: a first look at {view.path} failed: {type(error).__name__}: {error}")
             return
         current = self.view_of(key)
-        if errors is None or current is None or current.version != view.version or key in self.results:
-            return
-        units = self.workspace.position_codec.client_num_units
-        self.publish(key, Checked(view, [], {view.key: [(self._error_diagnostic(view, e, units)[1], None) for e in errors]}))
+        if errors is not None and current is not None and current.version == view.version and key not in self.results:
+            diagnostics = [(self._error_diagnostic(view, e, self.workspace.position_codec.client_num_units)[1], None) for e in errors]
+            self.publish(key, Checked(view, [], {view.key: diagnostics}))
 
     def _check(self, view: DocumentView) -> Tuple[Checked, list]:
         """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""

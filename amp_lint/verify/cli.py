@@ -136,12 +136,13 @@ def verify(
     script imports converted too), or --amp-script, and runs under the runtime guard (amp_lint.guard), whose
     findings explain a failure. After the warm-up, seed i's smoothed AMP curve is compared with seed i's fp32
     curve; the table shows the mean gap, the allowed band, how much fp32 fell, the steps the GradScaler skipped,
-    the step where the curves part and AMP's speed-up. Arguments after -- are passed to every script. Progress
+    the step where the curves part (for a script that is not equivalent) and AMP's speed-up. With several losses per
+    step (a GAN's pair), each loss is compared with its fp32 twin, and the report says which loss was judged. Arguments after -- are passed to every script. Progress
     goes to stderr: every tenth of each seed's steps on a terminal, one line per phase otherwise.
 
     Exit status: 0 equivalent, 1 not equivalent (the curves disagree beyond the noise, or AMP crashed), 3
-    inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed
-    before a step, or AMP did not really run); with several scripts, the first of 1, 4, 3, 0 that occurs. 2: a usage
+    inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed before a step, timed out, or AMP did not
+    really run); with several scripts, the first of 1, 4, 3, 0 that occurs. 2: a usage
     error, or the tool could not run.
     """
     if importlib.util.find_spec("torch") is None:
