@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from amp_lint.verify import EQUIVALENT, NOT_EQUIVALENT, RunRecord, ScriptResult, VerifyReport, format_text, judge, runner
+from amp_lint.verify import EQUIVALENT, INCONCLUSIVE, RunRecord, ScriptResult, VerifyReport, format_text, judge, runner
 from amp_lint.verify import cli as verify_cli
 
 
@@ -58,14 +58,22 @@ def test_item_13_an_adversarial_pair_whose_sum_does_not_fall_is_judged_loss_by_l
 
     same = _judged(fp32, [_record(parts=parts(seed)) for seed in range(3)])
     assert same.status == EQUIVALENT, same.reasons
-    assert same.judgement.judged_on == "each of the 2 losses backpropagated in each training step, against its fp32 twin"
+    assert same.judgement.judged_on.startswith("each of the 2 losses backpropagated in each training step, against its fp32 twin")
     assert "judged on: each of the 2 losses" in format_text(VerifyReport("cpu", "float16", 60, 5, 3, 3.0, [same], []))
 
-    # The generator's loss 3% higher in every AMP run and the discriminator's 3% lower: the sum hides it.
+    # The generator's loss 3% higher in every AMP run and the discriminator's 3% lower: the sum hides it. A loss
+    # beyond its own band while the sum is within its band is not conclusive (a right conversion's discriminator
+    # drifts as far in a chaotic GAN): never "not equivalent" on that alone.
     apart = [[[d - 0.03, g + 0.03] for d, g in step_parts] for step_parts in (parts(seed) for seed in range(3))]
     moved = _judged(fp32, [_record(parts=p) for p in apart])
-    assert moved.status == NOT_EQUIVALENT, moved.reasons
-    assert moved.reasons[0].startswith("the AMP curve of loss 1 of 2 (the first backpropagated in a step)")
+    assert moved.status == INCONCLUSIVE, moved.reasons
+    assert moved.reasons[0].startswith("loss 1 of 2 (the first backpropagated in a step): its AMP curve is")
+
+    # Several losses whose sum falls (a two-loss model, micro-batches): judged on the sum, as before, and said so.
+    falling = [_record(parts=[[a, b] for a, b in zip(_curve(seed), _curve(seed, rate=0.03))]) for seed in range(3)]
+    summed = _judged(falling, [_record(parts=r.loss_parts) for r in falling])
+    assert summed.status == EQUIVALENT
+    assert summed.judgement.judged_on == "the sum of the 2 losses backpropagated in each training step"
 
     # One loss per step: which one is judged is said where it matters (fp32 did not learn).
     flat = [_record([1.0 + 0.001 * math.sin(step + seed) for step in range(60)]) for seed in range(3)]
