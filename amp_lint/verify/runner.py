@@ -348,8 +348,8 @@ class _ScriptVerifier:
         if ended.timed_out:
             self.timed_out = True
             seen = f"; {reached[0]} training step(s) reported" if reached[0] else ", before its first training step"
-            lost = {"type": "timed out", "message": f"stopped after {self.timeout:g} s (--timeout){seen}"}
-            return [], _crash_text(f"the {phase} run", lost, output_tail)
+            headline = f"the {phase} run timed out: stopped after {self.timeout:g} s (--timeout){seen}"
+            return [], "\n".join([headline, *(f"  {line}" for line in output_tail)])
         if not out.exists():
             # The bootstrap writes its result at the end: a run that left without it (os._exit, a signal) may
             # have trained any number of steps.
