@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 
-from tests.test_server import applied, diagnostics, e2e, open_file, pytest_lsp, session
+from tests.test_server import applied, diagnostics, e2e, edits_by_uri, open_file, pytest_lsp, session
 from tests.test_multi_file_fixes import ENGINE, MAIN
 
 if pytest_lsp is not None:
@@ -40,7 +40,7 @@ async def test_a_fix_that_changes_two_files_is_one_workspace_edit_or_none(tmp_pa
         found = [d for d in found if d.code == "AMP100"]
         fixes = await _conversion(client, uri, found)
         assert len(fixes) == 1, [a.title for a in fixes]
-        changes = fixes[0].edit.changes
+        changes = edits_by_uri(fixes[0].edit)
         main_uri = (package / "main.py").as_uri()
         assert set(changes) == {uri, main_uri}
         assert "scaler.scale(loss).backward()" in applied(engine_text, changes[uri])

@@ -269,6 +269,13 @@ async def actions(client, uri, found, only=None):
     return result or []
 
 
+def edits_by_uri(edit) -> dict:
+    """A WorkspaceEdit's text edits per document, whether sent as `changes` or as versioned `documentChanges`."""
+    if edit.document_changes:
+        return {change.text_document.uri: change.edits for change in edit.document_changes}
+    return dict(edit.changes)
+
+
 def applied(text: str, edits) -> str:
     """`text` with LSP text edits applied (UTF-16 columns, as the client negotiated by default)."""
     lines = text.splitlines(keepends=True)
@@ -413,11 +420,11 @@ async def test_quick_fix_noqa_and_fix_all(shared):
     titles = [a.title for a in offered]
     quick = next(a for a in offered if a.kind == types.CodeActionKind.QuickFix and "noqa" not in a.title)
     assert "(unsafe)" not in quick.title and quick.is_preferred
-    assert applied(DEPRECATED_SCALER, quick.edit.changes[uri]) == 'import torch\nscaler = torch.amp.GradScaler("cuda", enabled=use_amp)\n'
+    assert applied(DEPRECATED_SCALER, edits_by_uri(quick.edit)[uri]) == 'import torch\nscaler = torch.amp.GradScaler("cuda", enabled=use_amp)\n'
     noqa = next(a for a in offered if "noqa" in a.title)
-    assert applied(DEPRECATED_SCALER, noqa.edit.changes[uri]) == "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=use_amp)  # noqa: AMP072\n"
+    assert applied(DEPRECATED_SCALER, edits_by_uri(noqa.edit)[uri]) == "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=use_amp)  # noqa: AMP072\n"
     fix_all = next(a for a in offered if a.kind == "source.fixAll.amp-lint")
-    assert applied(DEPRECATED_SCALER, fix_all.edit.changes[uri]) == 'import torch\nscaler = torch.amp.GradScaler("cuda", enabled=use_amp)\n'
+    assert applied(DEPRECATED_SCALER, edits_by_uri(fix_all.edit)[uri]) == 'import torch\nscaler = torch.amp.GradScaler("cuda", enabled=use_amp)\n'
     assert len(titles) == 3
     # Asked for `source.fixAll` only (VS Code's editor.codeActionsOnSave): just that one.
     only = await actions(client, uri, found, only=[types.CodeActionKind.SourceFixAll])
@@ -442,9 +449,9 @@ async def test_noqa_is_merged_into_an_existing_comment(shared):
     uri = open_file(client, tmp_path / "train4.py", text)
     found = await diagnostics(client, uri)
     noqa = next(a for a in await actions(client, uri, found) if "noqa" in a.title)
-    assert applied(text, noqa.edit.changes[uri]) == "import torch\nscaler = torch.cuda.amp.GradScaler()  # noqa: E501, AMP072\n"
+    assert applied(text, edits_by_uri(noqa.edit)[uri]) == "import torch\nscaler = torch.cuda.amp.GradScaler()  # noqa: E501, AMP072\n"
     # Applied, the finding is gone.
-    change(client, uri, 2, text=applied(text, noqa.edit.changes[uri]))
+    change(client, uri, 2, text=applied(text, edits_by_uri(noqa.edit)[uri]))
     client.diagnostics.pop(uri)
     await no_diagnostics(client, uri)
 
@@ -464,7 +471,7 @@ async def test_unsafe_fixes_only_when_allowed_and_labelled(shared, tmp_path):
         fixes = [a for a in offered if "noqa" not in a.title]
         assert fixes and all(a.title.endswith("(unsafe)") and not a.is_preferred for a in fixes)
         assert all(a.kind == types.CodeActionKind.QuickFix for a in fixes)  # fix-all stays safe-only
-        fixed = applied(CUSTOM_FWD, fixes[0].edit.changes[uri])
+        fixed = applied(CUSTOM_FWD, edits_by_uri(fixes[0].edit)[uri])
         assert 'custom_fwd(device_type="cuda")' in fixed or 'custom_bwd(device_type="cuda")' in fixed
 
 
@@ -476,7 +483,7 @@ async def test_fix_all_applies_every_safe_fix_in_the_file(shared):
     found = await diagnostics(client, uri)
     assert set(codes(found)) >= {"AMP011", "AMP072"}
     [fix_all] = await actions(client, uri, found, only=["source.fixAll.amp-lint"])
-    fixed = applied(text, fix_all.edit.changes[uri])
+    fixed = applied(text, edits_by_uri(fix_all.edit)[uri])
     assert "scaler.scale(loss).backward()" in fixed and 'torch.amp.GradScaler("cuda")' in fixed
     change(client, uri, 2, text=fixed)
     client.diagnostics.pop(uri)
@@ -604,10 +611,10 @@ async def test_notebook_cells_get_cell_relative_diagnostics_and_fixes(shared):
     assert cell_uris[0] in client.diagnostics and not client.diagnostics[cell_uris[0]]
     offered = await actions(client, cell_uris[2], [found])
     quick = next(a for a in offered if a.kind == types.CodeActionKind.QuickFix and "noqa" not in a.title)
-    assert list(quick.edit.changes) == [cell_uris[2]]
-    assert applied(cells[2][2], quick.edit.changes[cell_uris[2]]) == 'x = 1\nscaler = torch.amp.GradScaler("cuda")'
+    assert list(edits_by_uri(quick.edit)) == [cell_uris[2]]
+    assert applied(cells[2][2], edits_by_uri(quick.edit)[cell_uris[2]]) == 'x = 1\nscaler = torch.amp.GradScaler("cuda")'
     noqa = next(a for a in offered if "noqa" in a.title)
-    assert applied(cells[2][2], noqa.edit.changes[cell_uris[2]]).endswith("GradScaler()  # noqa: AMP072")
+    assert applied(cells[2][2], edits_by_uri(noqa.edit)[cell_uris[2]]).endswith("GradScaler()  # noqa: AMP072")
     # Editing the cell (notebook change): the diagnostics follow.
     client.diagnostics.pop(cell_uris[2])
     client.notebook_document_did_change(

@@ -40,6 +40,11 @@ class GuardReport:
             raise ValueError(f"unknown guard mode {mode!r}: use {', '.join(MODES)}")
         self.mode = mode
         self._violations: dict[tuple[str, Site], Violation] = {}
+        self.complete = True
+        """False while the run it reports on goes on (:meth:`write_as_it_goes`), until its end is written."""
+        self.ending: str | None = None
+        """How the run ended when that is worth saying (``os._exit(0)``: the script skipped its normal end)."""
+        self._live_path: str | Path | None = None
 
     @property
     def violations(self) -> list[Violation]:
@@ -54,6 +59,8 @@ class GuardReport:
             message = breach.message.format_map(_Names(names))
             filename, line = site if site is not None else (None, None)
             violation = self._violations[key] = Violation(breach.rule, message, filename, line)
+            if self._live_path is not None:
+                self.write(self._live_path)
             if self.mode == WARN:
                 warnings.warn_explicit(
                     f"{breach.rule} {message}", AmpGuardWarning, filename or "<unknown>", line or 0, module="amp_lint.guard"
@@ -62,16 +69,33 @@ class GuardReport:
             raise AmpProtocolError(violation)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "violations": [violation.to_dict() for violation in self.violations]}
+        data: dict[str, Any] = {"mode": self.mode, "complete": self.complete}
+        if self.ending:
+            data["ending"] = self.ending
+        data["violations"] = [violation.to_dict() for violation in self.violations]
+        return data
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
+    def write_as_it_goes(self, path: str | Path) -> None:
+        """Write the report now, marked ``"complete": false``, and again at each new breach, until :meth:`finish`:
+        a run killed before its end (SIGKILL, the machine's OOM killer) leaves a report that says so."""
+        self.complete, self._live_path = False, path
+        self.write(path)
+
+    def finish(self, path: str | Path | None, ending: str | None = None) -> None:
+        """The run is over: write the complete report (to ``path``, if any)."""
+        self.complete, self._live_path, self.ending = True, None, ending or self.ending
+        if path is not None:
+            self.write(path)
+
     def summary(self) -> str:
         """One line per breach, for the end of a run."""
+        ended = f" (the script ended with {self.ending}, skipping its normal end)" if self.ending else ""
         if not self._violations:
-            return "amp_lint.guard: no breach of the AMP protocol seen"
-        lines = [f"amp_lint.guard: {len(self._violations)} breach(es) of the AMP protocol:"]
+            return f"amp_lint.guard: no breach of the AMP protocol seen{ended}"
+        lines = [f"amp_lint.guard: {len(self._violations)} breach(es) of the AMP protocol{ended}:"]
         lines += [f"  {violation}" + (f" ({violation.count}x)" if violation.count > 1 else "") for violation in self.violations]
         return "\n".join(lines)
 

@@ -36,6 +36,7 @@ class CodeActions:
             return None
         units = self.workspace.position_codec.client_num_units
         lsp_changes: Dict[str, List[types.TextEdit]] = {}
+        versions = {uri: view.version_of(uri) for uri in changes}
         for uri, edits in changes.items():
             text = view.text_of(uri)
             lines = split_lines(text)
@@ -51,7 +52,27 @@ class CodeActions:
             ]
         if not any(lsp_changes.values()):
             return None
-        return types.WorkspaceEdit(changes=lsp_changes)
+        return self._workspace_edit(lsp_changes, versions)
+
+    def _workspace_edit(self, changes: Dict[str, List[types.TextEdit]], versions: Dict[str, object]) -> types.WorkspaceEdit:
+        """Versioned `documentChanges` when the client takes them: an edit made for version N of a document is then
+        refused by the client once the document has moved on (a quick fix applied after more typing), instead of
+        landing at stale offsets; plain `changes` otherwise."""
+        workspace = getattr(self.client_capabilities, "workspace", None)
+        workspace_edit = getattr(workspace, "workspace_edit", None)
+        if not getattr(workspace_edit, "document_changes", False):
+            return types.WorkspaceEdit(changes=changes)
+        return types.WorkspaceEdit(
+            document_changes=[
+                types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(
+                        uri=uri, version=versions.get(uri) if isinstance(versions.get(uri), int) else None
+                    ),
+                    edits=list(edits),
+                )
+                for uri, edits in changes.items()
+            ]
+        )
 
 
     async def fixes_of(self, checked: Checked) -> Dict[tuple, FixSummary]:
@@ -130,6 +151,10 @@ class CodeActions:
 
         units = self.workspace.position_codec.client_num_units
         changes = dict(edit.changes or {})
+        versions: Dict[str, object] = {}
+        for document_edit in edit.document_changes or ():
+            changes[document_edit.text_document.uri] = list(document_edit.edits)
+            versions[document_edit.text_document.uri] = document_edit.text_document.version
         for path, file_edits in files:
             uri = Path(path).as_uri()
             try:
@@ -141,6 +166,7 @@ class CodeActions:
                 return None
             if self.settings.for_path(path).excluded:  # excluded by the project's configuration: never edited
                 return None
+            versions[uri] = document.version if document is not None else None  # None: the file on disk
             lines = split_lines(text)
             changes[uri] = [
                 types.TextEdit(
@@ -152,7 +178,7 @@ class CodeActions:
                 )
                 for e in file_edits
             ]
-        return types.WorkspaceEdit(changes=changes)
+        return self._workspace_edit(changes, versions)
 
     def _noqa_edit(self, view: DocumentView, finding: Diagnostic) -> Optional[types.WorkspaceEdit]:
         from amp_lint.fixes.noqa import _edit_lines as add_noqa_to_lines

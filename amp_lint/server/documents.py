@@ -30,6 +30,7 @@ class Cell:
     uri: str
     text: str
     is_python_code: bool
+    version: object = None  # the cell document's version, which an edit of it names
 
 
 class DocumentView:
@@ -55,6 +56,10 @@ class DocumentView:
     def text_of(self, uri: str) -> str:
         raise NotImplementedError
 
+    def version_of(self, uri: str) -> object:
+        """The version of the document `uri` this view was made from (what an edit of it must apply to)."""
+        raise NotImplementedError
+
     def message_of(self, finding) -> str:
         """The finding's message as the editor shows it (a notebook's names lines by cell)."""
         return finding.message
@@ -73,6 +78,9 @@ class TextView(DocumentView):
 
     def text_of(self, uri: str) -> str:
         return self.program
+
+    def version_of(self, uri: str) -> object:
+        return self.version
 
     def place(self, location: Location, units: Units) -> Place:
         if self._lines is None:
@@ -109,6 +117,9 @@ class NotebookView(DocumentView):
 
     def text_of(self, uri: str) -> str:
         return next(cell.text for cell in self.cells if cell.uri == uri)
+
+    def version_of(self, uri: str) -> object:
+        return next(cell.version for cell in self.cells if cell.uri == uri)
 
     def place(self, location: Location, units: Units) -> Place:
         number, row, column = self.notebook.locate(location.row, location.column)

@@ -26,10 +26,11 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from amp_lint import __version__
-from amp_lint.diagnostics import Diagnostic, FileError, FixSummary, Severity
+from amp_lint.diagnostics import Diagnostic, FileError, FixSummary, Location, Severity
 from amp_lint.server import hover as rule_help
 from amp_lint.server.actions import FIX_ALL, CodeActions
 from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView
+from amp_lint.server.first_look import first_look, python_syntax_error
 from amp_lint.server.memory import release_memory, settle_step, warm_up
 from amp_lint.server.protocol import AmpLintProtocol, watch_parent
 from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
@@ -95,6 +96,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.unit_checkers: Dict[object, object] = {}  # CheckConfig -> engine.units.UnitChecker
         self.to_settle: Dict[str, object] = {}  # document key -> the UnitChecker with a verification pending
         self.settling: Dict[str, asyncio.Task] = {}
+        self.engine_loaded = False  # the engine, rules and LibCST: imported by the warm-up or a first check
 
     # --- logging ------------------------------------------------------------------------------------
 
@@ -117,7 +119,7 @@ class AmpLintServer(CodeActions, LanguageServer):
                 text = document.source if document is not None else ""
                 language = document.language_id if document is not None else None
                 is_code = cell.kind == types.NotebookCellKind.Code and language in (None, "python")
-                cells.append(Cell(cell.document, text, is_code))
+                cells.append(Cell(cell.document, text, is_code, document.version if document is not None else None))
             return NotebookView(key, self.path_of(key), cells, notebook.version)
         document = self.workspace.text_documents.get(unquote(key))
         if document is None or not _is_python(document.uri, document.language_id):
@@ -169,6 +171,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         view = self.view_of(key)
         if view is None:
             return None
+        if not self.engine_loaded and key not in self.results and isinstance(view, TextView):
+            await self._first_look(key, view)
         self.checking += 1
         try:
             checked, messages = await self.in_check_thread(self._check, view)
@@ -177,6 +181,7 @@ class AmpLintServer(CodeActions, LanguageServer):
             return None
         finally:
             self.checking -= 1
+        self.engine_loaded = True
         current = self.view_of(key)
         if current is None or current.version != view.version:
             return None  # edited (or closed) meanwhile: a newer check is on its way
@@ -203,6 +208,18 @@ class AmpLintServer(CodeActions, LanguageServer):
             self.log(f"amp-lint: verifying the groups of {key} failed: {type(error).__name__}: {error}", types.MessageType.Error)
         finally:
             self.settling.pop(key, None)
+
+    async def _first_look(self, key: str, view: TextView) -> None:
+        """Before the engine is loaded: publish at once what needs none (`first_look`); the full check follows."""
+        try:
+            errors = await asyncio.get_running_loop().run_in_executor(None, first_look, view, self.settings.for_path)
+        except Exception as error:  # the full check will tell
+            self.log(f"amp-lint: a first look at {view.path} failed: {type(error).__name__}: {error}")
+            return
+        current = self.view_of(key)
+        if errors is not None and current is not None and current.version == view.version and key not in self.results:
+            diagnostics = [(self._error_diagnostic(view, e, self.workspace.position_codec.client_num_units)[1], None) for e in errors]
+            self.publish(key, Checked(view, [], {view.key: diagnostics}))
 
     def _check(self, view: DocumentView) -> Tuple[Checked, list]:
         """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""
@@ -266,6 +283,11 @@ class AmpLintServer(CodeActions, LanguageServer):
     def warm_up(self) -> None:
         """In the check thread, after `initialize` is answered: import the engine, the rules and LibCST."""
         warm_up()
+        self.engine_loaded = True
+
+    async def warm_up_after_the_first_checks(self) -> None:
+        await asyncio.sleep(0.2)  # the documents opened right after `initialized` are checked first
+        await self.in_check_thread(self.warm_up)
 
     def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
         uri, line, character = view.place(finding.location, units)
@@ -302,10 +324,14 @@ class AmpLintServer(CodeActions, LanguageServer):
 
     def _error_diagnostic(self, view: DocumentView, error: FileError, units) -> Tuple[str, types.Diagnostic]:
         """A syntax error (or another located file error) as an error diagnostic without a code."""
-        uri, line, character = view.place(error.location, units)
         message = error.message.split(": ", 1)[1] if error.message.startswith("cell ") else error.message
+        python = python_syntax_error(view.program) if "syntax error" in message else None
+        start, end = (python[1], python[2]) if python else (error.location, Location(error.location.row, error.location.column + 1))
+        message = python[0] if python else message  # Python's own words and place, inside the document
+        (uri, line, character), (end_uri, end_line, end_character) = view.place(start, units), view.place(end, units)
+        end_line, end_character = (end_line, end_character) if end_uri == uri else (line, character + 1)
         return uri, types.Diagnostic(
-            range=types.Range(types.Position(line, character), types.Position(line, character + 1)),
+            range=types.Range(types.Position(line, character), types.Position(end_line, end_character)),
             message=message,
             severity=types.DiagnosticSeverity.Error,
             source=SOURCE,
@@ -374,8 +400,6 @@ class AmpLintServer(CodeActions, LanguageServer):
         return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
 
 
-
-
 def _is_python(uri: str, language_id: Optional[str]) -> bool:
     """A Python document: said so by the client, or named so (a client without filetype detection
     sends an empty language id)."""
@@ -407,7 +431,7 @@ def create_server() -> AmpLintServer:
     @server.feature(types.INITIALIZED)
     async def initialized(ls: AmpLintServer, params: types.InitializedParams) -> None:
         # `initialize` was answered before any rule or LibCST was imported: load them now, off the loop.
-        ls.warming = asyncio.ensure_future(ls.in_check_thread(ls.warm_up))
+        ls.warming = asyncio.ensure_future(ls.warm_up_after_the_first_checks())
         for problem in ls.option_problems:
             ls.show(f"amp-lint: {problem}")
         workspace = ls.client_capabilities.workspace

@@ -3,7 +3,9 @@
 - Framing (`read_messages`): a header block whose `Content-Length` is missing, not a number, negative or
   too large is skipped and the reader finds the next `Content-Length:` in the stream; a body that does not
   decode (a length too small) is logged and dropped; a length too large is noticed when the next header
-  shows up inside the body. One bad message never silences the server (pygls waits forever instead).
+  shows up inside the body. One bad message never silences the server (pygls waits forever instead). A request
+  whose params do not validate (`hover` with `{}`) is answered with InvalidParams (-32602), as JSON-RPC asks:
+  a client that waits for the answer must not hang.
 - Lifecycle (`AmpLintProtocol.handle_message`): a request before `initialize` gets ServerNotInitialized
   (-32002), a request after `shutdown` gets InvalidRequest (-32600), both without a traceback; other
   notifications before `initialize` are dropped.
@@ -34,6 +36,7 @@ _CONTENT_LENGTH = re.compile(rb"Content-Length[ \t]*:[ \t]*([^\r\n]*)", re.IGNOR
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 SERVER_NOT_INITIALIZED = -32002
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 
 
 class AmpLintProtocol(LanguageServerProtocol):
@@ -177,12 +180,33 @@ def _dispatch(body: bytes, protocol) -> None:
     try:
         message = json.loads(body, object_hook=protocol.structure_message)
     except Exception as error:
+        request = _request_of(body)
+        if request is not None:  # JSON-RPC: a request is answered, whatever its params hold
+            msg_id, method = request
+            text = f"{method}: invalid params ({type(error).__name__})"
+            logger.warning("%s", text)
+            protocol._refuse(msg_id, INVALID_PARAMS, text)
+            return
         logger.warning("undecodable message skipped (%s): %r", type(error).__name__, body[:200])
         return
     try:
         protocol.handle_message(message)
     except Exception:
         logger.exception("unable to handle a message")
+
+
+def _request_of(body: bytes):
+    """(id, method) of a body that is a JSON-RPC request, though one whose params do not validate; else None."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    msg_id = message.get("id")
+    if isinstance(msg_id, bool) or not isinstance(msg_id, (int, str)):
+        return None  # a notification (no id) gets no answer
+    return msg_id, message["method"]
 
 
 def serve(server, stdin, stdout, replay: bytes = b"") -> None:

@@ -80,6 +80,9 @@ class RunRecord:
     """``"ok"`` or ``"crashed"``."""
     losses: list[float | None] = field(default_factory=list)
     """The loss of each training step; ``None`` where it was not finite (JSON has no NaN) or none was recorded."""
+    loss_parts: list[list[float | None]] = field(default_factory=list)
+    """Each loss backpropagated in each training step, in order (a GAN step: the discriminator's, the generator's);
+    ``losses`` holds their sums. ``None`` where a loss was not finite."""
     skipped_steps: list[int] = field(default_factory=list)
     """0-based indices of the training steps the GradScaler skipped."""
     optimizer_steps: int = 0
@@ -223,9 +226,11 @@ class TrainingRecorder:
         if error is not None:
             record.status, record.error = "crashed", error
         try:
-            record.losses = [_summed_loss(losses) for losses in self._step_losses]
+            values = [[float(loss) for loss in losses] for losses in self._step_losses]
+            record.losses = [_summed_loss(step) for step in values]
+            record.loss_parts = [[value if math.isfinite(value) else None for value in step] for step in values]
         except RuntimeError as exc:  # the device itself failed (e.g. a CUDA error): no loss can be read back
-            record.losses = [None] * len(self._step_losses)
+            record.losses, record.loss_parts = [None] * len(self._step_losses), []
             record.status, record.error = "crashed", record.error or describe_exception(exc)
         measured = len(self._step_times) - self._warmup
         if measured > 0:
@@ -371,9 +376,9 @@ def _parameter_device(optimizer: Any) -> str | None:
     return None
 
 
-def _summed_loss(losses: list[Any]) -> float | None:
+def _summed_loss(losses: list[float]) -> float | None:
     """One training step's loss: the sum of its backpropagated losses; None when not finite or none was seen."""
-    total = sum(float(loss) for loss in losses)
+    total = sum(losses)
     return total if losses and math.isfinite(total) else None
 
 

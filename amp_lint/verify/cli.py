@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from amp_lint.verify.child import DEFAULT_TIMEOUT
+
 TORCH_MISSING = (
     "amp-lint verify needs PyTorch: for the CPU-only build (about 200 MB) run "
     "`pip install torch --index-url https://download.pytorch.org/whl/cpu`; "
@@ -78,7 +80,16 @@ class _CommandWithScriptArgs(click.Command):
     default=3.0,
     show_default=True,
     help="The band: how many times the seed-to-seed error of the paired (same seed) AMP - fp32 differences the mean "
-    "gap may reach (at least 1% of the loss).",
+    "gap may reach; the noise is at least the AMP dtype's rounding of the loss (2^-11 for float16, 2^-8 for "
+    "bfloat16), so the band is at least 0.15% (float16) or 1.2% (bfloat16) of the loss at the default 3.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds one run (one side of a script, every seed) may take; a run past it is stopped, with every process "
+    "it started, and the script is 'not run: timed out'. 0: no limit.",
 )
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
@@ -86,7 +97,8 @@ class _CommandWithScriptArgs(click.Command):
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("amp-lint-verify"),
     show_default=True,
-    help="Folder for each script's per-step losses (losses.csv) and plot (losses.png, needs matplotlib).",
+    help="Folder for each script's per-step losses (losses.csv) and plot (losses.png, needs matplotlib). The "
+    "default folder holds a .gitignore of '*', so that git does not see it.",
 )
 @click.option("--no-files", is_flag=True, help="Write no CSV or plot.")
 @click.option(
@@ -107,6 +119,7 @@ def verify(
     seeds: int,
     first_seed: int,
     tolerance: float,
+    timeout: float,
     output_format: str,
     output_dir: Path,
     no_files: bool,
@@ -123,19 +136,24 @@ def verify(
     script imports converted too), or --amp-script, and runs under the runtime guard (amp_lint.guard), whose
     findings explain a failure. After the warm-up, seed i's smoothed AMP curve is compared with seed i's fp32
     curve; the table shows the mean gap, the allowed band, how much fp32 fell, the steps the GradScaler skipped,
-    the step where the curves part and AMP's speed-up. Arguments after -- are passed to every script. Progress
+    the step where the curves part (for a script that is not equivalent) and AMP's speed-up. With several losses per
+    step (a GAN's pair), each loss is compared with its fp32 twin, and the report says which loss was judged. Arguments after -- are passed to every script. Progress
     goes to stderr: every tenth of each seed's steps on a terminal, one line per phase otherwise.
 
     Exit status: 0 equivalent, 1 not equivalent (the curves disagree beyond the noise, or AMP crashed), 3
-    inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed
-    before a step, or AMP did not really run); with several scripts, the first of 1, 4, 3, 0 that occurs. 2: a usage
+    inconclusive (too few steps, or fp32 itself did not learn), 4 not run (refused, converted nothing, crashed before a step, timed out, or AMP did not
+    really run); with several scripts, the first of 1, 4, 3, 0 that occurs. 2: a usage
     error, or the tool could not run.
     """
     if importlib.util.find_spec("torch") is None:
         click.echo(TORCH_MISSING, err=True)
         ctx.exit(2)
 
+    from amp_lint.verify.reporting import ignored_by_git
     from amp_lint.verify.runner import VerifyError, format_text, verify_scripts
+
+    if not no_files and ctx.get_parameter_source("output_dir") is click.core.ParameterSource.DEFAULT:
+        ignored_by_git(output_dir)
 
     try:
         report = verify_scripts(
@@ -149,6 +167,7 @@ def verify(
             seeds=seeds,
             first_seed=first_seed,
             tolerance=tolerance,
+            timeout=timeout or None,
             script_args=ctx.meta.get(_SCRIPT_ARGS, ()),
             progress=lambda message: click.echo(message, err=True),
             progress_steps=_is_terminal(sys.stderr),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,16 +109,112 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
         reasons.append(f"the AMP loss is non-finite in {max(nonfinite)} of {length} steps (one seed)")
         return
     window = max(1, compared // 10)
-    fp32_curves = [_smooth(_filled(record.losses[:length]), warmup, window) for record in fp32]
-    amp_curves = [_smooth(_filled(record.losses[:length]), warmup, window) for record in amp]
-    if any(curve is None for curve in fp32_curves):
-        result.status = INCONCLUSIVE
-        reasons.append("the fp32 run's own loss is not finite: nothing to compare with")
+    parts = _losses_per_step(result.fp32 + result.amp, length)
+    judged_on = (
+        f"the sum of the {parts} losses backpropagated in each training step" if parts and parts > 1
+        else "the loss backpropagated in each training step"
+    )  # fmt: skip
+    total = _compare([record.losses for record in fp32], [record.losses for record in amp], amp,
+                     warmup=warmup, length=length, window=window, tolerance=tolerance, floor=ROUNDING[dtype])  # fmt: skip
+    if total is None:
+        fp32_broken = any(_smooth(_filled(record.losses[:length]), warmup, window) is None for record in fp32)
+        result.status = INCONCLUSIVE if fp32_broken else NOT_EQUIVALENT
+        reasons.append(
+            "the fp32 run's own loss is not finite: nothing to compare with" if fp32_broken
+            else "the AMP run's loss is not finite"
+        )  # fmt: skip
         return
-    if any(curve is None for curve in amp_curves):
+    start, end = total.fp32_mean[0], total.fp32_mean[-1]
+    result.judgement = Judgement(
+        compared_steps=compared,
+        smoothing=window,
+        gap=total.mean_gap / total.scale,
+        spread=statistics.fmean(total.spread) / total.scale,
+        allowed=total.allowed / total.scale,
+        largest_gap=abs(total.gap[total.largest]) / total.scale,
+        largest_gap_step=total.steps[total.largest],
+        parted_at=total.steps[total.parted] if total.parted is not None else None,
+        fp32_drop=(start - end) / abs(start) if start else 0.0,
+        paired_spread=statistics.fmean(total.paired_sd) / total.scale,
+        chaos=statistics.fmean(total.chaos),
+        skipped_steps=[len(record.skipped_steps) for record in result.amp],
+        judged_on=judged_on,
+    )
+    result.curves = JudgedCurves(total.steps, total.fp32_mean, total.amp_mean, total.band)
+    if total.mean_gap > total.allowed:
         result.status = NOT_EQUIVALENT
-        reasons.append("the AMP run's loss is not finite")
+        reasons.append(_beyond_the_band("the AMP curve", total, tolerance, dtype))
         return
+    learn_noise = [max(total.spread[t] * math.sqrt(2 / len(fp32)), LEARN_FLOOR * abs(total.fp32_mean[t]))
+                   for t in range(len(total.steps))]  # fmt: skip
+    edge = max(1, len(total.steps) // 10)
+    if start - end > 2 * statistics.fmean(learn_noise[:edge] + learn_noise[-edge:]):
+        result.status = EQUIVALENT
+        return
+    if parts and parts > 1:
+        # Several losses per step whose sum did not fall: an adversarial pair (a GAN's losses chase each other,
+        # their sum need not fall). Each loss's trajectory is judged against its fp32 twin instead. The sum is
+        # within its band, so a loss beyond its own band is not conclusive (a GAN's discriminator drifts).
+        result.judgement.judged_on = (
+            f"each of the {parts} losses backpropagated in each training step, against its fp32 twin (their sum "
+            "did not fall: an adversarial pair)"
+        )
+        for index in range(parts):
+            twin = _compare([_part(record, index) for record in fp32], [_part(record, index) for record in amp], amp,
+                            warmup=warmup, length=length, window=window, tolerance=tolerance, floor=ROUNDING[dtype])  # fmt: skip
+            name = f"loss {index + 1} of {parts} (the {_ordinal(index + 1)} backpropagated in a step)"
+            if twin is None or twin.mean_gap > twin.allowed:
+                result.status = INCONCLUSIVE
+                apart = _beyond_the_band("its AMP curve", twin, tolerance, dtype) if twin else "not finite"
+                reasons.append(f"{name}: {apart}, while the sum of the losses is within its band: not conclusive")
+                return
+        result.status = EQUIVALENT
+        return
+    result.status = INCONCLUSIVE
+    reasons.append(
+        f"fp32 itself did not learn: its loss ({judged_on}) went from {start:.4g} to {end:.4g} after the "
+        "warm-up, within its own noise; agreeing curves that do not fall say nothing (train longer: --steps)"
+    )
+
+
+@dataclass
+class _Comparison:
+    """One loss's smoothed curves, seed-mean, and the paired gap against its band, at each compared point."""
+
+    steps: list[int]
+    fp32_mean: list[float]
+    amp_mean: list[float]
+    gap: list[float]
+    noise: list[float]
+    lag: list[float]
+    spread: list[float]
+    paired_sd: list[float]
+    chaos: list[float]
+    band: list[float]
+    mean_gap: float
+    allowed: float
+    scale: float
+    largest: int
+    parted: int | None
+
+
+def _compare(
+    fp32_losses: Sequence[Sequence[float | None]],
+    amp_losses: Sequence[Sequence[float | None]],
+    amp: Sequence[RunRecord],
+    *,
+    warmup: int,
+    length: int,
+    window: int,
+    tolerance: float,
+    floor: float,
+) -> _Comparison | None:
+    """The paired comparison of :func:`judge` for one loss series per run (seed i's AMP series against seed i's fp32
+    series); None when a smoothed curve has a missing value."""
+    fp32_curves = [_smooth(_filled(losses[:length]), warmup, window) for losses in fp32_losses]
+    amp_curves = [_smooth(_filled(losses[:length]), warmup, window) for losses in amp_losses]
+    if any(curve is None for curve in fp32_curves + amp_curves):
+        return None
     points = len(fp32_curves[0])
     seeds = len(fp32_curves)
     steps = list(range(warmup + window - 1, warmup + window - 1 + points))  # the step each smoothed point ends at
@@ -131,7 +228,6 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     # far apart as two different seeds). Only that part of the paired differences' spread is drift that a right
     # conversion may show; a wrong one keeps the pairs together and moves them all one way.
     chaos = [min(1.0, paired_sd[t] / (math.sqrt(2) * spread[t])) if spread[t] > 0 else 1.0 for t in range(points)]
-    floor = ROUNDING[dtype]
     # Jitter: how much each pair's difference moves from one step to the next (raw losses, after the warm-up). Once
     # a right conversion's weights have drifted from fp32's by rounding, each batch meets the two models a little
     # differently, and the paired difference jitters by that much, of either sign, from step to step; averaged over
@@ -139,7 +235,7 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     # no measure of it when the batch losses themselves differ widely between seeds: the chaos weight then calls
     # drifted pairs "together", and a real conversion fails on rounding; a wrong one that moves every step the same
     # way has a smooth paired difference and keeps a small jitter.)
-    jitter = statistics.fmean(_jitter(f, a, warmup, length) for f, a in zip(fp32, amp)) / math.sqrt(window * seeds)
+    jitter = statistics.fmean(_jitter(f, a, warmup, length) for f, a in zip(fp32_losses, amp_losses)) / math.sqrt(window * seeds)
     noise = [max(paired_sd[t] / math.sqrt(seeds) * chaos[t], floor * abs(fp32_mean[t]), jitter) for t in range(points)]
     # A step the GradScaler skipped applied no update, so that AMP run lags its fp32 run by the steps skipped so
     # far: the band also admits what fp32's own curve moves in that many steps (a GAN that skips 3 steps while its
@@ -147,51 +243,53 @@ def judge(result: ScriptResult, *, warmup: int, tolerance: float, dtype: str, ow
     # The lag is read on fp32's whole smoothed curve, warm-up included: at the first compared points a run that
     # skipped k steps is where fp32 was k steps before, in the warm-up, which the compared curve does not hold
     # (read there, the first k points had no room at all).
-    whole = [_smooth(_filled(record.losses[:length]), 0, window) for record in fp32]
+    whole = [_smooth(_filled(losses[:length]), 0, window) for losses in fp32_losses]
     lag = [statistics.fmean(_lagged(curve, record, t, steps[t]) if full is None else _lagged(full, record, warmup + t, steps[t])
                             for full, curve, record in zip(whole, fp32_curves, amp))
            for t in range(points)]  # fmt: skip
-    scale = statistics.fmean(abs(value) for value in fp32_mean) or 1.0
-    mean_gap = statistics.fmean(abs(value) for value in gap)
-    allowed = tolerance * statistics.fmean(noise) + statistics.fmean(lag)
-    largest = max(range(points), key=lambda t: abs(gap[t]))
-    parted = next((t for t in range(points) if abs(gap[t]) > tolerance * noise[t] + lag[t]), None)
-    start, end = fp32_mean[0], fp32_mean[-1]
-    result.judgement = Judgement(
-        compared_steps=compared,
-        smoothing=window,
-        gap=mean_gap / scale,
-        spread=statistics.fmean(spread) / scale,
-        allowed=allowed / scale,
-        largest_gap=abs(gap[largest]) / scale,
-        largest_gap_step=steps[largest],
-        parted_at=steps[parted] if parted is not None else None,
-        fp32_drop=(start - end) / abs(start) if start else 0.0,
-        paired_spread=statistics.fmean(paired_sd) / scale,
-        chaos=statistics.fmean(chaos),
-        skipped_steps=[len(record.skipped_steps) for record in result.amp],
+    band = [tolerance * noise[t] + lag[t] for t in range(points)]
+    return _Comparison(
+        steps=steps,
+        fp32_mean=fp32_mean,
+        amp_mean=amp_mean,
+        gap=gap,
+        noise=noise,
+        lag=lag,
+        spread=spread,
+        paired_sd=paired_sd,
+        chaos=chaos,
+        band=band,
+        mean_gap=statistics.fmean(abs(value) for value in gap),
+        allowed=tolerance * statistics.fmean(noise) + statistics.fmean(lag),
+        scale=statistics.fmean(abs(value) for value in fp32_mean) or 1.0,
+        largest=max(range(points), key=lambda t: abs(gap[t])),
+        parted=next((t for t in range(points) if abs(gap[t]) > band[t]), None),
     )
-    result.curves = JudgedCurves(steps, fp32_mean, amp_mean, [tolerance * noise[t] + lag[t] for t in range(points)])
-    if mean_gap > allowed:
-        result.status = NOT_EQUIVALENT
-        where = f", the curves part at step {steps[parted]}" if parted is not None else ""
-        direction = "above" if statistics.fmean(gap) > 0 else "below"
-        reasons.append(
-            f"the AMP curve is {mean_gap / scale:.1%} {direction} the fp32 curve of the same seed on average, beyond "
-            f"the allowed band of {allowed / scale:.2%} ({tolerance:g} x the drift of the paired runs, at least "
-            f"{dtype}'s rounding{where})"
-        )
-        return
-    learn_noise = [max(spread[t] * math.sqrt(2 / seeds), LEARN_FLOOR * abs(fp32_mean[t])) for t in range(points)]
-    edge = max(1, points // 10)
-    if start - end <= 2 * statistics.fmean(learn_noise[:edge] + learn_noise[-edge:]):
-        result.status = INCONCLUSIVE
-        reasons.append(
-            f"fp32 itself did not learn: its loss went from {start:.4g} to {end:.4g} after the warm-up, within its "
-            "own noise; agreeing curves that do not fall say nothing (train longer: --steps)"
-        )
-        return
-    result.status = EQUIVALENT
+
+
+def _beyond_the_band(what: str, compared: _Comparison, tolerance: float, dtype: str) -> str:
+    where = f", the curves part at step {compared.steps[compared.parted]}" if compared.parted is not None else ""
+    direction = "above" if statistics.fmean(compared.gap) > 0 else "below"
+    return (
+        f"{what} is {compared.mean_gap / compared.scale:.1%} {direction} the fp32 curve of the same seed on average, "
+        f"beyond the allowed band of {compared.allowed / compared.scale:.2%} ({tolerance:g} x the drift of the paired "
+        f"runs, at least {dtype}'s rounding{where})"
+    )
+
+
+def _losses_per_step(records: Sequence[RunRecord], length: int) -> int | None:
+    """How many losses every training step of every run backpropagated, when that is one number (else None)."""
+    counts = {len(step) for record in records for step in record.loss_parts[:length]}
+    complete = all(len(record.loss_parts) >= length for record in records)
+    return counts.pop() if complete and len(counts) == 1 else None
+
+
+def _part(record: RunRecord, index: int) -> list[float | None]:
+    return [step[index] for step in record.loss_parts]
+
+
+def _ordinal(number: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(number, f"{number}th")
 
 
 def _paired(fp32: Sequence[RunRecord], amp: Sequence[RunRecord]) -> tuple[list[RunRecord], list[RunRecord]]:
@@ -264,10 +362,10 @@ def _calibration(record: RunRecord) -> int:
     return calibrating
 
 
-def _jitter(fp32: RunRecord, amp: RunRecord, warmup: int, length: int) -> float:
+def _jitter(fp32: Sequence[float | None], amp: Sequence[float | None], warmup: int, length: int) -> float:
     """The step-to-step jitter of one pair's difference (AMP - fp32 loss of the same seed and step), after the
     warm-up: the standard deviation of its first differences over sqrt(2), in loss units (0 with too few steps)."""
-    paired = [a - f for f, a in zip(_filled(fp32.losses[:length])[warmup:], _filled(amp.losses[:length])[warmup:])
+    paired = [a - f for f, a in zip(_filled(fp32[:length])[warmup:], _filled(amp[:length])[warmup:])
               if f is not None and a is not None]  # fmt: skip
     moves = [later - earlier for earlier, later in zip(paired, paired[1:])]
     return statistics.pstdev(moves) / math.sqrt(2) if len(moves) > 1 else 0.0

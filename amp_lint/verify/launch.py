@@ -55,7 +55,7 @@ def run_script(script: str, origin: str, script_args: list[str], modules: dict[s
     sys.path[0] = str(origin_path.parent)
     if modules:
         _install_module_overrides(modules, origin_path.parent)
-    source = Path(script).read_text(encoding="utf-8")
+    source, _ = read_python_source(Path(script))
     _register_source(str(origin_path), source)
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=str(origin_path), __builtins__=builtins, __spec__=None, __package__=None)
@@ -66,6 +66,15 @@ def run_script(script: str, origin: str, script_args: list[str], modules: dict[s
     finally:
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def read_python_source(path: Path) -> tuple[str, str]:
+    """A Python file's text and encoding, decoded as Python decodes it: by its BOM or PEP 263 coding cookie, else
+    UTF-8 (``tokenize.open``)."""
+    import tokenize
+
+    with tokenize.open(path) as handle:
+        return handle.read(), handle.encoding
 
 
 class _ConvertedModuleLoader(importlib.abc.SourceLoader):
@@ -79,7 +88,7 @@ class _ConvertedModuleLoader(importlib.abc.SourceLoader):
 
     def get_data(self, path: str) -> bytes:
         data = Path(self.code_path).read_bytes()
-        _register_source(self.origin, data.decode("utf-8", errors="replace"))
+        _register_source(self.origin, importlib.util.decode_source(data))  # by its coding cookie, as Python
         return data
 
     def path_stats(self, path: str) -> Any:  # no bytecode cache for converted code

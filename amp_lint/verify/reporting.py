@@ -8,7 +8,7 @@ import importlib.util
 import math
 from pathlib import Path
 
-from amp_lint.verify.results import EXIT_CODES, ScriptResult, VerifyReport
+from amp_lint.verify.results import EXIT_CODES, NOT_EQUIVALENT, Judgement, ScriptResult, VerifyReport
 
 #: Printed (as a report note) when the plot cannot be drawn.
 MATPLOTLIB_MISSING = "No loss plots: they need matplotlib (pip install matplotlib); the CSVs are written."
@@ -16,6 +16,18 @@ MATPLOTLIB_MISSING = "No loss plots: they need matplotlib (pip install matplotli
 
 def importlib_missing(name: str) -> bool:
     return importlib.util.find_spec(name) is None
+
+
+def ignored_by_git(folder: Path) -> None:
+    """Make ``folder`` (verify's default output folder, in the user's tree) with a ``.gitignore`` of ``*`` inside,
+    as ``.ruff_cache`` and ``.pytest_cache`` have: its files never show up as untracked."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        ignore = folder / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# Written by amp-lint verify: its results are not for version control.\n*\n", encoding="utf-8")
+    except OSError:
+        pass  # the files themselves say what went wrong when they are written
 
 
 def write_result_files(result: ScriptResult, folder: Path, warmup: int) -> list[str]:
@@ -87,6 +99,8 @@ def format_text(report: VerifyReport) -> str:
     lines.insert(1, "  ".join("-" * width for width in widths))
     for name, result in zip(names, report.results):
         details = [f"  - {reason}" for reason in result.reasons]
+        if result.judgement is not None and result.judgement.judged_on != Judgement.judged_on:
+            details.append(f"  judged on: {result.judgement.judged_on}")
         details += [f"  ! {warning}" for warning in result.warnings]
         if result.crash:
             details.append("  " + result.crash.replace("\n", "\n  "))
@@ -111,8 +125,9 @@ _LEGEND = (
     "those paired differences, as far as the pairs came apart, at least the AMP dtype's rounding and the pairs' "
     "step-to-step jitter, plus fp32's own movement over the steps AMP skipped); fp32 fell: how "
     "much fp32's own loss fell over those steps; "
-    "skipped: steps the GradScaler skipped (overflow) in each AMP run; parted at: the first step the gap leaves "
-    "the band."
+    "skipped: steps the GradScaler skipped (overflow) in each AMP run. The verdict is judged on the mean gap against "
+    "the allowed band; parted at (shown for a script that is not equivalent): the first step the smoothed gap "
+    "leaves the band."
 )
 
 
@@ -136,6 +151,7 @@ def _table_row(result: ScriptResult, report: VerifyReport) -> list[str]:
     device = (amp.device if amp and amp.device else report.device).split(":")[0]
     enabled = [entry["dtype"] for entry in amp.autocast if entry["enabled"]] if amp else []
     judgement = result.judgement
+    agreed = result.status != NOT_EQUIVALENT
     steps = min((len(r.losses) for r in result.amp), default=0) if result.amp else 0
     speed = "-"
     if result.speedup is not None:
@@ -152,7 +168,9 @@ def _table_row(result: ScriptResult, report: VerifyReport) -> list[str]:
         _format(judgement.allowed if judgement else None, ".1%"),
         _format(judgement.fp32_drop if judgement else None, ".0%"),
         "/".join(str(n) for n in judgement.skipped_steps) if judgement and judgement.skipped_steps else "-",
-        str(judgement.parted_at) if judgement and judgement.parted_at is not None else "-",
+        # The verdict is judged on the mean gap; where the curves part is shown only when that gap is beyond the
+        # band (beside "equivalent", one step's excursion out of the band read as a contradiction).
+        str(judgement.parted_at) if judgement and judgement.parted_at is not None and not agreed else "-",
         speed,
         result.status,
     ]

@@ -52,6 +52,8 @@ class Judgement:
     """How far apart the paired runs came, 0 (together) to 1 (as far apart as two seeds), averaged over the steps."""
     skipped_steps: list[int] = field(default_factory=list)
     """Steps the GradScaler skipped in each AMP run (overflow), in seed order."""
+    judged_on: str = "the loss backpropagated in each training step"
+    """Which loss the verdict was judged on (the sum of several; or each of several against its fp32 twin)."""
 
 
 @dataclass

@@ -22,13 +22,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from amp_lint.verify.bootstrap import PROGRESS_PREFIX, RunRecord, describe_exception, read_records
+from amp_lint.verify.child import DEFAULT_TIMEOUT, run_child
+from amp_lint.verify.launch import read_python_source
 from amp_lint.verify.judging import explain_with_guard, judge, measure_speed, merge_guard_reports, scaler_warnings
 from amp_lint.verify import reporting
 from amp_lint.verify.reporting import format_text, write_result_files
@@ -56,8 +57,6 @@ BUNDLED_SCRIPTS = Path(__file__).with_name("scripts")
 #: Set in both runs' environment: the device the fixtures (and any script that reads it) must use.
 DEVICE_ENVIRONMENT_VARIABLE = "AMP_LINT_VERIFY_DEVICE"
 
-#: Lines of a child's own output kept for a crash that left no traceback (an exit code, a killed process).
-_OUTPUT_TAIL_LINES = 10
 
 Progress = Callable[[str], None]
 Converter = Callable[..., Any]
@@ -125,6 +124,7 @@ def verify_scripts(
     keep_converted: Path | None = None,
     amp_script: Path | None = None,
     output_dir: Path | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> VerifyReport:
     """Verify each script: convert it, run both sides ``seeds`` times for ``steps`` training steps, and judge.
 
@@ -137,12 +137,16 @@ def verify_scripts(
     plots (None: no files). ``progress`` receives one line per phase (converting, each side's run) and, with
     ``progress_steps``, a line per tenth of each seed's steps. ``first_seed`` is the first run's seed (both sides run
     seeds ``first_seed`` ... ``first_seed + seeds - 1``). Every AMP run runs under :mod:`amp_lint.guard` (record
-    mode): its breaches of the GradScaler protocol go into the result.
+    mode): its breaches of the GradScaler protocol go into the result. ``timeout`` bounds each run (one side of one
+    script, every seed) in seconds (None: no limit); a run past it is stopped with everything it started, and the
+    script is "not run: timed out".
     """
     if not 1 <= warmup < steps:
         raise VerifyError(f"--warmup must be at least 1 and below --steps ({steps}), got {warmup}")
     if seeds < 1:
         raise VerifyError(f"--seeds must be at least 1, got {seeds}")
+    if timeout is not None and not timeout > 0:
+        raise VerifyError(f"--timeout must be above 0 seconds, got {timeout:g}")
     if first_seed < 0:
         raise VerifyError(f"--first-seed must be 0 or more, got {first_seed}")
     if dtype not in (None, "float16", "bfloat16"):
@@ -159,7 +163,10 @@ def verify_scripts(
     if device == "cpu":
         notes.append("CPU runs use CPU autocast: their speed-up and memory (peak RSS) are not GPU AMP numbers.")
     if seeds == 1:
-        notes.append("One seed per side: no seed-to-seed spread; the gap is judged against a 1% band only.")
+        notes.append(
+            "One seed per side: no seed-to-seed spread; the gap is judged against the AMP dtype's rounding and the "
+            "pair's step-to-step jitter only."
+        )
     converter = converter or _load_converter()
     if keep_converted is not None:
         keep_converted.mkdir(parents=True, exist_ok=True)
@@ -184,6 +191,7 @@ def verify_scripts(
                 progress=progress,
                 progress_steps=progress_steps,
                 amp_script=Path(amp_script).resolve() if amp_script is not None else None,
+                timeout=timeout,
             )
             result = verifier.run(converter)
             if keep_converted is not None:
@@ -222,7 +230,11 @@ class _ScriptVerifier:
     progress: Progress | None
     progress_steps: bool = True
     amp_script: Path | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
     converted_files: dict[str, str] = field(default_factory=dict)
+    timed_out: bool = False
+    exited_early: tuple[str, int | None, int] | None = None
+    """(side, exit code, last step a progress line announced) of a run that ended without writing its result."""
 
     def run(self, converter: Converter) -> ScriptResult:
         result = ScriptResult(self.script, status=None)  # type: ignore[arg-type]  # set by judge or below
@@ -261,7 +273,17 @@ class _ScriptVerifier:
             result.crash = crash
             records = result.fp32 if side == "fp32" else result.amp
             steps = len(records[-1].losses) if records else 0
-            if steps == 0:
+            if self.timed_out:
+                result.status = NOT_RUN
+                result.reasons.append(f"timed out: the {side} run was stopped after {self.timeout:g} s (--timeout)")
+            elif self.exited_early is not None:
+                _, code, reported = self.exited_early
+                result.status = NOT_RUN
+                seen = f", at least {reported} reported" if reported else ""
+                result.reasons.append(
+                    f"the {side} run exited without writing its result (exit code {code}); steps unknown{seen}"
+                )
+            elif steps == 0:
                 result.status = NOT_RUN
                 result.reasons.append(f"the {side} run crashed before its first training step")
             elif side == "AMP":
@@ -274,20 +296,21 @@ class _ScriptVerifier:
 
     def _convert(self, converter: Converter, modules: dict[str, str]) -> tuple[bool, list[str]]:
         """Convert the script and the local modules it imports; fill ``modules`` (name -> converted file)."""
-        source = self.script.read_text(encoding="utf-8")
+        source, encoding = read_python_source(self.script)
         conversion = converter(source, amp_dtype=self.dtype, amp_device=self.amp_device)
         reasons = [f"{self.script.name}: {reason}" for reason in conversion.reasons]
         any_converted = bool(conversion.converted)
         if conversion.converted:
             self.converted_files["__main__"] = conversion.code
-            (self.workdir / self.script.name).write_text(conversion.code, encoding="utf-8")
+            # In the script's own encoding: the coding cookie the converted code keeps must still be true.
+            (self.workdir / self.script.name).write_text(conversion.code, encoding=encoding)
         for name, path in local_imports(self.script):
-            module_source = path.read_text(encoding="utf-8")
+            module_source, module_encoding = read_python_source(path)
             module_conversion = converter(module_source, amp_dtype=self.dtype, amp_device=self.amp_device)
             if module_conversion.converted:
                 any_converted = True
                 target = self.workdir / f"module-{name}.py"
-                target.write_text(module_conversion.code, encoding="utf-8")
+                target.write_text(module_conversion.code, encoding=module_encoding)
                 modules[name] = str(target)
                 self.converted_files[name] = module_conversion.code
         return any_converted, reasons
@@ -307,26 +330,31 @@ class _ScriptVerifier:
         ]  # fmt: skip
         first, last = seeds.split(",")[0], seeds.split(",")[-1]
         self._report(f"{phase} run, seed{'s' if first != last else ''} {first}{'-' + last if first != last else ''}")
-        output_tail: deque[str] = deque(maxlen=_OUTPUT_TAIL_LINES)
-        with subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env=child_environment(self.device),
-            cwd=origin.parent,
-        ) as child:
-            assert child.stdout is not None
-            for line in child.stdout:
-                if line.startswith(PROGRESS_PREFIX):
-                    if self.progress_steps:
-                        step, _, seed = line[len(PROGRESS_PREFIX) :].strip().partition(" seed ")
-                        self._report(f"{phase} run, seed {seed or '?'}, step {step}")
-                else:
-                    output_tail.append(line.rstrip("\n"))
+        reached = [0]  # the last step a progress line announced
+
+        def on_line(line: str) -> bool:
+            if not line.startswith(PROGRESS_PREFIX):
+                return True  # the script's own output
+            step, _, seed = line[len(PROGRESS_PREFIX) :].strip().partition(" seed ")
+            reached[0] = max(reached[0], _leading_int(step))
+            if self.progress_steps:
+                self._report(f"{phase} run, seed {seed or '?'}, step {step}")
+            return False
+
+        ended = run_child(
+            command, env=child_environment(self.device), cwd=origin.parent, timeout=self.timeout, on_line=on_line
+        )
+        output_tail = ended.output_tail
+        if ended.timed_out:
+            self.timed_out = True
+            seen = f"; {reached[0]} training step(s) reported" if reached[0] else ", before its first training step"
+            headline = f"the {phase} run timed out: stopped after {self.timeout:g} s (--timeout){seen}"
+            return [], "\n".join([headline, *(f"  {line}" for line in output_tail)])
         if not out.exists():
-            lost = {"type": f"exit code {child.returncode}", "message": "no result written", "traceback_tail": []}
+            # The bootstrap writes its result at the end: a run that left without it (os._exit, a signal) may
+            # have trained any number of steps.
+            self.exited_early = (phase, ended.returncode, reached[0])
+            lost = {"type": f"exit code {ended.returncode}", "message": "no result written", "traceback_tail": []}
             return [], _crash_text(f"the {phase} run", lost, output_tail)
         records = read_records(out)
         crashed = next((record for record in records if record.status != "ok"), None)
@@ -348,8 +376,8 @@ def local_imports(script: Path, depth: int = 3) -> list[tuple[str, Path]]:
     while pending:
         path, level = pending.pop()
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+            tree = ast.parse(path.read_bytes())  # bytes: the coding cookie or BOM decides, as for Python
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue
         names = []
         for node in ast.walk(tree):
@@ -370,6 +398,12 @@ def local_imports(script: Path, depth: int = 3) -> list[tuple[str, Path]]:
                 if level + 1 < depth:
                     pending.append((file, level + 1))
     return sorted(found.items())
+
+
+def _leading_int(text: str) -> int:
+    """``12`` of ``"12/200"``; 0 when the text does not start with a number."""
+    digits = text.split("/", 1)[0].strip()
+    return int(digits) if digits.isdigit() else 0
 
 
 def _crash_text(phase: str, error: dict[str, Any], output_tail: Sequence[str] = ()) -> str:
