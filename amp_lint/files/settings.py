@@ -180,11 +180,11 @@ class RuleSelection:
         return frozenset(all_codes) - fixable
 
     def for_path(self, path: str, settings: Settings, all_codes: Iterable[str]) -> FrozenSet[str]:
-        ignored = set()
-        for pattern, codes in settings.per_file_ignores + settings.extend_per_file_ignores:
-            if path_matches(path, pattern, settings.root):
-                ignored |= expand_codes(codes, all_codes)
-        return self.enabled - ignored
+        pairs = settings.per_file_ignores + settings.extend_per_file_ignores
+        if not pairs:
+            return self.enabled
+        root = os.path.abspath(settings.root) if settings.root else os.getcwd()
+        return self.enabled - _per_file_ignores(pairs, root).ignored(path, all_codes)
 
 
 def _by_specificity(start: FrozenSet[str], on: Iterable[str], off: Iterable[str], all_codes: List[str]) -> FrozenSet[str]:
@@ -258,22 +258,61 @@ def exclusion_test(patterns: Tuple[str, ...], root: str) -> Callable[[str], bool
     return excluded
 
 
-@lru_cache(maxsize=1024)
-def _per_file_matcher(pattern: str, root: str) -> Tuple[bool, Callable[[str], bool], Callable[[str], bool]]:
-    negated = pattern.startswith("!")
-    if negated:
-        pattern = pattern[1:]
-    return negated, compile_globs([absolute_pattern(pattern, root)]), compile_globs([pattern])
+class PerFileIgnores:
+    """The per-file-ignores of one settings object, compiled once (`_per_file_ignores`): for each rule
+    selector, one matcher of every pattern that names it, so a file costs one test per selector however
+    many patterns there are (issue 45: past 1,024 patterns, a cache of one matcher per pattern compiled
+    each again for every file). A negated pattern applies to the files it does not match: those are kept
+    one matcher each (any one of them not matching applies the selector)."""
+
+    def __init__(self, pairs: Tuple[Tuple[str, Tuple[str, ...]], ...], root: str) -> None:
+        plain: Dict[str, List[str]] = {}
+        negated: Dict[str, List[str]] = {}
+        for pattern, codes in pairs:
+            body, group = (pattern[1:], negated) if pattern.startswith("!") else (pattern, plain)
+            for code in codes:
+                group.setdefault(code, []).append(body)
+                plain.setdefault(code, [])
+        self._selectors = [
+            (code, _path_or_name_test(plain[code], root), [_path_or_name_test([p], root) for p in negated.get(code, ())])
+            for code in plain
+        ]
+
+    def ignored(self, path: str, all_codes: Iterable[str]) -> FrozenSet[str]:
+        """The codes the patterns that apply to `path` ignore (an unknown code raises, when it applies)."""
+        absolute = os.path.abspath(path).replace(os.sep, "/")
+        name = absolute.rsplit("/", 1)[-1]
+        applying = [
+            code
+            for code, matches, negated in self._selectors
+            if matches(absolute, name) or any(not test(absolute, name) for test in negated)
+        ]
+        return expand_codes(applying, all_codes) if applying else frozenset()
+
+
+def _path_or_name_test(patterns: List[str], root: str) -> Callable[[str, str], bool]:
+    """As Ruff matches a per-file-ignores pattern: made absolute against `root`, it matches the absolute
+    path, or it matches the file name."""
+    if not patterns:
+        return lambda absolute, name: False
+    by_path = compile_globs([absolute_pattern(p, root) for p in patterns])
+    by_name = compile_globs(patterns)
+    return lambda absolute, name: by_name(name) or by_path(absolute)
+
+
+@lru_cache(maxsize=64)
+def _per_file_ignores(pairs: Tuple[Tuple[str, Tuple[str, ...]], ...], root: str) -> PerFileIgnores:
+    return PerFileIgnores(pairs, root)
 
 
 def path_matches(path: str, pattern: str, root: Optional[str] = None) -> bool:
     """Does a per-file-ignores pattern apply to `path`? As in Ruff: the pattern (made absolute against
     `root`, else the working folder) matches the absolute path, or the pattern matches the file name;
     `!pattern` applies to the files it does not match."""
-    negated, by_path, by_name = _per_file_matcher(pattern, os.path.abspath(root) if root else os.getcwd())
+    negated = pattern.startswith("!")
+    test = _path_or_name_test([pattern[1:] if negated else pattern], os.path.abspath(root) if root else os.getcwd())
     absolute = os.path.abspath(path).replace(os.sep, "/")
-    matched = by_name(absolute.rsplit("/", 1)[-1]) or by_path(absolute)
-    return matched != negated
+    return test(absolute, absolute.rsplit("/", 1)[-1]) != negated
 
 
 @dataclass
