@@ -1,0 +1,71 @@
+"""Daily use, round four (issue 44), items 1-8: wrong results and wrong fixes, each through the real command in a
+temporary folder. The same shapes are held-out cases in the golden fixtures (`fixtures/convert/`,
+`fixtures/check/`, `fixtures/fix/`, `fixtures/project/torch_from_requirements/`), in their own words.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_daily_use import amp_lint, write
+
+CONVERT = ("--isolated", "--no-cache", "--select", "AMP100", "--fix", "--unsafe-fixes")
+
+
+def _concise(folder: Path, *args: str) -> list:
+    result = amp_lint("--isolated", "--no-cache", "--output-format", "concise", *args, cwd=folder)
+    assert result.returncode in (0, 1), result.stderr
+    return [line for line in result.stdout.splitlines() if ": AMP" in line]
+
+
+def _runs(path: Path) -> None:
+    """The fixed script runs on the CPU (float16 autocast and GradScaler("cpu") work there)."""
+    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# --- 1: a model from a call the analysis cannot see into is on an unknown device ------------------------
+
+FACTORY_LOOP = '''import torch
+import torch.nn as nn
+
+from mylib.modeling import build_model
+
+
+def train(cfg, loader):
+    model = build_model(cfg)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for images, targets in loader:
+        loss = criterion(model(images), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_1_a_factory_built_model_converts_for_cuda_not_cpu(tmp_path):
+    write(tmp_path, {"train.py": FACTORY_LOOP})
+    assert amp_lint(*CONVERT, "train.py", cwd=tmp_path).returncode == 0
+    converted = (tmp_path / "train.py").read_text()
+    # `build_model` may move the model anywhere (detectron2's: to cfg.MODEL.DEVICE, "cuda" by default): not
+    # proved on the CPU, so the documented default; "cpu" would switch AMP off on a GPU.
+    assert 'torch.amp.GradScaler("cuda")' in converted and 'autocast("cuda"' in converted, converted
+    assert '"cpu"' not in converted
+    # A model built here (and never moved) is proved on the CPU: that conversion stays as it was.
+    built_here = FACTORY_LOOP.replace("from mylib.modeling import build_model\n", "").replace(
+        "build_model(cfg)", "nn.Linear(4, 2)"
+    )
+    write(tmp_path, {"local.py": built_here})
+    assert amp_lint(*CONVERT, "local.py", cwd=tmp_path).returncode == 0
+    assert 'torch.amp.GradScaler("cpu")' in (tmp_path / "local.py").read_text()
+    # A model handed in by a caller no file shows is as unknown: CUDA too.
+    handed_in = built_here.replace("def train(cfg, loader):\n    model = nn.Linear(4, 2)\n", "def train(model, loader):\n")
+    write(tmp_path, {"param.py": handed_in})
+    assert amp_lint(*CONVERT, "param.py", cwd=tmp_path).returncode == 0
+    assert 'torch.amp.GradScaler("cuda")' in (tmp_path / "param.py").read_text()
