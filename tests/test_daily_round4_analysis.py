@@ -69,3 +69,33 @@ def test_1_a_factory_built_model_converts_for_cuda_not_cpu(tmp_path):
     write(tmp_path, {"param.py": handed_in})
     assert amp_lint(*CONVERT, "param.py", cwd=tmp_path).returncode == 0
     assert 'torch.amp.GradScaler("cuda")' in (tmp_path / "param.py").read_text()
+
+
+# --- 2: requirements*.txt wherever the project root is ---------------------------------------------------
+
+DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+
+
+@pytest.mark.parametrize("marker", [None, ".git", "setup.py", "setup.cfg", "environment.yml"])
+def test_2_requirements_txt_gives_target_torch_without_a_pyproject(tmp_path, marker):
+    write(tmp_path, {"requirements.txt": "numpy\ntorch>=1.7.0\n", "src/train.py": DEPRECATED})
+    if marker == ".git":
+        (tmp_path / ".git").mkdir()
+    elif marker is not None:
+        write(tmp_path, {marker: ""})
+    shown = amp_lint("--show-settings", "src/train.py", cwd=tmp_path)
+    assert 'target-torch = "1.7"' in shown.stdout, shown.stdout
+    # torch.amp.GradScaler("cuda", ...) is new in 2.3: nothing to suggest, no safe fix that writes it.
+    result = amp_lint("--no-cache", "--fix", "src/train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "src" / "train.py").read_text() == DEPRECATED
+
+
+def test_2_a_nested_requirements_file_without_torch_is_not_the_project(tmp_path):
+    write(tmp_path, {
+        "requirements.txt": "torch>=1.7.0\n",
+        "docs/requirements.txt": "sphinx\n",
+        "docs/conf_train.py": DEPRECATED,
+    })
+    shown = amp_lint("--show-settings", "docs/conf_train.py", cwd=tmp_path)
+    assert 'target-torch = "1.7"' in shown.stdout, shown.stdout
