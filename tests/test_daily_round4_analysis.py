@@ -99,3 +99,54 @@ def test_2_a_nested_requirements_file_without_torch_is_not_the_project(tmp_path)
     })
     shown = amp_lint("--show-settings", "docs/conf_train.py", cwd=tmp_path)
     assert 'target-torch = "1.7"' in shown.stdout, shown.stdout
+
+
+# --- 3: a class-based trainer's save()/load() get the scaler ----------------------------------------------
+
+TRAINER = '''import torch
+from torch import nn
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_epoch(self):
+        for x, y in self.loader:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    def save(self, path):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+
+    def load(self, path):
+        state = torch.load(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+'''
+
+
+def test_3_class_trainer_conversion_checkpoints_the_scaler(tmp_path):
+    write(tmp_path, {"trainer.py": TRAINER})
+    # Before the conversion's scaler exists, AMP080's advice names the scaler and checkpoint as written.
+    assert amp_lint(*CONVERT, "--amp-device", "cpu", "trainer.py", cwd=tmp_path).returncode == 0
+    converted = (tmp_path / "trainer.py").read_text()
+    assert '"scaler": self.scaler.state_dict()' in converted, converted
+    assert 'if "scaler" in state:\n            self.scaler.load_state_dict(state["scaler"])' in converted
+    assert _concise(tmp_path, "--select", "AMP080", "trainer.py") == []
+
+
+def test_3_amp080_names_the_scaler_and_the_checkpoint_as_the_code_spells_them(tmp_path):
+    source = TRAINER.replace(
+        "        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        '        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n        self.scaler = torch.amp.GradScaler("cuda")\n',
+    )
+    write(tmp_path, {"trainer.py": source})
+    found = _concise(tmp_path, "--select", "AMP080", "trainer.py")
+    assert len(found) == 2, found
+    assert 'add "scaler": self.scaler.state_dict()' in found[0]
+    assert 'add `self.scaler.load_state_dict(state["scaler"])` (guarded by `if "scaler" in state`)' in found[1]
