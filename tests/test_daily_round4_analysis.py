@@ -150,3 +150,35 @@ def test_3_amp080_names_the_scaler_and_the_checkpoint_as_the_code_spells_them(tm
     assert len(found) == 2, found
     assert 'add "scaler": self.scaler.state_dict()' in found[0]
     assert 'add `self.scaler.load_state_dict(state["scaler"])` (guarded by `if "scaler" in state`)' in found[1]
+
+
+# --- 4: a GradScaler built and never used is no scaler for the loss ----------------------------------------
+
+UNUSED_SCALER = '''import torch
+from torch.cuda.amp import GradScaler, autocast
+
+scaler = GradScaler()
+for x, y in loader:
+    with autocast(dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+'''
+
+
+def test_4_an_unused_grad_scaler_does_not_silence_amp010(tmp_path):
+    write(tmp_path, {"train.py": UNUSED_SCALER})
+    found = _concise(tmp_path, "train.py")
+    assert any(":8:5: AMP010 " in line and "never scales it" in line for line in found), found
+    # Only its own methods called elsewhere (`get_scale()`): still no scaler for this loss.
+    logged = UNUSED_SCALER.replace("scaler = GradScaler()\n", "scaler = GradScaler()\nprint(scaler.get_scale())\n")
+    write(tmp_path, {"logged.py": logged})
+    assert [line for line in _concise(tmp_path, "logged.py") if "AMP010" in line]
+    # Handed to something that may use it, or used in this loop: silent, as before.
+    handed = UNUSED_SCALER.replace("scaler = GradScaler()\n", "scaler = GradScaler()\nopt = AmpOptimizer(opt, scaler)\n")
+    write(tmp_path, {"handed.py": handed})
+    assert not [line for line in _concise(tmp_path, "handed.py") if "AMP010" in line]
+    used = UNUSED_SCALER.replace("    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
+    write(tmp_path, {"used.py": used})
+    assert not [line for line in _concise(tmp_path, "used.py") if "AMP010" in line]
