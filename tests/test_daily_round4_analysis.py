@@ -182,3 +182,38 @@ def test_4_an_unused_grad_scaler_does_not_silence_amp010(tmp_path):
     used = UNUSED_SCALER.replace("    loss.backward()\n    opt.step()\n", "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n")
     write(tmp_path, {"used.py": used})
     assert not [line for line in _concise(tmp_path, "used.py") if "AMP010" in line]
+
+
+# --- 5: a clip of scaled gradients before a direct step ------------------------------------------------------
+
+DIRECT_STEP = '''import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+for x, y in data:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)
+    opt.step()
+    scaler.update()
+    opt.zero_grad()
+'''
+
+
+def test_5_amp030_reports_a_clip_before_a_direct_step_and_amp020_fix_unscales(tmp_path):
+    write(tmp_path, {"train.py": DIRECT_STEP})
+    codes = [line.split()[1] for line in _concise(tmp_path, "train.py")]
+    assert codes == ["AMP030", "AMP020", "AMP022"], codes
+    result = amp_lint("--isolated", "--no-cache", "--select", "AMP020", "--fix", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fixed = (tmp_path / "train.py").read_text()
+    expected = DIRECT_STEP.replace(
+        "    torch.nn.utils.clip_grad_value_", "    scaler.unscale_(opt)\n    torch.nn.utils.clip_grad_value_"
+    ).replace("    opt.step()\n", "    scaler.step(opt)\n")
+    assert fixed == expected, fixed
+    assert _concise(tmp_path, "train.py") == []
+    _runs(tmp_path / "train.py")
