@@ -217,3 +217,45 @@ def test_5_amp030_reports_a_clip_before_a_direct_step_and_amp020_fix_unscales(tm
     assert fixed == expected, fixed
     assert _concise(tmp_path, "train.py") == []
     _runs(tmp_path / "train.py")
+
+
+# --- 6: accumulation inside `if accum > 1: ... else: ...` --------------------------------------------------
+
+ACCUMULATION_BRANCH = '''import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+accum = 2
+scaler = torch.amp.GradScaler("cpu")
+for i, (x, y) in enumerate(data):
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y) / accum
+    if accum > 1:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+'''
+
+
+def test_6_accumulation_in_a_branch_keeps_amp041_and_its_fix(tmp_path):
+    write(tmp_path, {"train.py": ACCUMULATION_BRANCH})
+    found = _concise(tmp_path, "train.py")
+    assert [line.split(": ", 1)[1].split()[0:2] for line in found] == [["AMP041", "[*]"], ["AMP041", "[*]"]], found
+    assert "waits for `if (i + 1) % accum == 0`" in found[0] and "partial, still-scaled gradient sums" in found[1]
+    result = amp_lint("--isolated", "--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _concise(tmp_path, "train.py") == []
+    _runs(tmp_path / "train.py")  # before the fix: RuntimeError 'unscale_() has already been called'

@@ -307,7 +307,9 @@ def move_into_boundary_fix(
         return None
     if acc.gate.level != 0 or not acc.gate.in_body:
         return None  # the boundary is in a helper, or the step runs where the test fails (`continue`)
-    body = list(loop.body.body)
+    # The block that holds the boundary `if`: the loop's body, or a branch of it (`if accum > 1:`, issue 44).
+    block = model.block_of(acc.boundary)
+    body = list(block) if block is not None else []
     if acc.boundary not in body:
         return None
     mover_ids = {id(m.call) for m in movers}
