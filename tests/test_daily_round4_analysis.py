@@ -259,3 +259,39 @@ def test_6_accumulation_in_a_branch_keeps_amp041_and_its_fix(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert _concise(tmp_path, "train.py") == []
     _runs(tmp_path / "train.py")  # before the fix: RuntimeError 'unscale_() has already been called'
+
+
+# --- 7: a loop that steps each optimizer is a step ---------------------------------------------------------
+
+MULTI_OPTIMIZER = '''import torch
+
+scaler = torch.amp.GradScaler("cuda")
+for epoch in range(epochs):
+    for input, target in data:
+        for opt in optimizers:
+            opt.zero_grad()
+        with torch.autocast(device_type="cuda", dtype=torch.float16):
+            loss0 = loss_fn(model0(input), target)
+            loss1 = loss_fn(model1(input), target)
+        scaler.scale(loss0).backward(retain_graph=True)
+        scaler.scale(loss1).backward()
+{guard}        for opt in optimizers:
+{inner}            scaler.step(opt)
+        scaler.update()
+'''
+
+
+def test_7_stepping_each_optimizer_in_a_loop_is_a_step(tmp_path):
+    for name, guard in (("plain", ""), ("guarded", "        if not torch.isfinite(loss0):\n            continue\n")):
+        write(tmp_path, {f"{name}.py": MULTI_OPTIMIZER.format(guard=guard, inner="")})
+        result = amp_lint("--isolated", "--no-cache", "--select", "AMP022", f"{name}.py", cwd=tmp_path)
+        assert result.returncode == 0 and "All checks passed!" in result.stdout, result.stdout
+    # A pass that skips its optimizer's step (and not the update): still a finding, whose condition is the
+    # one the step runs under, and no fix is counted that would change nothing.
+    skipping = MULTI_OPTIMIZER.format(guard="", inner="            if opt is None:\n                continue\n")
+    write(tmp_path, {"skipping.py": skipping})
+    result = amp_lint("--isolated", "--no-cache", "--select", "AMP022", "skipping.py", cwd=tmp_path)
+    assert result.returncode == 1 and "only where `opt is None` is false" in result.stdout, result.stdout
+    assert "fixable" not in result.stdout
+    fixed = amp_lint("--isolated", "--no-cache", "--select", "AMP022", "--fix", "--unsafe-fixes", "skipping.py", cwd=tmp_path)
+    assert fixed.returncode == 1 and "not fixed" not in fixed.stdout + fixed.stderr, fixed.stdout + fixed.stderr
