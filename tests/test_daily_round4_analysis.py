@@ -295,3 +295,32 @@ def test_7_stepping_each_optimizer_in_a_loop_is_a_step(tmp_path):
     assert "fixable" not in result.stdout
     fixed = amp_lint("--isolated", "--no-cache", "--select", "AMP022", "--fix", "--unsafe-fixes", "skipping.py", cwd=tmp_path)
     assert fixed.returncode == 1 and "not fixed" not in fixed.stdout + fixed.stderr, fixed.stdout + fixed.stderr
+
+
+# --- 8: a backslash continuation moves with its statement ---------------------------------------------------
+
+CONTINUED = '''import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+for x, y in data:
+    output = model(x)
+    loss = torch.nn.functional.mse_loss(output, y) + \\
+        0.01 * output.pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_8_a_backslash_continuation_is_reindented_into_the_autocast_block(tmp_path):
+    write(tmp_path, {"train.py": CONTINUED})
+    assert amp_lint(*CONVERT, "train.py", cwd=tmp_path).returncode == 0
+    converted = (tmp_path / "train.py").read_text()
+    assert "        loss = torch.nn.functional.mse_loss(output, y) + \\\n            0.01 * output" in converted, converted
+    loop = ast.parse(converted).body[-1]
+    with_block = loop.body[0]
+    assert isinstance(with_block, ast.With) and len(with_block.body) == 2
+    _runs(tmp_path / "train.py")
