@@ -241,9 +241,27 @@ def _accumulation(model: FileModel, step: TrainingStep, flow: StepFlow) -> Optio
         return None
     if not model.scaler_enabled(scaler, step.scope):
         return None
-    # The scaled backwards run together: none is the alternative of another (`if gan: ... else: ...`).
-    if any(same_pass(flow, a, b) is None for i, a in enumerate(backwards) for b in backwards[i + 1 :]):
-        return None
+    # Scaled backwards that are alternatives (`if accum > 1: ... else: ...`, `if gan: ... else: ...`) are
+    # separate passes, each with its own boundary or none: the first pass that accumulates is the iteration's
+    # accumulation, whatever branch holds it (issue 44); events of the other passes never share its pass.
+    passes: List[List[Event]] = []
+    for candidate in backwards:
+        together = next((p for p in passes if all(same_pass(flow, candidate, b) is not None for b in p)), None)
+        if together is None:
+            passes.append([candidate])
+        else:
+            together.append(candidate)
+    for together in passes:
+        found = _accumulation_of_pass(model, step, flow, together, scaler)
+        if found is not None:
+            return found
+    return None
+
+
+def _accumulation_of_pass(
+    model: FileModel, step: TrainingStep, flow: StepFlow, backwards: List[Event], scaler: str
+) -> Optional[Accumulation]:
+    """The accumulation of scaled backwards that run together, if their steps wait for a boundary."""
     backward = first_on_path(flow, backwards)
     assert backward is not None
     own_keys = frozenset(g.key for b in backwards for g in accumulation_gates(model, flow, b))

@@ -11,7 +11,7 @@ import libcst as cst
 
 from amp_lint.analysis.accumulation import first_on_path
 from amp_lint.analysis.cfg import EXCEPTION
-from amp_lint.analysis.flow_queries import site_path
+from amp_lint.analysis.flow_queries import last_of, site_path
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -30,7 +30,7 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
     """Each read of gradients (`event`: a clip, a `.grad` read, a call of a project helper whose gradient
     summary reads or clips them and cannot unscale them, issue 26 principle 3) that scaled gradients reach
     with no unscale_ on the path (`cause`: the scaled backward; None when they are scaled on entry to a
-    per-call step method), before a step of that scaler (`related`: those steps). The scaled gradients
+    per-call step method), before a step of that scaler, or else a direct `optimizer.step()` (`related`: those steps). The scaled gradients
     survive inner micro-step loops and if/else merges (miles-credit #141, neural_sp). Not for a threshold
     that carries the scale (`max_norm * scaler.get_scale()`), and once per loop over the parameters."""
     for step in model.steps:
@@ -47,10 +47,21 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
             if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
                 continue
             steps = [e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and flow.path(clip, e) is not None]
+            if not steps:  # the gradients are scaled whatever steps them: a direct `optimizer.step()` too (issue 44)
+                steps = [e for e in step.of(EventKind.OPTIMIZER_STEP) if _steps_scaled(flow, step, clip, e, scaler)]
             if not steps:
                 continue
             what = "clips" if clip.kind is EventKind.CLIP or (id(clip) in helpers and helpers[id(clip)].clips) else "reads"
             yield Breach(READ_SCALED, clip, step, scaler, flow, cause=backward, related=tuple(steps), proof=proof, detail=what)
+
+
+def _steps_scaled(flow, step: TrainingStep, clip: Event, optimizer_step: Event, scaler: str) -> bool:
+    """Does the direct `optimizer_step` follow the clip and apply gradients `scaler` scaled (the backward that
+    last runs before it is scaled by it: not a GAN's unscaled generator loss after the scaled discriminator's)?"""
+    if flow.path(clip, optimizer_step) is None:
+        return False
+    reaching = [b for b in step.of(EventKind.BACKWARD) if flow.path(b, optimizer_step) is not None]
+    return bool(reaching) and last_of(flow, reaching).scaled_by == scaler
 
 
 def unscaled_by_hand(model: FileModel, step: TrainingStep, scaler: str) -> bool:

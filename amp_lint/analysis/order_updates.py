@@ -13,7 +13,7 @@ import libcst as cst
 
 from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
-from amp_lint.analysis.accumulation import accumulation
+from amp_lint.analysis.accumulation import accumulation, target_names
 from amp_lint.analysis.single_pass_loops import per_pass_names
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
@@ -151,7 +151,7 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                 # A path of the iteration that reaches the update with no step/unscale_ before it. Two
                 # optimizers under two flags and one update (DLRM) need both flags false: an
                 # assumption, not a proof; the same `if scaler is not None` around both: no path.
-                uncovered = flow.from_start(update, checks)
+                uncovered = flow.from_start(update, checks, _loops_stepping_each(flow, update, checks))
                 if uncovered is None:
                     yield from _between_unscale_and_step(flow, update, scaler)
                     continue
@@ -175,6 +175,29 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
                     handed_on.append(_handed_on(model))
                 if scaler not in handed_on[0]:
                     yield Breach(NEVER_STEPPED, update, step, scaler, flow)
+
+
+def _loops_stepping_each(flow: StepFlow, update: Event, checks: List[Event]) -> List[int]:
+    """The headers of the loops of the iteration that step each optimizer they go over (`for opt in optimizers:
+    scaler.step(opt)`, the step on every pass) and that do not hold `update`: such a loop is a step, and the path
+    on which it runs no times is no path without inf checks (issue 44, PyTorch's multi-optimizer example)."""
+    graph = flow.flow.graph
+    headers: List[int] = []
+    for check in checks:
+        if check.kind is not EventKind.SCALER_STEP or not check.loops or check.target is None:
+            continue
+        loop = check.loops[-1]
+        if loop is flow.step.loop or loop in update.loops or not isinstance(loop, cst.For):
+            continue
+        if check.target not in target_names(loop.target) or id(loop) not in graph.loop_body:
+            continue
+        node, body, latch = flow.node(check), graph.loop_body[id(loop)], graph.loop_latch[id(loop)]
+        if node is None:
+            continue
+        if node != body and flow.flow.paths.query(body, latch, [node]) is not None:
+            continue  # a pass that skips the step (`if opt is None: continue`)
+        headers.append(graph.loop_header[id(loop)])
+    return headers
 
 
 def _breaks_on_every_path(flow: StepFlow, update: Event, scaler: str) -> bool:

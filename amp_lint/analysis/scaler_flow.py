@@ -191,13 +191,14 @@ class ScopeFlow:
             start = None  # `first` is not inside the iteration that starts there
         return self.paths.query(a, b, blocked, start)
 
-    def path_from(self, start: int, event, avoid: Sequence = ()) -> Optional[Proof]:
+    def path_from(self, start: int, event, avoid: Sequence = (), avoid_nodes: Sequence[int] = ()) -> Optional[Proof]:
         node = self.node(event)
         if node is None:
             return None
         blocked = self._blocked_nodes(None, event, None, node, avoid)
         if blocked is None:
             return None
+        blocked += [n for n in avoid_nodes if n != node]
         if start == node:
             return PROVED
         if start in blocked:
@@ -259,9 +260,10 @@ class StepFlow:
     def path(self, first, second, avoid: Sequence = ()) -> Optional[Proof]:
         return self.flow.path(first, second, avoid, self.start)
 
-    def from_start(self, event, avoid: Sequence = ()) -> Optional[Proof]:
-        """A path from the iteration's start to `event` that passes no `avoid` event."""
-        return self.flow.path_from(self.start, event, avoid)
+    def from_start(self, event, avoid: Sequence = (), avoid_nodes: Sequence[int] = ()) -> Optional[Proof]:
+        """A path from the iteration's start to `event` that passes no `avoid` event (nor graph node of
+        `avoid_nodes`)."""
+        return self.flow.path_from(self.start, event, avoid, avoid_nodes)
 
     def to_end(self, event, avoid: Sequence = ()) -> Optional[Proof]:
         """A path from `event` to the iteration's end (the next iteration) that passes no `avoid` event."""

@@ -226,9 +226,10 @@ class DeviceResolver:
 
 
 def default_device_kind(ctx: FileContext) -> str:
-    """No device literal in the file: a script that builds its network and never moves anything trains on the CPU;
-    otherwise (a model from elsewhere, or moved by an expression AMP100 cannot read) CUDA is assumed."""
-    if not ctx.device_survey.dynamic and ctx.constructs_models:
+    """No device literal in the file: a script proved to build every network it trains and never to move anything
+    trains on the CPU; otherwise (a model from a factory or a caller, or moved by an expression AMP100 cannot read)
+    it is on a device the analysis cannot know, and CUDA, the documented default, is assumed."""
+    if not ctx.device_survey.dynamic and ctx.trains_only_models_built_here:
         return "cpu"
     return "cuda"
 

@@ -37,6 +37,7 @@ from amp_lint.conversion.training_steps import (
 )
 from amp_lint.diagnostics import Applicability
 from amp_lint.fixes.builder import FixBuilder
+from amp_lint.fixes.reindent import shifted
 from amp_lint.fixes.types import Fix
 
 FLOAT16 = "float16"
@@ -280,7 +281,7 @@ class EditPlanner:
         item = cst.WithItem(item=self.builder.expression(autocast))
         if piece.hoist_before is not None:
             assert piece.hoisted is not None
-            block = cst.IndentedBlock(body=[piece.hoisted])
+            block = cst.IndentedBlock(body=[shifted(piece.hoisted, self.builder.module.default_indent)])
             self._insert_before(piece.hoist_before, cst.With(items=[item], body=block))
             return
         members = list(piece.block.body[piece.start : piece.end + 1])
@@ -302,6 +303,8 @@ class EditPlanner:
             statements = [captured[p] for p in range(count - 1)] + [node]
             if hoisted is not None:
                 statements.append(hoisted)
+            indent = self.builder.module.default_indent
+            statements = [shifted(statement, indent) for statement in statements]  # backslash continuations too
             first = statements[0]
             statements[0] = first.with_changes(leading_lines=())
             return cst.With(items=[item], body=cst.IndentedBlock(body=statements), leading_lines=first.leading_lines)
@@ -328,7 +331,10 @@ class EditPlanner:
             done.add(id(product.statement))
             torch_name = self._torch(product.scope)
             self.builder.replace(
-                product.statement, lambda node, product=product, torch_name=torch_name: keep_in_float32(node, product, torch_name)
+                product.statement,
+                lambda node, product=product, torch_name=torch_name: keep_in_float32(
+                    node, product, torch_name, self.builder.module.default_indent
+                ),
             )
 
     # --- scaling (float16) ---

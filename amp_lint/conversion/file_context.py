@@ -11,7 +11,7 @@ import libcst as cst
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.syntax import code_of
-from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.names import dotted_name, is_optimizer_class
 from amp_lint.analysis.walk import visit_read_only
 from amp_lint.conversion.syntax import SyntaxTree, statement_facts, unwrap_method_chain
 
@@ -329,6 +329,90 @@ class FileContext:
                     if dotted_name(call.func) in local_modules:
                         return True
         return False
+
+    @functools.cached_property
+    def trains_only_models_built_here(self) -> bool:
+        """Is every model the file's optimizers train proved built in this file (`nn.Linear(...)`, its own `nn.Module`
+        class)? A model from a call the analysis cannot see into (`build_model(cfg)`), a parameter, or an optimizer
+        from elsewhere leaves the device unknown: the factory may well have moved it (issue 44)."""
+        optimizers = [
+            (value, scope)
+            for scope in self.model.scopes
+            for values in scope.assignments.values()
+            for value, _ in values
+            if isinstance(value, cst.Call) and is_optimizer_class(scope.names.qualify(value.func) or "")
+        ]
+        if not optimizers:
+            return False
+        for call, scope in optimizers:
+            sources = _parameter_sources(call, scope)
+            if not sources or not all(self._built_here(key, scope) for key in sources):
+                return False
+        return True
+
+    def _built_here(self, key: str, scope: Scope) -> bool:
+        """Is every value `key` is assigned a network constructed in this file?"""
+        if key.startswith("self."):
+            key = ".".join(key.split(".")[:2])
+            values = [
+                (value, owner)
+                for owner in self.model.scopes
+                if owner.class_name == scope.class_name
+                for value, _ in owner.assignments.get(key, [])
+            ]
+        else:
+            key = key.split(".")[0]
+            values = []
+            for outer in scope.chain():
+                if key in outer.params:
+                    return False
+                if outer.assignments.get(key):
+                    values = [(value, outer) for value, _ in outer.assignments[key]]
+                    break
+        return bool(values) and all(self._constructs_network(value, owner) for value, owner in values)
+
+    def _constructs_network(self, value: cst.BaseExpression, scope: Scope) -> bool:
+        call = unwrap_method_chain(value)
+        if not isinstance(call, cst.Call):
+            return False
+        qualified = scope.names.qualify(call.func) or ""
+        if qualified.startswith("torch.nn.") and qualified.split(".")[-1][:1].isupper():
+            return True
+        return dotted_name(call.func) in self.local_module_classes
+
+
+def _parameter_sources(optimizer: cst.Call, scope: Scope) -> Set[str]:
+    """The objects whose `.parameters()` an optimizer is built from (`model`, `self.net.head`), followed through one
+    variable (`params = [p for p in model.parameters() if ...]`); empty when the parameters come from elsewhere."""
+    if not optimizer.args:
+        return set()
+    first = next((arg for arg in optimizer.args if arg.keyword is not None and arg.keyword.value == "params"), None)
+    value = (first or optimizer.args[0]).value
+    found = _parameters_calls(value)
+    if not found and isinstance(value, cst.Name):
+        for outer in scope.chain():
+            if value.value in outer.params:
+                return set()
+            for assigned, _ in outer.assignments.get(value.value, []):
+                found |= _parameters_calls(assigned)
+            if outer.assignments.get(value.value):
+                break
+    return found
+
+
+def _parameters_calls(value: cst.BaseExpression) -> Set[str]:
+    found: Set[str] = set()
+
+    class Parameters(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+                key = dotted_name(func.value)
+                if key is not None:
+                    found.add(key)
+
+    value.visit(Parameters())
+    return found
 
 
 class DeviceSurvey:

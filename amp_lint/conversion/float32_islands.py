@@ -24,6 +24,7 @@ from amp_lint.analysis.file_model import Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.walk import visit_read_only
+from amp_lint.fixes.reindent import shifted
 
 PRODUCTS = ("mm", "bmm", "matmul")
 TRANSPOSES = ("t", "transpose", "permute", "T", "mT", "swapaxes")
@@ -125,7 +126,7 @@ def products_through_calls(ctx, scope: Scope, statements: List[cst.CSTNode]) -> 
     return found
 
 
-def keep_in_float32(node: cst.CSTNode, product: SelfProduct, torch_name: str) -> cst.CSTNode:
+def keep_in_float32(node: cst.CSTNode, product: SelfProduct, torch_name: str, indent: str = "    ") -> cst.CSTNode:
     """The statement wrapped in `with torch.amp.autocast(<base>.device.type, enabled=False):`, operands `.float()`."""
     assert isinstance(node, cst.BaseStatement)
 
@@ -155,6 +156,6 @@ def keep_in_float32(node: cst.CSTNode, product: SelfProduct, torch_name: str) ->
     item = cst.WithItem(cst.parse_expression(f"{torch_name}.amp.autocast({device}, enabled=False)"))
     return cst.With(
         items=[item],
-        body=cst.IndentedBlock(body=[body.with_changes(leading_lines=())]),
+        body=cst.IndentedBlock(body=[shifted(body.with_changes(leading_lines=()), indent)]),
         leading_lines=body.leading_lines,
     )

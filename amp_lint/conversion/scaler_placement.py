@@ -461,11 +461,24 @@ class ScalerPlacement:
             )
         creation.anchor, creation.after = top, True
 
+    def _checkpointing_scopes(self, creation: _Creation) -> List[Scope]:
+        """Where the optimizer's state may be saved and loaded: the scope that creates it, or, for `self.optimizer`,
+        every method of its class (a trainer's `save()` / `load()` beside the `__init__` that builds it)."""
+        scope = creation.scope
+        if not (creation.optimizer or "").startswith("self.") or scope.class_name is None:
+            return [scope]
+        return [s for s in self.model.scopes if s.is_function and s.class_name == scope.class_name]
+
     def _checkpoint_edits(self, creation: _Creation, target: str) -> None:
         """The scaler's state goes where the optimizer's is saved and loaded: both, or neither (a load with no save
         of the scaler could never run; a save that nothing loads would be a new format for nothing)."""
         assert creation.optimizer is not None
-        calls = self._state_calls(creation.scope, creation.optimizer)
+        calls = _StateCalls()
+        for scope in self._checkpointing_scopes(creation):
+            found = self._state_calls(scope, creation.optimizer)
+            calls.saves += found.saves
+            calls.assigned += found.assigned
+            calls.loads += found.loads
         if not calls.loads or not (calls.saves or calls.assigned):
             return
         key = self.builder.string("scaler")

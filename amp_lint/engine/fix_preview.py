@@ -29,11 +29,12 @@ def _order_rule(rule) -> bool:
 
 
 def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filename: str, findings: List[Finding], file_ignored: FrozenSet[str]) -> None:
-    """Set `fix` to None on each finding whose fix `--fix` would refuse (as `--fix` reports it)."""
+    """Set `fix` to None on each finding whose fix `--fix` would refuse (as `--fix` reports it). An unsafe fix is
+    tried too: "fixable with --unsafe-fixes" counts only the fixes `--fix --unsafe-fixes` would keep (issue 44)."""
     tried = [
         f for f in findings
         if f.fix is not None and _order_rule(f.rule) and f.rule.code in checker.enabled_codes
-        and checker._applicable(f.fix) and not f.fix.files  # a fix of several files is checked when it is written
+        and not f.fix.files  # a fix of several files is checked when it is written
     ]
     if not tried:
         return

@@ -440,8 +440,10 @@ class SettingsResolver:
 
     def reloaded(self) -> "SettingsResolver":
         """The same options with every configuration file read again (`--watch`: one may have changed)."""
+        from amp_lint.files.torch_version import forget_project_roots
+
         _config_above.cache_clear()
-        WITHOUT_CONFIG.clear()
+        forget_project_roots()  # a requirements file may have changed too
         return SettingsResolver(
             self._cli_overrides,
             config_path=self._config_path,

@@ -1,8 +1,8 @@
 """The oldest torch a project supports: the `target-torch` setting, or the lower bound of the project's own
 torch requirement, as Ruff reads `requires-python` for its `target-version`.
 
-The requirement is read from `[project].dependencies` of the `pyproject.toml` in a folder, then from its
-`requirements*.txt` files. `torch>=2.1`, `torch>=2.1,<3`, `torch~=2.2`, `torch==2.3.*` give 2.1, 2.1, 2.2
+The requirement is read from `[project].dependencies` of the `pyproject.toml` in the project's root folder, then
+from its `requirements*.txt` files, whatever marks that root (see `project_root_above`). `torch>=2.1`, `torch>=2.1,<3`, `torch~=2.2`, `torch==2.3.*` give 2.1, 2.1, 2.2
 and 2.3; `torch>2.0` gives 2.0 (2.0.1 is allowed); a requirement without a lower bound gives none.
 """
 
@@ -158,12 +158,54 @@ def project_floor(folder: str, package: str = "torch") -> Optional[Tuple[str, st
 # (`amp_lint.files.config.note_no_config_files`): asked of their parents without a `stat`.
 WITHOUT_CONFIG: set = set()
 
+# What marks a project's root besides a pyproject.toml: most research repositories have no pyproject.toml
+# and state their torch in a requirements.txt beside a setup.py or a .git (issue 44).
+ROOT_MARKERS = frozenset({"pyproject.toml", "setup.py", "setup.cfg", "environment.yml", "environment.yaml", ".git"})
+
+
+def _marks_project_root(folder: str) -> bool:
+    if folder not in WITHOUT_CONFIG and os.path.isfile(os.path.join(folder, "pyproject.toml")):
+        return True
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    return any(name in ROOT_MARKERS or _is_requirements_file(name) for name in entries if name != "pyproject.toml")
+
+
+def _is_requirements_file(name: str) -> bool:
+    return name.startswith("requirements") and name.endswith(".txt")
+
+
+@functools.lru_cache(maxsize=4096)
+def _closest_marked_folder(folder: str) -> Optional[str]:
+    if _marks_project_root(folder):
+        return folder
+    parent = os.path.dirname(folder)
+    return None if parent == folder else _closest_marked_folder(parent)
+
 
 @functools.lru_cache(maxsize=4096)
 def project_root_above(folder: str) -> Optional[str]:
-    """The closest folder at or above `folder` holding a `pyproject.toml` (the project's root), or None.
-    Cached per folder, so that the folders of one tree share their parents' answers."""
-    if folder not in WITHOUT_CONFIG and os.path.isfile(os.path.join(folder, "pyproject.toml")):
-        return folder
-    parent = os.path.dirname(folder)
-    return None if parent == folder else project_root_above(parent)
+    """The root of the project holding `folder`, whose requirements give `target-torch`, or None.
+
+    The closest folder at or above `folder` marked as a project's root (a `pyproject.toml`, `setup.py`,
+    `setup.cfg`, `requirements*.txt`, `environment.yml` or `.git`); where it states no torch requirement and is not
+    the repository's root (`.git`), the next one above (a `docs/requirements.txt` is not the project's). Cached
+    per folder, so that the folders of one tree share their parents' answers."""
+    marked = _closest_marked_folder(folder)
+    while marked is not None and project_floor(marked) is None and not os.path.exists(os.path.join(marked, ".git")):
+        parent = os.path.dirname(marked)
+        above = None if parent == marked else _closest_marked_folder(parent)
+        if above is None:
+            break
+        marked = above
+    return marked
+
+
+def forget_project_roots() -> None:
+    """Read the project roots again (`--watch`, or a test that changes the tree)."""
+    WITHOUT_CONFIG.clear()
+    _closest_marked_folder.cache_clear()
+    project_root_above.cache_clear()
+    project_floor.cache_clear()

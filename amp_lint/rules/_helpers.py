@@ -19,6 +19,7 @@ from amp_lint.analysis.order import Breach
 from amp_lint.analysis.protocol import predicates_of
 from amp_lint.diagnostics import Applicability, Confidence
 from amp_lint.fixes.builder import FixBuilder, removal_target
+from amp_lint.fixes.reindent import shifted
 from amp_lint.rules.base import Finding, Fix, Rule
 
 # torch ops that autocast runs in the lower precision (CUDA's float16 list): feeding them float32 tensors
@@ -192,9 +193,10 @@ def move_into_boundary(
         for statement in inside:
             if statement is event.statement or contains(statement, event.statement):
                 ranks[id(statement)] = min(ranks.get(id(statement), 9), rank(event.kind))
+    indent = boundary.body.indent if boundary.body.indent is not None else builder.module.default_indent
     for statement, kind in movers:
         builder.remove(statement)
-        new = statement.with_changes(leading_lines=())
+        new = shifted(statement.with_changes(leading_lines=()), indent)  # one block deeper, every line of it
         anchor = next((s for s in inside if ranks.get(id(s), 9) > rank(kind) and id(s) in ranks), None)
         if anchor is None:
             builder.insert_after(inside[-1], new)
@@ -307,7 +309,9 @@ def move_into_boundary_fix(
         return None
     if acc.gate.level != 0 or not acc.gate.in_body:
         return None  # the boundary is in a helper, or the step runs where the test fails (`continue`)
-    body = list(loop.body.body)
+    # The block that holds the boundary `if`: the loop's body, or a branch of it (`if accum > 1:`, issue 44).
+    block = model.block_of(acc.boundary)
+    body = list(block) if block is not None else []
     if acc.boundary not in body:
         return None
     mover_ids = {id(m.call) for m in movers}

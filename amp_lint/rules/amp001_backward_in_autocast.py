@@ -7,6 +7,7 @@ import libcst as cst
 
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
+from amp_lint.fixes.reindent import shifted
 from amp_lint.analysis.autocast import AutocastRegion, enabled_region
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
@@ -362,8 +363,9 @@ def _split_fix(model: FileModel, region: AutocastRegion, first: Event, events_of
             if reopen:
                 block = updated.body.with_changes(body=statements, footer=())
                 out.append(updated.with_changes(body=block, leading_lines=()))
-            else:
-                out.extend(statements)
+            else:  # one block shallower, every line of it (a backslash continuation too)
+                indent = updated.body.indent if updated.body.indent is not None else model.module.default_indent
+                out.extend(shifted(statement, indent, deeper=False) for statement in statements)
         if not head and out:
             # The whole block moved out: keep the comments that stood above the `with`.
             first_statement = out[0]

@@ -1,16 +1,20 @@
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Set, Tuple
+
+import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
-from amp_lint.analysis.events import EventKind
-from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.events import SCALER_KINDS, EventKind
+from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.paths import PROVED, Proof, weakest
 from amp_lint.analysis.scaler_flow import StepFlow, assumption_text, flow_of
 from amp_lint.analysis.flow_queries import Site, any_path, in_iteration, site_path
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.value_types import Kind
+from amp_lint.analysis.walk import visit_read_only
 from amp_lint.diagnostics import Severity
 from amp_lint.rules._helpers import region_device_types, value_of
 from amp_lint.rules.base import Finding, Invalid, Rule
@@ -183,7 +187,32 @@ for x, y in loader:
     optimizer.step()
 """,
     ]
+    valid += [
+        # The scaler goes to a wrapper whose use the file does not show: it may scale the loss there.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+optimizer = AmpOptimizer(base_optimizer, scaler)
+for x, y in loader:
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+""",
+    ]
     invalid = [
+        # A scaler built and never used (a half-done migration, issue 44): no scaler for the loss that is stepped.
+        Invalid(
+            """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+        ),
         Invalid(
             """
 import torch
@@ -259,7 +288,7 @@ for x in loader:
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
             optimizer_steps = step.of(EventKind.OPTIMIZER_STEP)
-            if not optimizer_steps or model.has_scaler_in_reach(step.scope):
+            if not optimizer_steps or _scaler_may_serve(model, step):
                 continue
             flow = flow_of(model, step)
             for backward in step.of(EventKind.BACKWARD):
@@ -274,10 +303,11 @@ for x in loader:
                 why = ""
                 if region.spec.dtype is not DType.FP16:  # known through values
                     why = ", float16 by default on CUDA" if region.spec.dtype_node is None else ""
+                unused = " (the GradScaler in reach never scales it)" if model.has_scaler_in_reach(step.scope) else ""
                 yield self.finding(
                     backward.call,
                     f"`{code_of(backward.call)}` backpropagates a float16 autocast loss "
-                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`{why}) without a GradScaler; "
+                    f"(`{code_of(region.item.item) if region.item else 'autocast'}`{why}) without a GradScaler{unused}; "
                     "small gradients underflow to zero",
                     context=step.scope.name,
                     assumption=assumption_text(weakest(forward, proof)),
@@ -329,3 +359,68 @@ def _disabled(model: FileModel, region: AutocastRegion) -> bool:
         return False
     value = value_of(model, region.spec.enabled_node, region.scope)
     return value.kind is Kind.BOOL and value.literals == (False,)
+
+
+def _scaler_may_serve(model: FileModel, step: TrainingStep) -> bool:
+    """Could a GradScaler in reach scale this step's loss? Not when the step makes no scaler call and never names
+    the scaler, and the scaler goes nowhere else (its only uses are its own methods, in other loops): a scaler that
+    never scales the loss that is stepped is no scaler for that loss (issue 44: a half-done migration)."""
+    if not model.has_scaler_in_reach(step.scope):
+        return False
+    if any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in step.events):
+        return True
+    chain = list(step.scope.chain())
+    spellings: Set[str] = set()
+    for key, bindings in model.scalers.items():
+        for binding in bindings:
+            if binding.is_enabled and (binding.scope in chain or key.startswith(f"{step.scope.class_name}.self.")):
+                spellings.add(binding.key)
+    for outer in chain:
+        spellings.update(param for param in outer.params if "scaler" in param.lower())
+    if not spellings:
+        return True  # in reach through something this rule cannot name: stay silent
+    return _named_beyond_its_methods(model.module, spellings, step.loop or step.scope.node)
+
+
+def _named_beyond_its_methods(module: cst.Module, spellings: Set[str], step_node: cst.CSTNode) -> bool:
+    """Is a scaler named inside `step_node`, or anywhere but as its own binding or the receiver of its methods
+    (passed on, stored, returned: then it may scale this loss where the analysis cannot see)?"""
+    found = [False]
+
+    class References(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.quiet: Set[int] = set()  # binding targets and method receivers outside the step
+            self.in_step = 0
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if dotted_name(target.target) in spellings:
+                    self.quiet.add(id(target.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if dotted_name(node.target) in spellings:
+                self.quiet.add(id(node.target))
+
+        def visit_Param(self, node: cst.Param) -> None:
+            self.quiet.add(id(node.name))
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and dotted_name(node.func.value) in spellings and not self.in_step:
+                self.quiet.add(id(node.func.value))
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is step_node:
+                self.in_step += 1
+            if isinstance(node, (cst.Name, cst.Attribute)) and id(node) not in self.quiet:
+                if dotted_name(node) in spellings:
+                    found[0] = True
+                    return False
+            return super().on_visit(node)
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if original_node is step_node:
+                self.in_step -= 1
+            super().on_leave(original_node)
+
+    visit_read_only(module, References())
+    return found[0]

@@ -14,6 +14,7 @@ from amp_lint.analysis.protocol import RESETS_SCALER
 from amp_lint.analysis.order_steps import AROUND_UNSCALED, CLOSED_BY_UPDATE, STEP_SCALED, STEPPED_TWICE, direct_steps
 from amp_lint.analysis.scaler_flow import flow_of
 from amp_lint.rules._helpers import OrderRule, remove_call_fix
+from amp_lint.rules.amp030_clip_without_unscale import unscale_before_scaled_reads
 from amp_lint.rules.base import Fix, Invalid
 
 
@@ -63,6 +64,8 @@ class OptimizerStepOnScaledGrads(OrderRule):
     closure=None)`); both unsafe: they may carry a closure, which `scaler.step` refuses as a keyword and
     runs after its inf check when positional. No fix for a `closure=` keyword or a closure built here
     (AMP025). Unsafe, too, in a helper whose caller updates: the edit is made on that caller's behalf.
+    A clip (or gradient read) between the scaled backward and the direct step gets the `scaler.unscale_`
+    it needs in the same fix, as AMP030's fix writes it; no fix where that cannot be written.
 
     ## References
     - [AMP examples: typical mixed precision training](https://docs.pytorch.org/docs/stable/notes/amp_examples.html#typical-mixed-precision-training)
@@ -324,6 +327,10 @@ def _step_through_scaler_fix(
         return new.with_changes(args=(cst.Arg(value=optimizer_node), *forwarded), lpar=updated.lpar, rpar=updated.rpar)
 
     builder.replace(event.call, through_scaler)
+    # A clip between the scaled backward and this step reads scaled gradients: `scaler.step` alone would leave it
+    # clipping to `max_norm / scale`; its `unscale_` goes in with the step, as AMP030's fix writes it.
+    if not unscale_before_scaled_reads(model, step, event, builder):
+        return None
     if add_update:
         builder.insert_after(event.statement, builder.statement(f"{scaler}.update()\n"))
     # Stepping through the scaler skips steps on overflow and unscales first. Safe where the iteration

@@ -121,6 +121,19 @@ for x in loader:
     scaler.update()
 """,
     ]
+    valid += [
+        # PyTorch's multi-optimizer example with the optimizers in a list (issue 44): a loop that steps each
+        # optimizer is a step, and a `continue` that skips step and update alike is no condition on the step.
+        """
+for x, y in loader:
+    scaler.scale(loss_fn(model0(x), y)).backward()
+    if skip_batch:
+        continue
+    for opt in optimizers:
+        scaler.step(opt)
+    scaler.update()
+""",
+    ]
     invalid = [
         # Accumulation: update() on every micro-batch, step() only at the boundary.
         Invalid(
@@ -251,8 +264,12 @@ for x in loader:
 
 
 def _guard(update: Event, last: Event) -> str:
-    if last.branches:
-        return f"under `if {code_of(last.branches[-1].node.test)}`"
+    # A guard the update is under too (`if skip: continue` before both) is no condition on the step.
+    own = [b for b in last.branches if not any(b.node is u.node and b.taken == u.taken for u in update.branches)]
+    if own:
+        branch = own[-1]
+        test = code_of(branch.node.test)
+        return f"under `if {test}`" if branch.taken else f"where `{test}` is false"
     if len(last.loops) > len(update.loops):
         return "inside a loop that may run no times"
     return "under a branch"
@@ -298,6 +315,11 @@ def _move_fix(model: FileModel, flow: StepFlow, update: Event, last_step: Event,
     target = removal_target(update.statement, update.small_statement)
     if anchor is update.statement or target is anchor:
         return None
+    block = model.block_of(anchor)
+    if block is not None and anchor in block:
+        following = list(block).index(anchor) + 1
+        if following < len(block) and block[following] is target:
+            return None  # the update already follows the last step: moving it changes nothing
     builder = FixBuilder(model.module)
     builder.remove(target)
     # Another update that a path runs after the step already closes the iteration.

@@ -25,7 +25,8 @@ class ClipWithoutUnscale(OrderRule):
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`,
     `clip_grads_with_norm_`) between a scaled backward and `scaler.step(...)` with no
-    `scaler.unscale_(optimizer)` before it. A project helper that reads or clips gradients (a model's own
+    `scaler.unscale_(optimizer)` before it; also before a direct `optimizer.step()` (AMP020's): the
+    gradients are scaled whatever steps them. A project helper that reads or clips gradients (a model's own
     `clip_grad_norm_` method, a trainer's `_clip_grad()`, a function bound to an attribute or passed in)
     counts as the clip it makes; so does a per-call `step()` method whose class scales the backward in a
     sibling method with a scaler it builds itself.
@@ -159,6 +160,17 @@ for x in loader:
     else:
         optimizer.step()
 """,
+        # A GAN: the generator's loss is not scaled, and its clip and direct step read its own gradients.
+        """
+import torch
+for real in loader:
+    scaler.scale(D(real).mean()).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    G(real).mean().backward()
+    torch.nn.utils.clip_grad_norm_(G.parameters(), 1.0)
+    opt_g.step()
+""",
         # Accelerate's own clip unscales for you.
         """
 for x in loader:
@@ -169,6 +181,27 @@ for x in loader:
 """,
     ]
     invalid = [
+        # The loop steps its optimizer directly (AMP020's): the gradients the clip reads are scaled all the same
+        # (issue 44).
+        Invalid(
+            """
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)
+    optimizer.step()
+    scaler.update()
+""",
+            fixed="""
+import torch
+for x in loader:
+    scaler.scale(model(x).sum()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_value_(model.parameters(), 1.0)
+    optimizer.step()
+    scaler.update()
+""",
+        ),
         # Reading `.grad` of the parameters sees scaled values too (medium confidence).
         Invalid(
             """
@@ -367,31 +400,73 @@ def _bound_in(scope, name: str) -> bool:
 def _unscale_fix(
     model: FileModel, step: TrainingStep, clip: Event, scaler: str, steps: List[Event], backward: Optional[Event]
 ) -> Optional[Fix]:
+    builder = FixBuilder(model.module)
+    if not _unscale_edits(model, step, clip, scaler, steps, backward, builder):
+        return None
+    return builder.build(f"Insert `{scaler}.unscale_(...)` before clipping", Applicability.SAFE)
+
+
+def _unscale_edits(
+    model: FileModel,
+    step: TrainingStep,
+    clip: Event,
+    scaler: str,
+    steps: List[Event],
+    backward: Optional[Event],
+    builder: FixBuilder,
+) -> bool:
+    """Insert `scaler.unscale_(opt)` before `clip` for each optimizer of `steps`, into `builder`; False (nothing
+    added) where it cannot be written here."""
     flow = flow_of(model, step)
     optimizers: List[str] = []
     for event in steps:
         if event.target is None or _bound_by_a_later_loop(flow, clip, event):
-            return None  # no name, or one bound by a later `for opt in optimizers:` loop
+            return False  # no name, or one bound by a later `for opt in optimizers:` loop
         if event.in_helper and not _bound_in(step.scope, event.target):
-            return None  # the helper's own name (`optimizer` of a loop in a callee), not one of the caller's
+            return False  # the helper's own name (`optimizer` of a loop in a callee), not one of the caller's
         if event.target not in optimizers:
             optimizers.append(event.target)
     anchor = step.anchor_statement(clip)  # before the `for p in model.parameters():` loop, not inside it
     if not isinstance(anchor, (cst.SimpleStatementLine, cst.For, cst.While)):
-        return None
-    if _scaler_called_anyway(clip, steps):
+        return False
+    # A direct `optimizer.step()` says nothing about the scaler: only its own step shows it is there.
+    if all(e.kind is EventKind.SCALER_STEP for e in steps) and _scaler_called_anyway(clip, steps):
         guard = ""  # the scaler is called on every path through the clip: the unscale_ needs no guard
     elif backward is None or backward.in_helper:
-        return None  # the backward's guard is in a sibling method or inside a helper: not known here
+        return False  # the backward's guard is in a sibling method or inside a helper: not known here
     else:
         guard = _guard_of(backward, clip)
     if guard and len(guard) > 80:
-        return None
-    builder = FixBuilder(model.module)
+        return False
     if guard:
         indent = model.module.default_indent
         body = "".join(f"{indent}{scaler}.unscale_({o})\n" for o in optimizers)
         builder.insert_before(anchor, builder.statement(f"if {guard}:\n{body}"))
     else:
         builder.insert_before(anchor, *[builder.statement(f"{scaler}.unscale_({o})\n") for o in optimizers])
-    return builder.build(f"Insert `{scaler}.unscale_(...)` before clipping", Applicability.SAFE)
+    return True
+
+
+def unscale_before_scaled_reads(model: FileModel, step: TrainingStep, optimizer_step: Event, builder: FixBuilder) -> bool:
+    """For a fix that steps `optimizer_step` (a direct `optimizer.step()`) through its scaler (AMP020): the
+    `scaler.unscale_(...)` every clip or gradient read before it needs, as this rule's own fix writes it, added
+    to `builder` (issue 44: the clip reads scaled gradients whatever the step is). False where one is needed and
+    cannot be written."""
+    done: List[Event] = []
+    for breach in order_reads.scaled_gradient_reads(model):
+        if breach.step.scope is not step.scope or breach.step.loop is not step.loop:
+            continue
+        if not any(related is optimizer_step for related in breach.related):
+            continue
+        clip, steps = breach.event, list(breach.related)
+        if any(breach.flow.path(earlier, clip) is PROVED or earlier is clip for earlier in done):
+            continue  # two clips in a row: one unscale_, before the first
+        site = clip if _helper_owns_the_step(model, clip, steps) else clip.trail()[0]
+        if site is not clip and any(earlier is site for earlier in done):
+            continue
+        if _every_micro_batch(model, step, site):
+            return False
+        if not _unscale_edits(model, step, site, breach.scaler, steps, breach.cause, builder):
+            return False
+        done.extend([clip, site])
+    return True

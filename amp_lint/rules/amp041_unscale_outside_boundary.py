@@ -99,6 +99,49 @@ for x, y in loader:
 """,
     ]
     invalid = [
+        # The accumulation is one branch of `if accum > 1: ... else: ...` (issue 44): the enclosing branch
+        # changes nothing, the other branch (a step per batch) keeps its unscale_.
+        Invalid(
+            """
+import torch
+for i, (x, y) in enumerate(loader):
+    if accum > 1:
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if (i + 1) % accum == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    else:
+        scaler.scale(loss_fn(model(x), y)).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            fixed="""
+import torch
+for i, (x, y) in enumerate(loader):
+    if accum > 1:
+        scaler.scale(loss_fn(model(x), y) / accum).backward()
+        if (i + 1) % accum == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    else:
+        scaler.scale(loss_fn(model(x), y)).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""",
+            count=2,
+        ),
         Invalid(
             """
 import torch

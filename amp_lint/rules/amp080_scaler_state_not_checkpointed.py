@@ -154,7 +154,8 @@ class Trainer:
         for site in model.call_sites:
             if site.qualified_name != "torch.save" and site.method != "load_state_dict":
                 continue
-            if not _scaler_in_reach(model, site.scope):
+            scaler = _scaler_in_reach(model, site.scope)
+            if scaler is None:
                 continue
             if site.qualified_name == "torch.save" and not saves_scaler and site.call.args:
                 found = _optimizer_in_checkpoint(model, site)
@@ -164,17 +165,19 @@ class Trainer:
                     yield self.finding(
                         site.call,
                         f"`{short(site.call, 50)}` saves `{optimizer}.state_dict()` but not the GradScaler's: "
-                        "a resumed run restarts the loss scale; add \"scaler\": scaler.state_dict()",
+                        f"a resumed run restarts the loss scale; add \"scaler\": {scaler}.state_dict()",
                         confidence=Confidence.MEDIUM,
                         context=site.scope.name,
                     )
             elif site.method == "load_state_dict" and not loads_scaler and site.receiver is not None:
                 key = dotted_name(site.receiver)
                 if key is not None and model.is_optimizer(key):
+                    checkpoint = _checkpoint_name(site.call)
                     yield self.finding(
                         site.call,
                         f"`{short(site.call, 50)}` restores the optimizer but nothing restores the GradScaler; "
-                        "add `scaler.load_state_dict(ckpt[\"scaler\"])` (guarded by `if \"scaler\" in ckpt`)",
+                        f"add `{scaler}.load_state_dict({checkpoint}[\"scaler\"])` "
+                        f"(guarded by `if \"scaler\" in {checkpoint}`)",
                         confidence=Confidence.MEDIUM,
                         context=site.scope.name,
                     )
@@ -190,17 +193,27 @@ def _scaler_method_called(model: FileModel, method: str) -> bool:
     return False
 
 
-def _scaler_in_reach(model: FileModel, scope: Scope) -> bool:
+def _scaler_in_reach(model: FileModel, scope: Scope) -> Optional[str]:
+    """How `scope` spells the enabled GradScaler it can reach (`scaler`, `self.scaler`), or None."""
     chain = list(scope.chain())
     for key, bindings in model.scalers.items():
         for binding in bindings:
             if binding.call is None or not binding.is_enabled:
                 continue
             if binding.scope in chain:
-                return True
+                return key
             if scope.class_name and key.startswith(scope.class_name + ".self."):
-                return True
-    return False
+                return key[len(scope.class_name) + 1 :]
+    return None
+
+
+def _checkpoint_name(call: cst.Call) -> str:
+    """`ckpt` in `optimizer.load_state_dict(ckpt["optimizer"])`; "ckpt" where the argument is not a subscript."""
+    if call.args and isinstance(call.args[0].value, cst.Subscript):
+        name = dotted_name(call.args[0].value.value)
+        if name is not None:
+            return name
+    return "ckpt"
 
 
 def _optimizer_in_checkpoint(model: FileModel, site: CallSite) -> Optional[Tuple[str, cst.BaseExpression]]:

@@ -73,9 +73,12 @@ class Fp32TrainingLoop(Rule):
     `torch.accelerator.current_accelerator()` with a CPU fallback), `torch.device(device).type` where
     `device` may be a string (also a `device` parameter that the function only hands on to a helper),
     `torch.device(args.device).type` for `model.to(args.device)`, `"cuda" if cuda else "cpu"` where every
-    `.cuda()` sits under `if cuda:`; a literal only where the script names no other device (a script that
-    builds its network and never moves anything converts for `"cpu"`). Checks that depend on the device
-    (BCELoss under CUDA) assume CUDA whenever the device is chosen at run time.
+    `.cuda()` sits under `if cuda:`; a literal only where the script names no other device. `"cpu"` only
+    where that is proved: every network the file's optimizers train is built in the file (`nn.Linear(...)`,
+    its own `nn.Module` class) and nothing moves anything. A model from a call the analysis cannot see into
+    (`build_model(cfg)`, which may move it to `cfg.MODEL.DEVICE`) or handed in by a caller is on a device
+    not known here: the documented default, `"cuda"` (`--amp-device` names another). Checks that depend on
+    the device (BCELoss under CUDA) assume CUDA whenever the device is chosen at run time.
 
     Gradient code in the file's helpers counts as if inline: `scaler.unscale_(optimizer)` goes before a call
     of a helper that clips or reads `.grad` (`clip_gradients(model, t)`), and a helper running
