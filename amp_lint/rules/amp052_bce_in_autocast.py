@@ -156,7 +156,7 @@ class Trainer:
             devices = region_device_types(model, region, with_cuda=True)
             if devices is not None and devices <= {"cpu"}:
                 continue
-            known = devices is not None
+            known = devices is not None and not _off_unless_a_caller_asks(model, site, region)
             advice = "use binary_cross_entropy_with_logits on the logits"
             arg = site.call.args[0].value if site.call.args else None
             if arg is not None and _is_sigmoid(site, arg):
@@ -168,6 +168,30 @@ class Trainer:
                 confidence=Confidence.HIGH if known else Confidence.MEDIUM,
                 context=site.scope.name,
             )
+
+
+def _off_unless_a_caller_asks(model: FileModel, site: CallSite, region: AutocastRegion) -> bool:
+    """Issue 46: `autocast(enabled=flag)` where `flag` is a parameter of the function defaulting to False,
+    and no call in the file passes it: the block switches autocast *off* (it keeps the loss out of an outer
+    autocast) unless a caller the file does not show asks for it. Then the finding is an assumption."""
+    flag = region.spec.enabled_node
+    function = site.scope.node
+    if region.spec.enabled is not None or not isinstance(flag, cst.Name) or not isinstance(function, cst.FunctionDef):
+        return False
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == flag.value), None)
+    if param is None or not (isinstance(param.default, cst.Name) and param.default.value in ("False", "None")):
+        return False
+    position = function.params.params.index(param) if param in function.params.params else None
+    name = function.name.value
+    for other in model.call_sites:
+        if any(arg.keyword is not None and arg.keyword.value == flag.value or arg.star for arg in other.call.args):
+            return False
+        positional = [arg for arg in other.call.args if arg.keyword is None]
+        called = (other.func or "").rpartition(".")[2]
+        if position is not None and called == name and len(positional) >= position:
+            return False  # a call of this function that may pass the flag by position
+    return True
 
 
 def _bce_kind(site: CallSite, instances: List[AssignmentSite]) -> Optional[str]:
