@@ -108,11 +108,12 @@ class AutocastBinding:
     partial_args: Tuple[cst.Arg, ...] = ()
 
 
-def enabled_region(regions: Sequence[AutocastRegion]) -> Optional[AutocastRegion]:
-    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`."""
+def enabled_region(regions: Sequence[AutocastRegion], off: Sequence[AutocastRegion] = ()) -> Optional[AutocastRegion]:
+    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`; `off`:
+    regions whose `enabled=` flag is known false where the question is asked (they switch autocast off)."""
     disabled_devices = set()
     for region in reversed(regions):
-        if not region.spec.is_enabled:
+        if not region.spec.is_enabled or any(region is other for other in off):
             # autocast(enabled=False) only switches off its own device type (AMP053).
             disabled_devices.add(region.spec.device or "*")
             continue

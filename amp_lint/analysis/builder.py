@@ -29,6 +29,7 @@ from amp_lint.analysis.autocast import (
 from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
 from amp_lint.analysis.events import Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
+from amp_lint.analysis.leaving_branches import LEAVES_FUNCTION, close_block, ends_with, pop_branch
 from amp_lint.analysis.names import NameTable, dotted_name
 from amp_lint.analysis.steps import training_steps
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_bool
@@ -83,6 +84,7 @@ class ModelBuilder(CallRecorder, Walker):
         # Expressions whose value is a callable that will be called later (assigned, or given to partial).
         self.factory_positions: set = set()
         self.block_depths: List[int] = []
+        self.leaves_function: set = set()  # ids of the branch markers of an `if` whose body ends in return/raise
         self.parameter_names: List[frozenset] = []  # per enclosing for-loop: names bound to parameters
         self._prepare_module_names()
 
@@ -285,14 +287,16 @@ class ModelBuilder(CallRecorder, Walker):
         self._leave_compound()
         if original_node.orelse is None and _ends_in_jump(original_node.body):
             # `if critic_phase: ...; continue` - the rest of the block is the else branch of that `if`.
-            self.branch_stack[-1].append(Branch(node=original_node, taken=False))
+            marker = Branch(node=original_node, taken=False)
+            self.branch_stack[-1].append(marker)
+            if ends_with(original_node.body, LEAVES_FUNCTION):  # issue 46: past this block (leaving_branches)
+                self.leaves_function.add(id(marker))
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.block_depths.append(len(self.branch_stack[-1]))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
-        depth = self.block_depths.pop()
-        del self.branch_stack[-1][depth:]
+        close_block(self.branch_stack[-1], self.block_depths.pop(), self.leaves_function)
 
     def _push_branch(self, node: cst.If, taken: bool) -> None:
         self.branch_stack[-1].append(Branch(node=node, taken=taken))
@@ -301,13 +305,13 @@ class ModelBuilder(CallRecorder, Walker):
         self._push_branch(node, True)
 
     def leave_If_body(self, node: cst.If) -> None:
-        self.branch_stack[-1].pop()
+        pop_branch(self.branch_stack[-1], node, True)
 
     def visit_If_orelse(self, node: cst.If) -> None:
         self._push_branch(node, False)
 
     def leave_If_orelse(self, node: cst.If) -> None:
-        self.branch_stack[-1].pop()
+        pop_branch(self.branch_stack[-1], node, False)
 
     def visit_For(self, node: cst.For) -> None:
         self._enter_compound(node)

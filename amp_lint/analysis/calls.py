@@ -23,6 +23,7 @@ from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion
 from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
+from amp_lint.analysis.linear_grads import keeps_the_scale
 from amp_lint.analysis.names import dotted_name, receiver_name
 from amp_lint.analysis.steps import argument_names, callee_scope
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns
@@ -496,7 +497,7 @@ class CallRecorder:
 
     def visit_Attribute(self, node: cst.Attribute) -> Optional[bool]:
         if node.attr.value == "grad" and isinstance(node.value, cst.Name) and node not in self.skip_reference:
-            if any(node.value.value in names_ for names_ in self.parameter_names):
+            if any(node.value.value in names_ for names_ in self.parameter_names) and not keeps_the_scale(node, self.scope.node, self.__dict__.setdefault("_linear", {})):
                 self._add_event(EventKind.GRAD_READ, node, target=node.value.value)
         # A deprecated API used without being called (`partial(torch.cuda.amp.autocast, ...)`).
         if node in self.skip_reference:

@@ -109,7 +109,22 @@ class Event:
 
     def in_enabled_autocast(self) -> Optional[AutocastRegion]:
         """The enclosing region that is in force, unless an inner `enabled=False` region switches it off."""
-        return enabled_region(self.regions)
+        return enabled_region(self.regions, self.flag_off_regions())
+
+    def flag_off_regions(self) -> List[AutocastRegion]:
+        """Issue 46, correlated flags: regions `autocast(enabled=flag)` whose flag is false where this event
+        runs (it sits on the `else:` of `if flag:`, or after `if flag: ...; return`), so autocast is off here."""
+        if not self.branches:
+            return []
+        off = []
+        for region in self.regions:
+            flag = region.spec.enabled_node
+            if flag is None or region.spec.enabled is not None:
+                continue  # no flag, or a literal one
+            key, holds = atom_of(flag, True)
+            if any(branch.condition == (key, not holds) and _inside(branch.node, region) for branch in self.branches):
+                off.append(region)
+        return off
 
     @property
     def failing_tests(self) -> set:
@@ -134,3 +149,25 @@ class Event:
 
     def describe(self) -> str:
         return code_of(self.call)
+
+
+def _inside(branch: cst.If, region: AutocastRegion) -> bool:
+    """Is the `if` inside the region's block (its test then sees the flag the region was entered with)?"""
+    node = region.node
+    if not isinstance(node, cst.With):
+        return True  # a decorated function: its flag is fixed for the whole call
+    cached = _IFS_INSIDE.get(id(node))
+    if cached is None or cached[0] is not node:
+        ifs, stack = set(), [node.body]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.If):
+                ifs.add(id(current))
+            stack.extend(current.children)
+        if len(_IFS_INSIDE) > 1_000:
+            _IFS_INSIDE.clear()
+        cached = _IFS_INSIDE[id(node)] = (node, ifs)
+    return id(branch) in cached[1]
+
+
+_IFS_INSIDE: dict = {}  # id(with) -> (the with, ids of the ifs in its body)

@@ -14,6 +14,7 @@ from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
 from amp_lint.analysis.flow_queries import reaching, site_path, whole_scope_flow
 from amp_lint.analysis.gradient_effects import optimizer_holds_parameters_of
+from amp_lint.analysis.leaving_branches import ends_with
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED, Proof, weakest
@@ -50,8 +51,13 @@ def zero_grads_before_step(model: FileModel) -> Iterator[Breach]:
                 e for e in step.of(EventKind.SCALER_STEP) if e.receiver == scaler and e.target == consumer.target and e is not consumer
             ]
             refills = [e for e in step.of(EventKind.BACKWARD) if flow.path(e, consumer) is not None]
+            unscales = [
+                e for e in step.of(EventKind.SCALER_UNSCALE) if e.receiver == scaler and e.target == consumer.target
+            ]
             for zero in step.of(EventKind.ZERO_GRAD):
                 if id(zero.call) in reported:
+                    continue
+                if consumer.kind is EventKind.SCALER_STEP and _skipped_step(flow, backwards, zero, unscales):
                     continue
                 proof = weakest(_reached_by(flow, backwards, zero, own_steps), flow.path(zero, consumer, refills))
                 if proof is None:
@@ -71,6 +77,22 @@ def zero_grads_before_step(model: FileModel) -> Iterator[Breach]:
                     cause=_last_backward(flow, backwards, zero), other=consumer, proof=proof,
                     assumed="assumes the exception handler runs" if flow.in_handler(zero) else None,
                 )
+
+
+def _skipped_step(flow, backwards: List[Event], zero: Event, unscales: List[Event]) -> bool:
+    """Issue 46, skip branches: the gradients are cleared after `unscale_` has recorded the inf checks on every
+    path from the scaled backward (so `scaler.step` raises nothing and skips on an overflow), on a branch
+    that leaves the iteration or the function (`...; scaler.step(opt); scaler.update(); break`): a
+    deliberately skipped step, not a step on cleared gradients by mistake."""
+    if not unscales or not zero.branches:
+        return False
+    branch = zero.branches[-1]
+    body = branch.node.body if branch.taken else branch.node.orelse
+    if isinstance(body, cst.Else):
+        body = body.body
+    if not isinstance(body, cst.BaseSuite) or not ends_with(body):
+        return False
+    return all(flow.path(backward, zero, unscales) is None for backward in backwards)
 
 
 def _reached_by(flow, backwards: List[Event], zero: Event, own_steps: List[Event]) -> Optional[Proof]:

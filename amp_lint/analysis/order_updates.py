@@ -45,6 +45,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
                 continue
             later, proof = typestate.follows(flow, update, P.RESETS_SCALER, scaler, among=updates)
             later = _next_rounds_left_out(flow, step, update, scaler, later)
+            later = _complete_cycles_left_out(flow, step, update, scaler, later)
             if later:
                 yield Breach(
                     UPDATE_AGAIN, update, step, scaler, flow, last=last_of(flow, later), related=tuple(later), proof=proof
@@ -69,6 +70,26 @@ def _next_rounds_left_out(flow: StepFlow, step: TrainingStep, update: Event, sca
         return any(s.target in before and flow.path(update, s) is not None and flow.path(s, other) is not None for s in steps)
 
     return [other for other in later if not next_round(other)]
+
+
+def _complete_cycles_left_out(flow: StepFlow, step: TrainingStep, update: Event, scaler: str, later: List[Event]) -> List[Event]:
+    """Issue 46, two complete cycles per iteration: `scale -> backward -> step(opt_a) -> update`, then the same
+    for `opt_b` (weights, then architecture parameters; a GAN's two phases). A later update is legal when
+    every step of this scaler between the two updates steps gradients of a scaled backward that runs after
+    the first update: those gradients are scaled and unscaled with the same scale."""
+    steps = step.scaler_events(scaler, EventKind.SCALER_STEP)
+    backwards = [b for b in step.of(EventKind.BACKWARD) if b.scaled_by == scaler]
+    if not later or not backwards:
+        return later
+
+    def fresh_cycle(other: Event) -> bool:
+        between = [s for s in steps if flow.path(update, s) is not None and flow.path(s, other) is not None]
+        return bool(between) and all(
+            any(flow.path(update, b) is not None and flow.path(b, stepped) is not None for b in backwards)
+            for stepped in between
+        )
+
+    return [other for other in later if not fresh_cycle(other)]
 
 
 def _bare_update(model: FileModel, update: Event, step: TrainingStep) -> bool:

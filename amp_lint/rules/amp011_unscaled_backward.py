@@ -448,7 +448,8 @@ def _per_call_backwards(model: FileModel):
     conditions agree (`if self.activated:` on both) and no plain `optimizer.step()` of the class could be
     the backward's own path. Silent when a call of the method in this file passes a scaled loss."""
     for scope in model.scopes:
-        if not scope.is_function or scope.class_name is None:
+        # issue 46: a closure defined in a method (L-BFGS's) is no method called once per batch
+        if not scope.is_function or scope.class_name is None or (scope.parent is not None and scope.parent.is_function):
             continue
         backwards = [e for e in scope.events if e.kind is EventKind.BACKWARD and e.scaled_by is None and not e.loops]
         if not backwards or any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in scope.events):

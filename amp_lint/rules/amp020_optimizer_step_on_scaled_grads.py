@@ -58,7 +58,9 @@ class OptimizerStepOnScaledGrads(OrderRule):
     fp32 path of an `if scaler: ... else: ...` keeps it). Unsafe for a direct `optimizer.step()` that
     bypasses the scaler when nothing else of the protocol follows: `scaler.step(optimizer)` skips
     overflowing steps and unscales, which changes the numerics of code that steps directly on purpose;
-    safe when `scaler.update()` follows (that update raises today, finding no step). Keyword arguments
+    safe when `scaler.update()` follows (that update raises today, finding no step). Unsafe, too, for a
+    direct step right after an explicit `scaler.unscale_(optimizer)`: that may be deliberate (it avoids
+    `scaler.step`'s host sync for one optimizer), and stepping through the scaler changes it. Keyword arguments
     are forwarded (`scaler.step(optimizer, **kwargs)` passes them to `optimizer.step`), and so is a
     positional argument that the step's function passes on from its own caller (`def step(self,
     closure=None)`); both unsafe: they may carry a closure, which `scaler.step` refuses as a keyword and
@@ -260,7 +262,12 @@ def step_all(grad_scaler, optimizers, max_norm=None):
                 fix.applicability = Applicability.UNSAFE
             return fix
         if breach.kind != STEP_SCALED:
-            return None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step)
+            fix = None if optimizer_step.in_helper else _step_through_scaler_fix(model, optimizer_step, scaler, True, step)
+            if fix is not None and breach.kind == AROUND_UNSCALED:
+                # Issue 46, a safe fix never rewrites deliberate code: a direct step right after an explicit
+                # `unscale_` may be chosen on purpose (no host sync of `scaler.step` for this optimizer).
+                fix.applicability = Applicability.UNSAFE
+            return fix
         if optimizer_step.in_helper and not _helper_drives_protocol(model, step, optimizer_step, scaler):
             return None
         return _step_through_scaler_fix(model, optimizer_step, scaler, _drives_protocol(model, step, optimizer_step, scaler), step)

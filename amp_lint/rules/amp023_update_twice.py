@@ -13,8 +13,10 @@ from amp_lint.rules.base import Fix, Invalid
 class UpdateTwice(OrderRule):
     """
     ## What it does
-    Finds `scaler.update()` called more than once per iteration: once per optimizer, in each phase of a
-    GAN step, or inside a loop over the optimizers.
+    Finds `scaler.update()` called more than once per iteration where a later step consumes gradients
+    scaled before the earlier update: once per optimizer after one backward, or inside a loop over the
+    optimizers. Two complete cycles (`scale -> backward -> step(opt_a) -> update`, then the same for `opt_b`)
+    are legal and not reported: each update follows the step of gradients scaled with the current scale.
 
     ## Why is this bad?
     "`scaler.update` should only be called once, after all optimizers used this iteration have been
@@ -24,17 +26,17 @@ class UpdateTwice(OrderRule):
 
     ## Example
     ```python
+    scaler.scale(loss).backward()
     scaler.step(opt_d)
     scaler.update()
-    ...
     scaler.step(opt_g)
     scaler.update()
     ```
 
     ## Use instead
     ```python
+    scaler.scale(loss).backward()
     scaler.step(opt_d)
-    ...
     scaler.step(opt_g)
     scaler.update()
     ```
@@ -104,6 +106,17 @@ for i, x in enumerate(loader):
         scaler.step(opt_g)
         scaler.update()
 """,
+        # Issue 46, two complete cycles per iteration: each update follows the step of gradients scaled
+        # after the previous update (weights, then architecture parameters; a GAN's two phases).
+        """
+for x in loader:
+    scaler.scale(d_loss).backward()
+    scaler.step(opt_d)
+    scaler.update()
+    scaler.scale(g_loss).backward()
+    scaler.step(opt_g)
+    scaler.update()
+""",
         # Two scalers, one per network, each updated once.
         """
 for x in loader:
@@ -131,17 +144,17 @@ for x in loader:
             """
 for x in loader:
     scaler.scale(d_loss).backward()
+    scaler.scale(g_loss).backward()
     scaler.step(opt_d)
     scaler.update()
-    scaler.scale(g_loss).backward()
     scaler.step(opt_g)
     scaler.update()
 """,
             fixed="""
 for x in loader:
     scaler.scale(d_loss).backward()
-    scaler.step(opt_d)
     scaler.scale(g_loss).backward()
+    scaler.step(opt_d)
     scaler.step(opt_g)
     scaler.update()
 """,

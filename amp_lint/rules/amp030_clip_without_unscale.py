@@ -13,6 +13,7 @@ from amp_lint.analysis import order_reads
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of
 from amp_lint.analysis.accumulation import accumulation
+from amp_lint.analysis.gradient_effects import effects_of_call
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of
@@ -288,7 +289,7 @@ def train_step(self, batch):
         fix = fix or next((f for earlier, f in flagged if earlier is site), None)
         # The backward may be in a sibling method (`cause` is None): its guard is then unknown, which matters
         # only when the scaler is not called on every path through the clip.
-        if fix is None and not _every_micro_batch(model, step, site):
+        if fix is None and not _every_micro_batch(model, step, site) and not _callee_unscales(model, step, site, breach.scaler):
             fix = _unscale_fix(model, step, site, breach.scaler, steps, breach.cause)
         flagged.append((clip, fix))
         if site is not clip:
@@ -364,6 +365,17 @@ def _guard_of(backward: Event, clip: Event) -> Optional[str]:
     if len(tests) == 1 and tests[0][1]:
         return tests[0][0]
     return " and ".join(f"({test})" if taken else f"not ({test})" for test, taken in tests)
+
+
+def _callee_unscales(model: FileModel, step: TrainingStep, site: Event, scaler: str) -> bool:
+    """Issue 46, the fix follows the finding through callees: an `unscale_` inserted before a call whose callee
+    unscales this scaler itself (on any path, `if self.clip: scaler.unscale_(...)`) makes that a second
+    unscale_ (AMP024, "unscale_() has already been called"): no fix."""
+    if site.kind is not EventKind.CALL:
+        return False
+    if any(e.kind is EventKind.SCALER_UNSCALE and e.trail()[:1] == [site] for e in step.events):
+        return True
+    return "unscale_" in effects_of_call(model, site).scaler
 
 
 def _helper_owns_the_step(model: FileModel, clip: Event, steps: List[Event]) -> bool:

@@ -185,7 +185,7 @@ class Trainer:
             if not site.regions:
                 outside.append((site, what))
                 continue
-            region = _cuda_region(model, site.in_enabled_autocast())
+            region = _cuda_region(model, site, site.in_enabled_autocast())
             if region is not None:
                 yield self._finding(site, what, region, f"inside `{_region_text(region[0])}`")
         if not outside:
@@ -194,7 +194,7 @@ class Trainer:
         # file calls inside a CUDA autocast runs its BCE under it; the finding is at the BCE, where it raises.
         entries = {}
         for site in model.call_sites:
-            region = _cuda_region(model, site.in_enabled_autocast()) if site.regions else None
+            region = _cuda_region(model, site, site.in_enabled_autocast()) if site.regions else None
             if region is not None:
                 for callee in callees(model, site):
                     entries.setdefault(id(callee), (site, region))
@@ -223,15 +223,40 @@ class Trainer:
         )
 
 
-def _cuda_region(model: FileModel, region: Optional[AutocastRegion]):
-    """(region, its device is known) for an enabled autocast that is not the CPU's; None otherwise. On a host
-    with CUDA, `"cuda" if torch.cuda.is_available() else "cpu"` is CUDA there."""
+def _cuda_region(model: FileModel, site: CallSite, region: Optional[AutocastRegion]):
+    """(region, proved) for an enabled autocast around `site` that is not the CPU's; None otherwise. On a host
+    with CUDA, `"cuda" if torch.cuda.is_available() else "cpu"` is CUDA there. Not proved: an unknown device,
+    or a flag that is off unless a caller the file does not show asks for it."""
     if region is None:
         return None
     devices = region_device_types(model, region, with_cuda=True)
     if devices is not None and devices <= {"cpu"}:
         return None
-    return region, devices is not None
+    return region, devices is not None and not _off_unless_a_caller_asks(model, site, region)
+
+
+def _off_unless_a_caller_asks(model: FileModel, site: CallSite, region: AutocastRegion) -> bool:
+    """Issue 46: `autocast(enabled=flag)` where `flag` is a parameter of the function defaulting to False,
+    and no call in the file passes it: the block switches autocast *off* (it keeps the loss out of an outer
+    autocast) unless a caller the file does not show asks for it. Then the finding is an assumption."""
+    flag = region.spec.enabled_node
+    function = site.scope.node
+    if region.spec.enabled is not None or not isinstance(flag, cst.Name) or not isinstance(function, cst.FunctionDef):
+        return False
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == flag.value), None)
+    if param is None or not (isinstance(param.default, cst.Name) and param.default.value in ("False", "None")):
+        return False
+    position = function.params.params.index(param) if param in function.params.params else None
+    name = function.name.value
+    for other in model.call_sites:
+        if any(arg.keyword is not None and arg.keyword.value == flag.value or arg.star for arg in other.call.args):
+            return False
+        positional = [arg for arg in other.call.args if arg.keyword is None]
+        called = (other.func or "").rpartition(".")[2]
+        if position is not None and called == name and len(positional) >= position:
+            return False  # a call of this function that may pass the flag by position
+    return True
 
 
 def _bce_kind(site: CallSite, instances: List[AssignmentSite]) -> Optional[str]:
