@@ -9,7 +9,7 @@
 
 Each row is one tool run as its own process (start-up included), timed by wall clock, with the peak
 memory of its whole process tree. The table goes to the terminal and, as Markdown with the machine
-and tool versions, to bench/results.md. The targets from the issue (a cold check of torch's ~2,300
+and tool versions, to bench/results/speed.md. The targets from the issue (a cold check of torch's ~2,300
 files as fast as `ruff check --select ALL`, 50x faster than TorchFix and Fixit, warm run under 1 s,
 a 5-file pre-commit run under 0.4 s, under 400 MB, --fix within 2x of the check) are checked at the
 end. Peers are installed into bench/.venvs/peers on first use; everything else the benchmark makes
@@ -42,7 +42,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_WORK_DIR = BENCH_DIR / ".work"
 PEERS_VENV = BENCH_DIR / ".venvs" / "peers"
-DEFAULT_RESULTS = BENCH_DIR / "results.md"
+DEFAULT_RESULTS = BENCH_DIR / "results" / "speed.md"
 
 PEER_REQUIREMENTS = {"ruff": "ruff", "torchfix": "torchfix==0.7.0", "fixit": "fixit==2.2.1"}
 # How many files a peer says it checked, from its stdout + stderr: a check that the run did the work.
@@ -1245,7 +1245,7 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--output",
         type=Path,
-        help="Markdown results (default: bench/results.md; with --self-test, inside the work dir)",
+        help="Markdown results (default: bench/results/speed.md; with --self-test, inside the work dir)",
     )
     parser.add_argument("--generated-files", type=int, default=GENERATED_FILES, help=argparse.SUPPRESS)
     parser.add_argument(
