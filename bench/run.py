@@ -6,6 +6,7 @@
     python bench/run.py --no-peers --repeat 5    # amp-lint alone, median of 5
     python bench/run.py --rows cold,warm,ruff    # only some rows
     python bench/run.py --self-test              # tiny generated corpus, no peers, a few seconds
+    python bench/run.py --dense                  # dense training files of 1k, 3k, 6k lines beside libcst's parse
 
 Each row is one tool run as its own process (start-up included), timed by wall clock, with the peak
 memory of its whole process tree. The table goes to the terminal and, as Markdown with the machine
@@ -1259,6 +1260,14 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         action="store_true",
         help="the whole pipeline on a 50-file generated corpus, no peers, one run each",
     )
+    parser.add_argument(
+        "--dense",
+        nargs="?",
+        const="1000,3000,6000",
+        metavar="LINES",
+        help="only the dense training files (bench/dense_gen.py) of these sizes, each check beside libcst's parse "
+        "of the same file, alternating (bench/dense_bench.py); --repeat runs each (default 3)",
+    )
     arguments = parser.parse_args(argv)
     unknown = set(arguments.rows.split(",")) - set(ROW_IDS)
     if unknown:
@@ -1432,6 +1441,12 @@ def measurement_notes(options: Options, pinned: Optional[List[int]]) -> List[str
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = parse_arguments(argv)
+    if arguments.dense:
+        sys.path.insert(0, str(BENCH_DIR))
+        import dense_bench
+
+        sizes = [str(int(size)) for size in arguments.dense.split(",") if size.strip()]
+        return dense_bench.main(["--lines", *sizes, "--repeat", str(arguments.repeat or 3)])
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterator, List, Optional, Set
 
@@ -371,10 +372,8 @@ for x in loader:
             return
         callers = [
             e
-            for e in model.events
-            if e.kind is EventKind.CALL
-            and (e.target or "").split(".")[-1] == function.name.value
-            and e.loops
+            for e in model.calls_named(function.name.value)
+            if e.loops
             and _repeated_call(model, e, epoch=False) is not None
         ]
         if not callers:
@@ -404,8 +403,10 @@ for x in loader:
             for e in scope.events
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
         ]
-        if not uses or _kept(function, binding.key):
+        if not uses:
             return
+        # Does the scaler outlive the call (a walk of the function)? Asked once a caller is found, if ever.
+        kept_here = functools.lru_cache(maxsize=1)(lambda: _kept(function, binding.key))
         reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
 
         def stepped_here() -> bool:
@@ -419,6 +420,8 @@ for x in loader:
             "loop{where} calls once per epoch: the scale restarts every epoch; build it once and pass it in"
         )
         for caller_model, call, where in _epoch_callers(model, scope, name):
+            if kept_here():
+                return
             proof = _once_per_epoch(caller_model, call)
             if proof is None or not stepped_here():
                 continue
@@ -440,8 +443,8 @@ for x in loader:
 def _epoch_callers(model: FileModel, scope, name: str):
     """(caller's model, call, where) for the calls of the function `scope` that could be an epoch loop's:
     this file's first, then (only if none of those is) the project's other modules."""
-    for caller in model.events:
-        if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
+    for caller in model.calls_named(name):
+        if not _names_callee(caller.target or "", name, scope):
             continue
         if any(s is scope for s in caller.scope.chain()):
             continue  # the epoch loop is the function's own (a restart), or a function nested in it
