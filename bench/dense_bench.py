@@ -78,7 +78,8 @@ CODE = [REPO_ROOT]  # whose amp_lint the children import (`--code`)
 
 def _child(kind: str, path: Path, python: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(CODE[0]), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([python, "-c", _CHILD, kind, str(path)], capture_output=True, text=True, env=env, check=False)
+    # Run beside the file, not in the checkout: `python -c` puts its folder first on sys.path, before `--code`.
+    done = subprocess.run([python, "-c", _CHILD, kind, str(path)], capture_output=True, text=True, env=env, check=False, cwd=str(path.parent))
     if done.returncode != 0:
         raise RuntimeError(f"{kind} of {path} failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

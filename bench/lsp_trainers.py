@@ -93,7 +93,9 @@ def server_command(code: Optional[Path]) -> Optional[List[str]]:
     """The server of another checkout (or an export of one: `--code`), else None (this checkout's)."""
     if code is None:
         return None
-    return ["env", f"PYTHONPATH={code.resolve()}", sys.executable, "-m", "amp_lint", "server"]
+    # (`-m` would put the working folder first on sys.path, and with it this checkout's amp_lint)
+    start = f"import sys, runpy; sys.path.insert(0, {str(code.resolve())!r}); sys.argv = ['amp-lint', 'server']; runpy.run_module('amp_lint', run_name='__main__')"
+    return [sys.executable, "-c", start]
 
 
 async def edit_file(folder: Path, text: str, name: str, edits: int, pause: float, command=None) -> dict:
