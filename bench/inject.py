@@ -7,7 +7,7 @@ operator's rule appears in the site's function that the original file did not ha
 caught mutant is fixed (`--fix --select RULE`, `--unsafe-fixes` when that finding's fix is unsafe) and compared
 with the original code (issue 27): restored, fixed otherwise, refused / not fixed, or broken.
 
-    python bench/inject.py --jobs 2 --fix-back --out bench/inject-results.md
+    python bench/inject.py --jobs 2 --fix-back --out bench/results/inject-results.md
 
 amp-lint runs under `--amp-lint-python` (default: this interpreter) through bench/inject_worker.py: one warm
 process per job that forks a clean child per check, which is the CLI exactly as `python -m amp_lint` runs it.

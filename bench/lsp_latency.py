@@ -6,6 +6,7 @@ real LSP client (pygls's), in one run.
     python bench/lsp_latency.py --shapes class   # only the training code as the methods of one class
     python bench/lsp_latency.py --edits 50 --memory-edits 200
     python bench/lsp_latency.py --self-test      # a few edits, for the test suite
+    python bench/lsp_latency.py --trainers       # the training step of five real trainers, and a dense file
 
 Measured, per server:
 - `initialize`: from spawning the server to its answer (a fresh process each time, the interpreter's start
@@ -438,6 +439,12 @@ def main(argv=None) -> int:
         help=f"real class-based trainers (default, with no FILE: {', '.join(REAL_FILES)} under {REAL_SRC}); edits inside the method the class calls most",
     )
     parser.add_argument("--no-synthetic", action="store_true", help="skip the generated 300- and 3,000-line scripts")
+    parser.add_argument(
+        "--trainers",
+        action="store_true",
+        help="only the edits of the training step (`scaler.step` and the scaled backward lines) of five real "
+        "trainers and the dense 3,000-line file (bench/lsp_trainers.py), --edits of each kind",
+    )
     parser.add_argument("--initialize-only", type=int, metavar="N", help="only `initialize`, N fresh processes per server")
     args = parser.parse_args(argv)
     if args.wheel_venv:
@@ -461,6 +468,10 @@ def main(argv=None) -> int:
     python = python_of(SERVERS["amp-lint"])
     if args.initialize_only:
         return _initialize_only(servers, python, args.initialize_only)
+    if args.trainers:
+        import lsp_trainers
+
+        return lsp_trainers.main(["--edits", str(min(args.edits, 5))])
     with tempfile.TemporaryDirectory(prefix="amp-lint-lsp-bench-") as name:
         folder = Path(name)
         for lines in args.lines if not args.no_synthetic else ():

@@ -6,10 +6,11 @@
     python bench/run.py --no-peers --repeat 5    # amp-lint alone, median of 5
     python bench/run.py --rows cold,warm,ruff    # only some rows
     python bench/run.py --self-test              # tiny generated corpus, no peers, a few seconds
+    python bench/run.py --dense                  # dense training files of 1k, 3k, 6k lines beside libcst's parse
 
 Each row is one tool run as its own process (start-up included), timed by wall clock, with the peak
 memory of its whole process tree. The table goes to the terminal and, as Markdown with the machine
-and tool versions, to bench/results.md. The targets from the issue (a cold check of torch's ~2,300
+and tool versions, to bench/results/speed.md. The targets from the issue (a cold check of torch's ~2,300
 files as fast as `ruff check --select ALL`, 50x faster than TorchFix and Fixit, warm run under 1 s,
 a 5-file pre-commit run under 0.4 s, under 400 MB, --fix within 2x of the check) are checked at the
 end. Peers are installed into bench/.venvs/peers on first use; everything else the benchmark makes
@@ -42,7 +43,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_WORK_DIR = BENCH_DIR / ".work"
 PEERS_VENV = BENCH_DIR / ".venvs" / "peers"
-DEFAULT_RESULTS = BENCH_DIR / "results.md"
+DEFAULT_RESULTS = BENCH_DIR / "results" / "speed.md"
 
 PEER_REQUIREMENTS = {"ruff": "ruff", "torchfix": "torchfix==0.7.0", "fixit": "fixit==2.2.1"}
 # How many files a peer says it checked, from its stdout + stderr: a check that the run did the work.
@@ -1245,7 +1246,7 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--output",
         type=Path,
-        help="Markdown results (default: bench/results.md; with --self-test, inside the work dir)",
+        help="Markdown results (default: bench/results/speed.md; with --self-test, inside the work dir)",
     )
     parser.add_argument("--generated-files", type=int, default=GENERATED_FILES, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -1258,6 +1259,14 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "--self-test",
         action="store_true",
         help="the whole pipeline on a 50-file generated corpus, no peers, one run each",
+    )
+    parser.add_argument(
+        "--dense",
+        nargs="?",
+        const="1000,3000,6000",
+        metavar="LINES",
+        help="only the dense training files (bench/dense_gen.py) of these sizes, each check beside libcst's parse "
+        "of the same file, alternating (bench/dense_bench.py); --repeat runs each (default 3)",
     )
     arguments = parser.parse_args(argv)
     unknown = set(arguments.rows.split(",")) - set(ROW_IDS)
@@ -1432,6 +1441,12 @@ def measurement_notes(options: Options, pinned: Optional[List[int]]) -> List[str
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = parse_arguments(argv)
+    if arguments.dense:
+        sys.path.insert(0, str(BENCH_DIR))
+        import dense_bench
+
+        sizes = [str(int(size)) for size in arguments.dense.split(",") if size.strip()]
+        return dense_bench.main(["--lines", *sizes, "--repeat", str(arguments.repeat or 3)])
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -219,6 +219,7 @@ class FileModel:
     _scopes_by_name: Optional[Dict[str, List["Scope"]]] = field(default=None, repr=False)
     _scope_by_node: Optional[Dict[int, "Scope"]] = field(default=None, repr=False)
     _assignments_index: Optional[Dict[Tuple[int, str], List[AssignmentSite]]] = field(default=None, repr=False)
+    _calls_by_name: Optional[Dict[str, List[Event]]] = field(default=None, repr=False)
 
     def release(self) -> None:
         """Break the model's reference cycles once nothing will ask it more (each scope's events point
@@ -320,6 +321,16 @@ class FileModel:
         if self._scope_by_node is None:
             self._scope_by_node = {id(scope.node): scope for scope in self.scopes}
         return self._scope_by_node.get(id(node))
+
+    def calls_named(self, name: str) -> List[Event]:
+        """The call events whose callee's last name is `name` (`f(...)`, `self.f(...)`), in source order,
+        indexed once per model (a rule asking this per scaler of a dense file scanned every event each time)."""
+        if self._calls_by_name is None:
+            self._calls_by_name = {}
+            for event in self.events:
+                if event.kind is EventKind.CALL:
+                    self._calls_by_name.setdefault((event.target or "").split(".")[-1], []).append(event)
+        return self._calls_by_name.get(name, [])
 
     def function_scopes_named(self, name: str) -> List[Scope]:
         """Function scopes by name, indexed once per model (a file can have tens of thousands)."""

@@ -191,7 +191,11 @@ class Checker:
         else:  # the last fix pass found nothing more to fix: its findings are those of the fixed file
             findings, positions, locator, model = final
         if not self.fix:
-            drop_refused_fixes(self, module, code, filename, findings, file_noqa or frozenset())
+            # When the checking rules are the enabled ones, what they find here is this analysis: no second one.
+            same = len(self.check_rules) == len(self.rules)
+            reuse = (lambda: _Analysed(module, code, [_Found(f, finding_key(f, model.parents)) for f in findings],
+                                       list(positions), locator, model, [])) if same else None  # fmt: skip
+            drop_refused_fixes(self, module, code, filename, findings, file_noqa or frozenset(), reuse)
         fixes = [f.fix for f in findings if f.fix is not None]
         edits_of = EditsOfFixes(module, code, fixes, locator, model.parents) if self.with_edits and fixes else None
         lines = split_lines(code)

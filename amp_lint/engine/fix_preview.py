@@ -11,7 +11,7 @@ rewrite is not, and a package has hundreds of those), and a refused one is repor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, FrozenSet, List
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional
 
 import libcst as cst
 
@@ -28,9 +28,12 @@ def _order_rule(rule) -> bool:
     return issubclass(rule if isinstance(rule, type) else type(rule), OrderRule)
 
 
-def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filename: str, findings: List[Finding], file_ignored: FrozenSet[str]) -> None:
+def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filename: str, findings: List[Finding], file_ignored: FrozenSet[str],
+                       analysed: Optional[Callable[[], object]] = None) -> None:  # fmt: skip
     """Set `fix` to None on each finding whose fix `--fix` would refuse (as `--fix` reports it). An unsafe fix is
-    tried too: "fixable with --unsafe-fixes" counts only the fixes `--fix --unsafe-fixes` would keep (issue 44)."""
+    tried too: "fixable with --unsafe-fixes" counts only the fixes `--fix --unsafe-fixes` would keep (issue 44).
+    `analysed`: what the checking rules find in `module`, when the caller's analysis already is that (else
+    analysed here)."""
     tried = [
         f for f in findings
         if f.fix is not None and _order_rule(f.rule) and f.rule.code in checker.enabled_codes
@@ -40,7 +43,7 @@ def drop_refused_fixes(checker: "Checker", module: cst.Module, code: str, filena
         return
     from amp_lint.engine.file_edits import OtherFiles
 
-    current = checker._analysed(module, code, filename, [], file_ignored)
+    current = analysed() if analysed is not None else checker._analysed(module, code, filename, [], file_ignored)
     others = OtherFiles(checker._other_file_analysis(file_ignored), {r.code: r.name for r in checker.check_rules},
                         checker.refused_files, False)  # fmt: skip
     by_message: Dict[tuple, list] = {}

@@ -17,7 +17,7 @@ import ast
 import functools
 import re
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import FrozenSet, List, Optional, Set, Tuple
 
@@ -90,9 +90,30 @@ def hazards(code: str) -> Tuple[Hazard, ...]:
         return ()
     found: List[Hazard] = []
     helpers = _protocol_helpers(tree, scalers)
-    for function, body in _functions(tree):
-        _FunctionCheck(function, scalers, found, helpers).run(body)
+    # A function's hazards depend on its text, its name and the file's scalers and helpers alone: a fix's
+    # code is checked against the code before it, and only the functions the fix changed are followed again.
+    lines = code.split("\n") if "\r" not in code else None  # (`ast`'s rows are these lines without a CR)
+    for function, node, body in _functions(tree):
+        if node is None or lines is None:
+            _FunctionCheck(function, scalers, found, helpers).run(body)
+            continue
+        key = (function, "\n".join(lines[node.lineno - 1 : node.end_lineno]), scalers, helpers)
+        known = _FUNCTION_HAZARDS.get(key)
+        if known is None:
+            own: List[Hazard] = []
+            _FunctionCheck(function, scalers, own, helpers).run(body)
+            known = _FUNCTION_HAZARDS[key] = tuple((h.kind, h.scaler, h.optimizer, h.line - node.lineno if h.line else None) for h in own)
+            if len(_FUNCTION_HAZARDS) > _FUNCTIONS_KEPT:
+                _FUNCTION_HAZARDS.popitem(last=False)
+        else:
+            _FUNCTION_HAZARDS.move_to_end(key)
+        found.extend(Hazard(kind, function, scaler, optimizer, 0 if row is None else row + node.lineno) for kind, scaler, optimizer, row in known)
     return tuple(found)
+
+
+# (function's qualified name, its text, the file's scalers, its helpers) -> its hazards, rows from its `def`
+_FUNCTION_HAZARDS: "OrderedDict[tuple, Tuple[Tuple[str, str, str, Optional[int]], ...]]" = OrderedDict()
+_FUNCTIONS_KEPT = 4096
 
 
 def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
@@ -125,15 +146,15 @@ def _scaler_receivers(tree: ast.AST) -> FrozenSet[str]:
 
 
 def _functions(tree: ast.Module):
-    """(qualified name, body) of the module and of every function, nested ones included."""
-    yield "", tree.body
+    """(qualified name, node, body) of the module (node None) and of every function, nested ones included."""
+    yield "", None, tree.body
     stack: List[Tuple[str, ast.AST]] = [("", tree)]
     while stack:
         prefix, node = stack.pop()
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = f"{prefix}.{child.name}" if prefix else child.name
-                yield name, child.body
+                yield name, child, child.body
                 stack.append((name, child))
             elif isinstance(child, ast.ClassDef):
                 stack.append((f"{prefix}.{child.name}" if prefix else child.name, child))

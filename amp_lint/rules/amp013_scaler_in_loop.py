@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterator, List, Optional, Set
 
@@ -372,10 +373,8 @@ for x in loader:
             return
         callers = [
             e
-            for e in model.events
-            if e.kind is EventKind.CALL
-            and (e.target or "").split(".")[-1] == function.name.value
-            and e.loops
+            for e in model.calls_named(function.name.value)
+            if e.loops
             and _repeated_call(model, e, epoch=False) is not None
         ]
         if not callers:
@@ -398,8 +397,7 @@ for x in loader:
         here, at the construction, either way, and names the epoch loop."""
         scope = binding.scope
         function = scope.node
-        # `self.scaler = GradScaler()` on every call replaces the one before it (issue 46, principle 2): the
-        # attribute keeps it only until the next call, unless something loads its state back.
+        # `self.scaler = GradScaler()` on every call replaces the last (issue 46, principle 2) unless restored.
         own = binding.key.startswith("self.") and binding.key.count(".") == 1
         if ("." in binding.key and not own) or _lazy(model, binding) or (own and restored(function, binding.key)):
             return
@@ -408,8 +406,10 @@ for x in loader:
             for e in scope.events
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE) and e.receiver == binding.key and e.loops
         ]
-        if not uses or (not own and _kept(function, binding.key)):
+        if not uses:
             return
+        # Does the scaler outlive the call (a walk; not for `own`)? Asked once a caller is found, if ever.
+        kept_here = functools.lru_cache(maxsize=1)(lambda: not own and _kept(function, binding.key))
         reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
 
         def stepped_here() -> bool:
@@ -423,6 +423,8 @@ for x in loader:
             "loop{where} calls once per epoch: the scale restarts every epoch; build it once and pass it in"
         )
         for caller_model, call, where in _epoch_callers(model, scope, name):
+            if kept_here():
+                return
             proof = _once_per_epoch(caller_model, call)
             if proof is None or not stepped_here():
                 continue
@@ -444,8 +446,8 @@ for x in loader:
 def _epoch_callers(model: FileModel, scope, name: str):
     """(caller's model, call, where) for the calls of the function `scope` that could be an epoch loop's:
     this file's first, then (only if none of those is) the project's other modules."""
-    for caller in model.events:
-        if caller.kind is not EventKind.CALL or not _names_callee(caller.target or "", name, scope):
+    for caller in model.calls_named(name):
+        if not _names_callee(caller.target or "", name, scope):
             continue
         if any(s is scope for s in caller.scope.chain()):
             continue  # the epoch loop is the function's own (a restart), or a function nested in it
