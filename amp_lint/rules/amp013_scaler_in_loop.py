@@ -408,8 +408,7 @@ for x in loader:
         ]
         if not uses:
             return
-        # Does the scaler outlive the call (a walk; not for `own`)? Asked once a caller is found, if ever.
-        kept_here = functools.lru_cache(maxsize=1)(lambda: not own and _kept(function, binding.key))
+        kept_here = functools.lru_cache(maxsize=1)(lambda: not own and _kept(function, binding.key))  # asked once a caller is found
         reaches: List[bool] = []  # the flow question, asked once and only when there is a caller
 
         def stepped_here() -> bool:
