@@ -272,9 +272,9 @@ def check_stdin(run: RunSpec, raw: bytes, name: str, *, force_exclude: bool) -> 
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
-    import difflib
+    from amp_lint.fixes.unified_diff import unified_diff as diff
 
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}"))
+    return diff(before, after, f"a/{name}", f"b/{name}")
 
 
 # --- watch -----------------------------------------------------------------------------------------
