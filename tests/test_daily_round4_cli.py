@@ -46,3 +46,47 @@ def test_11_diff_of_a_long_file_shows_only_the_changed_lines(tmp_path):
     patch = result.stdout.split("\nWould fix")[0]
     applied = subprocess.run(["patch", "-p1", "--dry-run"], input=patch, cwd=tmp_path, capture_output=True, text=True)
     assert applied.returncode == 0, applied.stdout + applied.stderr
+
+
+# --- 14: an unknown subcommand is named as one, and nothing is checked ----------------------------------
+
+
+def test_14_unknown_subcommand_is_refused_before_anything_is_checked(tmp_path):
+    write(tmp_path, {"x.py": BUGGY, "src/train.py": BUGGY})
+    formatted = amp_lint("format", "x.py", cwd=tmp_path)
+    assert formatted.returncode == 2 and formatted.stdout == "", formatted.stdout
+    assert formatted.stderr.startswith("amp-lint: error: unrecognized subcommand 'format'"), formatted.stderr
+    assert "No such file" not in formatted.stderr
+    typo = amp_lint("chek", "src/", cwd=tmp_path)
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert typo.stderr == "amp-lint: error: unrecognized subcommand 'chek' (nor a file or folder); did you mean 'check'?\n"
+    # A file or folder that exists under a word-like name is a path like any other.
+    (tmp_path / "format").mkdir()
+    write(tmp_path, {"format/train.py": BUGGY})
+    assert amp_lint("--no-cache", "format", cwd=tmp_path).returncode == 1
+    assert amp_lint("--no-cache", "src", cwd=tmp_path).returncode == 1
+    if RUFF:  # Ruff 0.17.6: "error: unrecognized subcommand 'chek'" + "tip: a similar subcommand exists: 'check'"
+        theirs = ruff("chek", "src/", cwd=tmp_path)
+        assert theirs.returncode == 2 and "unrecognized subcommand 'chek'" in theirs.stderr
+
+
+# --- 20: Ruff's -e, -n and --ignore-noqa ------------------------------------------------------------------
+
+
+def test_20_ruff_short_flags_and_ignore_noqa(tmp_path):
+    suppressed = BUGGY.replace("scaler.scale(loss).backward()", "scaler.scale(loss).backward()  # noqa: AMP001")
+    write(tmp_path, {"train.py": BUGGY, "quiet.py": suppressed, "whole.py": "# amp-lint: noqa\n" + BUGGY})
+    assert amp_lint("-n", "train.py", cwd=tmp_path).returncode == 1
+    assert not (tmp_path / ".amp_lint_cache").exists()  # -n is --no-cache
+    assert amp_lint("-n", "-e", "train.py", cwd=tmp_path).returncode == 0  # -e is --exit-zero
+    assert amp_lint("-n", "quiet.py", "whole.py", cwd=tmp_path).returncode == 0
+    ignored = amp_lint("-n", "--ignore-noqa", "--output-format", "concise", "quiet.py", "whole.py", cwd=tmp_path)
+    assert ignored.returncode == 1
+    assert {line.split(":")[0] for line in ignored.stdout.splitlines() if "AMP001" in line} == {"quiet.py", "whole.py"}
+    # With --ignore-noqa no comment suppresses anything, so AMP900 calls none of them unused.
+    unused = amp_lint("-n", "--ignore-noqa", "--extend-select", "AMP900", "--output-format", "concise", "quiet.py", cwd=tmp_path)
+    assert "AMP900" not in unused.stdout and "AMP001" in unused.stdout
+    if RUFF:  # Ruff 0.17.6: -e, -n and --ignore-noqa exist, and --ignore-noqa reports a suppressed F401
+        write(tmp_path, {"r.py": "import os  # noqa: F401\n"})
+        theirs = ruff("check", "-n", "-e", "--isolated", "--ignore-noqa", "--select", "F401", "r.py", cwd=tmp_path)
+        assert theirs.returncode == 0 and "F401" in theirs.stdout

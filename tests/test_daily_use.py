@@ -413,7 +413,7 @@ def test_github_format_annotates_files_that_cannot_be_checked(tmp_path):
 def test_mistyped_subcommand_is_named_with_the_closest(tmp_path):
     result = amp_lint("chekc", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == "amp-lint: error: 'chekc' is not a subcommand (nor a file); did you mean 'check'?\n"
+    assert result.stderr == "amp-lint: error: unrecognized subcommand 'chekc' (nor a file or folder); did you mean 'check'?\n"
     assert "did you mean 'verify'" in amp_lint("verfy", cwd=tmp_path).stderr
     (tmp_path / "chekc").mkdir()  # a folder of that name is a path like any other
     write(tmp_path, {"chekc/train.py": BUGGY})

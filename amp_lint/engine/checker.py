@@ -99,8 +99,10 @@ class Checker:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled and (self.preview or not r.preview)]
         self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
         self.enabled_codes = frozenset(enabled)
+        # `--ignore-noqa` (Ruff's): no `# noqa` comment suppresses anything, so none is unused either.
+        self.ignore_noqa = bool(options.get("ignore_noqa"))
         # AMP900 (unused `# noqa`) is decided after the other rules' findings are placed and suppressed.
-        self.unused_noqa = next((r for r in self.rule_classes if r.code == "AMP900"), None)
+        self.unused_noqa = None if self.ignore_noqa else next((r for r in self.rule_classes if r.code == "AMP900"), None)
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -149,7 +151,7 @@ class Checker:
         result = SourceResult()
         if not prefiltered and not self.may_match(source):
             return result
-        file_noqa = file_level_noqa(source)
+        file_noqa = None if self.ignore_noqa else file_level_noqa(source)
         if file_noqa is not None and not file_noqa:
             return result  # `# amp-lint: noqa` for the whole file
         refusal = check_parse_cost(source, filename)
@@ -288,7 +290,7 @@ class Checker:
             finding.message = one_line(finding.message)  # code quoted from several lines: one line
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
-            row = suppressing_row(finding.rule.code, lines, start.row, end.row)
+            row = 0 if self.ignore_noqa else suppressing_row(finding.rule.code, lines, start.row, end.row)
             if row:
                 used.add((row, finding.rule.code))
                 continue

@@ -27,16 +27,17 @@ _FORMATS_WITH_EDITS = ("json", "json-lines", "sarif")
 class RunSpec:
     """The parts of a run shared by every file: how to turn a file's settings into a check config."""
 
-    def __init__(self, resolver, registry, fix: bool, write: bool) -> None:
+    def __init__(self, resolver, registry, fix: bool, write: bool, ignore_noqa: bool = False) -> None:
         self.resolver = resolver
         self.registry = registry
         self.fix = fix
         self.write = write
+        self.ignore_noqa = ignore_noqa  # `--ignore-noqa`, as Ruff's: every `# noqa` comment is disregarded
         self._configs: Dict[tuple, CheckConfig] = {}
 
     def fresh(self) -> "RunSpec":
         """A run that reads the configuration files again (for --watch: one may be what changed)."""
-        return RunSpec(self.resolver.reloaded(), self.registry, self.fix, self.write)
+        return RunSpec(self.resolver.reloaded(), self.registry, self.fix, self.write, self.ignore_noqa)
 
     def config_for(self, settings, path: str) -> CheckConfig:
         key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
@@ -61,7 +62,8 @@ class RunSpec:
                     ("preview", settings.preview),
                     ("target_packages", settings.target_packages),
                     ("assumed_shown_for", settings.assumed_shown_for(all_codes)),
-                ),
+                )
+                + ((("ignore_noqa", True),) if self.ignore_noqa else ()),
             )
             self._configs[key] = config
         return config
