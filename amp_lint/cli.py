@@ -238,7 +238,7 @@ def _device_type(value: Optional[str]) -> Optional[str]:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
-    from amp_lint.engine.session import RunSpec
+    from amp_lint.engine.session import RunSpec, preview_selection_warnings
     from amp_lint.files.config import ConfigError, SettingsResolver
     from amp_lint.files.overrides import config_options, settings_overrides
     from amp_lint.files.settings import RuleSelection, UnknownRuleError
@@ -263,8 +263,11 @@ def _run_check(paths: List[str], options: dict) -> int:
         if root.output_format not in FORMATS:
             raise click.UsageError(f"unknown output format {root.output_format!r} (choose from {', '.join(FORMATS)})")
         RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())  # unknown codes fail here
+        warnings = preview_selection_warnings(root, registry)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    for warning in warnings if not options["silent"] else ():
+        click.echo(f"amp-lint: warning: {warning}", err=True)
     options["_fail_on"] = root.fail_on
     if options["fix_only"]:
         options["quiet"] = True  # the findings left are not reported

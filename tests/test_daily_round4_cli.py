@@ -90,3 +90,27 @@ def test_20_ruff_short_flags_and_ignore_noqa(tmp_path):
         write(tmp_path, {"r.py": "import os  # noqa: F401\n"})
         theirs = ruff("check", "-n", "-e", "--isolated", "--ignore-noqa", "--select", "F401", "r.py", cwd=tmp_path)
         assert theirs.returncode == 0 and "F401" in theirs.stdout
+
+
+# --- 10: preview rules are not listed as enabled, and selecting one without preview says so -------------
+
+
+def test_10_preview_rules_need_preview_and_a_selection_of_one_says_so(tmp_path):
+    from amp_lint.rules import preview_codes
+
+    preview = sorted(preview_codes())
+    assert "AMP034" in preview
+    write(tmp_path, {"train.py": BUGGY})
+    settings = amp_lint("--show-settings", "train.py", cwd=tmp_path).stdout
+    [enabled] = [line for line in settings.splitlines() if line.startswith("# Enabled rules")]
+    assert not any(code in enabled for code in preview), enabled
+    on = amp_lint("--show-settings", "--preview", "train.py", cwd=tmp_path).stdout
+    [enabled] = [line for line in on.splitlines() if line.startswith("# Enabled rules")]
+    assert all(code in enabled for code in preview), enabled
+    result = amp_lint("-n", "--select", "AMP034", "train.py", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "amp-lint: warning: Selection `AMP034` has no effect because preview is not enabled.\n" in result.stderr
+    # A selector that also picks stable rules, or preview on: no warning.
+    assert "warning" not in amp_lint("-n", "--select", "AMP03", "train.py", cwd=tmp_path).stderr
+    assert "warning" not in amp_lint("-n", "--select", "AMP034", "--preview", "train.py", cwd=tmp_path).stderr
+    assert "warning" not in amp_lint("-n", "--extend-select", "AMP034", "-s", "train.py", cwd=tmp_path).stderr

@@ -202,8 +202,30 @@ def describe_settings(resolver, registry, paths: Sequence[str], stdin_filename: 
     settings = resolver.for_path(target)
     all_codes = registry.all_codes()
     selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
-    enabled = sorted(selection.for_path(str(target), settings, all_codes))
-    return f"# Resolved settings for: {os.path.abspath(target)}\n" + describe(settings, enabled=enabled)
+    selected = selection.for_path(str(target), settings, all_codes)
+    # A preview rule runs only in preview mode: without it, it is selected but not enabled.
+    waiting = sorted(selected & frozenset(registry.preview_codes())) if not settings.preview else []
+    enabled = sorted(selected - frozenset(waiting))
+    head = f"# Resolved settings for: {os.path.abspath(target)}\n"
+    if waiting:
+        head += f"# Preview rules selected, not enabled (preview is off): {', '.join(waiting)}\n"
+    return head + describe(settings, enabled=enabled)
+
+
+def preview_selection_warnings(settings, registry) -> List[str]:
+    """As Ruff: "Selection `AMP034` has no effect because preview is not enabled.", for each selector of
+    `select` / `extend-select` that picks only preview rules while preview is off."""
+    from amp_lint.files.settings import expand_codes
+
+    if settings.preview:
+        return []
+    preview, all_codes = frozenset(registry.preview_codes()), registry.all_codes()
+    warnings = []
+    for selector in dict.fromkeys(pattern.strip().upper() for pattern in settings.select + settings.extend_select):
+        codes = expand_codes([selector], all_codes) if selector not in ("", "ALL") else frozenset()
+        if codes and codes <= preview:
+            warnings.append(f"Selection `{selector}` has no effect because preview is not enabled.")
+    return warnings
 
 
 # --- standard input ------------------------------------------------------------------------------
