@@ -355,7 +355,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
         except BaselineError as error:
             _fail(str(error))
         click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
-        return EXIT_ERROR if report.errors else EXIT_CLEAN
+        return EXIT_ERROR if report.failures else EXIT_CLEAN
     report = _apply_baseline(report, options)
     if options["diff"]:
         if not options["silent"]:
@@ -364,7 +364,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
             _diff_summary(report, options, bool(diffs))
             for line in error_lines(report):
                 click.echo(line, err=True)
-        if report.errors:
+        if report.failures:  # a refused fix is no failure: its finding is reported without a fix
             return EXIT_ERROR
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
     if options["fix_only"]:
@@ -413,7 +413,7 @@ def _add_noqa(report) -> int:
     for error in errors:
         click.echo(f"{error.filename}: error: {error.message}", err=True)
     click.echo(f"Added {plural(sum(added.values()), 'noqa directive')}.")
-    return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
+    return EXIT_ERROR if errors or report.failures else EXIT_CLEAN
 
 
 def _check_stdin(run, root, options: dict) -> int:
@@ -445,7 +445,7 @@ def _check_stdin(run, root, options: dict) -> int:
             diff = unified_diff(result.text, result.fixed_text, name)
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
-            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
+            return EXIT_ERROR if report.failures else (EXIT_FINDINGS if diff else EXIT_CLEAN)
         _write_code(result.fixed_text)  # the code itself, even with --silent: it is the output, not a message
         if options["fix_only"]:
             return _fix_only_result(report, options, err=True)

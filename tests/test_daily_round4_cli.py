@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from snippets import BACKWARD_IN_AUTOCAST
+from test_fix_check import TRAIN, broken  # noqa: F401  (`broken`: the fixture of a rule whose fix is refused)
 from test_daily_use import README, REPO, RUFF, amp_lint, ruff, write
 
 BUGGY = BACKWARD_IN_AUTOCAST  # one AMP001 at 7:9, with a safe fix
@@ -114,3 +115,34 @@ def test_10_preview_rules_need_preview_and_a_selection_of_one_says_so(tmp_path):
     assert "warning" not in amp_lint("-n", "--select", "AMP03", "train.py", cwd=tmp_path).stderr
     assert "warning" not in amp_lint("-n", "--select", "AMP034", "--preview", "train.py", cwd=tmp_path).stderr
     assert "warning" not in amp_lint("-n", "--extend-select", "AMP034", "-s", "train.py", cwd=tmp_path).stderr
+
+
+# --- 9: a refused fix is an ordinary finding, not a failure of the tool ----------------------------------
+
+
+def test_9_a_refused_fix_exits_as_a_finding_not_as_a_failure(broken, tmp_path, monkeypatch):
+    """Ruff: 1 with findings left, 0 with --fix-only or --exit-zero; 2 only when the tool failed."""
+    from click.testing import CliRunner
+
+    from amp_lint import cli
+
+    def run(*args):
+        return CliRunner().invoke(cli.main, ["check", "--no-cache", "--isolated", "--select", "AMP999", *args, "train.py"])
+
+    broken("double-scale")
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(TRAIN)
+    fixed = run("--fix")
+    assert Path("train.py").read_text() == TRAIN
+    assert "not fixed: AMP999 at train.py:7: the fixed code scales a loss twice" in fixed.output
+    assert fixed.exit_code == 1, fixed.output  # the finding is left, reported without its fix
+    assert run("--fix-only").exit_code == 0  # as the README says: --fix-only exits 0 unless the tool failed
+    assert run("--fix", "--exit-zero").exit_code == 0
+    assert run("--diff").exit_code == 0  # nothing would change
+    sarif = json.loads(run("--fix", "--output-format", "sarif").stdout)
+    [invocation] = sarif["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is True
+    assert invocation["toolExecutionNotifications"][0]["level"] == "warning"
+    # A file that cannot be read is still a failure of the tool.
+    failed = CliRunner().invoke(cli.main, ["check", "--no-cache", "--isolated", "--select", "AMP999", "--fix-only", "nowhere.py"])
+    assert failed.exit_code == 2, failed.output

@@ -166,8 +166,9 @@ def fails(severity, fail_on: str) -> bool:
 
 
 def exit_code(report: Report, *, fail_on: str = "info", exit_zero: bool = False, exit_non_zero_on_fix: bool = False) -> int:
-    """0 clean, 1 findings (or, with `exit_non_zero_on_fix`, something fixed), 2 a file could not be checked."""
-    if report.errors:
+    """0 clean, 1 findings (or, with `exit_non_zero_on_fix`, something fixed), 2 a file could not be checked.
+    A refused fix is no failure (as in Ruff): its finding is reported without a fix."""
+    if report.failures:
         return EXIT_ERROR
     if exit_non_zero_on_fix and report.fixed:
         return EXIT_FINDINGS
@@ -180,8 +181,8 @@ def exit_code(report: Report, *, fail_on: str = "info", exit_zero: bool = False,
 
 def fix_only_exit_code(report: Report, *, exit_non_zero_on_fix: bool) -> int:
     """`--fix-only`, as Ruff: 0 unless a file could not be checked (2) or, with --exit-non-zero-on-fix,
-    something was fixed (1)."""
-    if report.errors:
+    something was fixed (1). A refused fix is no failure: its finding is left, as the others are."""
+    if report.failures:
         return EXIT_ERROR
     return EXIT_FINDINGS if exit_non_zero_on_fix and report.fixed else EXIT_CLEAN
 

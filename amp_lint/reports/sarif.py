@@ -7,7 +7,7 @@ import re
 from pathlib import PurePath
 from typing import Dict, List, Sequence
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal
 from amp_lint.files.locations import file_uri, folder_uri
 from amp_lint.reports import RenderOptions
 
@@ -133,7 +133,8 @@ def _fix(diagnostic: Diagnostic) -> dict:
 
 
 def _invocation(errors: Sequence[FileError]) -> dict:
-    invocation = {"executionSuccessful": not errors}
+    # A refused fix is a note on a file that was checked, not a failure of the run.
+    invocation = {"executionSuccessful": not any(not is_fix_refusal(error) for error in errors)}
     if errors:
         invocation["toolExecutionNotifications"] = [_notification(error) for error in errors]
     return invocation
@@ -144,7 +145,8 @@ def _notification(error: FileError) -> dict:
     if error.location is not None and error.cell is None:
         physical_location["region"] = _region(error.location, error.location)
     location = {"physicalLocation": physical_location}
-    return {"level": "error", "message": {"text": error.message}, "locations": [location]}
+    level = "warning" if is_fix_refusal(error) else "error"
+    return {"level": level, "message": {"text": error.message}, "locations": [location]}
 
 
 def _location(filename: str, start: Location, end: Location, cell=None) -> dict:
