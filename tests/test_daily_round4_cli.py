@@ -146,3 +146,32 @@ def test_9_a_refused_fix_exits_as_a_finding_not_as_a_failure(broken, tmp_path, m
     # A file that cannot be read is still a failure of the tool.
     failed = CliRunner().invoke(cli.main, ["check", "--no-cache", "--isolated", "--select", "AMP999", "--fix-only", "nowhere.py"])
     assert failed.exit_code == 2, failed.output
+
+
+# --- 16: a syntax error in Python's words, at Python's position, counted in the summary -----------------
+
+
+def test_16_syntax_error_is_pythons_message_at_pythons_position_and_counted(tmp_path):
+    write(tmp_path, {"bad.py": 'import torch\nwith torch.autocast("cuda"): loss = model(foo(1, 2)\nscaler = 1\n'})
+    result = amp_lint("-n", "bad.py", cwd=tmp_path)
+    assert result.returncode == 2
+    # Python: `'(' was never closed` at 2:42 (the bracket), not LibCST's "expected one of !=, %, &, ..." at 3:8.
+    assert result.stdout == "bad.py:2:42: error: syntax error: '(' was never closed\n\nFound 1 error.\n", result.stdout
+    [record] = json.loads(amp_lint("-n", "--output-format", "json", "bad.py", cwd=tmp_path).stdout)
+    assert record["code"] == "invalid-syntax" and record["location"] == {"row": 2, "column": 42}
+    if RUFF:  # Ruff 0.17.6: "r.py:2:...: SyntaxError: ..." then "Found 1 error."
+        write(tmp_path, {"r.py": "import os\nx = foo(1,\n"})
+        assert "Found 1 error." in ruff("check", "-n", "--isolated", "r.py", cwd=tmp_path).stdout
+
+
+def test_16_the_language_server_gets_the_same_message_inside_the_document():
+    """`amp_lint.parse.syntax_errors.python_syntax_error` is what the server calls: its range lies inside the text
+    even where Python places the error one line past the end."""
+    from amp_lint.diagnostics import Location
+    from amp_lint.parse.syntax_errors import python_syntax_error
+
+    error = python_syntax_error('import torch\nwith torch.autocast("cuda"): loss = model(foo(1, 2)\n')
+    assert (error.message, error.start) == ("'(' was never closed", Location(2, 42))
+    at_end = python_syntax_error("def f():\n")  # Python: line 2 (past the end), "expected an indented block"
+    assert at_end.message.startswith("expected an indented block") and at_end.start == Location(1, 9) == at_end.end
+    assert python_syntax_error("x = 1\n") is None

@@ -6,11 +6,9 @@ parallelism and caching live in `amp_lint.engine.runner`.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import re
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
@@ -46,6 +44,7 @@ from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.node_memo import NodeMemo
 from amp_lint.parse.noqa_comments import file_level_noqa, suppressing_row
+from amp_lint.parse.syntax_errors import python_syntax_error
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
 from amp_lint.parse.relevant import relevant_text
@@ -552,17 +551,12 @@ class _Rejected:
 
 
 def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:
-    """A syntax error with the best location we can get; or LibCST's limit on valid Python, said so."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as python_error:
-        if python_error.lineno and "tokenizer error" in error.message:
-            column = python_error.offset or 1
-            return FileError(filename, f"syntax error: {python_error.msg}", Location(python_error.lineno, column))
-        return FileError(filename, _syntax_message(error), _syntax_location(error))
-    except (ValueError, RecursionError, MemoryError):
+    """A syntax error as Python states it, at Python's position (`'(' was never closed` at the bracket, not
+    LibCST's list of expected tokens at the end of the file); or LibCST's limit on valid Python, said so."""
+    python_error = python_syntax_error(source, filename)
+    if python_error is not None:
+        return FileError(filename, f"syntax error: {python_error.message}", python_error.start)
+    if python_ast.parse_quietly(source) is None:  # Python cannot say where (too deep, a null byte): LibCST's word
         return FileError(filename, _syntax_message(error), _syntax_location(error))
     return FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({_syntax_message(error)})")
 
