@@ -17,6 +17,7 @@ from click.shell_completion import add_completion_class
 from amp_lint import __version__
 from amp_lint.files.settings import OUTPUT_FORMATS
 from amp_lint.reports import error_lines
+from amp_lint.reports.printable import printable_path
 from amp_lint.reports.shell_completion import PowerShellComplete
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -334,7 +335,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
     if options["show_files"]:
         # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
         for path in sorted(os.path.abspath(p) for p, _ in planned):
-            click.echo(path)
+            click.echo(printable_path(path))  # a name's control characters escaped: no escape sequence runs
         for line in error_lines(Report(errors=errors)):
             click.echo(line, err=True)
         return EXIT_ERROR if errors else EXIT_CLEAN
@@ -354,7 +355,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
             write_baseline(Path(options["write_baseline_path"]), report)
         except BaselineError as error:
             _fail(str(error))
-        click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
+        click.echo(f"Wrote {len(report.diagnostics)} findings to {printable_path(options['write_baseline_path'])}", err=True)
         return EXIT_ERROR if report.failures else EXIT_CLEAN
     report = _apply_baseline(report, options)
     if options["diff"]:
@@ -411,7 +412,7 @@ def _add_noqa(report) -> int:
 
     added, errors = add_noqa(report)
     for error in errors:
-        click.echo(f"{error.filename}: error: {error.message}", err=True)
+        click.echo(f"{printable_path(error.filename)}: error: {error.message}", err=True)
     click.echo(f"Added {plural(sum(added.values()), 'noqa directive')}.")
     return EXIT_ERROR if errors or report.failures else EXIT_CLEAN
 
