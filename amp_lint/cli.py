@@ -492,7 +492,10 @@ def _emit(report, root, options: dict, *, fix_mode: bool, err: bool = False) -> 
         except OSError as error:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
-        click.echo(text, nl=False, color=color, err=err)
+        try:
+            click.echo(text, nl=False, color=color, err=err)
+        except OSError as error:  # `>/dev/full`: the report is lost, which is no clean run nor a finding
+            _fail(f"cannot write the report to standard {'error' if err else 'output'}: {error.strerror or error}")
     if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
         for line in error_lines(report):
             click.echo(line, err=True)

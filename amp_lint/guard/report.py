@@ -65,6 +65,7 @@ class GuardReport:
         return {"mode": self.mode, "violations": [violation.to_dict() for violation in self.violations]}
 
     def write(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # as `amp-lint -o out/r.json`: the folder is made
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     def summary(self) -> str:
