@@ -175,3 +175,41 @@ def test_16_the_language_server_gets_the_same_message_inside_the_document():
     at_end = python_syntax_error("def f():\n")  # Python: line 2 (past the end), "expected an indented block"
     assert at_end.message.startswith("expected an indented block") and at_end.start == Location(1, 9) == at_end.end
     assert python_syntax_error("x = 1\n") is None
+
+
+# --- 15: links lead somewhere: the docs ship in the package, a URL only where one was announced --------
+
+
+def test_15_rule_docs_ship_in_the_package_and_no_url_is_made_up(tmp_path):
+    import shutil as files
+
+    # An install: the package alone, without the checkout's docs/ beside it (as a wheel puts it).
+    site = tmp_path / "site"
+    files.copytree(REPO / "amp_lint", site / "amp_lint", ignore=files.ignore_patterns("__pycache__"))
+    assert 'server/rule_pages/*.md' in (REPO / "pyproject.toml").read_text()  # the pages are package data
+    env = {"PYTHONPATH": str(site), "AMP_LINT_DOCS_URL": ""}
+    work = tmp_path / "work"
+    write(work, {"train.py": BUGGY})
+
+    def installed(*args, extra=None):
+        return subprocess.run([sys.executable, "-c", "from amp_lint.__main__ import run; run()", *args], cwd=work,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, **env, **(extra or {})})
+
+    explained = installed("rule", "AMP072")
+    assert explained.returncode == 0 and "## Why is this bad?" in explained.stdout
+    [finding] = json.loads(installed("-n", "--output-format", "json", "train.py").stdout)
+    assert finding["url"] is None and finding["help"] == "Run `amp-lint rule AMP001` for details"
+    sarif = json.loads(installed("-n", "--output-format", "sarif", "train.py").stdout)
+    driver = sarif["runs"][0]["tool"]["driver"]
+    assert "informationUri" not in driver and not any("helpUri" in rule for rule in driver["rules"])
+    page = subprocess.run([sys.executable, "-c", "from amp_lint.rules.urls import rule_uri; print(rule_uri('AMP072'))"],
+                          cwd=work, capture_output=True, text=True, env={**os.environ, **env}).stdout.strip()
+    assert page.startswith("file://") and Path(page[len("file://"):]).is_file() and str(site) in page
+    # An announced address: every link goes there.
+    hosted = {"AMP_LINT_DOCS_URL": "https://docs.example.org/amp-lint/rules/"}
+    [finding] = json.loads(installed("-n", "--output-format", "json", "train.py", extra=hosted).stdout)
+    assert finding["url"] == "https://docs.example.org/amp-lint/rules/AMP001.md"
+    driver = json.loads(installed("-n", "--output-format", "sarif", "train.py", extra=hosted).stdout)["runs"][0]["tool"]["driver"]
+    assert driver["informationUri"] == "https://docs.example.org/amp-lint/rules"
+    assert driver["rules"][0]["helpUri"] == f"https://docs.example.org/amp-lint/rules/{driver['rules'][0]['id']}.md"
+    assert "AMP_LINT_DOCS_URL" in README

@@ -12,7 +12,6 @@ from amp_lint.files.locations import file_uri, folder_uri
 from amp_lint.reports import RenderOptions
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://github.com/amp-lint/amp-lint"
 
 _LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
@@ -33,16 +32,14 @@ def sarif_log(report: Report, rules: Sequence[type]) -> dict:
     """One SARIF log with one run; `rules` are the rule classes the tool knows (all of them, like Ruff)."""
     import amp_lint
 
+    from amp_lint.rules.urls import docs_base
+
     rule_index = {rule.code: index for index, rule in enumerate(rules)}
+    driver = {"name": "amp-lint", "version": amp_lint.__version__, "rules": [_rule_descriptor(rule) for rule in rules]}
+    if docs_base():  # only an address someone announced (`$AMP_LINT_DOCS_URL`): none is made up
+        driver["informationUri"] = docs_base()
     run = {
-        "tool": {
-            "driver": {
-                "name": "amp-lint",
-                "informationUri": INFORMATION_URI,
-                "version": amp_lint.__version__,
-                "rules": [_rule_descriptor(rule) for rule in rules],
-            }
-        },
+        "tool": {"driver": driver},
         # Our columns count characters, not SARIF's default UTF-16 code units.
         "columnKind": "unicodeCodePoints",
         "results": [_result(d, rule_index) for d in report.diagnostics],
@@ -55,8 +52,10 @@ def sarif_log(report: Report, rules: Sequence[type]) -> dict:
 
 
 def _rule_descriptor(rule: type) -> dict:
+    from amp_lint.rules.urls import rule_url
+
     explanation = rule.explanation() or rule.summary
-    return {
+    descriptor = {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
@@ -65,6 +64,9 @@ def _rule_descriptor(rule: type) -> dict:
         "defaultConfiguration": {"level": _LEVELS[rule.severity], "enabled": rule.default_enabled},
         "properties": {"fixApplicability": rule.fix_label()},
     }
+    if rule_url(rule.code):
+        descriptor["helpUri"] = rule_url(rule.code)
+    return descriptor
 
 
 def _what_it_does(explanation: str) -> str:
