@@ -213,3 +213,33 @@ def test_15_rule_docs_ship_in_the_package_and_no_url_is_made_up(tmp_path):
     assert driver["informationUri"] == "https://docs.example.org/amp-lint/rules"
     assert driver["rules"][0]["helpUri"] == f"https://docs.example.org/amp-lint/rules/{driver['rules'][0]['id']}.md"
     assert "AMP_LINT_DOCS_URL" in README
+
+
+# --- 18, 19: the README's test command installs the CPU build, is CI's, and the README is for users ------
+
+
+def test_18_readme_test_command_installs_the_cpu_build_and_is_ci_s_command():
+    [command] = [line for line in README.splitlines() if line.startswith("python3 -m venv .venv") and "pytest" in line]
+    assert "pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu " in command
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ci[-1] == command  # identical, byte for byte
+    # The README is for users: the benchmark history lives in bench/, the internals in docs/.
+    assert "### Measured" not in README and "## How it stays fast" not in README
+    history = (REPO / "bench" / "results" / "history.md").read_text(encoding="utf-8")
+    assert history.count("## Measured") >= 4
+    assert len(README.encode()) < 60_000
+
+
+def test_19_readme_shows_how_to_adopt_the_tool_on_a_legacy_repository(tmp_path):
+    section = README.split("## Adopting amp-lint on an existing project", 1)[1].split("\n## ", 1)[0]
+    for command in ("amp-lint --write-baseline amp-lint-baseline.json .", "amp-lint --baseline amp-lint-baseline.json .",
+                    "amp-lint --add-noqa ."):
+        assert command in section
+    # And the commands do what the section says.
+    write(tmp_path, {"train.py": BUGGY})
+    assert amp_lint("-n", "--write-baseline", "amp-lint-baseline.json", ".", cwd=tmp_path).returncode == 0
+    assert amp_lint("-n", "--baseline", "amp-lint-baseline.json", ".", cwd=tmp_path).returncode == 0
+    write(tmp_path, {"new.py": BUGGY})
+    assert amp_lint("-n", "--baseline", "amp-lint-baseline.json", ".", cwd=tmp_path).returncode == 1
+    assert amp_lint("-n", "--add-noqa", ".", cwd=tmp_path).returncode == 0
+    assert "# noqa: AMP001" in (tmp_path / "new.py").read_text()
