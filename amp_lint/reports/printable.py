@@ -5,7 +5,7 @@ sequences (CSI colours, OSC window titles, clipboard writes and links) and a fil
 not UTF-8: printed raw, the first reach the user's terminal (or a CI log) and the second make an invalid JSON,
 XML or SARIF document, or a `UnicodeEncodeError`. Every format renders the report this module returns:
 escape sequences and other control characters removed from messages and source lines (tabs kept; a line
-break left in a message is escaped), and every control character of a file name escaped as Python writes it
+break left in a file error's message is escaped), and every control character of a file name escaped as Python writes it
 (`\n`, `\x1b`), undecodable bytes of a name shown as U+FFFD, as Ruff shows them. Fix edits are left exactly
 as they are: they are code, and the machine formats escape them.
 """
@@ -59,7 +59,8 @@ def printable_path(path: str) -> str:
 
 
 def printable_message(text: str) -> str:
-    """A message on one line: `printable`, and a line break left in it (a file name it quotes) escaped."""
+    """A file error's message on one line: `printable`, and a line break left in it (from a file name it
+    quotes: `not fixed: AMP030 at <name>:12: ...`) escaped. (A finding's message is one line already.)"""
     return _LINE_BREAKS.sub(_escaped, printable(text))
 
 
@@ -76,18 +77,18 @@ def printable_report(report: Report) -> Report:
 def _diagnostic(diagnostic: Diagnostic) -> Diagnostic:
     fix = diagnostic.fix
     if fix is not None:
-        fix = dataclasses.replace(fix, message=printable_message(fix.message))
+        fix = dataclasses.replace(fix, message=printable(fix.message))
     related = tuple(
         dataclasses.replace(
             place,
-            message=printable_message(place.message),
+            message=printable(place.message),
             filename=printable_path(place.filename) if place.filename is not None else None,
         )
         for place in diagnostic.related
     )
     return dataclasses.replace(
         diagnostic,
-        message=printable_message(diagnostic.message),
+        message=printable(diagnostic.message),
         filename=printable_path(diagnostic.filename),
         source_line=printable(diagnostic.source_line.rstrip("\r\n")) + diagnostic.source_line[len(diagnostic.source_line.rstrip("\r\n")):],
         context=printable(diagnostic.context),
