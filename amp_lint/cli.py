@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import List, Optional
 
 import click
-from click.shell_completion import ShellComplete, add_completion_class
+from click.shell_completion import add_completion_class
 
 from amp_lint import __version__
 from amp_lint.files.settings import OUTPUT_FORMATS
 from amp_lint.reports import error_lines
+from amp_lint.reports.printable import printable_path
+from amp_lint.reports.shell_completion import PowerShellComplete
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 _SUBCOMMANDS = ("check", "rule", "rules", "verify", "clean", "server", "generate-shell-completion")
@@ -60,15 +62,19 @@ class _DefaultToCheck(click.Group):
 
 
 def _refuse_mistyped_subcommand(word: str) -> None:
-    """`amp-lint chekc`: a bare word close to a subcommand that names no file is a typo, not a path."""
-    if word.startswith("-") or os.sep in word or "/" in word or "." in word or os.path.lexists(word):
+    """`amp-lint chek src/`, `amp-lint format x.py`: a first word that names no file or folder and reads as a
+    subcommand (letters, digits, `-`, `_`: no dot, no slash) is an unrecognized subcommand, as Ruff says, and
+    nothing is checked. A file or folder of that name is a path like any other (`amp-lint src`)."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", word) or os.path.lexists(word):
         return
     import difflib
 
     close = difflib.get_close_matches(word, _SUBCOMMANDS, n=1, cutoff=0.6)
-    if close:
-        click.echo(f"amp-lint: error: {word!r} is not a subcommand (nor a file); did you mean {close[0]!r}?", err=True)
-        sys.exit(EXIT_ERROR)
+    hint = f"did you mean {close[0]!r}?" if close else f"the subcommands are {', '.join(_SUBCOMMANDS)}"
+    click.echo(f"amp-lint: error: unrecognized subcommand {word!r} (nor a file or folder); {hint}", err=True)
+    sys.exit(EXIT_ERROR)
 
 
 class _CheckCommand(click.Command):
@@ -108,40 +114,7 @@ def _complete_codes(ctx, param, incomplete: str) -> list:
     return items
 
 
-class _PowerShellComplete(ShellComplete):
-    """PowerShell, which click does not ship: `amp-lint generate-shell-completion powershell | Out-String |
-    Invoke-Expression` in $PROFILE. Paths are left to PowerShell's own completion."""
-
-    name = "powershell"
-    source_template = """Register-ArgumentCompleter -Native -CommandName %(prog_name)s -ScriptBlock {
-    param($wordToComplete, $commandAst, $cursorPosition)
-    $env:COMP_WORDS = $commandAst.ToString().Substring(0, [Math]::Min($cursorPosition - $commandAst.Extent.StartOffset, $commandAst.ToString().Length))
-    $env:COMP_CWORD = $wordToComplete
-    $env:%(complete_var)s = "powershell_complete"
-    (& %(prog_name)s) | ForEach-Object {
-        $value, $help = $_ -split "`t", 2
-        [System.Management.Automation.CompletionResult]::new($value, $value, 'ParameterValue', $(if ($help) { $help } else { $value }))
-    }
-    Remove-Item Env:%(complete_var)s, Env:COMP_WORDS, Env:COMP_CWORD
-}
-"""
-
-    def get_completion_args(self):
-        from click.parser import split_arg_string
-
-        words, incomplete = split_arg_string(os.environ.get("COMP_WORDS", "")), os.environ.get("COMP_CWORD", "")
-        args = words[1:]
-        if incomplete and args and args[-1] == incomplete:
-            args.pop()
-        return args, incomplete
-
-    def complete(self) -> str:
-        args, incomplete = self.get_completion_args()
-        items = [item for item in self.get_completions(args, incomplete) if item.type == "plain"]
-        return "\n".join(f"{item.value}\t{item.help or ''}" for item in items)
-
-
-add_completion_class(_PowerShellComplete)
+add_completion_class(PowerShellComplete)
 
 
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
@@ -205,7 +178,7 @@ def main() -> None:
     type=click.Choice(["info", "warning", "error"]),
     help="The lowest severity that fails the run (exit 1); default: info, every finding fails, as in Ruff.",
 )
-@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when something was fixed (for pre-commit).")
 @click.option(
     "--config",
@@ -218,7 +191,7 @@ def main() -> None:
 @click.option("--stdin-filename", help="The file name to report when checking standard input (`-`).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: all cores).")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
+@click.option("-n", "--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), envvar="AMP_LINT_CACHE_DIR", help="Where the cache lives.")
 @click.option("--amp-dtype", type=click.Choice(["float16", "bfloat16"]), help="AMP100 conversion dtype.")
 @click.option(
@@ -229,6 +202,7 @@ def main() -> None:
     help="The oldest torch the code must support (e.g. 2.1): fixes suggest only APIs it has "
     "(default: the lower bound of the project's torch requirement).",
 )
+@click.option("--ignore-noqa", is_flag=True, help="Ignore every `# noqa` comment (report what they suppress).")
 @click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every line with a finding (migration aid).")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), help="Fail only on findings not in this baseline.")
 @click.option("--write-baseline", "write_baseline_path", type=click.Path(dir_okay=False), help="Record the current findings as the baseline.")
@@ -265,7 +239,7 @@ def _device_type(value: Optional[str]) -> Optional[str]:
 
 def _run_check(paths: List[str], options: dict) -> int:
     from amp_lint import rules as registry
-    from amp_lint.engine.session import RunSpec
+    from amp_lint.engine.session import RunSpec, preview_selection_warnings
     from amp_lint.files.config import ConfigError, SettingsResolver
     from amp_lint.files.overrides import config_options, settings_overrides
     from amp_lint.files.settings import RuleSelection, UnknownRuleError
@@ -290,13 +264,16 @@ def _run_check(paths: List[str], options: dict) -> int:
         if root.output_format not in FORMATS:
             raise click.UsageError(f"unknown output format {root.output_format!r} (choose from {', '.join(FORMATS)})")
         RuleSelection.from_settings(root, registry.all_codes(), registry.default_codes())  # unknown codes fail here
+        warnings = preview_selection_warnings(root, registry)
     except (ConfigError, UnknownRuleError) as error:
         _fail(str(error))
+    for warning in warnings if not options["silent"] else ():
+        click.echo(f"amp-lint: warning: {warning}", err=True)
     options["_fail_on"] = root.fail_on
     if options["fix_only"]:
         options["quiet"] = True  # the findings left are not reported
     fix = bool(root.fix or options["diff"] or options["fix_only"])
-    run = RunSpec(resolver, registry, fix, write=fix and not options["diff"])
+    run = RunSpec(resolver, registry, fix, write=fix and not options["diff"], ignore_noqa=options["ignore_noqa"])
     if paths == ["-"] or (not paths and options["stdin_filename"]):
         if options["add_noqa"] or options["write_baseline_path"]:
             _fail("--add-noqa and --write-baseline edit files; they do not work on standard input")
@@ -358,7 +335,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
     if options["show_files"]:
         # As Ruff: the files a check would read, absolute, sorted; nothing is checked.
         for path in sorted(os.path.abspath(p) for p, _ in planned):
-            click.echo(path)
+            click.echo(printable_path(path))  # a name's control characters escaped: no escape sequence runs
         for line in error_lines(Report(errors=errors)):
             click.echo(line, err=True)
         return EXIT_ERROR if errors else EXIT_CLEAN
@@ -378,8 +355,8 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
             write_baseline(Path(options["write_baseline_path"]), report)
         except BaselineError as error:
             _fail(str(error))
-        click.echo(f"Wrote {len(report.diagnostics)} findings to {options['write_baseline_path']}", err=True)
-        return EXIT_ERROR if report.errors else EXIT_CLEAN
+        click.echo(f"Wrote {len(report.diagnostics)} findings to {printable_path(options['write_baseline_path'])}", err=True)
+        return EXIT_ERROR if report.failures else EXIT_CLEAN
     report = _apply_baseline(report, options)
     if options["diff"]:
         if not options["silent"]:
@@ -388,7 +365,7 @@ def _check_planned(run, root, paths: List[str], options: dict, scheduler) -> int
             _diff_summary(report, options, bool(diffs))
             for line in error_lines(report):
                 click.echo(line, err=True)
-        if report.errors:
+        if report.failures:  # a refused fix is no failure: its finding is reported without a fix
             return EXIT_ERROR
         return EXIT_FINDINGS if diffs else EXIT_CLEAN
     if options["fix_only"]:
@@ -435,9 +412,9 @@ def _add_noqa(report) -> int:
 
     added, errors = add_noqa(report)
     for error in errors:
-        click.echo(f"{error.filename}: error: {error.message}", err=True)
+        click.echo(f"{printable_path(error.filename)}: error: {error.message}", err=True)
     click.echo(f"Added {plural(sum(added.values()), 'noqa directive')}.")
-    return EXIT_ERROR if errors or report.errors else EXIT_CLEAN
+    return EXIT_ERROR if errors or report.failures else EXIT_CLEAN
 
 
 def _check_stdin(run, root, options: dict) -> int:
@@ -469,7 +446,7 @@ def _check_stdin(run, root, options: dict) -> int:
             diff = unified_diff(result.text, result.fixed_text, name)
             click.echo(diff, nl=False)
             _diff_summary(report, options, bool(diff))
-            return EXIT_ERROR if report.errors else (EXIT_FINDINGS if diff else EXIT_CLEAN)
+            return EXIT_ERROR if report.failures else (EXIT_FINDINGS if diff else EXIT_CLEAN)
         _write_code(result.fixed_bytes)  # the code itself, even with --silent: it is the output, not a message
         if options["fix_only"]:
             return _fix_only_result(report, options, err=True)
@@ -515,7 +492,10 @@ def _emit(report, root, options: dict, *, fix_mode: bool, err: bool = False) -> 
         except OSError as error:
             _fail(f"cannot write {to_file}: {error.strerror or error}")
     else:
-        click.echo(text, nl=False, color=color, err=err)
+        try:
+            click.echo(text, nl=False, color=color, err=err)
+        except OSError as error:  # `>/dev/full`: the report is lost, which is no clean run nor a finding
+            _fail(f"cannot write the report to standard {'error' if err else 'output'}: {error.strerror or error}")
     if (output_format not in TEXT_FORMATS or to_file) and not options["silent"]:
         for line in error_lines(report):
             click.echo(line, err=True)

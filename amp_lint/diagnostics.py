@@ -108,6 +108,16 @@ class FileError:
     cell: Optional[int] = None  # Jupyter notebooks: the cell `location` counts rows in (the message names it)
 
 
+def is_fix_refusal(error: FileError) -> bool:
+    """A fix that was checked and refused (`not fixed: ...`): the file was checked, and the finding is reported
+    without its fix. An ordinary outcome, as Ruff's unfixable findings: the run exits 1 for the finding left (0
+    with `--fix-only` or `--exit-zero`), never 2, the code of a file that could not be read, parsed or written."""
+    message = error.message
+    if error.cell is not None and message.startswith("cell ") and ": " in message:
+        message = message.split(": ", 1)[1]
+    return message.startswith("not fixed")
+
+
 @dataclass
 class Report:
     """Everything one run found, in a stable order."""
@@ -118,6 +128,11 @@ class Report:
     fixed: dict = field(default_factory=dict)  # filename -> {code: count} of fixes applied
     # Findings that an --unsafe-fixes run would fix, counted when --unsafe-fixes is off.
     unsafe_fixable: int = 0
+
+    @property
+    def failures(self) -> list:
+        """The file errors that mean the tool could not do its job (exit 2): all but the refused fixes."""
+        return [error for error in self.errors if not is_fix_refusal(error)]
 
     @property
     def fixed_count(self) -> int:

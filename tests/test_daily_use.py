@@ -413,7 +413,7 @@ def test_github_format_annotates_files_that_cannot_be_checked(tmp_path):
 def test_mistyped_subcommand_is_named_with_the_closest(tmp_path):
     result = amp_lint("chekc", cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr == "amp-lint: error: 'chekc' is not a subcommand (nor a file); did you mean 'check'?\n"
+    assert result.stderr == "amp-lint: error: unrecognized subcommand 'chekc' (nor a file or folder); did you mean 'check'?\n"
     assert "did you mean 'verify'" in amp_lint("verfy", cwd=tmp_path).stderr
     (tmp_path / "chekc").mkdir()  # a folder of that name is a path like any other
     write(tmp_path, {"chekc/train.py": BUGGY})
@@ -703,14 +703,14 @@ def test_completion_protocol_completes_subcommands_and_check_options(tmp_path, w
 def test_each_finding_has_a_stable_url_to_docs_generated_from_the_rule(tmp_path):
     write(tmp_path, {"train.py": BUGGY})
     [finding] = json.loads(amp_lint("--no-cache", "--output-format", "json", "train.py", cwd=tmp_path).stdout)
-    assert finding["url"] == "docs/rules/AMP001.md"
-    page = (REPO / finding["url"]).read_text()
+    assert finding["url"] is None  # issue 44.15: no address unless AMP_LINT_DOCS_URL announces one
+    page = (REPO / "docs/rules/AMP001.md").read_text()
     assert page.startswith("# backward-inside-autocast (AMP001)\n") and "## Why is this bad?" in page
     hosted = amp_lint("--no-cache", "--output-format", "json-lines", "train.py", cwd=tmp_path,
                       env={"AMP_LINT_DOCS_URL": "https://example.org/amp-lint/docs/rules/"})
     assert json.loads(hosted.stdout)["url"] == "https://example.org/amp-lint/docs/rules/AMP001.md"
     rule = json.loads(amp_lint("rule", "AMP001", "--output-format", "json", cwd=tmp_path).stdout)
-    assert rule["url"] == "docs/rules/AMP001.md"
+    assert rule["url"] is None
     if RUFF:  # Ruff 0.17.6 gives every finding a url too
         write(tmp_path, {"r.py": "import os\n"})
         [theirs] = json.loads(ruff("check", "--no-cache", "--select", "F401", "--output-format", "json", "r.py", cwd=tmp_path).stdout)

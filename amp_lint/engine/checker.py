@@ -6,11 +6,9 @@ parallelism and caching live in `amp_lint.engine.runner`.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import re
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
@@ -46,6 +44,7 @@ from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.node_memo import NodeMemo
 from amp_lint.parse.noqa_comments import file_level_noqa, suppressing_row
+from amp_lint.parse.syntax_errors import python_syntax_error
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
 from amp_lint.parse.relevant import relevant_text
@@ -99,8 +98,10 @@ class Checker:
         self.rule_classes = [r for r in registry.ALL_RULES if r.code in enabled and (self.preview or not r.preview)]
         self.unfixable = unfixable  # as in Ruff: their findings are reported without a fix
         self.enabled_codes = frozenset(enabled)
+        # `--ignore-noqa` (Ruff's): no `# noqa` comment suppresses anything, so none is unused either.
+        self.ignore_noqa = bool(options.get("ignore_noqa"))
         # AMP900 (unused `# noqa`) is decided after the other rules' findings are placed and suppressed.
-        self.unused_noqa = next((r for r in self.rule_classes if r.code == "AMP900"), None)
+        self.unused_noqa = None if self.ignore_noqa else next((r for r in self.rule_classes if r.code == "AMP900"), None)
         self.rules: List[Rule] = [r(rule_options) for r in self.rule_classes]
         self.fix = fix
         self.unsafe_fixes = unsafe_fixes
@@ -149,7 +150,7 @@ class Checker:
         result = SourceResult()
         if not prefiltered and not self.may_match(source):
             return result
-        file_noqa = file_level_noqa(source)
+        file_noqa = None if self.ignore_noqa else file_level_noqa(source)
         if file_noqa is not None and not file_noqa:
             return result  # `# amp-lint: noqa` for the whole file
         refusal = check_parse_cost(source, filename)
@@ -292,7 +293,7 @@ class Checker:
             finding.message = one_line(finding.message)  # code quoted from several lines: one line
             start = Location(code_range.start.line, code_range.start.column + 1)
             end = Location(code_range.end.line, code_range.end.column + 1)
-            row = suppressing_row(finding.rule.code, lines, start.row, end.row)
+            row = 0 if self.ignore_noqa else suppressing_row(finding.rule.code, lines, start.row, end.row)
             if row:
                 used.add((row, finding.rule.code))
                 continue
@@ -554,17 +555,12 @@ class _Rejected:
 
 
 def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:
-    """A syntax error with the best location we can get; or LibCST's limit on valid Python, said so."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-    except SyntaxError as python_error:
-        if python_error.lineno and "tokenizer error" in error.message:
-            column = python_error.offset or 1
-            return FileError(filename, f"syntax error: {python_error.msg}", Location(python_error.lineno, column))
-        return FileError(filename, _syntax_message(error), _syntax_location(error))
-    except (ValueError, RecursionError, MemoryError):
+    """A syntax error as Python states it, at Python's position (`'(' was never closed` at the bracket, not
+    LibCST's list of expected tokens at the end of the file); or LibCST's limit on valid Python, said so."""
+    python_error = python_syntax_error(source, filename)
+    if python_error is not None:
+        return FileError(filename, f"syntax error: {python_error.message}", python_error.start)
+    if python_ast.parse_quietly(source) is None:  # Python cannot say where (too deep, a null byte): LibCST's word
         return FileError(filename, _syntax_message(error), _syntax_location(error))
     return FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({_syntax_message(error)})")
 

@@ -123,13 +123,11 @@ def _write_group(group) -> Tuple[Optional[str], bool]:
 
 
 def _diff(path: str, before: str, after: str) -> str:
-    import difflib
+    from amp_lint.fixes.unified_diff import unified_diff
 
     shown = os.path.relpath(path)
     shown = path if shown.startswith("..") else shown
-    return "".join(
-        difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{shown}", f"b/{shown}")
-    )
+    return unified_diff(before, after, f"a/{shown}", f"b/{shown}")
 
 
 def drop_unwritable_fixes(outcomes: Dict[str, object], configs: Dict[str, object]) -> None:

@@ -320,16 +320,9 @@ def check_file(path: str, config: CheckConfig, prefiltered: bool = False) -> Fil
             outcome.fixed = {}
             return outcome
     if not config.write:
-        import difflib  # only --diff needs it: not imported at start-up
+        from amp_lint.fixes.unified_diff import unified_diff  # only --diff needs it: not imported at start-up
 
-        outcome.diff = "".join(
-            difflib.unified_diff(
-                source.text.splitlines(keepends=True),
-                new_text.splitlines(keepends=True),
-                fromfile=f"a/{path}",
-                tofile=f"b/{path}",
-            )
-        )
+        outcome.diff = unified_diff(source.text, new_text, f"a/{path}", f"b/{path}")
         return outcome
     from amp_lint.files.sources import write_atomic  # only a run that writes loads the writing code
 

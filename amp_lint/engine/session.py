@@ -28,16 +28,17 @@ _FORMATS_WITH_EDITS = ("json", "json-lines", "sarif")
 class RunSpec:
     """The parts of a run shared by every file: how to turn a file's settings into a check config."""
 
-    def __init__(self, resolver, registry, fix: bool, write: bool) -> None:
+    def __init__(self, resolver, registry, fix: bool, write: bool, ignore_noqa: bool = False) -> None:
         self.resolver = resolver
         self.registry = registry
         self.fix = fix
         self.write = write
+        self.ignore_noqa = ignore_noqa  # `--ignore-noqa`, as Ruff's: every `# noqa` comment is disregarded
         self._configs: Dict[tuple, CheckConfig] = {}
 
     def fresh(self) -> "RunSpec":
         """A run that reads the configuration files again (for --watch: one may be what changed)."""
-        return RunSpec(self.resolver.reloaded(), self.registry, self.fix, self.write)
+        return RunSpec(self.resolver.reloaded(), self.registry, self.fix, self.write, self.ignore_noqa)
 
     def config_for(self, settings, path: str) -> CheckConfig:
         key = (id(settings), path if settings.per_file_ignores or settings.extend_per_file_ignores else None)
@@ -62,7 +63,8 @@ class RunSpec:
                     ("preview", settings.preview),
                     ("target_packages", settings.target_packages),
                     ("assumed_shown_for", settings.assumed_shown_for(all_codes)),
-                ),
+                )
+                + ((("ignore_noqa", True),) if self.ignore_noqa else ()),
             )
             self._configs[key] = config
         return config
@@ -174,8 +176,9 @@ def fails(severity, fail_on: str) -> bool:
 
 
 def exit_code(report: Report, *, fail_on: str = "info", exit_zero: bool = False, exit_non_zero_on_fix: bool = False) -> int:
-    """0 clean, 1 findings (or, with `exit_non_zero_on_fix`, something fixed), 2 a file could not be checked."""
-    if report.errors:
+    """0 clean, 1 findings (or, with `exit_non_zero_on_fix`, something fixed), 2 a file could not be checked.
+    A refused fix is no failure (as in Ruff): its finding is reported without a fix."""
+    if report.failures:
         return EXIT_ERROR
     if exit_non_zero_on_fix and report.fixed:
         return EXIT_FINDINGS
@@ -188,8 +191,8 @@ def exit_code(report: Report, *, fail_on: str = "info", exit_zero: bool = False,
 
 def fix_only_exit_code(report: Report, *, exit_non_zero_on_fix: bool) -> int:
     """`--fix-only`, as Ruff: 0 unless a file could not be checked (2) or, with --exit-non-zero-on-fix,
-    something was fixed (1)."""
-    if report.errors:
+    something was fixed (1). A refused fix is no failure: its finding is left, as the others are."""
+    if report.failures:
         return EXIT_ERROR
     return EXIT_FINDINGS if exit_non_zero_on_fix and report.fixed else EXIT_CLEAN
 
@@ -210,8 +213,30 @@ def describe_settings(resolver, registry, paths: Sequence[str], stdin_filename: 
     settings = resolver.for_path(target)
     all_codes = registry.all_codes()
     selection = RuleSelection.from_settings(settings, all_codes, registry.default_codes())
-    enabled = sorted(selection.for_path(str(target), settings, all_codes))
-    return f"# Resolved settings for: {os.path.abspath(target)}\n" + describe(settings, enabled=enabled)
+    selected = selection.for_path(str(target), settings, all_codes)
+    # A preview rule runs only in preview mode: without it, it is selected but not enabled.
+    waiting = sorted(selected & frozenset(registry.preview_codes())) if not settings.preview else []
+    enabled = sorted(selected - frozenset(waiting))
+    head = f"# Resolved settings for: {os.path.abspath(target)}\n"
+    if waiting:
+        head += f"# Preview rules selected, not enabled (preview is off): {', '.join(waiting)}\n"
+    return head + describe(settings, enabled=enabled)
+
+
+def preview_selection_warnings(settings, registry) -> List[str]:
+    """As Ruff: "Selection `AMP034` has no effect because preview is not enabled.", for each selector of
+    `select` / `extend-select` that picks only preview rules while preview is off."""
+    from amp_lint.files.settings import expand_codes
+
+    if settings.preview:
+        return []
+    preview, all_codes = frozenset(registry.preview_codes()), registry.all_codes()
+    warnings = []
+    for selector in dict.fromkeys(pattern.strip().upper() for pattern in settings.select + settings.extend_select):
+        codes = expand_codes([selector], all_codes) if selector not in ("", "ALL") else frozenset()
+        if codes and codes <= preview:
+            warnings.append(f"Selection `{selector}` has no effect because preview is not enabled.")
+    return warnings
 
 
 # --- standard input ------------------------------------------------------------------------------
@@ -295,9 +320,9 @@ def check_stdin(run: RunSpec, raw: bytes, name: str, *, force_exclude: bool) -> 
 
 
 def unified_diff(before: str, after: str, name: str) -> str:
-    import difflib
+    from amp_lint.fixes.unified_diff import unified_diff as diff
 
-    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}"))
+    return diff(before, after, f"a/{name}", f"b/{name}")
 
 
 # --- watch -----------------------------------------------------------------------------------------

@@ -167,6 +167,8 @@ def load_baseline(path: Path) -> Baseline:
         document = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise BaselineError(f"{path}: not a valid amp-lint baseline (not UTF-8 text)") from None
+    except RecursionError:
+        raise BaselineError(f"{path}: not a valid amp-lint baseline (JSON nested too deeply)") from None
     except json.JSONDecodeError as error:
         raise BaselineError(
             f"{path}: not a valid amp-lint baseline (invalid JSON: {error.msg} at line {error.lineno}, column {error.colno})"

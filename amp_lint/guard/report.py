@@ -76,6 +76,7 @@ class GuardReport:
         return data
 
     def write(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # as `amp-lint -o out/r.json`: the folder is made
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
 
     def write_as_it_goes(self, path: str | Path) -> None:

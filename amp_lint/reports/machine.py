@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal
 from amp_lint.files.locations import repository_path
 from amp_lint.reports import RenderOptions
 from amp_lint.reports.text import row_column, rule_statistics
@@ -75,7 +75,7 @@ def error_code(error: FileError) -> str:
     message = error.message.split(": ", 1)[1] if error.cell is not None and ": " in error.message else error.message
     if message.startswith("syntax error"):
         return "invalid-syntax"
-    if message.startswith(("not fixed", "fixes not")):
+    if is_fix_refusal(error) or message.startswith("fixes not"):
         return "not-fixed"
     return "file-error"
 

@@ -4,9 +4,10 @@ Messages, source lines and file names come from the files being checked. A comme
 sequences (CSI colours, OSC window titles, clipboard writes and links) and a file name can hold bytes that are
 not UTF-8: printed raw, the first reach the user's terminal (or a CI log) and the second make an invalid JSON,
 XML or SARIF document, or a `UnicodeEncodeError`. Every format renders the report this module returns:
-escape sequences and other control characters removed (tabs and line breaks kept), undecodable bytes of a
-name shown as U+FFFD, as Ruff shows them. Fix edits are left exactly as they are: they are code, and the
-machine formats escape them.
+escape sequences and other control characters removed from messages and source lines (tabs kept; a line
+break left in a file error's message is escaped), and every control character of a file name escaped as Python writes it
+(`\n`, `\x1b`), undecodable bytes of a name shown as U+FFFD, as Ruff shows them. Fix edits are left exactly
+as they are: they are code, and the machine formats escape them.
 """
 
 from __future__ import annotations
@@ -39,9 +40,28 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", text)
 
 
+# Every control character a file name can hold, line breaks and tabs included, and the Unicode line separators.
+_PATH_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _escaped(match: "re.Match[str]") -> str:
+    return repr(match.group())[1:-1]  # `\n`, `\x1b`, `\u2028`: as Python writes it in a string
+
+
 def printable_path(path: str) -> str:
-    """A file name as reports show it: undecodable bytes as U+FFFD, control characters removed."""
-    return printable(path)
+    """A file name as every report and listing shows it: each control character escaped as Python writes it
+    (`a\n::error file=x::y.py` stays on one line: no CI log reads a workflow command out of a file name, no
+    terminal an escape sequence), undecodable bytes as U+FFFD."""
+    if path.isprintable():
+        return path
+    return _PATH_CONTROLS.sub(_escaped, _SURROGATES.sub("\ufffd", path))
+
+
+def printable_message(text: str) -> str:
+    """A file error's message on one line: `printable`, and a line break left in it (from a file name it
+    quotes: `not fixed: AMP030 at <name>:12: ...`) escaped. (A finding's message is one line already.)"""
+    return _LINE_BREAKS.sub(_escaped, printable(text))
 
 
 def printable_report(report: Report) -> Report:
@@ -78,4 +98,4 @@ def _diagnostic(diagnostic: Diagnostic) -> Diagnostic:
 
 
 def _error(error: FileError) -> FileError:
-    return dataclasses.replace(error, filename=printable_path(error.filename), message=printable(error.message))
+    return dataclasses.replace(error, filename=printable_path(error.filename), message=printable_message(error.message))

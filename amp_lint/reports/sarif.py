@@ -7,12 +7,11 @@ import re
 from pathlib import PurePath
 from typing import Dict, List, Sequence
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal
 from amp_lint.files.locations import file_uri, folder_uri
 from amp_lint.reports import RenderOptions
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://github.com/amp-lint/amp-lint"
 
 _LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
@@ -33,16 +32,14 @@ def sarif_log(report: Report, rules: Sequence[type]) -> dict:
     """One SARIF log with one run; `rules` are the rule classes the tool knows (all of them, like Ruff)."""
     import amp_lint
 
+    from amp_lint.rules.urls import docs_base
+
     rule_index = {rule.code: index for index, rule in enumerate(rules)}
+    driver = {"name": "amp-lint", "version": amp_lint.__version__, "rules": [_rule_descriptor(rule) for rule in rules]}
+    if docs_base():  # only an address someone announced (`$AMP_LINT_DOCS_URL`): none is made up
+        driver["informationUri"] = docs_base()
     run = {
-        "tool": {
-            "driver": {
-                "name": "amp-lint",
-                "informationUri": INFORMATION_URI,
-                "version": amp_lint.__version__,
-                "rules": [_rule_descriptor(rule) for rule in rules],
-            }
-        },
+        "tool": {"driver": driver},
         # Our columns count characters, not SARIF's default UTF-16 code units.
         "columnKind": "unicodeCodePoints",
         "results": [_result(d, rule_index) for d in report.diagnostics],
@@ -55,8 +52,10 @@ def sarif_log(report: Report, rules: Sequence[type]) -> dict:
 
 
 def _rule_descriptor(rule: type) -> dict:
+    from amp_lint.rules.urls import rule_url
+
     explanation = rule.explanation() or rule.summary
-    return {
+    descriptor = {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
@@ -65,6 +64,9 @@ def _rule_descriptor(rule: type) -> dict:
         "defaultConfiguration": {"level": _LEVELS[rule.severity], "enabled": rule.default_enabled},
         "properties": {"fixApplicability": rule.fix_label()},
     }
+    if rule_url(rule.code):
+        descriptor["helpUri"] = rule_url(rule.code)
+    return descriptor
 
 
 def _what_it_does(explanation: str) -> str:
@@ -133,7 +135,8 @@ def _fix(diagnostic: Diagnostic) -> dict:
 
 
 def _invocation(errors: Sequence[FileError]) -> dict:
-    invocation = {"executionSuccessful": not errors}
+    # A refused fix is a note on a file that was checked, not a failure of the run.
+    invocation = {"executionSuccessful": not any(not is_fix_refusal(error) for error in errors)}
     if errors:
         invocation["toolExecutionNotifications"] = [_notification(error) for error in errors]
     return invocation
@@ -144,7 +147,8 @@ def _notification(error: FileError) -> dict:
     if error.location is not None and error.cell is None:
         physical_location["region"] = _region(error.location, error.location)
     location = {"physicalLocation": physical_location}
-    return {"level": "error", "message": {"text": error.message}, "locations": [location]}
+    level = "warning" if is_fix_refusal(error) else "error"
+    return {"level": level, "message": {"text": error.message}, "locations": [location]}
 
 
 def _location(filename: str, start: Location, end: Location, cell=None) -> dict:

@@ -102,7 +102,8 @@ def _with_newline(lines: List[str]) -> str:
 def summary_lines(report: Report, options: RenderOptions) -> List[str]:
     if options.quiet:
         return []
-    remaining = len(report.diagnostics)
+    # As Ruff counts `invalid-syntax`: a file that could not be checked is an error found too.
+    remaining = len(report.diagnostics) + len(report.failures)
     lines = []
     if options.fix_mode and report.fixed_count:
         lines.append(f"Fixed {plural(report.fixed_count, 'error')} ({remaining} remaining).")

@@ -5,9 +5,10 @@ index), rewrites the table between the markers in README.md, and writes `amp_lin
 code, module, class, default and prefilter patterns: what a run reads before it imports any rule);
 `python -m amp_lint.rules.docs --check` exits 1 when any of them is out of date (a test runs it).
 
-Each finding's `url` in the JSON formats is `rule_url(code)`: the rule's page under `docs/rules/` of this
-repository, or under `$AMP_LINT_DOCS_URL` when that is set (the address where you host the docs, such as
-`https://<your host>/amp-lint/blob/<commit>/docs/rules`). The page name is the code, so it never changes.
+The rule pages also ship in the package (`amp_lint/server/rule_pages/`), so an installed wheel has them. Each
+finding's `url` in the JSON formats is `rule_url(code)`: the rule's page under `$AMP_LINT_DOCS_URL` when that is
+set (the address where you host `docs/rules`, such as `https://<your host>/amp-lint/blob/<commit>/docs/rules`),
+else null (see `amp_lint.rules.urls`). The page name is the code, so it never changes.
 """
 
 from __future__ import annotations
