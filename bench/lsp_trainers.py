@@ -29,7 +29,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from dense_gen import dense_training_file  # noqa: E402
-from inject_corpus import EXTRA_DIR, REALWORLD_DIR  # noqa: E402
+from inject_corpus import EXTRA_DIR  # noqa: E402
 
 # (corpus folder, path): class-based trainers with a GradScaler step, 1,000-2,000 lines, five kinds of model.
 TRAINERS = (

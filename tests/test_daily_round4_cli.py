@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from snippets import BACKWARD_IN_AUTOCAST
 from test_fix_check import TRAIN, broken  # noqa: F401  (`broken`: the fixture of a rule whose fix is refused)
