@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import inject_ops
 from inject_ops import Mutant, function_span
 
 FIX_CLASSES = ("restored", "fixed otherwise", "refused", "not fixed", "broken")
@@ -61,6 +62,8 @@ def judge_catch(mutant: Mutant, original: str, before: Sequence[dict], after: Se
     codes = mutant.expected
     span_after = _span(mutant.text, mutant.function, mutant.mutant_line)
     span_before = _span(original, mutant.function, mutant.line)
+    if mutant.operator in inject_ops.WHOLE_FILE:
+        span_after = span_before = (1, 10**9)
     caught = _count(after, codes, span_after, True) > _count(before, codes, span_before, True)
     assumed = not caught and _count(after, codes, span_after, False) > _count(before, codes, span_before, False)
     whole = (1, 10**9)

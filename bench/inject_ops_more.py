@@ -69,6 +69,9 @@ PRINCIPLE_MORE = {
     "scaled_loss_logged": 4, "grad_norm_before_unscale": 1, "invalid_growth_factor": 6, "state_mid_iteration": 2,
     "device_constant": 4, "device_helper": 4, "device_kwargs": 4, "bce_in_helper": 5, "deprecated_reference": 6,
 }
+# Operators whose finding belongs anywhere in the file, not only in the site's function: a BCE reached through a
+# helper is reported at the BCE, in the helper the operator adds (where it raises and where it is fixed).
+WHOLE_FILE_MORE = ("bce_in_helper",)
 # Operators whose fix is not the original by its nature (a constant or helper the fix leaves in place).
 MANY_ANSWERS_MORE = ("device_constant", "device_helper", "device_kwargs", "bce_in_helper", "scaled_loss_logged",
                      "grad_norm_before_unscale", "state_mid_iteration", "deprecated_reference", "scaler_in_loop")

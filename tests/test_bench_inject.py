@@ -358,3 +358,17 @@ def test_every_default_rule_family_of_issue_46_has_an_operator_that_applies_once
     assert "AMP_CONTEXT = torch.cuda.amp.autocast\n" in text["deprecated_reference"]
     for op in more:
         assert inject_ops.EXPECTED[op] and op in inject_ops.PRINCIPLE
+
+
+def test_a_bce_reached_through_the_added_helper_is_caught_in_the_helper():
+    """bce_in_helper: AMP052 reports the BCE in the helper the operator adds (outside the site's function);
+    the catch counts a new finding of the rule anywhere in the file."""
+    (mutant,) = inject_ops.mutants(TRAIN, "pkg/train.py", ["bce_in_helper"])
+    helper_line = mutant.text.splitlines().index(
+        "    return torch.nn.functional.binary_cross_entropy(scores.sigmoid(), torch.ones_like(scores))"
+    ) + 1
+    after = [{"code": "AMP052", "location": {"row": helper_line}, "confidence": "high"}]
+    assert inject_compare.judge_catch(mutant, TRAIN, [], after)["caught"]
+    other = inject_ops.mutants(TRAIN, "pkg/train.py", ["nonfinite_clip"])[0]
+    far = [{"code": "AMP031", "location": {"row": 500}, "confidence": "high"}]
+    assert not inject_compare.judge_catch(other, TRAIN, [], far)["caught"]
