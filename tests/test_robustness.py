@@ -97,7 +97,8 @@ def test_syntax_error_is_reported_with_file_line_and_reason_and_the_run_goes_on(
     result = amp_lint("--no-cache", "--output-format", "concise", cwd=project)
     assert_no_crash(result, 2)
     [line] = lines_mentioning(result, "broken.py")
-    assert line.startswith("broken.py:7:") and "syntax error" in line
+    # Python's position (issue 44.16): the bracket never closed is on line 6, where LibCST gave up on line 7.
+    assert line.startswith("broken.py:6:23:") and "syntax error: '(' was never closed" in line, line
     assert_good_file_still_checked(result)
 
 
