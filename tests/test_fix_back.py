@@ -10,8 +10,8 @@ from amp_lint.engine.checker import Checker
 from amp_lint.fixes.verify_fix import hazards
 
 
-def fixed(code: str, *codes: str) -> str:
-    result = Checker(frozenset(codes), fix=True).check(textwrap.dedent(code), "t.py")
+def fixed(code: str, *codes: str, unsafe: bool = False) -> str:
+    result = Checker(frozenset(codes), fix=True, unsafe_fixes=unsafe).check(textwrap.dedent(code), "t.py")
     assert not result.errors, [e.message for e in result.errors]
     assert result.fixed_source is not None
     return result.fixed_source
@@ -163,7 +163,9 @@ def test_a_helper_that_steps_directly_and_updates_steps_through_the_scaler():
     """ultralytics' `optimizer_step`: the helper unscales, clips, steps and updates itself; its direct
     `optimizer.step()` is wrong for every caller and is stepped through the scaler there."""
     direct = TRAINER.replace("self.scaler.step(self.optimizer)", "self.optimizer.step()")
-    assert same(fixed(direct, "AMP020"), TRAINER)
+    # After an explicit unscale_ a direct step may be deliberate (issue 46): the rewrite is an unsafe fix.
+    assert Checker(frozenset({"AMP020"}), fix=True).check(direct, "t.py").fixed_source is None
+    assert same(fixed(direct, "AMP020", unsafe=True), TRAINER)
 
 
 def test_the_update_goes_after_the_if_whose_branches_each_step():
@@ -220,8 +222,8 @@ def test_a_method_named_like_a_protocol_helper_on_another_object_stays_plain():
 
 def test_a_direct_step_after_a_flagged_unscale_goes_through_the_scaler():
     """A precision plugin whose `scaler.step(optimizer, ...)` became `optimizer.step(...)`: only the flagged
-    unscale_ records inf checks before the update. The step goes through the scaler (safe with no arguments;
-    unsafe with `**kwargs`, which may carry a closure); moving the update next to the unscale_ would leave the
+    unscale_ records inf checks before the update. The step goes through the scaler (an unsafe fix: after an
+    explicit unscale_ a direct step may be deliberate, issue 46); moving the update next to the unscale_ would leave the
     optimizer stepping on inf gradients."""
     code = textwrap.dedent(
         """\
@@ -243,7 +245,7 @@ def test_a_direct_step_after_a_flagged_unscale_goes_through_the_scaler():
         """
     )
     direct = code.replace("self.scaler.step(optimizer)", "optimizer.step()")
-    assert same(fixed(direct, "AMP020"), code)
+    assert same(fixed(direct, "AMP020", unsafe=True), code)  # unsafe after an explicit unscale_ (issue 46)
     # AMP022's update without inf checks needs `clip` false (a parameter, not a varying test, once `clip and
     # not skip` is read operand by operand): assumed, so its fix, the same step through the scaler (never a
     # move of the update), is unsafe.

@@ -354,7 +354,12 @@ _SILENT = {
         "\n\ndef restart_all(model, loader, optimizer, epochs):\n    for epoch in range(epochs):\n"
         "        train_with_restart(model, loader, optimizer, epochs)\n\n\ndef diverged(model):",
     ),
-    "Runner.fit_epoch": ("helpers.py", "self.scaler", "scaler"),
+    # Built on every call into the attribute, the scale restarts every epoch (issue 46, principle 2).
+    "Runner.fit_epoch": (
+        "helpers.py",
+        '        if self.scaler is None:\n            self.scaler = torch.amp.GradScaler("cuda")',
+        '        self.scaler = torch.amp.GradScaler("cuda")',
+    ),
 }
 
 

@@ -111,9 +111,8 @@ class ModelBuilder(CallRecorder, Walker):
         for statement in body:
             yield statement
             if isinstance(statement, cst.Try):
-                # The handlers first: a handler runs only where the `try` body failed, so the body's binding
-                # is the one in effect wherever it works (`try: from torch.amp import autocast` / `except
-                # ImportError: from torch.cuda.amp import autocast` means torch.amp's, which needs a device).
+                # Handlers first: one runs only where the `try` body failed, so the body's binding is the one
+                # in effect wherever it works (a `torch.amp` import with a `torch.cuda.amp` fallback: torch.amp's).
                 for handler in statement.handlers:
                     yield from self._top_level_statements(handler.body.body)
                 yield from self._top_level_statements(statement.body.body)

@@ -13,7 +13,6 @@ depend on the loss scale (`p.grad.isnan()`, `p.grad /= n`).
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -21,7 +20,8 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.autocast import AutocastRegion
-from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
+from amp_lint.analysis.events import Branch, Event, EventKind
+from amp_lint.analysis.scaler_scan import drives_a_scaler  # noqa: F401  (asked by summaries too)
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
 from amp_lint.analysis.linear_grads import keeps_the_scale
 from amp_lint.analysis.names import dotted_name, receiver_name
@@ -77,26 +77,6 @@ def _FOLLOWED_CALLS_HOOKED() -> bool:
     return bool(_FOLLOWED[0])
 
 
-def drives_a_scaler(scope) -> bool:
-    """Does the function touch a GradScaler (scale, a scaled backward, step, update, unscale_)?
-
-    Asked once per dotted call of the scope (`resolve_followed_calls`, `summaries`): the answer is kept
-    per scope with how many of its events it has read, and only events added since are read again (a
-    scope's events are only ever added or reordered), so a scope of n calls costs n, not n**2 (issue 45:
-    16,000 autocast blocks in one function took minutes)."""
-    events = scope.events
-    seen, found = _SCALER_SCAN.get(scope, (0, False))
-    if found and seen <= len(events):
-        return True
-    if seen > len(events):  # events were dropped: read them all again
-        seen = 0
-    found = any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in events[seen:])
-    _SCALER_SCAN[scope] = (len(events), found)
-    return found
-
-
-# Scope -> (events read, whether one of them drives a scaler); forgotten with the scope.
-_SCALER_SCAN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
