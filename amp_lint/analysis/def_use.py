@@ -463,3 +463,25 @@ def name_tables(table: Optional[NameTable]) -> Iterator[NameTable]:
     while table is not None:
         yield table
         table = table.parent
+
+
+def used_otherwise(name: str, scope: NameScope, fine) -> bool:
+    """Is `name` used in its scope otherwise than as an assignment's target or where `fine(node, parent)` says
+    (a dict read by `name[...]`, a dict splatted by `**name`): a method call, an alias, an argument?"""
+    for statement in scope.body:
+        stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(statement, None)]
+        while stack:
+            node, parent = stack.pop()
+            if isinstance(node, cst.Name) and node.value == name:
+                if isinstance(parent, cst.AssignTarget) or fine(node, parent):
+                    continue
+                return True
+            if isinstance(node, cst.Attribute):
+                stack.append((node.value, node))  # not the attribute's name
+                continue
+            if isinstance(node, cst.FunctionDef) and node is not statement:
+                stack.append((node.body, node))
+                continue
+            for child in node.children:
+                stack.append((child, node))
+    return False

@@ -9,11 +9,11 @@ parameter is `device_type`). Anything else is unknown, and a rule asking stays s
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 import libcst as cst
 
-from amp_lint.analysis.def_use import INSIDE_OWN_SCOPE, NameScope
+from amp_lint.analysis.def_use import INSIDE_OWN_SCOPE, used_otherwise
 from amp_lint.analysis.values import FileValues
 
 Entries = Dict[str, cst.BaseExpression]
@@ -57,7 +57,7 @@ def splat_entries(
         return None
     owner, bindings, _ = found
     name = splat.value
-    if name in owner.mutated or any(key[0] == name for key in owner.items) or _handed_on(name, owner):
+    if name in owner.mutated or any(key[0] == name for key in owner.items) or used_otherwise(name, owner, _splatted):
         return None
     merged: Optional[Entries] = None
     for binding in bindings:
@@ -70,22 +70,5 @@ def splat_entries(
     return merged
 
 
-def _handed_on(name: str, scope: NameScope) -> bool:
-    """Is the dict used otherwise than as a `**name` splat or an assignment's target (a method call such as
-    `name.update(...)`, an alias, an argument) anywhere in its scope?"""
-    for statement in scope.body:
-        stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(statement, None)]
-        while stack:
-            node, parent = stack.pop()
-            if isinstance(node, cst.Name) and node.value == name:
-                if isinstance(parent, cst.AssignTarget):
-                    continue
-                if isinstance(parent, cst.Arg) and parent.star == "**":
-                    continue
-                return True
-            if isinstance(node, cst.Attribute):
-                stack.append((node.value, node))
-                continue
-            for child in node.children:
-                stack.append((child, node))
-    return False
+def _splatted(node: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
+    return isinstance(parent, cst.Arg) and parent.star == "**"

@@ -42,6 +42,7 @@ from amp_lint.analysis.def_use import (
     dict_entry,
     name_tables,
     subscript_key,
+    used_otherwise,
 )
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.value_types import (
@@ -504,25 +505,7 @@ class FileValues:
 
     def _escapes(self, name: str, scope: NameScope) -> bool:
         """Is the dict `name` used otherwise than `name[...]` (a call, a method, an alias) in its scope?"""
-        for statement in scope.body:
-            stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(statement, None)]
-            while stack:
-                node, parent = stack.pop()
-                if isinstance(node, cst.Name) and node.value == name:
-                    if isinstance(parent, cst.Subscript) and parent.value is node:
-                        continue
-                    if isinstance(parent, cst.AssignTarget):
-                        continue
-                    return True
-                if isinstance(node, cst.Attribute):
-                    stack.append((node.value, node))  # not the attribute's name
-                    continue
-                if isinstance(node, cst.FunctionDef) and node is not statement:
-                    stack.append((node.body, node))
-                    continue
-                for child in node.children:
-                    stack.append((child, node))
-        return False
+        return used_otherwise(name, scope, lambda node, parent: isinstance(parent, cst.Subscript) and parent.value is node)
 
     def _is_builtin(self, name: str, scope: NameScope) -> bool:
         return all(name not in s.bindings and name not in s.params for s in scope.chain()) and scope.names.lookup(name) is None
