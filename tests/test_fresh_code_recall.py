@@ -251,3 +251,208 @@ def test_principle_2_scalers_that_do_not_restart_stay_silent(build, target, coun
     # Principle 2, the silent side.
     source = PER_EPOCH.format(build=build, key="self.scaler", target=target, count=count)
     assert _codes(source, "AMP013", show_assumed=True) == []
+
+
+# --- Principle 1: a scaled value handed through a parameter ------------------------------------------------
+
+SCALED_THROUGH_A_PARAMETER = """
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer, amp):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.amp.GradScaler("cuda") if amp else None
+
+    def _backward(self, loss):
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def train(self, loader):
+        for batch in loader:
+            with torch.autocast("cuda", enabled=self.scaler is not None):
+                loss = self.model(batch).mean()
+            {hand}
+"""
+
+
+@pytest.mark.parametrize(
+    "hand",
+    [
+        # the name bound to the scaled loss on one branch of a conditional (fairchem's trainer)
+        "loss = self.scaler.scale(loss) if self.scaler else loss\n            self._backward(loss)",
+        # by keyword, under another name
+        "scaled = self.scaler.scale(loss)\n            self._backward(loss=scaled)",
+        # written as the argument
+        "self._backward(self.scaler.scale(loss))",
+    ],
+)
+def test_principle_1_a_parameter_is_what_the_callers_hand_it(hand):
+    # The backward in `_backward` runs on whatever its caller hands it: here a scaled loss, so the step
+    # next to it is right. A safe fix would have scaled it twice.
+    source = SCALED_THROUGH_A_PARAMETER.format(hand=hand)
+    assert _codes(source, "AMP011") == []
+
+
+def test_principle_1_a_parameter_handed_an_unscaled_loss_is_still_reported():
+    source = SCALED_THROUGH_A_PARAMETER.format(hand="self._backward(loss)")
+    (finding,) = _findings(source, "AMP011")
+    assert finding.code == "AMP011" and "loss.backward()" in finding.message
+
+
+# --- Principle 6: correlated flags ---------------------------------------------------------------------------
+
+DEEPSPEED_OR_SCALER = """
+import deepspeed
+import torch
+
+def run_train(cfg, model, loader, ds_config, optimizer):
+    use_deepspeed = cfg.use_deepspeed
+    scaler = {scaler}
+    if use_deepspeed:
+        model, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config)
+    elif cfg.mixed_precision:
+        scaler = torch.amp.GradScaler("cuda")
+    for data in loader:
+        with torch.autocast("cuda", enabled={enabled}):
+            loss = model.forward(data)
+        if {deepspeed_test}:
+            model.backward(loss)
+            model.step()
+        elif scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+"""
+
+
+def test_principle_6_an_engine_bound_under_a_flag_meets_no_code_under_its_negation():
+    # The DeepSpeed engine and its optimizer exist only where `use_deepspeed` holds; the GradScaler's step runs
+    # on the `else` of another `if use_deepspeed:`, and autocast is on only where `use_deepspeed` is false
+    # (h2o-llmstudio's trainer after its fix): nothing manual ever touches the engine.
+    source = DEEPSPEED_OR_SCALER.format(
+        scaler="None", enabled="cfg.mixed_precision and not use_deepspeed", deepspeed_test="use_deepspeed"
+    )
+    assert _codes(source, "AMP092", show_assumed=True) == []
+
+
+def test_principle_6_flags_that_do_meet_are_still_reported():
+    # Autocast stays on under DeepSpeed (the bug the fix removed), and a scaler built whatever the engine steps
+    # its optimizer where the engine is not asked for the step: both findings stand.
+    source = DEEPSPEED_OR_SCALER.format(
+        scaler='torch.amp.GradScaler("cuda")', enabled="cfg.mixed_precision", deepspeed_test="cfg.engine_steps"
+    )
+    assert _codes(source, "AMP092", show_assumed=True) == ["AMP092", "AMP092"]
+
+
+# --- Principle 3: gradient reads, however the parameters are reached ----------------------------------------
+
+GRADIENT_READ = """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x in loader:
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+{read}
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        # a norm over the optimizer's groups, in a generator expression
+        '    log(sum(p.grad.norm() ** 2 for g in optimizer.param_groups for p in g["params"] if p.grad is not None))',
+        # a list comprehension over the model's parameters
+        "    norms = [p.grad.norm() for p in model.parameters() if p.grad is not None]",
+        # a dict comprehension over named parameters
+        "    norms = {name: p.grad.abs().max() for name, p in model.named_parameters()}",
+        # nested loops over the groups
+        '    for group in optimizer.param_groups:\n        for p in group["params"]:\n            log(p.grad.norm())',
+    ],
+)
+def test_principle_3_a_gradient_norm_read_before_unscale(read):
+    assert _codes(GRADIENT_READ.format(read=read), "AMP030") == ["AMP030"]
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        # whether there is a gradient is no read of its value
+        "    have = [p.grad is not None for p in model.parameters()]",
+        # `grad` of something that is no parameter
+        '    log([g.grad.norm() for g in optimizer.param_groups])',
+        # a group's own entries are no gradients
+        '    lrs = [g["lr"] for g in optimizer.param_groups]',
+    ],
+)
+def test_principle_3_what_is_no_gradient_read_stays_silent(read):
+    assert _codes(GRADIENT_READ.format(read=read), "AMP030") == []
+
+
+def test_principle_3_a_read_after_unscale_is_right():
+    source = GRADIENT_READ.format(read="    pass").replace(
+        "    scaler.step(optimizer)", "    log([p.grad.norm() for p in model.parameters()])\n    scaler.step(optimizer)"
+    )
+    assert _codes(source, "AMP030") == []
+
+
+SCALER_AND_DTYPE = """
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer, args, amp_dtype=torch.float16):
+        self.model, self.optimizer = model, optimizer
+        self.use_amp = args.fp16 or args.bf16
+        self.amp_dtype = {dtype}
+        self.scaler = torch.amp.GradScaler("cuda", enabled={scaler_on})
+
+    def step(self, batch):
+        with torch.autocast("cuda", dtype=self.amp_dtype, enabled=self.use_amp):
+            loss = self.model(batch)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+
+
+@pytest.mark.parametrize(
+    "dtype,scaler_on",
+    [
+        # the scaler is on wherever autocast is, and the dtype may be bfloat16 (traiNNer-redux, transformers)
+        ("torch.bfloat16 if args.bf16 else torch.float16", "self.use_amp"),
+        # the same flag under another attribute that copies it
+        ("torch.bfloat16 if args.bf16 else torch.float16", "args.fp16 or args.bf16"),
+        # bfloat16 by a parameter's default (alf)
+        ("amp_dtype if args.dtype else torch.bfloat16", "True"),
+    ],
+)
+def test_principle_6_a_scaler_on_the_same_switch_as_a_bf16_autocast(dtype, scaler_on):
+    source = SCALER_AND_DTYPE.format(dtype=dtype, scaler_on=scaler_on)
+    assert _codes(source, "AMP012") == ["AMP012"]
+
+
+@pytest.mark.parametrize(
+    "dtype,scaler_on",
+    [
+        # the scaler has a switch of its own: the fp16 flag, or the documented dtype test
+        ("torch.bfloat16 if args.bf16 else torch.float16", "args.fp16"),
+        ("torch.bfloat16 if args.bf16 else torch.float16", "self.amp_dtype == torch.float16"),
+        # float16 only
+        ("torch.float16", "self.use_amp"),
+        # out of sight: a dtype read from the config
+        ("getattr(torch, args.dtype)", "self.use_amp"),
+        # a parameter with no visible default
+        ("amp_dtype", "self.use_amp"),
+    ],
+)
+def test_principle_6_a_scaler_with_a_switch_of_its_own_or_a_float16_dtype_stays_silent(dtype, scaler_on):
+    source = SCALER_AND_DTYPE.format(dtype=dtype, scaler_on=scaler_on)
+    assert _codes(source, "AMP012") == []

@@ -31,12 +31,13 @@ from amp_lint.analysis.events import Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
 from amp_lint.analysis.leaving_branches import LEAVES_FUNCTION, close_block, ends_with, pop_branch
 from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.parameter_loops import ParameterLoops
 from amp_lint.analysis.steps import training_steps
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_bool
 from amp_lint.analysis.walk import Walker
 
 
-class ModelBuilder(CallRecorder, Walker):
+class ModelBuilder(CallRecorder, ParameterLoops, Walker):
     """The walk's state and its structural hooks: scopes, statements, branches, loops, with-items, assignments."""
 
     def __init__(self, module: cst.Module) -> None:
@@ -85,7 +86,8 @@ class ModelBuilder(CallRecorder, Walker):
         self.factory_positions: set = set()
         self.block_depths: List[int] = []
         self.leaves_function: set = set()  # ids of the branch markers of an `if` whose body ends in return/raise
-        self.parameter_names: List[frozenset] = []  # per enclosing for-loop: names bound to parameters
+        self.parameter_names: List[frozenset] = []  # per enclosing for-loop or comprehension: parameters
+        self.group_names: List[frozenset] = []  # ... and parameter groups (`for g in opt.param_groups`)
         self._prepare_module_names()
 
     # --- names ---
@@ -320,11 +322,11 @@ class ModelBuilder(CallRecorder, Walker):
 
     def visit_For_body(self, node: cst.For) -> None:
         self.loop_stack[-1].append(node)
-        self.parameter_names.append(_parameter_loop_names(node))
+        self.enter_parameter_loop(node)
 
     def leave_For_body(self, node: cst.For) -> None:
         self.loop_stack[-1].pop()
-        self.parameter_names.pop()
+        self.leave_parameter_loop()
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         # `p.grad is not None` asks whether there is a gradient; it does not read its value.
@@ -552,19 +554,6 @@ class ModelBuilder(CallRecorder, Walker):
         model.events.sort(key=lambda e: e.index)
         model.steps = training_steps(model)
         return model
-
-
-def _parameter_loop_names(loop: cst.For) -> frozenset:
-    """`for p in model.parameters():` -> {"p"}; `for name, p in model.named_parameters():` -> {"p"}."""
-    iterator = loop.iter
-    if not (isinstance(iterator, cst.Call) and isinstance(iterator.func, cst.Attribute)):
-        return frozenset()
-    if iterator.func.attr.value not in ("parameters", "named_parameters"):
-        return frozenset()
-    target = loop.target
-    if isinstance(target, cst.Tuple) and target.elements:
-        target = target.elements[-1].value
-    return frozenset({target.value}) if isinstance(target, cst.Name) else frozenset()
 
 
 def _ends_in_jump(body: cst.BaseSuite) -> bool:

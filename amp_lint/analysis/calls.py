@@ -26,16 +26,13 @@ from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, Sca
 from amp_lint.analysis.linear_grads import keeps_the_scale
 from amp_lint.analysis.names import dotted_name, receiver_name
 from amp_lint.analysis.steps import argument_names, callee_scope
-from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns
+from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns, tensor_source
 
 # Receivers whose `.backward(loss)` is a framework's own wrapper (Accelerate, Fabric, DeepSpeed, apex),
 # not `Tensor.backward`: they scale, unscale and step on the user's behalf.
 _WRAPPER_RECEIVER = re.compile(r"accelerator|fabric|engine|deepspeed|trainer|strategy|booster|^amp$|^self$")
 
 # Methods whose result is a tensor scaled exactly as their receiver (a mean of a scaled loss is scaled).
-_SCALE_PRESERVING_METHODS = frozenset(
-    {"mean", "sum", "float", "half", "double", "to", "squeeze", "view", "reshape", "contiguous", "clone", "type_as"}
-)
 
 # Questions about gradients whose answer does not depend on the loss scale, and linear rescales.
 _SCALE_INDEPENDENT_METHODS = frozenset({"isnan", "isinf", "isfinite", "isneginf", "isposinf", "div_", "mul_", "zero_"})
@@ -441,24 +438,11 @@ class CallRecorder:
         return None, None
 
     def _tensor_source(self, expr: cst.BaseExpression) -> cst.BaseExpression:
-        """The tensor an expression passes on unchanged in scale: `x.mean()`, `x.sum()`, `cast(T, x)`, `(x)`,
-        an element or slice `x[0]`."""
-        for _ in range(8):
-            if isinstance(expr, cst.Subscript):
-                expr = expr.value
-                continue
-            if isinstance(expr, cst.Call):
-                func = expr.func
-                if isinstance(func, cst.Attribute) and func.attr.value in _SCALE_PRESERVING_METHODS:
-                    expr = func.value
-                    continue
-                if len(expr.args) == 2 and (
-                    self.qualify(func) == "typing.cast" or (isinstance(func, cst.Name) and func.value == "cast")
-                ):
-                    expr = expr.args[1].value
-                    continue
-            break
-        return expr
+        """The tensor an expression passes on unchanged in scale (`syntax.tensor_source`), `typing.cast`
+        resolved through this file's imports."""
+        return tensor_source(
+            expr, lambda func: self.qualify(func) == "typing.cast" or (isinstance(func, cst.Name) and func.value == "cast")
+        )
 
     def _add_deprecated(self, func: cst.BaseExpression, qualified: str, call: Optional[cst.Call]) -> None:
         self.skip_reference.add(func)

@@ -14,7 +14,7 @@ Some tests are known to go both ways while the loop runs: a gradient-accumulatio
 from __future__ import annotations
 
 import re
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, Iterator, NamedTuple, Tuple
 
 import libcst as cst
 
@@ -98,6 +98,21 @@ def atom_of(test: cst.BaseExpression, taken: bool) -> Atom:
     """The atom of the edge that `taken` (True: the body) follows out of a test."""
     key, polarity = normalise(test)
     return Atom(key, polarity == taken)
+
+
+def implied_atoms(test: cst.BaseExpression, taken: bool) -> Iterator[Atom]:
+    """Every atom that holds where `test` came out `taken`: both sides of `a and b` when true, both of `a or
+    b` (negated) when false, through `not`; the test's own atom otherwise. `enabled=amp and not use_deepspeed`
+    is on only where `use_deepspeed` is false."""
+    pending = [(test, taken)]  # a loop, not recursion: a chain of a thousand `and`s is no deeper
+    while pending:
+        node, way = pending.pop()
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            pending.append((node.expression, not way))
+        elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And if way else cst.Or):
+            pending += ((node.right, way), (node.left, way))
+        else:
+            yield atom_of(node, way)
 
 
 def is_varying(key: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -134,21 +134,28 @@ class Event:
 
     def compatible(self, other: "Event") -> bool:
         """Can both events run in the same pass through the code (no `if`/`else` between them)?"""
-        mine = {b.node: b.taken for b in self.branches}
-        for branch in other.branches:
-            if branch.node in mine and mine[branch.node] != branch.taken:
-                return False
-        if not self.branches or not other.branches:
-            return True
-        tests = dict(branch.condition for branch in self.branches)
-        for branch in other.branches:
-            key, holds = branch.condition
-            if key in tests and tests[key] != holds:
-                return False
-        return True
+        return branches_meet(self.branches, other.branches)
 
     def describe(self) -> str:
         return code_of(self.call)
+
+
+def branches_meet(first: Sequence[Branch], second: Sequence[Branch]) -> bool:
+    """Can code under the `if`s `first` and code under the `if`s `second` run in the same pass: not on two
+    sides of one `if`, nor under opposite tests of one flag (`if use_deepspeed:` ... `elif scaler:` on the
+    `else` of another `if use_deepspeed:`)?"""
+    mine = {b.node: b.taken for b in first}
+    for branch in second:
+        if branch.node in mine and mine[branch.node] != branch.taken:
+            return False
+    if not first or not second:
+        return True
+    tests = dict(branch.condition for branch in first)
+    for branch in second:
+        key, holds = branch.condition
+        if key in tests and tests[key] != holds:
+            return False
+    return True
 
 
 def _inside(branch: cst.If, region: AutocastRegion) -> bool:

@@ -1,7 +1,8 @@
 """Small readers of LibCST nodes that every step of the analysis shares.
 
 A node's source text (`code_of`), literal values (`literal_string`, `literal_bool`), the argument a call
-binds to a parameter (`argument`), the alternatives of a conditional value (`alternatives`), and the
+binds to a parameter (`argument`), the alternatives of a conditional value (`alternatives`), the tensor an
+expression passes on unchanged in magnitude (`tensor_source`), and the
 statement and loop node types the model records events in. Nothing here knows about AMP.
 """
 
@@ -9,12 +10,39 @@ from __future__ import annotations
 
 import re
 
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import libcst as cst
 
 Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
 Loop = Union[cst.For, cst.While]
+
+
+# methods that pass a tensor on unchanged in magnitude: `scaler.scale(loss).mean()` is still scaled
+MAGNITUDE_PRESERVING_METHODS = frozenset(
+    {"mean", "sum", "float", "half", "double", "to", "squeeze", "view", "reshape", "contiguous", "clone", "type_as"}
+)
+
+
+def tensor_source(
+    expr: cst.BaseExpression, is_cast: Optional[Callable[[cst.BaseExpression], bool]] = None
+) -> cst.BaseExpression:
+    """The tensor an expression passes on unchanged in magnitude: `x.mean()`, `x.sum()`, an element or slice
+    `x[0]`, and `cast(T, x)` where `is_cast(func)` says the callee is `typing.cast`."""
+    for _ in range(8):
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+            continue
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            if isinstance(func, cst.Attribute) and func.attr.value in MAGNITUDE_PRESERVING_METHODS:
+                expr = func.value
+                continue
+            if is_cast is not None and len(expr.args) == 2 and is_cast(func):
+                expr = expr.args[1].value
+                continue
+        break
+    return expr
 
 
 def literal_string(node: Optional[cst.BaseExpression]) -> Optional[str]:

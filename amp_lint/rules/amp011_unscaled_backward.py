@@ -10,6 +10,7 @@ from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.gradient_effects import class_builds_scaler
 from amp_lint.analysis.paths import PROVED, Proof
+from amp_lint.analysis.scaled_arguments import called_with_a_scaled_value, parameter_behind
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
 from amp_lint.analysis.steps import argument_names, handed_on
@@ -396,7 +397,7 @@ for x in loader:
         reported = set()
         for step in model.steps:
             for backward in step.of(EventKind.BACKWARD):
-                if backward.scaled_by is not None:
+                if backward.scaled_by is not None or _handed_a_scaled_loss(model, backward):
                     continue
                 scaler_event, proof = _consuming_scaler_event(model, step, backward)
                 if scaler_event is None:
@@ -464,7 +465,7 @@ def _per_call_backwards(model: FileModel):
             if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
         ]
         plain = [e for s in siblings + [scope] for e in s.events if e.kind is EventKind.OPTIMIZER_STEP]
-        if not steps or _called_with_a_scaled_loss(model, scope):
+        if not steps or called_with_a_scaled_value(model, scope):
             continue
         for backward in backwards:
             if backward.loss is None:
@@ -489,13 +490,11 @@ def _tested_present(backward: Event, scaler: str) -> bool:
     return any(holds and key == scaler for key, holds in (b.condition for b in backward.branches))
 
 
-def _called_with_a_scaled_loss(model: FileModel, scope) -> bool:
-    name = scope.node.name.value
-    for site in model.call_sites:
-        dotted = site.func or ""
-        if dotted.rpartition(".")[2] == name and any(".scale(" in code_of(arg.value) for arg in site.call.args):
-            return True
-    return False
+def _handed_a_scaled_loss(model: FileModel, backward: Event) -> bool:
+    """The loss is a parameter of the function the backward is written in, and a call of that function may
+    hand it a scaled one (fairchem's `_backward(loss)`, issue 46 principle 1): not known unscaled."""
+    param = parameter_behind(backward.loss, backward.scope)
+    return param is not None and called_with_a_scaled_value(model, backward.scope, param)
 
 
 def _consumer(scaler: str, event: Event) -> str:
@@ -568,7 +567,7 @@ def _helper_scale_fix(model: FileModel, backward: Event, scaler: str) -> Optiona
     helper = backward.scope
     if len(trail) != 1 or helper is None or helper.node is None or backward.loss is None:
         return None
-    if _called_with_a_scaled_loss(model, helper):
+    if called_with_a_scaled_value(model, helper):
         return None
     names = argument_names(helper, trail[0].call)
     params = [p for p, arg in names.items() if arg == scaler]

@@ -7,6 +7,7 @@ from amp_lint.analysis.autocast import AutocastRegion, DType
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding, TrainingStep
 from amp_lint.rules._helpers import forward_regions, short
+from amp_lint.rules._precision_switches import canonical, possible_dtypes, switch_of_region, switch_of_scaler
 from amp_lint.rules.base import Finding, Invalid, Rule
 
 
@@ -29,7 +30,10 @@ class ScalerWithBf16(Rule):
     """
     ## What it does
     Finds a `GradScaler` that is always enabled while every autocast region feeding the losses it
-    scales runs in bfloat16.
+    scales runs in bfloat16, and one switched on by no more than what turns autocast on while the autocast's
+    dtype may be bfloat16 (`dtype=torch.bfloat16 if opt.bf16 else torch.float16` beside
+    `GradScaler(enabled=use_amp)` and `autocast(..., enabled=use_amp)`): the dtype is followed through names,
+    attributes of the class and parameter defaults.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range, so there is no gradient underflow to prevent: "automatic
@@ -92,13 +96,24 @@ for x, y in loader:
     scaler.step(optimizer)
     scaler.update()
 """,
-        # The dtype is chosen at run time.
+        # The dtype is chosen at run time, and the scaler has a switch of its own (the fp16 flag).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled=args.fp16)
+dtype = torch.bfloat16 if args.bf16 else torch.float16
+for x, y in loader:
+    with torch.autocast("cuda", dtype=dtype, enabled=args.fp16 or args.bf16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        # The dtype is chosen at run time, out of sight.
         """
 import torch
 scaler = torch.amp.GradScaler("cuda")
-dtype = torch.bfloat16 if args.bf16 else torch.float16
 for x, y in loader:
-    with torch.autocast("cuda", dtype=dtype):
+    with torch.autocast("cuda", dtype=getattr(torch, args.dtype)):
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
@@ -127,6 +142,24 @@ for x, y in loader:
     scaler.update()
 """
         ),
+        # Issue 46, principle 6: the switch that turns autocast on is all that turns the scaler on, and the
+        # dtype may be bfloat16: the scaler stays on for it.
+        Invalid(
+            """
+import torch
+class Model:
+    def __init__(self, opt):
+        self.use_amp = opt["use_amp"]
+        self.amp_dtype = torch.bfloat16 if opt["amp_bf16"] else torch.float16
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
+    def optimize(self, x):
+        with torch.autocast("cuda", dtype=self.amp_dtype, enabled=self.use_amp):
+            loss = self.net(x)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+        ),
         # CPU autocast defaults to bfloat16.
         Invalid(
             """
@@ -145,23 +178,54 @@ def train(model, loader, optimizer):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for bindings, backwards in scaler_uses(model).values():
-            if not all(b.enabled is True for b in bindings):
-                continue
-            regions: List[AutocastRegion] = []
+            # per backward call: the regions feeding it in any iteration that runs it (one reached through a
+            # helper, `self.training_step(inputs)`, is fed in the helper's own iteration)
+            feeding: Dict[int, List[AutocastRegion]] = {}
             for step, backward in backwards:
-                feeding = forward_regions(step, backward)
-                if not feeding:
-                    regions = []
-                    break
-                regions += feeding
-            if not regions or not all(r.spec.dtype is DType.BF16 for r in regions):
+                regions_here = feeding.setdefault(id(backward.call), [])
+                regions_here += [r for r in forward_regions(step, backward) if r not in regions_here]
+            if not feeding or not all(feeding.values()):
                 continue
-            region = regions[0]
+            regions = [r for found in feeding.values() for r in found]
             call = bindings[0].call
-            yield self.finding(
-                call,
-                f"`{short(call)}` scales losses computed under bfloat16 autocast "
-                f"(`{short(region.item.item if region.item else region.node, 40)}`), which needs no loss scaling; "
-                "drop the scaler or build it with enabled=(amp_dtype == torch.float16)",
-                context=bindings[0].scope.name if bindings[0].scope else "",
-            )
+            context = bindings[0].scope.name if bindings[0].scope else ""
+            if all(b.enabled is True for b in bindings) and all(possible_dtypes(model, r) == {DType.BF16} for r in regions):
+                region = regions[0]
+                yield self.finding(
+                    call,
+                    f"`{short(call)}` scales losses computed under bfloat16 autocast "
+                    f"(`{short(region.item.item if region.item else region.node, 40)}`), which needs no loss scaling; "
+                    "drop the scaler or build it with enabled=(amp_dtype == torch.float16)",
+                    context=context,
+                )
+                continue
+            region = _bf16_on_the_scalers_switch(model, bindings, regions)
+            if region is not None:
+                yield self.finding(
+                    call,
+                    f"`{short(call)}` is switched on by no more than what turns on "
+                    f"`{short(region.item.item if region.item else region.node, 40)}`, whose dtype "
+                    f"{'is' if possible_dtypes(model, region) == {DType.BF16} else 'may be'} bfloat16, "
+                    "which needs no loss scaling; build the scaler with enabled=(amp_dtype == torch.float16)",
+                    context=context,
+                )
+
+
+def _bf16_on_the_scalers_switch(model: FileModel, bindings: List[ScalerBinding], regions: List[AutocastRegion]):
+    """A region whose dtype may be bfloat16 (some definition the file shows is) and that is on wherever the
+    scaler is (the scaler's switch is no stronger than the region's: `enabled=self.use_amp` on both, or
+    always on): the scaler runs with bfloat16 whenever that dtype is chosen (issue 46, principle 6). A
+    scaler with a switch of its own (`enabled=args.fp16`, `enabled=dtype == torch.float16`) is left alone:
+    that switch may be the dtype's."""
+    built = [b for b in bindings if b.call is not None]
+    switches = [switch_of_scaler(b) for b in built]
+    if not switches or any(s is None for s in switches):
+        return None
+    switches = [canonical(model, s, b.scope.class_name if b.scope else None) for s, b in zip(switches, built)]
+    for region in regions:
+        if DType.BF16 not in possible_dtypes(model, region):
+            continue
+        on = canonical(model, switch_of_region(region), region.scope.class_name if region.scope else None)
+        if all(switch <= on for switch in switches):
+            return region
+    return None

@@ -77,7 +77,7 @@ class ClipWithoutUnscale(OrderRule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b")
+    needs = (r"[Ss]caler", r"clip_grad|\bparameters\b|\bnamed_parameters\b|\bparam_groups\b")
 
     valid = [
         # A helper clips to `max_norm * scale`, and the call binds `scale` to the scaler's scale (mmf's

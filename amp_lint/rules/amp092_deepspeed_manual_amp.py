@@ -5,6 +5,8 @@ from typing import Dict, Iterator, Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.conditions import implied_atoms
+from amp_lint.analysis.events import branches_meet
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.rules._deepspeed_config import config_verdict, read_config
@@ -156,13 +158,15 @@ def train(args, model):
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         engines: Dict[str, Scope] = {}
-        optimizers: Dict[str, Scope] = {}
+        bound_under: Dict[str, CallSite] = {}  # engine -> the `deepspeed.initialize(...)` that binds it
+        optimizers: Dict[str, Tuple[Scope, CallSite]] = {}
         configs: Dict[str, Optional[dict]] = {}  # engine -> its DeepSpeed config, when the file shows it
-        for scope, engine, optimizer, call in _initialized(model):
-            engines[engine] = scope
-            configs[engine] = read_config(self, model, call, scope)
+        for site, engine, optimizer in _initialized(model):
+            engines[engine] = site.scope
+            bound_under[engine] = site
+            configs[engine] = read_config(self, model, site.call, site.scope)
             if optimizer:
-                optimizers[optimizer] = scope
+                optimizers[optimizer] = (site.scope, site)
         if not engines:
             return
         for site in model.call_sites:
@@ -171,6 +175,8 @@ def train(args, model):
             if engine is not None:
                 region = site.in_enabled_autocast()
                 verdict = config_verdict(configs.get(engine))
+                if region is not None and _off_where_bound(region, bound_under.get(engine)):
+                    region = None
                 if region is not None and verdict is not False:
                     around = short(region.spec.call or region.node, 40)
                     if verdict is None:  # the config is not in sight
@@ -203,9 +209,13 @@ def train(args, model):
                 target = dotted_name(site.call.args[0].value)
                 if scaler is None or target is None or not model.is_scaler(scaler, site.scope):
                     continue
-                bound = optimizers.get(target)
+                bound, initialized = optimizers.get(target, (None, None))
                 if bound is None and target.endswith(".optimizer") and target[: -len(".optimizer")] in engines:
                     bound = engines[target[: -len(".optimizer")]]
+                if initialized is not None and not branches_meet(initialized.branches, site.branches):
+                    # `if use_deepspeed: ..., optimizer, ... = deepspeed.initialize(...)` and the scaler's step
+                    # on the `else` of another `if use_deepspeed:`: that optimizer never reaches this step
+                    continue
                 if bound is not None and same_binding(model, target.split(".")[0], bound, site.scope):
                     yield self.finding(
                         site.call,
@@ -215,8 +225,8 @@ def train(args, model):
                     )
 
 
-def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str], cst.Call]]:
-    """(scope, engine, optimizer, the call) for `engine, optimizer, _, _ = deepspeed.initialize(...)`."""
+def _initialized(model: FileModel) -> Iterator[Tuple[CallSite, str, Optional[str]]]:
+    """(the call's site, engine, optimizer) for `engine, optimizer, _, _ = deepspeed.initialize(...)`."""
     for site in model.call_sites:
         if site.qualified_name not in _INITIALIZE or not isinstance(site.small_statement, cst.Assign):
             continue
@@ -228,7 +238,17 @@ def _initialized(model: FileModel) -> Iterator[Tuple[Scope, str, Optional[str], 
             continue
         keys = [dotted_name(e.value) for e in target.elements]
         if keys[0]:
-            yield site.scope, keys[0], keys[1] if len(keys) > 1 and keys[1] not in (None, "_") else None, site.call
+            yield site, keys[0], keys[1] if len(keys) > 1 and keys[1] not in (None, "_") else None
+
+
+def _off_where_bound(region, initialized: Optional[CallSite]) -> bool:
+    """The region's `enabled=` flag is false wherever the engine is bound: `if use_deepspeed: model, ... =
+    deepspeed.initialize(...)` and `autocast(..., enabled=amp and not use_deepspeed)` (h2o-llmstudio)."""
+    flag = region.spec.enabled_node
+    if initialized is None or flag is None or region.spec.enabled is not None:
+        return False
+    bound = {branch.condition for branch in initialized.branches}
+    return any((atom.key, not atom.holds) in bound for atom in implied_atoms(flag, True))
 
 
 def _engine_called(model: FileModel, site: CallSite, func: Optional[str], engines: Dict[str, Scope]) -> Optional[str]:
