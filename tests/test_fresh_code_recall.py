@@ -456,3 +456,54 @@ def test_principle_6_a_scaler_on_the_same_switch_as_a_bf16_autocast(dtype, scale
 def test_principle_6_a_scaler_with_a_switch_of_its_own_or_a_float16_dtype_stays_silent(dtype, scaler_on):
     source = SCALER_AND_DTYPE.format(dtype=dtype, scaler_on=scaler_on)
     assert _codes(source, "AMP012") == []
+
+
+BUILT_FLOAT16 = """
+import torch
+from torch import nn
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3)
+        {layer}
+
+def train(loader):
+    model = Backbone().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        "self.act = nn.PReLU(64, dtype=torch.float16)",
+        "self.weight = nn.Parameter(torch.HalfTensor(10, 64))",
+        "self.weight = nn.Parameter(torch.randn(10, 64, dtype=torch.half))",
+    ],
+)
+def test_principle_6_a_module_class_that_builds_float16_parameters(layer):
+    # The model is born with a float16 parameter: the scaler's unscale_ raises "Attempting to unscale FP16
+    # gradients" on the first step (AdaFace's PReLU, an ArcFace head's HalfTensor weight).
+    (finding,) = _findings(BUILT_FLOAT16.format(layer=layer), "AMP050")
+    assert finding.location.row == 9  # reported where the float16 parameter is made
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        "self.act = nn.PReLU(64, dtype=torch.bfloat16)",  # bfloat16 gradients unscale
+        "self.act = nn.PReLU(64)",
+        # a frozen float16 layer has no gradient to unscale
+        "self.embed = nn.Embedding(10, 64, dtype=torch.float16)\n        self.embed.requires_grad_(False)",
+    ],
+)
+def test_principle_6_module_classes_without_trained_float16_parameters_stay_silent(layer):
+    assert _codes(BUILT_FLOAT16.format(layer=layer), "AMP050") == []

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
@@ -25,6 +25,7 @@ class HalfCast:
     site: CallSite  # the cast call
     dtype: str  # "float16" / "bfloat16"
     how: str  # what the message says was done
+    made_at: Optional[cst.CSTNode] = None  # where the parameters are made float16, when not at `site`
 
 
 class Fp16ParamsWithScaler(Rule):
@@ -32,7 +33,8 @@ class Fp16ParamsWithScaler(Rule):
     ## What it does
     Finds a model whose parameters are made float16 (`model.half()`, `model.to(dtype=torch.float16)`,
     `Model.from_pretrained(..., torch_dtype=torch.float16)`, `p.data = p.data.half()` over
-    `model.parameters()`) while an optimizer built from those parameters is stepped by an enabled
+    `model.parameters()`, or a module class of the file that builds a float16 layer or parameter in its
+    `__init__`: `nn.PReLU(64, dtype=torch.float16)`, `nn.Parameter(torch.HalfTensor(n, m))`) while an optimizer built from those parameters is stepped by an enabled
     `GradScaler` (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`).
 
     ## Why is this bad?
@@ -79,7 +81,7 @@ class Fp16ParamsWithScaler(Rule):
     name = "fp16-parameters-with-grad-scaler"
     summary = "float16 model parameters stepped through a GradScaler (ValueError: Attempting to unscale FP16 gradients)"
     severity = Severity.ERROR
-    needs = (r"[Ss]caler", r"half|float16", r"\bstep\b|\bunscale_\b")  # a literal first: alternations scan slowly
+    needs = (r"[Ss]caler", r"[Hh]alf|float16", r"\bstep\b|\bunscale_\b")  # a literal first: alternations scan slowly
     # The dtype is an attribute (`torch.half`), which the identifier step does not keep.
     ast_needs = (r"[Ss]caler", r"\bstep\b|\bunscale_\b")
 
@@ -228,7 +230,7 @@ scaler.step(opt)
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        casts = [cast for cast in half_casts(model) if cast.dtype == "float16"]
+        casts = [cast for cast in half_casts(model) if cast.dtype == "float16"] + list(_built_float16(model))
         if not casts:
             return
         for cast in casts:
@@ -238,12 +240,12 @@ scaler.step(opt)
             if step is None:
                 continue
             yield self.finding(
-                cast.site.call,
+                cast.made_at or cast.site.call,
                 f"{cast.how} makes `{cast.key}`'s parameters float16, and `{short(step.call, 40)}` unscales their "
                 "gradients: ValueError: Attempting to unscale FP16 gradients. Keep the weights float32 and let "
                 "autocast run the ops in float16",
                 context=cast.site.scope.name,
-                related=(("stepped here", step.call),),
+                related=(("stepped here", step.call),) + ((("built here", cast.site.call),) if cast.made_at else ()),
             )
 
 
@@ -297,6 +299,59 @@ def _dtype_of(expr: cst.BaseExpression, scope: Scope) -> Optional[str]:
     if qualified in names.BFLOAT16:
         return "bfloat16"
     return None
+
+
+_HALF_TENSORS = frozenset({"torch.HalfTensor", "torch.cuda.HalfTensor"})
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def _built_float16(model: FileModel) -> Iterator[HalfCast]:
+    """`model = Backbone().cuda()` where a class of this file builds a float16 parameter in its `__init__`
+    (`nn.PReLU(64, dtype=torch.float16)`, `nn.Parameter(torch.HalfTensor(n, m))`; issue 46, principle 6):
+    the module is born with float16 parameters. Not for a class that touches `requires_grad` there (a frozen
+    float16 layer has no gradients to unscale)."""
+    builders: Dict[str, CallSite] = {}
+    for site in model.call_sites:
+        scope = site.scope
+        if scope.class_name is None or not scope.is_function or scope.node.name.value != "__init__":
+            continue
+        if scope.class_name not in builders and _float16_parameter(site):
+            builders[scope.class_name] = site
+    builders = {name: site for name, site in builders.items() if "requires_grad" not in code_of(site.scope.node)}
+    if not builders:
+        return
+    sites = {id(site.call): site for site in model.call_sites}
+    for assignment in model.assignment_sites:
+        built = assignment.value
+        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) and built.func.attr.value in ("cuda", "to"):
+            built = built.func.value  # `Backbone().cuda()`, `Backbone().to(device)`
+        if not (isinstance(built, cst.Call) and isinstance(built.func, cst.Name) and built.func.value in builders):
+            continue
+        site = sites.get(id(assignment.value))
+        if site is not None:
+            layer = builders[built.func.value]
+            how = f"`{short(layer.call, 40)}` in `{built.func.value}` (built as `{short(site.call, 30)}`)"
+            yield HalfCast(assignment.target, site, "float16", how, made_at=layer.call)
+
+
+def _float16_parameter(site: CallSite) -> bool:
+    """`nn.Linear(..., dtype=torch.float16)`, `nn.Parameter(torch.HalfTensor(...))`,
+    `nn.Parameter(torch.randn(..., dtype=torch.half))`."""
+    qualified = site.qualified_name or ""
+    if not qualified.startswith("torch.nn."):
+        return False
+    if qualified not in _PARAMETER_CLASSES:
+        dtype = argument(site.call, None, "dtype")
+        return dtype is not None and _dtype_of(dtype.value, site.scope) == "float16"
+    for call in _calls_in(site.call.args[0].value if site.call.args else site.call.func):
+        if site.scope.names.qualify(call.func) in _HALF_TENSORS:
+            return True
+        dtype = argument(call, None, "dtype")
+        if dtype is not None and _dtype_of(dtype.value, site.scope) == "float16":
+            return True
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "half" and not call.args:
+            return True
+    return False
 
 
 def _loaded_dtype(site: CallSite) -> Optional[str]:
