@@ -507,3 +507,53 @@ def test_principle_6_a_module_class_that_builds_float16_parameters(layer):
 )
 def test_principle_6_module_classes_without_trained_float16_parameters_stay_silent(layer):
     assert _codes(BUILT_FLOAT16.format(layer=layer), "AMP050") == []
+
+
+# --- Fixes on real bugs: the fix check follows the finding through callees -----------------------------------
+
+UNSCALES_IN_A_HELPER = """
+import torch
+
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def clip_gradients(self):
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+
+    def train(self, loader):
+        for x in loader:
+            loss = self.model(x).sum()
+            self.scaler.scale(loss).backward()
+            print([p.grad.norm() for p in self.model.parameters()])
+            self.clip_gradients()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+"""
+
+
+def test_fix_check_an_unscale_before_a_helper_that_unscales_is_a_new_hazard():
+    from amp_lint.fixes.verify_fix import new_hazards
+
+    after = UNSCALES_IN_A_HELPER.replace(
+        "            self.clip_gradients()", "            self.scaler.unscale_(self.optimizer)\n            self.clip_gradients()"
+    )
+    (hazard,) = new_hazards(UNSCALES_IN_A_HELPER, after)
+    assert (hazard.kind, hazard.function, hazard.optimizer) == ("unscale-twice", "Trainer.train", "self.optimizer")
+    # The helper unscales only on a branch the caller's unscale_ does not reach: still a hazard on that path.
+    branchy = after.replace("        self.scaler.unscale_(self.optimizer)\n        torch.nn", "        if self.clip:\n            self.scaler.unscale_(self.optimizer)\n        torch.nn")
+    assert [h.kind for h in new_hazards(UNSCALES_IN_A_HELPER, branchy)] == ["unscale-twice"]
+    # A helper that steps and updates first leaves the optimizer ready: unscaling before it is right.
+    ready = UNSCALES_IN_A_HELPER.replace(
+        "        self.scaler.unscale_(self.optimizer)\n        torch.nn", "        self.scaler.step(self.optimizer)\n        self.scaler.update()\n        self.scaler.unscale_(self.optimizer)\n        torch.nn"
+    )
+    assert new_hazards(ready, ready.replace("            self.clip_gradients()", "            self.scaler.unscale_(self.optimizer)\n            self.clip_gradients()")) == []
+
+
+def test_fix_check_refuses_the_fix_and_leaves_the_file(tmp_path):
+    path = tmp_path / "trainer.py"
+    path.write_text(UNSCALES_IN_A_HELPER)
+    done = subprocess.run([sys.executable, "-m", "amp_lint", "--no-cache", "--fix", str(path)], capture_output=True, text=True)
+    assert path.read_text() == UNSCALES_IN_A_HELPER
+    assert "not fixed" in done.stderr + done.stdout

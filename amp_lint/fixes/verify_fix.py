@@ -90,6 +90,7 @@ def hazards(code: str) -> Tuple[Hazard, ...]:
         return ()
     found: List[Hazard] = []
     helpers = _protocol_helpers(tree, scalers)
+    helpers = helpers | _unscaling_first(tree, scalers, helpers)
     # A function's hazards depend on its text, its name and the file's scalers and helpers alone: a fix's
     # code is checked against the code before it, and only the functions the fix changed are followed again.
     lines = code.split("\n") if "\r" not in code else None  # (`ast`'s rows are these lines without a CR)
@@ -131,6 +132,30 @@ def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
                     names.add(node.name)
                     break
     return frozenset(names)
+
+
+def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: FrozenSet[str]) -> FrozenSet[str]:
+    """`name:scaler:optimizer` for each helper that may call `scaler.unscale_(optimizer)` before anything else
+    of that optimizer's protocol: a caller that unscaled it first makes that call raise. Found by running the
+    helper with the optimizer already unscaled and keeping the unscale_ calls that then fail (an unscale_
+    inserted before `self.clip_gradients()`, whose body unscales: issue 46, the fix check follows callees)."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name not in helpers:
+            continue
+        pairs = {
+            (_code(inner.func.value), _code(inner.args[0]))
+            for inner in ast.walk(node)
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "unscale_"
+            and inner.args and _code(inner.func.value) in scalers
+        }
+        if not pairs:
+            continue
+        hazards_found: List[Hazard] = []
+        check = _FunctionCheck(node.name, scalers, hazards_found, helpers)
+        check.block(node.body, {_State(frozenset((s, o, UNSCALED) for s, o in pairs))})
+        found |= {f"{node.name}:{h.scaler}:{h.optimizer}" for h in hazards_found if h.kind == "unscale-twice"}
+    return frozenset(found)
 
 
 def _scaler_receivers(tree: ast.AST) -> FrozenSet[str]:
@@ -353,6 +378,12 @@ class _FunctionCheck:
         name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
         if own and name in self.helpers:
             gone = set(self.scalers)
+            # a helper that unscales first, called on an optimizer already unscaled (not a call of the same
+            # name inside it: `clip(p)` in a method `clip` is most likely another function)
+            for state in states if name != self.function.rpartition(".")[2] else ():
+                for scaler, optimizer, stage in state.stages:
+                    if stage == UNSCALED and f"{name}:{scaler}:{optimizer}" in self.helpers:
+                        self.report(node, "unscale-twice", scaler, optimizer)
         else:
             passed = {_code(a.value if isinstance(a, ast.Starred) else a) for a in node.args} | {_code(k.value) for k in node.keywords}
             gone = passed & set(self.scalers)
