@@ -89,6 +89,13 @@ torch.save(state, path)
 """,
     ]
     valid += [
+        # The scaler is handed to a checkpoint helper, which may save it (timm's `CheckpointSaver`).
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+saver = CheckpointSaver(model, optimizer, amp_scaler=scaler)
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "init.pt")
+""",
         # `dict` is the file's own function (which may add the scaler), not the builtin.
         """
 import torch
@@ -148,7 +155,7 @@ class Trainer:
     def check(self, model: FileModel) -> Iterator[Finding]:
         saves_scaler = _scaler_method_called(model, "state_dict")
         loads_scaler = _scaler_method_called(model, "load_state_dict")
-        if saves_scaler and loads_scaler:
+        if (saves_scaler and loads_scaler) or _scaler_handed_on(model):
             return
         reported = set()  # one checkpoint dict saved to several files is one finding
         for site in model.call_sites:
@@ -181,6 +188,18 @@ class Trainer:
                         confidence=Confidence.MEDIUM,
                         context=site.scope.name,
                     )
+
+
+def _scaler_handed_on(model: FileModel) -> bool:
+    """The scaler is handed to a call (`CheckpointSaver(..., amp_scaler=loss_scaler)`, `save_checkpoint(model,
+    optimizer, scaler, path)`): what that call saves or restores is out of sight, so the file's own saves
+    and loads prove nothing about the scaler's state (issue 46: silent where the evidence is not in view)."""
+    for site in model.call_sites:
+        for arg in site.call.args:
+            key = dotted_name(arg.value)
+            if key is not None and (_SCALER_LIKE.search(key) or model.is_scaler(key, site.scope)):
+                return True
+    return False
 
 
 def _scaler_method_called(model: FileModel, method: str) -> bool:
