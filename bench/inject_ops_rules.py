@@ -406,6 +406,10 @@ def op_nested_other_device(module: Module) -> Iterator[Site]:
     if not _imports_torch(module):
         return
     for node in _autocast_withs(module, cuda_only=True):
+        call = node.items[0].context_expr
+        enabled = _keyword(call, "enabled") or (call.args[0] if call.args and _text(call.func).split(".")[-1] == "autocast" and "cuda" in _resolved(call.func, _alias_map(module)) else None)
+        if isinstance(enabled, ast.Constant) and not enabled.value:
+            continue  # an outer region that is itself off: nothing to disable
         last = node.body[-1]
         if not isinstance(last, ast.Assign) or not module.alone(last):
             continue

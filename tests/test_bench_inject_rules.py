@@ -270,3 +270,18 @@ def test_amp_lint_reports_each_operators_rule_on_its_mutant(tmp_path: Path):
 
     caught = {op for op in CASES if count(op, "mutant") > count(op, "original")}
     assert caught == set(CASES) - set(MISSED), {"missed": sorted(set(CASES) - caught), "now caught": sorted(caught & set(MISSED))}
+
+
+def test_no_float32_island_is_injected_into_a_region_that_is_itself_off():
+    off = TRAIN.replace('with torch.autocast("cuda"):', 'with torch.autocast("cuda", enabled=False):')
+    assert not inject_ops.mutants(off, "m.py", ["nested_other_device"])
+    assert inject_ops.mutants(TRAIN.replace('torch.autocast("cuda")', 'torch.autocast("cuda", enabled=flag)'), "m.py", ["nested_other_device"])
+
+
+def test_a_catch_is_judged_in_the_definition_of_a_twice_defined_function_that_holds_the_site():
+    """`def decode()` in an `if` and again in its `else` (one name, two spans): the site's own span counts."""
+    import inject_compare
+
+    text = "if a:\n    def decode():\n        x = 1\nelse:\n    def decode():\n        y = 2\n        z = 3\n"
+    assert inject_compare._span(text, "decode", 6) == (5, 7)
+    assert inject_compare._span(text, "decode", 3) == (2, 3)
