@@ -229,32 +229,46 @@ def op_legacy_private_name(module: Module) -> Iterator[Site]:
 # --- AMP055, AMP091-094: frameworks -------------------------------------------------------------------------
 
 
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    return isinstance(stmt, ast.Assign) and any(_text(t) == name for t in stmt.targets)
+
+
 def op_accelerate_scaler(module: Module) -> Iterator[Site]:
-    """In a function with `A = Accelerator(mixed_precision="fp16"|"bf16")` and `..., O, ... = A.prepare(...)`:
-    a GradScaler built after the prepare, `A.backward(L)` -> `A.backward(scaler.scale(L))` and `O.step()` ->
-    `scaler.step(O); scaler.update()`."""
+    """`..., O, ... = A.prepare(...)` where the binding of `A` that reaches it (the last one before it in its
+    block) is `Accelerator(mixed_precision="fp16"|"bf16")`: a GradScaler built after the prepare, and in the
+    statements that follow it in its block (until `A` is bound again) `A.backward(L)` ->
+    `A.backward(scaler.scale(L))` and `O.step()` -> `scaler.step(O); scaler.update()` (O: a prepared name that
+    says it is an optimizer; a prepared scheduler's step stays)."""
     if "Accelerator(" not in module.text or not _imports_torch(module):
         return
-    for fn in _nodes(module, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        accels = {_text(n.targets[0]) for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)
-                  and _text(n.value.func).split(".")[-1] == "Accelerator" and isinstance(_keyword(n.value, "mixed_precision"), ast.Constant)}
-        for prep in (n for n in fn.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _method(n.value) == "prepare"
-                     and _text(n.value.func.value) in accels and isinstance(n.targets[0], ast.Tuple)):
-            names = {_text(e) for e in prep.targets[0].elts}
-            accel = _text(prep.value.func.value)
-            edits: Dict[ast.stmt, Optional[List[str]]] = {}
-            for call in module.calls():
-                stmt = _expr_stmt(module, call)
-                if stmt is None or not _inside(module, call, fn) or call.lineno < prep.lineno:
-                    continue
-                if _method(call) == "backward" and _text(call.func.value) == accel and len(call.args) == 1:
-                    edits[stmt] = [f"{module.indent(stmt)}{accel}.backward(amp_scaler.scale({_text(call.args[0])}))"]
-                elif _method(call) == "step" and _text(call.func.value) in names and not call.args:
-                    opt = _text(call.func.value)
-                    edits[stmt] = [f"{module.indent(stmt)}amp_scaler.step({opt})", f"{module.indent(stmt)}amp_scaler.update()"]
-            if any("backward" in v[0] for v in edits.values()) and any("update" in v[-1] for v in edits.values()):
-                edits[prep] = [line.rstrip("\n") for line in module.stmt_lines(prep)] + [f'{module.indent(prep)}amp_scaler = torch.amp.GradScaler("cuda")']
-                yield prep.lineno, prep.end_lineno + 1, f"a hand-made GradScaler on the optimizer prepared by `{accel}` (line {prep.lineno})", _edit(module, edits)
+    for prep in _nodes(module, ast.Assign):
+        if not (isinstance(prep.value, ast.Call) and _method(prep.value) == "prepare" and isinstance(prep.targets[0], ast.Tuple)) or prep not in module.block:
+            continue
+        body, i = module.block[prep]
+        accel = _text(prep.value.func.value)
+        binding = next((s for s in reversed(body[:i]) if _binds(s, accel)), None)
+        precision = _keyword(binding.value, "mixed_precision") if binding is not None and isinstance(binding.value, ast.Call) else None
+        if not (_text(binding.value.func).split(".")[-1] == "Accelerator" and isinstance(precision, ast.Constant) and precision.value in ("fp16", "bf16")):
+            continue
+        region = []
+        for later in body[i + 1 :]:
+            if _binds(later, accel):
+                break
+            region.append(later)
+        names = {_text(e) for e in prep.targets[0].elts}
+        edits: Dict[ast.stmt, Optional[List[str]]] = {}
+        for call in module.calls():
+            stmt = _expr_stmt(module, call)
+            if stmt is None or not any(_inside(module, call, r) for r in region):
+                continue
+            if _method(call) == "backward" and _text(call.func.value) == accel and len(call.args) == 1:
+                edits[stmt] = [f"{module.indent(stmt)}{accel}.backward(amp_scaler.scale({_text(call.args[0])}))"]
+            elif _method(call) == "step" and _text(call.func.value) in names and "optim" in _text(call.func.value).lower() and not call.args:
+                opt = _text(call.func.value)
+                edits[stmt] = [f"{module.indent(stmt)}amp_scaler.step({opt})", f"{module.indent(stmt)}amp_scaler.update()"]
+        if any("backward" in v[0] for v in edits.values()) and any("update" in v[-1] for v in edits.values()):
+            edits[prep] = [line.rstrip("\n") for line in module.stmt_lines(prep)] + [f'{module.indent(prep)}amp_scaler = torch.amp.GradScaler("cuda")']
+            yield prep.lineno, prep.end_lineno + 1, f"a hand-made GradScaler on the optimizer prepared by `{accel}` (line {prep.lineno}, {precision.value})", _edit(module, edits)
 
 
 def op_graphed_with_cache(module: Module) -> Iterator[Site]:
