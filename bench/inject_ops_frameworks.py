@@ -247,8 +247,10 @@ def op_accelerate_scaler(module: Module) -> Iterator[Site]:
         body, i = module.block[prep]
         accel = _text(prep.value.func.value)
         binding = next((s for s in reversed(body[:i]) if _binds(s, accel)), None)
-        precision = _keyword(binding.value, "mixed_precision") if binding is not None and isinstance(binding.value, ast.Call) else None
-        if not (_text(binding.value.func).split(".")[-1] == "Accelerator" and isinstance(precision, ast.Constant) and precision.value in ("fp16", "bf16")):
+        if binding is None or not isinstance(binding.value, ast.Call) or _text(binding.value.func).split(".")[-1] != "Accelerator":
+            continue
+        precision = _keyword(binding.value, "mixed_precision")
+        if not (isinstance(precision, ast.Constant) and precision.value in ("fp16", "bf16")):
             continue
         region = []
         for later in body[i + 1 :]:
