@@ -353,7 +353,7 @@ def op_apex_recipe(module: Module) -> Iterator[Site]:
         deleted, [(backward, loss, call)], steps = found
         opt = steps[0][1]
         builds = [n for n in _nodes(module, ast.Assign) if _text(n.targets[0]) == opt and isinstance(n.value, ast.Call) and n in module.block
-                  and module.alone(n) and n.value.args and _method(n.value.args[0]) == "parameters"]
+                  and module.alone(n) and n.value.args and isinstance(n.value.args[0], ast.Call) and _method(n.value.args[0]) == "parameters"]
         if len(builds) != 1 or call.args or call.keywords:
             continue
         model = _text(builds[0].value.args[0].func.value)
