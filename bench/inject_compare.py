@@ -46,7 +46,18 @@ def line_map(old: str, new: str) -> Callable[[int], int]:
 
 
 def _span(text: str, function: str, line: int) -> Tuple[int, int]:
-    return function_span(text, function) or (line - NEAR, line + NEAR)
+    """The lines of the function `function` that holds `line`: a name defined twice (in an `if` and its `else`)
+    has two spans, and the site is in one of them."""
+    span = function_span(text, function)
+    if span and not span[0] <= line <= span[1]:
+        try:
+            module = inject_ops.Module(text)
+        except (SyntaxError, ValueError, RecursionError):
+            return span
+        held = [(min([n.lineno] + [d.lineno for d in n.decorator_list]), n.end_lineno) for n, name in module.qualname.items()
+                if name == function and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= n.end_lineno]
+        span = held[0] if held else span
+    return span or (line - NEAR, line + NEAR)
 
 
 def _count(records: Sequence[dict], codes: Sequence[str], span: Tuple[int, int], default_only: bool) -> int:

@@ -577,20 +577,24 @@ def function_span(text: str, qualname: str) -> Optional[Tuple[int, int]]:
     return None
 
 
+SITE_WORDS = ["autocast", ".scale(", "scaler"]  # lower case; bench/inject_ops_rules.py adds its own
+
+
 def may_hold_sites(text: str) -> bool:
-    return "autocast" in text or ".scale(" in text or "scaler" in text.lower()
+    return any(word in text.lower() for word in SITE_WORDS)
 
 
 def _register_more() -> None:
-    """Add bench/inject_ops_more.py's operators (imported last: it reads this module's helpers)."""
+    """Add the operators of inject_ops_more/_rules/_frameworks.py (imported last: they read this module)."""
     global MANY_ANSWERS, WHOLE_FILE
-    import inject_ops_more as more
-
-    OPERATORS.update(more.OPERATORS_MORE)
-    EXPECTED.update(more.EXPECTED_MORE)
-    PRINCIPLE.update(more.PRINCIPLE_MORE)
-    MANY_ANSWERS = MANY_ANSWERS + more.MANY_ANSWERS_MORE
-    WHOLE_FILE = WHOLE_FILE + more.WHOLE_FILE_MORE
+    import inject_ops_frameworks, inject_ops_more, inject_ops_rules  # noqa: E401
+    for more in (inject_ops_more, inject_ops_rules, inject_ops_frameworks):
+        OPERATORS.update(more.OPERATORS_MORE)
+        EXPECTED.update(more.EXPECTED_MORE)
+        PRINCIPLE.update(more.PRINCIPLE_MORE)
+        MANY_ANSWERS = MANY_ANSWERS + more.MANY_ANSWERS_MORE
+        WHOLE_FILE = WHOLE_FILE + more.WHOLE_FILE_MORE
+        SITE_WORDS.extend(getattr(more, "SITE_WORDS_MORE", ()))
 
 
 _register_more()
