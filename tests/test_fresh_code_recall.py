@@ -557,3 +557,27 @@ def test_fix_check_refuses_the_fix_and_leaves_the_file(tmp_path):
     done = subprocess.run([sys.executable, "-m", "amp_lint", "--no-cache", "--fix", str(path)], capture_output=True, text=True)
     assert path.read_text() == UNSCALES_IN_A_HELPER
     assert "not fixed" in done.stderr + done.stdout
+
+
+# --- Principle 6: a scaler built with enabled=False scales nothing ----------------------------------------------
+
+DISABLED_SCALER = """
+import torch
+scaler = torch.amp.GradScaler("cuda", enabled={enabled})
+for x in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_principle_6_a_float16_loop_through_a_disabled_scaler_has_no_scaler():
+    (finding,) = _findings(DISABLED_SCALER.format(enabled="False"), "AMP010")
+    assert "enabled=False" in finding.message
+
+
+@pytest.mark.parametrize("enabled", ["True", "use_amp", "args.fp16"])
+def test_principle_6_a_scaler_that_may_be_on_is_a_scaler(enabled):
+    assert _codes(DISABLED_SCALER.format(enabled=enabled), "AMP010") == []

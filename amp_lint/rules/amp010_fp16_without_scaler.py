@@ -287,12 +287,17 @@ for x in loader:
 
     def check(self, model: FileModel) -> Iterator[Finding]:
         for step in model.steps:
-            optimizer_steps = step.of(EventKind.OPTIMIZER_STEP)
+            optimizer_steps = step.of(EventKind.OPTIMIZER_STEP) + [
+                # a disabled scaler's step is a plain `optimizer.step()`
+                e for e in step.of(EventKind.SCALER_STEP) if e.receiver and not model.scaler_enabled(e.receiver, step.scope)
+            ]
             if not optimizer_steps or _scaler_may_serve(model, step):
                 continue
             flow = flow_of(model, step)
             for backward in step.of(EventKind.BACKWARD):
-                if backward.scaled_by is not None:
+                # a scaler built with a literal enabled=False returns the loss as it is: no scaler at all
+                disabled = backward.scaled_by is not None and not model.scaler_enabled(backward.scaled_by, step.scope)
+                if backward.scaled_by is not None and not disabled:
                     continue
                 region, forward = _fp16_forward_region(model, flow, backward)
                 if region is None:
@@ -304,6 +309,8 @@ for x in loader:
                 if region.spec.dtype is not DType.FP16:  # known through values
                     why = ", float16 by default on CUDA" if region.spec.dtype_node is None else ""
                 unused = " (the GradScaler in reach never scales it)" if model.has_scaler_in_reach(step.scope) else ""
+                if disabled:
+                    unused = f" (`{backward.scaled_by}` is built with enabled=False, so its scale() returns the loss as it is)"
                 yield self.finding(
                     backward.call,
                     f"`{code_of(backward.call)}` backpropagates a float16 autocast loss "
@@ -365,9 +372,12 @@ def _scaler_may_serve(model: FileModel, step: TrainingStep) -> bool:
     """Could a GradScaler in reach scale this step's loss? Not when the step makes no scaler call and never names
     the scaler, and the scaler goes nowhere else (its only uses are its own methods, in other loops): a scaler that
     never scales the loss that is stepped is no scaler for that loss (issue 44: a half-done migration)."""
+    calls = [e for e in step.events if e.kind in SCALER_KINDS or e.scaled_by is not None]
+    if calls and not any(model.scaler_enabled(e.receiver or e.scaled_by or "", step.scope) for e in calls):
+        return False  # every scaler the step calls is built with a literal enabled=False: it scales nothing
     if not model.has_scaler_in_reach(step.scope):
         return False
-    if any(e.kind in SCALER_KINDS or e.scaled_by is not None for e in step.events):
+    if calls:
         return True
     chain = list(step.scope.chain())
     spellings: Set[str] = set()
