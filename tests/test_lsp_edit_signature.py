@@ -132,11 +132,13 @@ def test_the_signature_keeps_code_and_suppression_comments_and_drops_other_comme
         '        """scaler',
         '        # inside a string"""',
     ]
-    assert signature_lines(lines, pattern) == (
+    relevant = tuple(line for line in lines if pattern.search(line))
+    assert signature_lines(lines, relevant) == (
         "        self.scaler.step(opt)",
         "        self.scaler.update()  # noqa: AMP022",
         "        s = 'scaler # not a comment'",
         "        x = 1  # amp-lint: ignore",
         '        """scaler',
     )
-    assert signature_lines(["    broken = (scaler  # open"], pattern) == ("    broken = (scaler  # open",)
+    assert signature_lines(["    broken = (scaler  # open"], ("    broken = (scaler  # open",)) == ("    broken = (scaler  # open",)
+    assert signature_lines(lines[:2], (lines[0],)) == (lines[0],)  # no comment in them: as they are

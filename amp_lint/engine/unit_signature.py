@@ -22,9 +22,11 @@ from typing import Sequence, Tuple
 _KEPT_COMMENT = re.compile(r"noqa|amp-lint", re.IGNORECASE)
 
 
-def signature_lines(lines: Sequence[str], any_pattern: "re.Pattern") -> Tuple[str, ...]:
-    """The unit's lines that `any_pattern` finds (its `relevant_lines`, in order), each without a comment other
-    than a suppression comment (and the spaces before it)."""
+def signature_lines(lines: Sequence[str], relevant_lines: Tuple[str, ...]) -> Tuple[str, ...]:
+    """The unit's `relevant_lines` (the lines of its text `lines` that hold a name the rules look for, in order),
+    each without a comment other than a suppression comment (and the spaces before it)."""
+    if not any("#" in line for line in relevant_lines):
+        return relevant_lines  # no comment to leave out (the usual case: no tokenizer run)
     comments = {}  # 0-based row -> column where its (not kept) comment starts
     try:
         readline = io.StringIO("\n".join(lines) + "\n").readline
@@ -32,7 +34,6 @@ def signature_lines(lines: Sequence[str], any_pattern: "re.Pattern") -> Tuple[st
             if token.type == tokenize.COMMENT and not _KEPT_COMMENT.search(token.string):
                 comments[token.start[0] - 1] = token.start[1]
     except (tokenize.TokenError, SyntaxError):  # (IndentationError is one)
-        comments = {}
-    return tuple(
-        line[: comments[row]].rstrip() if row in comments else line for row, line in enumerate(lines) if any_pattern.search(line) is not None
-    )
+        return relevant_lines
+    relevant = set(relevant_lines)
+    return tuple(line[: comments[row]].rstrip() if row in comments else line for row, line in enumerate(lines) if line in relevant)

@@ -426,7 +426,7 @@ class UnitChecker:
             return ()
         found = self.signatures.get(unit.digest)
         if found is None:
-            found = self.signatures[unit.digest] = signature_lines(lines[unit.first : unit.last + 1], self.any_pattern)
+            found = self.signatures[unit.digest] = signature_lines(lines[unit.first : unit.last + 1], unit.facts.relevant_lines)
         return found
 
     def settle(self, document: str) -> bool:
