@@ -43,9 +43,11 @@ class DocumentCheck:
     ran: bool = False  # the engine checked something (not a result it kept)
 
 
-def check_document(view: DocumentView, settings, unit_checker_of: Callable, units: Units) -> DocumentCheck:
+def check_document(view: DocumentView, settings, unit_checker_of: Optional[Callable], units: Units) -> DocumentCheck:
     """Check `view` with its `settings` (`server.settings.DocumentSettings`) by the `UnitChecker` that
-    `unit_checker_of(config)` gives (`engine.units`); `units`: the client's position encoding."""
+    `unit_checker_of(config)` gives (`engine.units`), or whole (`check_text`) when it is None: the same findings
+    (`UnitChecker.check` is identical to it), without splitting the text into units first (a first check);
+    `units`: the client's position encoding."""
     result = DocumentCheck()
     if settings.error:
         result.messages.append(settings.error)
@@ -63,10 +65,16 @@ def check_document(view: DocumentView, settings, unit_checker_of: Callable, unit
         diagnostic = {"range": {"start": start, "end": dict(start)}, "message": text, "severity": SEVERITY_INFORMATION, "source": SOURCE}
         published[view.uris()[0] if view.uris() else view.key].append((diagnostic, None))
         return result
-    checker = result.checker = unit_checker_of(settings.config)
-    checks_before = checker.stats["core"]
-    outcome = checker.check(view.program, view.path, view.key)
-    result.ran = checker.stats["core"] != checks_before
+    if unit_checker_of is None:
+        from amp_lint.engine.runner import check_text
+
+        outcome = check_text(view.program, view.path, settings.config)
+        result.ran = True
+    else:
+        checker = result.checker = unit_checker_of(settings.config)
+        checks_before = checker.stats["core"]
+        outcome = checker.check(view.program, view.path, view.key)
+        result.ran = checker.stats["core"] != checks_before
     result.findings = list(outcome.diagnostics)
     for finding in outcome.diagnostics:
         uri, diagnostic = diagnostic_json(view, finding, units)

@@ -10,7 +10,7 @@ functions (`document_check`) and the same settings (the configuration files, and
 read by `settings.parse_options`) as the server's, and its diagnostics are written as a raw
 `textDocument/publishDiagnostics`. Then pygls is loaded and every byte read so far is fed to it (`replay`): it
 sees the session from `initialize` on, and keeps this check as its own result (`lsp.AmpLintServer._adopt`: not
-checked or published again) and the `UnitChecker` that made it, so that the first edit is incremental.
+published again; the document is then checked unit by unit in the check thread, for the edits to come).
 
 Nothing is checked here, and pygls gets the bytes as they came, when anything else comes first (a request, which
 pygls must answer; `didChangeConfiguration`, which could change the settings; a notebook), when the document is
@@ -49,9 +49,8 @@ class EarlyResult:
 
 @dataclass
 class Early:
-    """What the pygls server takes over: the unit checkers (by configuration) and the results (by uri)."""
+    """What the pygls server takes over: the results (by uri)."""
 
-    unit_checkers: Dict[object, object] = field(default_factory=dict)
     results: Dict[str, EarlyResult] = field(default_factory=dict)
 
 
@@ -164,16 +163,9 @@ def _check_opened(params, initialize: dict, encoding: str):
     overrides, _ = parse_options(init_params.get("initializationOptions"))  # (the problems: pygls shows them)
     settings = ServerSettings(overrides)
     early = Early()
-
-    def unit_checker_of(config):
-        from amp_lint.engine.units import UnitChecker
-
-        found = early.unit_checkers.get(config)
-        if found is None:
-            found = early.unit_checkers[config] = UnitChecker(config, eager=False)
-        return found
-
-    result = check_document(TextView(uri, path, text, version), settings.for_path(path), unit_checker_of, units_of(encoding))
+    # Whole, not unit by unit: splitting a trainer into units costs a third of its check, and the server does
+    # it once it has taken over (`lsp.AmpLintServer._adopt`), before the first edit.
+    result = check_document(TextView(uri, path, text, version), settings.for_path(path), None, units_of(encoding))
     if result.ran:
         from amp_lint.server.memory import release_memory
 

@@ -253,8 +253,8 @@ class AmpLintServer(CodeActions, LanguageServer):
         early.check.ran = False  # (its memory was handed back then)
         checked = self._checked(view, early.check)
         self.publish(key, checked, early.check.messages, send=not early.published)
-        if key in self.to_settle and key not in self.settling:
-            self.settling[key] = asyncio.ensure_future(self._settle(key))
+        if early.check.checker is None and not self.settings.for_path(view.path).excluded:
+            self.schedule(key, 0)  # checked whole: now unit by unit (the same diagnostics, not published again)
         return checked
 
     def publish(self, key: str, checked: Checked, messages: Sequence[str] = (), send: bool = True) -> None:
@@ -270,7 +270,7 @@ class AmpLintServer(CodeActions, LanguageServer):
                     self.log(f"amp-lint: {message}", types.MessageType.Error)
                 else:  # a broken configuration file, a document too large: the user must see it
                     self.show(f"amp-lint: {message}", kind)
-        if not send:
+        if not send or self._published_already(previous, checked):
             return
         stale = set(previous.published) - set(checked.published) if previous is not None else set()
         for uri in stale:  # a cell that was removed
@@ -284,6 +284,13 @@ class AmpLintServer(CodeActions, LanguageServer):
                     version=version if isinstance(version, int) else None,
                 )
             )
+
+    @staticmethod
+    def _published_already(previous: Optional[Checked], checked: Checked) -> bool:
+        """The same version with the same diagnostics as the last publish (a document checked again, unit by unit)."""
+        if previous is None or previous.view.version != checked.view.version or set(previous.published) != set(checked.published):
+            return False
+        return all([d for d, _ in previous.published[uri]] == [d for d, _ in pairs] for uri, pairs in checked.published.items())
 
     def forget(self, key: str, uris: Sequence[str] = ()) -> None:
         for checker in self.unit_checkers.values():
@@ -503,7 +510,6 @@ def serve_stdio(replay: bytes = b"", answered_id=None, early=None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="amp-lint server: %(message)s")
     server = create_server()
     if early is not None:
-        server.unit_checkers.update(early.unit_checkers)
         server.early.update(early.results)
         server.engine_loaded = True
     # Standard output is the protocol's: anything printed by mistake would corrupt it, so it goes to stderr.
