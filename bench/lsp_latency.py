@@ -241,7 +241,9 @@ class Session:
 
     async def start(self) -> None:
         types = self.types
-        env = dict(os.environ)
+        from lsp_first_result import server_env
+
+        env = server_env()  # bytecode cached, as an installed package has it
         if self.command[:3] == [sys.executable, "-m", "amp_lint"]:  # this checkout's code (not an installed one)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         spawned = time.perf_counter()  # what an editor waits: the process start and the interpreter's, too

@@ -249,3 +249,54 @@ def test_a_request_before_the_document_leaves_everything_to_pygls(tmp_path):
         assert client.wait_for(_is_publish(uri)) is not None
     finally:
         client.close()
+
+
+def test_after_each_edit_of_the_training_step_the_server_publishes_the_cold_checks_diagnostics(tmp_path):
+    """Issue 43: edits of a trainer's training step (a comment on the step line, its argument, the scaled backward,
+    a `# noqa` typed and removed), each waited for: what the server publishes for that version is what a cold
+    check of the edited text gives, placed as the server places it."""
+    from test_lsp_edit_signature import TRAINER
+
+    from amp_lint.engine.runner import check_text
+    from amp_lint.server.document_check import diagnostic_json, error_json, units_of
+    from amp_lint.server.documents import TextView
+    from amp_lint.server.settings import ServerSettings
+
+    path = tmp_path / "trainer.py"
+    path.write_text(TRAINER, encoding="utf-8")
+    uri = path.as_uri()
+    step = "self.scaler.step(self.optimizer)"
+    backward = "self.scaler.scale(loss).backward()"
+    clip = "torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_norm)"
+    edits = [
+        (step, step + "  # edit 2"),
+        (step + "  # edit 2", step + "  # edit 3"),
+        (step + "  # edit 3", "self.scaler.step(self.optimizer_4)"),
+        (backward, backward + "  # scaled"),
+        (clip, clip + "  # noqa: AMP030"),
+        (clip + "  # noqa: AMP030", clip),
+        ("self.scaler.step(self.optimizer_4)", step),
+    ]
+    client = Client(tmp_path, held=False)
+    try:
+        _start(client, tmp_path)
+        _open(client, uri, TRAINER)
+        assert client.wait_for(_is_publish(uri), 60) is not None
+        text = TRAINER
+        config = ServerSettings().for_path(str(path)).config
+        for version, (old, new) in enumerate(edits, start=2):
+            assert old in text, old
+            row = next(i for i, line in enumerate(text.split("\n")) if old in line)
+            line = text.split("\n")[row]
+            text = text.replace(old, new)
+            change = {"range": {"start": {"line": row, "character": 0}, "end": {"line": row, "character": len(line)}}, "text": line.replace(old, new)}
+            client.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}})
+            published = client.wait_for(lambda m: _is_publish(uri)(m) and m["params"].get("version") == version, 60)
+            assert published is not None, version
+            cold = check_text(text, str(path), config)
+            view = TextView(uri, str(path), text, version)
+            expected = [diagnostic_json(view, d, units_of("utf-16"))[1] for d in cold.diagnostics]
+            expected += [error_json(view, e, units_of("utf-16"))[1] for e in cold.errors if e.location is not None]
+            assert published["params"]["diagnostics"] == expected, (version, new)
+    finally:
+        client.close()
