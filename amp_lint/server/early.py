@@ -166,10 +166,6 @@ def _check_opened(params, initialize: dict, encoding: str):
     # Whole, not unit by unit: splitting a trainer into units costs a third of its check, and the server does
     # it once it has taken over (`lsp.AmpLintServer._adopt`), before the first edit.
     result = check_document(TextView(uri, path, text, version), settings.for_path(path), None, units_of(encoding))
-    if result.ran:
-        from amp_lint.server.memory import release_memory
-
-        release_memory()
     early.results[uri] = EarlyResult(version, text, result, False)
     return early, (uri, result)
 

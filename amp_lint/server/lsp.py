@@ -250,7 +250,7 @@ class AmpLintServer(CodeActions, LanguageServer):
     def _adopt(self, key: str, view: TextView, early) -> Checked:
         """The check `early` made of this very text before pygls was loaded: kept as this server's result, and
         published unless it was already (`server.early`)."""
-        early.check.ran = False  # (its memory was handed back then)
+        early.check.ran = False  # (its memory is handed back after the check that follows)
         checked = self._checked(view, early.check)
         self.publish(key, checked, early.check.messages, send=not early.published)
         if early.check.checker is None and not self.settings.for_path(view.path).excluded:
