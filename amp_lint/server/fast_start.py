@@ -140,7 +140,7 @@ def main() -> int:
             stdout.flush()
             answered_id = message["id"]
     early = None
-    if answered_id is not None:  # the first document's diagnostics, before pygls too (`early`)
+    if answered_id is not None and os.name == "posix":  # the first document's diagnostics, before pygls too (`early`)
         from amp_lint.server.early import first_document, next_message
 
         _, end = next_message(consumed, 0)
