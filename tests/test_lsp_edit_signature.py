@@ -142,3 +142,18 @@ def test_the_signature_keeps_code_and_suppression_comments_and_drops_other_comme
     )
     assert signature_lines(["    broken = (scaler  # open"], ("    broken = (scaler  # open",)) == ("    broken = (scaler  # open",)
     assert signature_lines(lines[:2], (lines[0],)) == (lines[0],)  # no comment in them: as they are
+
+
+def test_an_edit_while_the_verification_is_pending_does_not_run_the_verification_first():
+    """Typing goes on while the server verifies the groups in its idle time: an edit with the same signature gets
+    the whole core's check (one check), and the verification stays pending (in a big class it is as many checks,
+    each nearly the class, as the class has members)."""
+    checker = UnitChecker(CONFIG, eager=False)
+    checker.check(TRAINER, "trainer.py", "doc")
+    assert "doc" in checker.pending
+    groups = checker.stats["groups"]
+    edited = TRAINER.replace("self.scaler.step(self.optimizer)", "self.scaler.step(self.optimizer)  # typing")
+    assert _seen(checker.check(edited, "trainer.py", "doc")) == _seen(check_text(edited, "trainer.py", CONFIG))
+    assert "doc" in checker.pending and checker.stats["groups"] == groups
+    assert _seen(_settled(checker, edited)) == _seen(check_text(edited, "trainer.py", CONFIG))
+    assert "doc" not in checker.pending and checker.verified["doc"][1] is not None

@@ -394,11 +394,6 @@ class UnitChecker:
         lines = self.previous[document][0] if document in self.previous else text.split("\n")
         signature = tuple(tuple(tuple(self._signature_of(units[i], lines) for i in group) for group in groups) for groups in groupings)
         job = self.pending.get(document)
-        if job is not None and job.signature == signature:
-            # An edit before the verification of this signature was done: finish it now (the groups the
-            # edit left alone are the job's), then use what it found.
-            while self.settle(document):
-                pass
         known = self.verified.get(document)
         if known is not None and known[0] == signature:
             self.pending.pop(document, None)
@@ -411,6 +406,10 @@ class UnitChecker:
                     return split
             return self._check_core(text, display_name, document, self._core_of(text, units))
         whole = self._check_core(text, display_name, document, self._core_of(text, units))
+        if job is not None and job.signature == signature:
+            # An edit before the verification of this signature was done: it goes on in idle time (`settle`). (Not
+            # finished now: a big class's members are as many groups, each nearly the class: seconds, not one check.)
+            return whole
         # The whole part's tree (cycles too) goes before anything kept is made: kept objects made among its
         # garbage hold on to the memory it leaves (a long-lived server). The lines are those `units` keeps.
         gc.collect()
