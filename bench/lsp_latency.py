@@ -7,6 +7,7 @@ real LSP client (pygls's), in one run.
     python bench/lsp_latency.py --edits 50 --memory-edits 200
     python bench/lsp_latency.py --self-test      # a few edits, for the test suite
     python bench/lsp_latency.py --trainers       # the training step of five real trainers, and a dense file
+    python bench/lsp_latency.py --first-result   # spawn -> first diagnostics: the 18-line script, the five trainers
 
 Measured, per server:
 - `initialize`: from spawning the server to its answer (a fresh process each time, the interpreter's start
@@ -240,7 +241,9 @@ class Session:
 
     async def start(self) -> None:
         types = self.types
-        env = dict(os.environ)
+        from lsp_first_result import server_env
+
+        env = server_env()  # bytecode cached, as an installed package has it
         if self.command[:3] == [sys.executable, "-m", "amp_lint"]:  # this checkout's code (not an installed one)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         spawned = time.perf_counter()  # what an editor waits: the process start and the interpreter's, too
@@ -446,6 +449,13 @@ def main(argv=None) -> int:
         "trainers and the dense 3,000-line file (bench/lsp_trainers.py), --edits of each kind",
     )
     parser.add_argument("--initialize-only", type=int, metavar="N", help="only `initialize`, N fresh processes per server")
+    parser.add_argument(
+        "--first-result",
+        action="store_true",
+        help="only spawn -> first diagnostics (bench/lsp_first_result.py) of the 18-line script and the five trainers "
+        "(--trainers runs it too), --edits runs each (at most 5), --busy: with one core kept busy",
+    )
+    parser.add_argument("--busy", action="store_true", help="with --first-result: one core kept busy meanwhile")
     args = parser.parse_args(argv)
     if args.wheel_venv:
         SERVERS["amp-lint"] = [str(wheel_venv(Path(args.wheel_venv).resolve())), "server"]
@@ -468,6 +478,13 @@ def main(argv=None) -> int:
     python = python_of(SERVERS["amp-lint"])
     if args.initialize_only:
         return _initialize_only(servers, python, args.initialize_only)
+    if args.first_result or args.trainers:
+        import lsp_first_result
+
+        print("spawn -> first diagnostics (a fresh server each run; bench/lsp_first_result.py):")
+        lsp_first_result.run(min(args.edits, 5), busy=args.busy)
+        if not args.trainers:
+            return 0
     if args.trainers:
         import lsp_trainers
 

@@ -3,7 +3,9 @@
 Stage 10, server. Documents are checked in-process by the engine (`amp_lint.engine.runner.check_text`), with
 the settings of the document's folder (`amp_lint.files.config`). `documents` turns a text document or an LSP
 notebook into the program the checker sees and maps positions and edits back; `settings` resolves and reloads
-the configuration; `lsp` is the pygls server. Importing this package does not import pygls: it is an extra
+the configuration; `document_check` checks a document and builds its LSP diagnostics (as JSON); `lsp` is the
+pygls server; `fast_start` answers `initialize`, and `early` publishes the first opened document's diagnostics,
+before pygls is loaded. Importing this package does not import pygls: it is an extra
 (`pip install '.[lsp]'` in a checkout, or pygls itself), and `serve` says so in one line when it is missing.
 
 May import: `amp_lint.engine`, `amp_lint.reports` and every stage below them; never `amp_lint.verify` or the cli.

@@ -7,7 +7,8 @@ capabilities (`CAPABILITIES`, which `tests/test_server_start.py` compares with w
 client capabilities) with the position encoding pygls would choose, and the notebook sync when the client
 declares notebook support (pygls's rule). Then pygls is imported and the same bytes are fed to it, so that it
 sets up its workspace and runs our `initialize` handler exactly as before; only its second answer to that
-request is dropped (`AmpLintProtocol.answered_id`).
+request is dropped (`AmpLintProtocol.answered_id`). Before pygls, the first opened document is checked and its
+diagnostics are published (`early`), and what was read meanwhile is fed to pygls too.
 
 Anything else first (a malformed header, another method, a batch): nothing is answered here, and pygls gets
 the bytes as they came. This module imports nothing outside the standard library and `amp_lint/__init__`.
@@ -138,6 +139,12 @@ def main() -> int:
             stdout.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             stdout.flush()
             answered_id = message["id"]
+    early = None
+    if answered_id is not None and os.name == "posix":  # the first document's diagnostics, before pygls too (`early`)
+        from amp_lint.server.early import first_document, next_message
+
+        _, end = next_message(consumed, 0)
+        consumed, early = first_document(stdin.fileno(), stdout, consumed, end, message, result["capabilities"]["positionEncoding"])
     from amp_lint.server.lsp import serve_stdio
 
-    return serve_stdio(replay=consumed, answered_id=answered_id)
+    return serve_stdio(replay=consumed, answered_id=answered_id, early=early)

@@ -26,26 +26,18 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from amp_lint import __version__
-from amp_lint.diagnostics import Diagnostic, FileError, FixSummary, Location, Severity
+from amp_lint.diagnostics import Diagnostic, FixSummary
 from amp_lint.server import hover as rule_help
 from amp_lint.server.actions import FIX_ALL, CodeActions
+from amp_lint.server.document_check import MAX_DOCUMENT_CHARS, SOURCE, DocumentCheck, check_document, config_uri, error_json, is_python  # noqa: F401
 from amp_lint.server.documents import Cell, DocumentView, NotebookView, TextView
-from amp_lint.server.first_look import first_look, python_syntax_error
+from amp_lint.server.first_look import first_look
 from amp_lint.server.memory import release_memory, settle_step, warm_up
 from amp_lint.server.protocol import AmpLintProtocol, watch_parent
 from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, debounce_option, parse_options
 
-SOURCE = "amp-lint"
 DEFAULT_DEBOUNCE = 0.05  # seconds without edits before a document is checked again
-# A document larger than this is not checked (the analysis takes about 1.5 GB per MB of code); said so once.
-MAX_DOCUMENT_CHARS = 1_000_000
 _WATCHER_ID = "amp-lint-config-watcher"
-
-_SEVERITY = {
-    Severity.ERROR: types.DiagnosticSeverity.Error,
-    Severity.WARNING: types.DiagnosticSeverity.Warning,
-    Severity.INFO: types.DiagnosticSeverity.Information,
-}
 
 
 @dataclass
@@ -60,11 +52,6 @@ class Checked:
     # request that needs them (an editor asks for code actions at every cursor move).
     fixes: Optional[Dict[tuple, FixSummary]] = None
     fix_all: Optional[Tuple[Optional[types.WorkspaceEdit]]] = None
-
-
-def _code_description(code: str) -> Optional[types.CodeDescription]:
-    href = rule_help.rule_href(code)
-    return types.CodeDescription(href=href) if href else None
 
 
 class AmpLintServer(CodeActions, LanguageServer):
@@ -97,6 +84,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.to_settle: Dict[str, object] = {}  # document key -> the UnitChecker with a verification pending
         self.settling: Dict[str, asyncio.Task] = {}
         self.engine_loaded = False  # the engine, rules and LibCST: imported by the warm-up or a first check
+        self.early: Dict[str, object] = {}  # uri -> `server.early.EarlyResult`, checked before pygls was loaded
 
     # --- logging ------------------------------------------------------------------------------------
 
@@ -122,7 +110,7 @@ class AmpLintServer(CodeActions, LanguageServer):
                 cells.append(Cell(cell.document, text, is_code, document.version if document is not None else None))
             return NotebookView(key, self.path_of(key), cells, notebook.version)
         document = self.workspace.text_documents.get(unquote(key))
-        if document is None or not _is_python(document.uri, document.language_id):
+        if document is None or not is_python(document.uri, document.language_id):
             return None
         return TextView(key, self.path_of(key), document.source, document.version)
 
@@ -171,6 +159,9 @@ class AmpLintServer(CodeActions, LanguageServer):
         view = self.view_of(key)
         if view is None:
             return None
+        early = self.early.pop(key, None)
+        if early is not None and isinstance(view, TextView) and early.matches(view):
+            return self._adopt(key, view, early)
         if not self.engine_loaded and key not in self.results and isinstance(view, TextView):
             await self._first_look(key, view)
         self.checking += 1
@@ -218,57 +209,24 @@ class AmpLintServer(CodeActions, LanguageServer):
             return
         current = self.view_of(key)
         if errors is not None and current is not None and current.version == view.version and key not in self.results:
-            diagnostics = [(self._error_diagnostic(view, e, self.workspace.position_codec.client_num_units)[1], None) for e in errors]
+            units = self.workspace.position_codec.client_num_units
+            diagnostics = [(self.protocol._converter.structure(error_json(view, e, units)[1], types.Diagnostic), None) for e in errors]
             self.publish(key, Checked(view, [], {view.key: diagnostics}))
 
     def _check(self, view: DocumentView) -> Tuple[Checked, list]:
         """In the check thread: run the engine over the view's program, unit by unit (`engine.units`)."""
-        settings = self.settings.for_path(view.path)
-        messages = []
-        if settings.error:
-            messages.append(settings.error)
-        checked = Checked(view, [])
-        published: Dict[str, list] = {uri: [] for uri in view.uris()}
-        checked.published = published
-        if settings.excluded:  # the project's configuration excludes it: nothing to say, as Ruff's server
-            return checked, messages
-        if len(view.program) > MAX_DOCUMENT_CHARS:
-            text = (
-                f"not checked: the document has {len(view.program):,} characters, more than the "
-                f"{MAX_DOCUMENT_CHARS:,} the server checks (run `amp-lint check` on the file)"
-            )
-            messages.append((f"{view.path}: {text}", types.MessageType.Warning))
-            published[view.uris()[0] if view.uris() else view.key].append(
-                (
-                    types.Diagnostic(
-                        range=types.Range(types.Position(0, 0), types.Position(0, 0)),
-                        message=text,
-                        severity=types.DiagnosticSeverity.Information,
-                        source=SOURCE,
-                    ),
-                    None,
-                )
-            )
-            return checked, messages
-        unit_checker = self.unit_checker(settings.config)
-        checks_before = unit_checker.stats["core"]
-        outcome = unit_checker.check(view.program, view.path, view.key)
-        if view.key in unit_checker.pending:
-            self.to_settle[view.key] = unit_checker
-        if unit_checker.stats["core"] != checks_before:
+        result = check_document(view, self.settings.for_path(view.path), self.unit_checker, self.workspace.position_codec.client_num_units)
+        return self._checked(view, result), result.messages
+
+    def _checked(self, view: DocumentView, result: DocumentCheck) -> Checked:
+        """A check's result kept for code actions and hover, its diagnostics as lsprotocol's objects."""
+        if result.checker is not None and view.key in result.checker.pending:
+            self.to_settle[view.key] = result.checker
+        if result.ran:
             release_memory()  # the checker ran: hand its freed tree back to the system
-        checked.findings = list(outcome.diagnostics)
-        units = self.workspace.position_codec.client_num_units
-        for finding in outcome.diagnostics:
-            uri, diagnostic = self._lsp_diagnostic(view, finding, units)
-            published.setdefault(uri, []).append((diagnostic, finding))
-        for error in outcome.errors:
-            if error.location is None:
-                messages.append(f"{error.filename}: {error.message}")
-                continue
-            uri, diagnostic = self._error_diagnostic(view, error, units)
-            published.setdefault(uri, []).append((diagnostic, None))
-        return checked, messages
+        structure = self.protocol._converter.structure
+        published = {uri: [(structure(d, types.Diagnostic), f) for d, f in pairs] for uri, pairs in result.published.items()}
+        return Checked(view, result.findings, published)
 
     def unit_checker(self, config):
         found = self.unit_checkers.get(config)
@@ -289,67 +247,31 @@ class AmpLintServer(CodeActions, LanguageServer):
         await asyncio.sleep(0.2)  # the documents opened right after `initialized` are checked first
         await self.in_check_thread(self.warm_up)
 
-    def _lsp_diagnostic(self, view: DocumentView, finding: Diagnostic, units) -> Tuple[str, types.Diagnostic]:
-        uri, line, character = view.place(finding.location, units)
-        end_uri, end_line, end_character = view.place(finding.end_location, units)
-        if end_uri != uri:  # cannot span cells; keep it on its first line
-            end_line, end_character = line, character
-        related = []
-        for place in finding.related:
-            related_uri, related_line, related_character = view.place(place.location, units)
-            end = view.place(place.end_location, units)
-            end_position = (end[1], end[2]) if end[0] == related_uri else (related_line, related_character)
-            related.append(
-                types.DiagnosticRelatedInformation(
-                    location=types.Location(
-                        uri=related_uri,
-                        range=types.Range(
-                            types.Position(related_line, related_character), types.Position(*end_position)
-                        ),
-                    ),
-                    message=place.message,
-                )
-            )
-        tags = [types.DiagnosticTag.Deprecated] if "deprecated" in finding.rule_name else None
-        return uri, types.Diagnostic(
-            range=types.Range(types.Position(line, character), types.Position(end_line, end_character)),
-            message=view.message_of(finding),
-            severity=_SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
-            code=finding.code,
-            code_description=_code_description(finding.code),
-            source=SOURCE,
-            related_information=related or None,
-            tags=tags,
-        )
+    def _adopt(self, key: str, view: TextView, early) -> Checked:
+        """The check `early` made of this very text before pygls was loaded: kept as this server's result, and
+        published unless it was already (`server.early`)."""
+        early.check.ran = False  # (its memory is handed back after the check that follows)
+        checked = self._checked(view, early.check)
+        self.publish(key, checked, early.check.messages, send=not early.published)
+        if early.check.checker is None and not self.settings.for_path(view.path).excluded:
+            self.schedule(key, 0)  # checked whole: now unit by unit (the same diagnostics, not published again)
+        return checked
 
-    def _error_diagnostic(self, view: DocumentView, error: FileError, units) -> Tuple[str, types.Diagnostic]:
-        """A syntax error (or another located file error) as an error diagnostic without a code."""
-        message = error.message.split(": ", 1)[1] if error.message.startswith("cell ") else error.message
-        python = python_syntax_error(view.program) if "syntax error" in message else None
-        start, end = (python[1], python[2]) if python else (error.location, Location(error.location.row, error.location.column + 1))
-        message = python[0] if python else message  # Python's own words and place, inside the document
-        (uri, line, character), (end_uri, end_line, end_character) = view.place(start, units), view.place(end, units)
-        end_line, end_character = (end_line, end_character) if end_uri == uri else (line, character + 1)
-        return uri, types.Diagnostic(
-            range=types.Range(types.Position(line, character), types.Position(end_line, end_character)),
-            message=message,
-            severity=types.DiagnosticSeverity.Error,
-            source=SOURCE,
-        )
-
-    def publish(self, key: str, checked: Checked, messages: Sequence[str] = ()) -> None:
+    def publish(self, key: str, checked: Checked, messages: Sequence[str] = (), send: bool = True) -> None:
         previous = self.results.get(key)
         self.results[key] = checked
         for message in messages:
             kind = types.MessageType.Error
             if isinstance(message, tuple):  # (text, kind): a notice, not an error
-                message, kind = message
+                message, kind = message[0], types.MessageType(message[1])
             if message not in self.shown_errors:
                 self.shown_errors.add(message)
                 if "internal error" in message:  # our bug: logged, not shown in the user's face
                     self.log(f"amp-lint: {message}", types.MessageType.Error)
                 else:  # a broken configuration file, a document too large: the user must see it
                     self.show(f"amp-lint: {message}", kind)
+        if not send or self._published_already(previous, checked):
+            return
         stale = set(previous.published) - set(checked.published) if previous is not None else set()
         for uri in stale:  # a cell that was removed
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -362,6 +284,13 @@ class AmpLintServer(CodeActions, LanguageServer):
                     version=version if isinstance(version, int) else None,
                 )
             )
+
+    @staticmethod
+    def _published_already(previous: Optional[Checked], checked: Checked) -> bool:
+        """The same version with the same diagnostics as the last publish (a document checked again, unit by unit)."""
+        if previous is None or previous.view.version != checked.view.version or set(previous.published) != set(checked.published):
+            return False
+        return all([d for d, _ in previous.published[uri]] == [d for d, _ in pairs] for uri, pairs in checked.published.items())
 
     def forget(self, key: str, uris: Sequence[str] = ()) -> None:
         for checker in self.unit_checkers.values():
@@ -398,16 +327,6 @@ class AmpLintServer(CodeActions, LanguageServer):
     async def in_check_thread(self, function, *args):
         """Run engine work in the check thread (never in the event loop, never beside another check)."""
         return await asyncio.get_running_loop().run_in_executor(self.checks, function, *args)
-
-
-def _is_python(uri: str, language_id: Optional[str]) -> bool:
-    """A Python document: said so by the client, or named so (a client without filetype detection
-    sends an empty language id)."""
-    return language_id == "python" or urlparse(uri).path.endswith((".py", ".pyi"))
-
-
-def _config_uri(uri: str) -> bool:
-    return os.path.basename(unquote(urlparse(uri).path)) in WATCHED_NAMES
 
 
 # --- wiring -----------------------------------------------------------------------------------------
@@ -464,7 +383,7 @@ def create_server() -> AmpLintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: AmpLintServer, params: types.DidOpenTextDocumentParams) -> None:
-        if _config_uri(params.text_document.uri):
+        if config_uri(params.text_document.uri, WATCHED_NAMES):
             return
         ls.schedule(params.text_document.uri, 0)
 
@@ -474,7 +393,7 @@ def create_server() -> AmpLintServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: AmpLintServer, params: types.DidSaveTextDocumentParams) -> None:
-        if _config_uri(params.text_document.uri):  # a configuration file edited in the editor itself
+        if config_uri(params.text_document.uri, WATCHED_NAMES):  # a configuration file edited in the editor itself
             ls.settings.reload()
             ls.shown_errors.clear()
             ls.recheck_all()
@@ -503,7 +422,7 @@ def create_server() -> AmpLintServer:
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def watched_files(ls: AmpLintServer, params: types.DidChangeWatchedFilesParams) -> None:
-        if any(_config_uri(change.uri) for change in params.changes):
+        if any(config_uri(change.uri, WATCHED_NAMES) for change in params.changes):
             ls.settings.reload()
             ls.shown_errors.clear()
             ls.log("amp-lint: configuration changed; checking the open documents again", types.MessageType.Info)
@@ -585,9 +504,14 @@ def create_server() -> AmpLintServer:
     return server
 
 
-def serve_stdio(replay: bytes = b"", answered_id=None) -> int:
+def serve_stdio(replay: bytes = b"", answered_id=None, early=None) -> int:
+    """Serve over stdio; `replay`: the bytes `fast_start` read already, `answered_id`: the `initialize` it
+    answered, `early`: what it checked and published meanwhile (`server.early.Early`)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="amp-lint server: %(message)s")
     server = create_server()
+    if early is not None:
+        server.early.update(early.results)
+        server.engine_loaded = True
     # Standard output is the protocol's: anything printed by mistake would corrupt it, so it goes to stderr.
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
