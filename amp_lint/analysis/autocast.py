@@ -3,8 +3,8 @@
 The tree walk (`builder`) makes an `AutocastRegion` for each `with` item and decorator that enters
 autocast, with the `AutocastSpec` read from its call (`autocast_spec`); an `AutocastBinding` remembers a
 name bound to an autocast instance or factory (`ctx = torch.autocast(...)`, `partial(autocast, ...)`).
-Once the walk has seen every assignment, `resolve_spec` turns a spec's device, dtype and `enabled`
-arguments into literals where the file's constants say what they are. Events and call sites carry the
+Once the walk has seen every assignment, `autocast_regions.resolve_spec` turns a spec's device, dtype and
+`enabled` arguments into literals where the file's constants say what they are. Events and call sites carry the
 regions around them; `enabled_region` says which one is in force.
 """
 
@@ -42,7 +42,7 @@ class AutocastSpec:
     device_node: Optional[cst.BaseExpression] = None
     dtype_node: Optional[cst.BaseExpression] = None
     enabled_node: Optional[cst.BaseExpression] = None
-    device: Optional[str] = None  # literal device type ("cuda"), set by resolve_spec after the walk
+    device: Optional[str] = None  # literal device type ("cuda"), set by autocast_regions.resolve_spec after the walk
     dtype: DType = DType.UNKNOWN
     enabled: Optional[bool] = True  # False: literal enabled=False; None: decided at run time
 
@@ -123,67 +123,6 @@ def enabled_region(regions: Sequence[AutocastRegion], off: Sequence[AutocastRegi
             return None
         return region
     return None
-
-
-# --- after the walk: the spec's arguments as literals -------------------------------------------------
-
-
-def _resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[cst.BaseExpression]:
-    """Follow a name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
-    seen = 0
-    while isinstance(expr, cst.Name) and seen < 5:
-        seen += 1
-        for outer in scope.chain():
-            values = outer.assignments.get(expr.value)
-            if values:
-                if len(values) != 1:
-                    return None
-                expr = values[0][0]
-                break
-        else:
-            return expr
-    return expr
-
-
-def _device_literal(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[str]:
-    expr = _resolve_constant(expr, scope, module_scope)
-    text = literal_string(expr)
-    if text is not None:
-        return text
-    # device.type where device = torch.device("cuda")
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
-        inner = _resolve_constant(expr.value, scope, module_scope)
-        if isinstance(inner, cst.Call) and scope.names.qualify(inner.func) == "torch.device" and inner.args:
-            literal = literal_string(inner.args[0].value)
-            if literal is not None:
-                return literal.split(":")[0]
-    return None
-
-
-def resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None:
-    implied = names.IMPLIED_DEVICE.get(spec.qualified_name)
-    spec.device = implied or _device_literal(spec.device_node, scope, module_scope)
-    dtype_expr = _resolve_constant(spec.dtype_node, scope, module_scope) if spec.dtype_node is not None else None
-    if spec.dtype_node is None:
-        device = (spec.device or "").split(":")[0]
-        if device in CUDA_LIKE_DEVICES:
-            spec.dtype = DType.FP16
-        elif device in BF16_DEFAULT_DEVICES:
-            spec.dtype = DType.BF16
-        else:
-            spec.dtype = DType.UNKNOWN
-    else:
-        qualified = scope.names.qualify(dtype_expr) if dtype_expr is not None else None
-        if qualified in names.FLOAT16:
-            spec.dtype = DType.FP16
-        elif qualified in names.BFLOAT16:
-            spec.dtype = DType.BF16
-        elif qualified in names.OTHER_FLOAT:
-            spec.dtype = DType.OTHER
-        else:
-            spec.dtype = DType.UNKNOWN
-    if spec.enabled_node is not None:
-        spec.enabled = literal_bool(_resolve_constant(spec.enabled_node, scope, module_scope))
 
 
 # --- a project's own autocast factory ------------------------------------------------------------------
