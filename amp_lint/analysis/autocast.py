@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.syntax import Loop, argument, literal_bool, literal_string, own_nodes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.file_model import Scope
+from amp_lint.analysis.syntax import argument, literal_bool, literal_string, own_nodes
 
 CUDA_LIKE_DEVICES = frozenset({"cuda", "xpu", "mps", "mtia"})
 BF16_DEFAULT_DEVICES = frozenset({"cpu", "hpu", "xla", "maia"})
@@ -83,22 +80,6 @@ def autocast_spec(qualified_name: str, call: Optional[cst.Call], extra_args: Seq
 
 
 @dataclass(eq=False)
-class AutocastRegion:
-    """Code that runs under autocast: the body of a `with` item, or a decorated function."""
-
-    node: Union[cst.With, cst.FunctionDef]
-    spec: AutocastSpec
-    item: Optional[cst.WithItem] = None  # the `with` item (None for a decorator)
-    scope: Optional["Scope"] = None
-    parent: Optional["AutocastRegion"] = None  # the lexically enclosing region, if any
-    loops: Tuple[Loop, ...] = ()  # loops around the region within its scope, outermost first
-
-    @property
-    def is_decorator(self) -> bool:
-        return isinstance(self.node, cst.FunctionDef)
-
-
-@dataclass(eq=False)
 class AutocastBinding:
     """`ctx = torch.autocast(...)` (an instance) or `amp_cm = autocast` / `partial(autocast, ...)` (a factory)."""
 
@@ -106,23 +87,6 @@ class AutocastBinding:
     call: Optional[cst.Call]  # the autocast call for an instance; the partial(...) call for a partial
     is_factory: bool
     partial_args: Tuple[cst.Arg, ...] = ()
-
-
-def enabled_region(regions: Sequence[AutocastRegion], off: Sequence[AutocastRegion] = ()) -> Optional[AutocastRegion]:
-    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`; `off`:
-    regions whose `enabled=` flag is known false where the question is asked (they switch autocast off)."""
-    disabled_devices = set()
-    for region in reversed(regions):
-        if not region.spec.is_enabled or any(region is other for other in off):
-            # autocast(enabled=False) only switches off its own device type (AMP053).
-            disabled_devices.add(region.spec.device or "*")
-            continue
-        if "*" in disabled_devices or region.spec.device in disabled_devices:
-            return None
-        if region.spec.device is None and disabled_devices:
-            return None
-        return region
-    return None
 
 
 # --- a project's own autocast factory ------------------------------------------------------------------

@@ -21,7 +21,6 @@ from amp_lint.analysis.autocast import (
     CUDA_LIKE_DEVICES,
     FRAMEWORK_AUTOCAST,
     AutocastBinding,
-    AutocastRegion,
     AutocastSpec,
     DType,
     autocast_spec,
@@ -29,7 +28,7 @@ from amp_lint.analysis.autocast import (
     not_a_library_function,
     wrapper_spec,
 )
-from amp_lint.analysis.file_model import Scope
+from amp_lint.analysis.events import AutocastRegion, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import literal_bool, literal_string
 

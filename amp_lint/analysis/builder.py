@@ -16,10 +16,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis.assignments import AssignmentRecorder
-from amp_lint.analysis.autocast import AutocastBinding, AutocastRegion
+from amp_lint.analysis.autocast import AutocastBinding
 from amp_lint.analysis.autocast_regions import AutocastRecorder, resolve_spec
 from amp_lint.analysis.calls import CallRecorder, RawCall
-from amp_lint.analysis.events import Branch, Event
+from amp_lint.analysis.events import AutocastRegion, Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
 from amp_lint.analysis.leaving_branches import LEAVES_FUNCTION, close_block, ends_with, pop_branch
 from amp_lint.analysis.names import NameTable

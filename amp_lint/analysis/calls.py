@@ -19,8 +19,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastRegion
-from amp_lint.analysis.events import Branch, Event, EventKind
+from amp_lint.analysis.events import AutocastRegion, Branch, Event, EventKind
 from amp_lint.analysis.scaler_scan import drives_a_scaler  # noqa: F401  (asked by summaries too)
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
 from amp_lint.analysis.linear_grads import keeps_the_scale

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastRegion, enabled_region
-from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
+from amp_lint.analysis.events import SCALER_KINDS, AutocastRegion, Branch, Event, EventKind, Scope, enabled_region
 from amp_lint.analysis.names import NameTable, declared_type, dotted_name
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_string, own_nodes
 
@@ -60,32 +59,6 @@ class ScalerBinding:
         if arg is None:
             return "cuda"
         return literal_string(arg.value)
-
-
-@dataclass(eq=False)
-class Scope:
-    """The module body, or one function (methods included)."""
-
-    node: Union[cst.Module, cst.FunctionDef]
-    name: str  # qualified: "Trainer.train_step"; "" for the module
-    parent: Optional["Scope"]
-    class_name: Optional[str] = None  # for methods, the enclosing class
-    names: NameTable = field(default_factory=NameTable)
-    params: Dict[str, Optional[cst.BaseExpression]] = field(default_factory=dict)  # name -> annotation
-    events: List[Event] = field(default_factory=list)
-    regions: List[AutocastRegion] = field(default_factory=list)
-    assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
-    decorator_region: Optional[AutocastRegion] = None
-
-    @property
-    def is_function(self) -> bool:
-        return isinstance(self.node, cst.FunctionDef)
-
-    def chain(self) -> Iterator["Scope"]:
-        scope: Optional[Scope] = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
 
 
 @dataclass(eq=False)
