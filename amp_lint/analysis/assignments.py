@@ -18,6 +18,7 @@ from amp_lint.analysis.autocast import AutocastBinding
 from amp_lint.analysis.calls import is_grad
 from amp_lint.analysis.file_model import AssignmentSite, ScalerBinding
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.project_hooks import project
 from amp_lint.analysis.syntax import alternatives, argument, code_of, literal_bool
 
 
@@ -121,9 +122,7 @@ class AssignmentRecorder:
 
     @staticmethod
     def _scaler_factory(name: str) -> bool:
-        from amp_lint.analysis.scaler_factories import scaler_factory  # another module of the project
-
-        return scaler_factory(name) is not None
+        return project().scaler_factory(name) is not None  # a function of another module of the project
 
     def _class_alias(self, func: cst.BaseExpression) -> Optional[str]:
         """`scaler_type = GradScaler` (or `ShardedGradScaler` on another branch) earlier in this function, then

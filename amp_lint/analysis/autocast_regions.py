@@ -30,6 +30,7 @@ from amp_lint.analysis.autocast import (
 )
 from amp_lint.analysis.events import AutocastRegion, Scope
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.project_hooks import project
 from amp_lint.analysis.syntax import literal_bool, literal_string
 
 
@@ -91,9 +92,7 @@ class AutocastRecorder:
     def _autocast_wrapper(self, func: cst.BaseExpression) -> Optional[AutocastSpec]:
         """`with autocast(self.amp):` where `autocast` is a top-level function of this file returning one."""
         if isinstance(func, cst.Name) and self.qualify(func) is not None:
-            from amp_lint.analysis.summaries import autocast_factory  # another module of the project
-
-            found = autocast_factory(func.value)
+            found = project().autocast_factory(func.value)  # a function of another module of the project
             if found is None:
                 return None
             spec = AutocastSpec(qualified_name=found[0], call=None, device=found[1])

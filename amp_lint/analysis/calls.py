@@ -20,11 +20,13 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.events import AutocastRegion, Branch, Event, EventKind
-from amp_lint.analysis.scaler_scan import drives_a_scaler  # noqa: F401  (asked by summaries too)
+from amp_lint.analysis.scaler_scan import drives_a_scaler
 from amp_lint.analysis.file_model import CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope, is_optimizer, is_scaler
+from amp_lint.analysis.function_summary import argument_names
 from amp_lint.analysis.linear_grads import keeps_the_scale
 from amp_lint.analysis.names import dotted_name, receiver_name
-from amp_lint.analysis.steps import argument_names, callee_scope
+from amp_lint.analysis.project_hooks import FOLLOWED_CALLS
+from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, own_returns
 
 # Receivers whose `.backward(loss)` is a framework's own wrapper (Accelerate, Fabric, DeepSpeed, apex),
@@ -51,14 +53,7 @@ def is_grad(node: cst.BaseExpression) -> bool:
 
 def _followed(target: str) -> bool:
     """Is a dotted call (`mod.func`, `self.attr.method`) one that a summary provider can follow?"""
-    if not _FOLLOWED:
-        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
-
-        _FOLLOWED.append(FOLLOWED_CALLS)
-    return any(follows(target) for follows in _FOLLOWED[0]) if _FOLLOWED[0] else False
-
-
-_FOLLOWED: list = []  # [scaler_flow.FOLLOWED_CALLS], looked up once
+    return any(follows(target) for follows in FOLLOWED_CALLS) if FOLLOWED_CALLS else False
 
 
 def _holder_attribute(receiver: str) -> bool:
@@ -69,11 +64,7 @@ def _holder_attribute(receiver: str) -> bool:
 
 def _FOLLOWED_CALLS_HOOKED() -> bool:
     """Is a summary provider in place (a project index)? Without one no dotted call is followed."""
-    if not _FOLLOWED:
-        from amp_lint.analysis.scaler_flow import FOLLOWED_CALLS
-
-        _FOLLOWED.append(FOLLOWED_CALLS)
-    return bool(_FOLLOWED[0])
+    return bool(FOLLOWED_CALLS)
 
 
 
@@ -138,7 +129,7 @@ class CallRecorder:
         where the answer can matter: before the scaler calls are classified, for calls of a method or
         function named like one of this file (`runner.fit_epoch()`: AMP013 matches callers by name);
         after, for calls in a function that drives a scaler (the only ones whose summaries the provider
-        gives: `summaries._drives_a_scaler`), or everywhere with `follow_every_call`. On torch's 460 kB
+        gives: `scaler_scan.drives_a_scaler`), or everywhere with `follow_every_call`. On torch's 460 kB
         distributed_test.py this spares reading some fifty modules for its thousand test functions.
         """
         kept = []
@@ -253,7 +244,7 @@ class CallRecorder:
                 self._add_event(EventKind.CALL, node, target=f"self.{method}")
             elif receiver is not None and (_FOLLOWED_CALLS_HOOKED() or _holder_attribute(receiver)):
                 # `helpers.clip(model)`, `self.callback.on_after_backward()`: a function of another module
-                # that a project index can summarise (only with one: `scaler_flow.FOLLOWED_CALLS`). Asked
+                # that a project index can summarise (only with one: `project_hooks.FOLLOWED_CALLS`). Asked
                 # once the walk is done (`resolve_followed_calls`), for the functions where it matters.
                 self.pending_follows.append(self._add_event(EventKind.CALL, node, target=f"{receiver}.{method}", pending=True))
             elif receiver is None and isinstance(func.value, cst.Call) and _FOLLOWED_CALLS_HOOKED():

@@ -18,7 +18,8 @@ import libcst as cst
 
 from amp_lint.analysis import names
 from amp_lint.analysis.events import SCALER_KINDS, AutocastRegion, Branch, Event, EventKind, Scope, enabled_region
-from amp_lint.analysis.names import NameTable, declared_type, dotted_name
+from amp_lint.analysis.names import GRAD_SCALER, NameTable, declared_type, dotted_name
+from amp_lint.analysis.project_hooks import project
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_string, own_nodes
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
@@ -338,10 +339,9 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
     if _built_by_someone_else(key, scope, model, imports_count=True):
         return False
     if key.startswith("self.") and key.count(".") == 1 and scope.class_name:
-        from amp_lint.analysis.scaler_factories import built_in_a_base, derives_from_torch_scaler
-
-        built = built_in_a_base(model, scope, key[len("self."):])
-        if built is not None and not derives_from_torch_scaler(built):
+        answers = project()
+        built = answers.built_in_a_base(model, scope, key[len("self."):])
+        if built is not None and not answers.derives_from_torch_scaler(built):
             return False
     return True
 
@@ -367,17 +367,13 @@ def _declared_a_protocol_of_its_own(key: str, scope: Scope, model: FileModel) ->
         qualified = outer.names.qualify(annotation)
         if qualified is None or qualified.startswith("torch."):
             return False
-        from amp_lint.analysis.scaler_factories import project_class_binds
-
-        return project_class_binds(model, qualified, _PROTOCOL_METHODS)
+        return project().project_class_binds(model, qualified, _PROTOCOL_METHODS)
     return False
 
 
 def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
     """`self` in a method of a class whose base is torch's GradScaler (composer's `ClosureGradScaler`): the
     instance is a GradScaler, `self.unscale_(opt)` keeps torch's protocol (issue 26, principle 4)."""
-    from amp_lint.analysis.names import GRAD_SCALER
-
     cls = model.classes.get(scope.class_name or "")
     if cls is None or not any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases):
         return False
