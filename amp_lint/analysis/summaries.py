@@ -44,6 +44,7 @@ from amp_lint.analysis.caller_search import CallerSearch
 from amp_lint.analysis.caller_search import defines_method as _defines_method
 from amp_lint.analysis.callers import MAX_MODULE_BYTES
 from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.foreign_modules import ForeignModule
 from amp_lint.analysis.function_summary import Summary, call_params
 from amp_lint.analysis.instance_calls import InstanceCalls
 from amp_lint.analysis.instance_calls import held_by as _held_by
@@ -66,38 +67,19 @@ _MAX_BASE_DEPTH = 3
 _READS_AND_CLIPS = frozenset({EventKind.GRAD_READ, EventKind.CLIP})  # a loop of these is no training loop
 
 
-class _Foreign:
-    """One parsed project module: its LibCST module, model and (lazily) node positions."""
-
-    def __init__(self, path: str, digest: str, module: cst.Module, code: str) -> None:
-        self.path = path
-        self.digest = digest
-        self.module = module
-        self.code = code
-        self.model = None
-        self._locator = None
-
-    def range_of(self, node: cst.CSTNode):
-        if self._locator is None:
-            from amp_lint.parse.positions import NodeLocator
-
-            self._locator = NodeLocator(self.module, self.code)
-        return self._locator.range_of(id(node))
-
-
 class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
     """The cross-file summary provider of one run (one per worker process); while a file is checked it is the
     file model's `project_hooks.project()`."""
 
     def __init__(self, index: ProjectIndex) -> None:
         self.index = index
-        self._modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}
+        self._modules: Dict[Tuple[str, str], Optional[ForeignModule]] = {}
         self._model_paths: Dict[int, str] = {}  # id(model) -> path, for the foreign models built here
         self._building: List[str] = []  # paths whose model is being built (the checked file first)
         self._read_for_file: Dict[str, None] = {}  # foreign paths the current file's analysis read
         self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
         self._loadable_at: Dict[str, Tuple[Tuple[int, int], bool]] = {}  # path -> (stamp, worth a parse)
-        self._caller_modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}  # callers read for AMP013
+        self._caller_modules: Dict[Tuple[str, str], Optional[ForeignModule]] = {}  # callers read for AMP013
         self._scan_sets: Dict[str, Optional[Tuple[str, ...]]] = {}
         self._reading_callers = False  # a caller's model needs its call sites only: no summaries for it
         self.following_functions = False  # `function_of` answers `gradient_effects` (a file that drives no scaler)
@@ -278,7 +260,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
         holder = ".".join(parts[:2]) if parts[0] == "self" and len(parts) == 3 else self.instance_holder(target)
         return self._summary_of(foreign, class_name, function, holder)
 
-    def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[_Foreign, Optional[str], str]]:
+    def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[ForeignModule, Optional[str], str]]:
         parts = target.split(".")
         if self.instance_holder(target) is not None:  # `Callback(...).on_backward(self)`
             return self.instance_method(info, target)
@@ -345,7 +327,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
         return cached
 
     # --- modules and their models ---
-    def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[_Foreign]:
+    def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[ForeignModule]:
         path = os.path.abspath(info.path)
         if path in self._building:
             return None  # a cycle of imports being analysed: unknown
@@ -365,7 +347,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
             self._read_for_file.setdefault(path)
         return foreign
 
-    def _parse(self, path: str, digest: str, any_text: bool = False, imports_too: bool = False) -> Optional[_Foreign]:
+    def _parse(self, path: str, digest: str, any_text: bool = False, imports_too: bool = False) -> Optional[ForeignModule]:
         try:
             if os.path.getsize(path) > MAX_MODULE_BYTES:
                 return None
@@ -377,7 +359,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
             module = parse_module(code)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
             return None
-        foreign = _Foreign(path, digest, module, code)
+        foreign = ForeignModule(path, digest, module, code)
         self._building.append(path)
         try:
             foreign.model = build_model(module, follow_every_call=True)
@@ -388,7 +370,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
         self._model_paths[id(foreign.model)] = path
         return foreign
 
-    def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
+    def _summary_of(self, foreign: ForeignModule, class_name: Optional[str], function: str, holder: Optional[str] = None):
         model = foreign.model
         candidates = [
             s
