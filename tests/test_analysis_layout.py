@@ -64,7 +64,7 @@ LAYERS = [
         "the file model, assembled from them",
         {
             "project_hooks", "file_model", "builder", "assignments", "autocast_regions", "calls", "backward_calls",
-            "steps", "tensor_evidence",
+            "steps",
         },
     ),
     (
@@ -80,7 +80,10 @@ LAYERS = [
     ),
     (
         "rule predicates",
-        {"order", "order_accumulation", "order_gradients", "order_reads", "order_steps", "order_unscale", "order_updates"},
+        {
+            "order", "order_accumulation", "order_gradients", "order_reads", "order_steps", "order_unscale",
+            "order_updates", "tensor_evidence",
+        },
     ),
 ]
 

@@ -32,11 +32,14 @@ from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names as torch_names
+from amp_lint.analysis.calls import is_grad
 from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.project_hooks import ACTIVE
+from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.walk import visit_read_only
 
 _MAX_DEPTH = 4
 _ACCESSORS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "buffers", "named_buffers"})
@@ -174,8 +177,6 @@ def _names_scale(expr: cst.BaseExpression) -> bool:
 # --- resolution ---
 def callee_of(model: FileModel, call: Event) -> Optional[Callee]:
     """What a CALL event calls: a scope of this file, a known leaf effect, or another module's events."""
-    from amp_lint.analysis.steps import callee_scope
-
     target = call.target or ""
     scope = callee_scope(model, call)
     if scope is not None:
@@ -391,9 +392,6 @@ def _reads_grad_attribute(node: cst.CSTNode) -> bool:
     """Does the function read some `x.grad` in its own body (not `torch.autograd`, not an assignment target:
     `p.grad = None` clears, it does not read)? Wherever it sits: `for group in optimizer.param_groups:` loops
     are not parameter loops, so their reads are no GRAD_READ events."""
-    from amp_lint.analysis.calls import is_grad
-    from amp_lint.analysis.walk import visit_read_only
-
     found: List[bool] = []
 
     class Reads(cst.CSTVisitor):

@@ -1,6 +1,6 @@
 """Summaries of functions of other modules of the checked tree, applied where this file calls them.
 
-The analysis of one file puts the events of its own helpers at their call sites (`scaler_flow.Summary`).
+The analysis of one file puts the events of its own helpers at their call sites (`function_summary.Summary`).
 A call it cannot follow in the file (`clip_gradients(model)` imported from `pkg.utils`, `self.backward(...)`
 inherited from a base class of another module) is *unknown* to it. This provider answers some of those:
 
