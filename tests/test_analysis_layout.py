@@ -99,8 +99,9 @@ def _imported_analysis_modules(path: Path):
         names = []
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
-                base = ".".join([package] + ([base] if base else [])) if node.level == 1 else "amp_lint"
+            if node.level:  # `from . import x`, `from .x import y`, `from ..analysis.x import y`
+                above = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(above + ([base] if base else []))
             if base == package:
                 names = [alias.name for alias in node.names]
             elif base.startswith(package + "."):
@@ -140,6 +141,21 @@ def _a_cycle(graph):
             if found:
                 return found
     return None
+
+
+def test_imports_are_read_wherever_they_are_written(tmp_path):
+    module = tmp_path / "some_module.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from amp_lint.analysis import names\n"
+        "from . import cfg\n"
+        "from ..analysis.paths import Paths\n"
+        "import amp_lint.analysis.values\n"
+        "if TYPE_CHECKING:\n    from amp_lint.analysis.file_model import Scope\n"
+        "def f():\n    from amp_lint.analysis.summaries import ACTIVE\n"
+    )
+    found = sorted(name for name, _ in _imported_analysis_modules(module))
+    assert found == ["cfg", "file_model", "names", "paths", "summaries", "values"]
 
 
 def test_cycle_finder_finds_a_circle_and_none_where_there_is_none():
