@@ -541,8 +541,9 @@ def test_show_assumed_flag_and_setting(tmp_path):
 
 
 def test_a_summary_from_another_file_plugs_in_at_the_call():
-    # Issue 15 will give summaries of other files' functions; the hook is `scaler_flow.SUMMARIES`.
-    from amp_lint.analysis import scaler_flow
+    # Issue 15 will give summaries of other files' functions; the hook is `project_hooks.SUMMARIES`.
+    from amp_lint.analysis import project_hooks
+    from amp_lint.analysis.function_summary import Summary
 
     helper_model = build_model(
         cst.parse_module("def step_helper(scaler, opt):\n    scaler.step(opt)\n    scaler.update()\n")
@@ -551,7 +552,7 @@ def test_a_summary_from_another_file_plugs_in_at_the_call():
 
     def provider(model, call):
         if call.target == "step_helper":
-            return scaler_flow.Summary(scope=helper, events=tuple(helper.events), params=("scaler", "opt"))
+            return Summary(scope=helper, events=tuple(helper.events), params=("scaler", "opt"))
         return None
 
     source = """
@@ -562,7 +563,7 @@ for x in loader:
     step_helper(grad_scaler, optimizer)
 """
     assert _codes(source, "AMP011") == []
-    scaler_flow.SUMMARIES.append(provider)
+    project_hooks.SUMMARIES.append(provider)
     try:
         model = build_model(cst.parse_module(textwrap.dedent(source)))
         [step] = [s for s in model.steps if s.loop is not None]
@@ -571,7 +572,7 @@ for x in loader:
         assert stepped[0].in_helper
         assert flow_of(model, step).path(step.of(EventKind.BACKWARD)[0], stepped[0]) is PROVED
     finally:
-        scaler_flow.SUMMARIES.remove(provider)
+        project_hooks.SUMMARIES.remove(provider)
 
 
 def _states_before(source: str, kind, index: int = -1):

@@ -250,9 +250,9 @@ def test_checker_api_with_and_without_a_project_index():
     assert [(d.code, d.location.row) for d in found.diagnostics] == [("AMP030", 12)]
     assert any(r.filename and r.filename.endswith("metrics.py") for r in found.diagnostics[0].related)
     # the hooks are only in place while the file is checked
-    from amp_lint.analysis import scaler_flow
+    from amp_lint.analysis import project_hooks
 
-    assert scaler_flow.SUMMARIES == [] and scaler_flow.FOLLOWED_CALLS == []
+    assert project_hooks.SUMMARIES == [] and project_hooks.FOLLOWED_CALLS == []
 
 
 def test_a_module_that_imports_itself_in_a_cycle_is_no_trouble(tmp_path):

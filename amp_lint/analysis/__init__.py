@@ -1,39 +1,65 @@
 """Stage 3, analysis: what the parsed file means for AMP, built once per file and read by every rule.
 
-The modules, in the order the pipeline runs them:
+The modules, in layers: each imports only from its own layer and the ones before it, with no circle
+(`tests/test_analysis_layout.py` holds the list and checks it). What a lower layer needs from a higher one
+comes down as data or through a hook (`project_hooks`), never by an import back up.
 
-Names and syntax
+1. Per-function facts: pure readers of one function's code and the names it reads
 - `names`: which names mean `torch.autocast`, `GradScaler`, optimizers, clipping (`NameTable`), resolved
   once per scope; `dotted_name`.
 - `syntax`: small readers of LibCST nodes (`code_of`, literals, call arguments) and the statement and
-  loop types the model records.
-- `walk`: the lean tree walk (`Walker`) the builder subclasses.
+  loop types the model records; `walk`: the lean tree walk (`Walker`) the builder subclasses.
+- `autocast`: what an autocast expression asks for (`AutocastSpec`: device, dtype, enabled; `DType`).
+- `events`: one function's facts: `Scope`, `Event` (one training-step operation and where it sits),
+  `EventKind`, `Branch`, `AutocastRegion`, `enabled_region`.
+- `function_summary`: what a function does to the protocol, applied at its call (`Summary`,
+  `argument_names`, `call_params`).
+- `single_pass_loops`: loops that do not repeat an iteration (retry loops, loops over optimizers);
+  `leaving_branches`: branches left by a jump; `scaler_scan`: does a function drive a scaler;
+  `linear_grads`: gradient uses that keep the scale.
+- `cfg`: a control-flow graph per function and module body; `conditions`: branch tests normalised into
+  atoms, so that tests deciding the same thing agree; `paths`: "is there a feasible path from A to B
+  avoiding C", answered as no, proved or assumed.
+- `values`: what device strings, dtypes and flags can be (`values.of(module).resolve(expr, scope_node)`);
+  `value_types`: `Value`, `Atom`, `Kind`, `Index`; `def_use`: the def-use index the resolution reads;
+  `dict_splats`: what a `**kwargs` splat passes.
 
-The file's model (`build_model(module) -> FileModel`)
-- `builder`: the tree walk (`ModelBuilder`): scopes, statements, branches, loops, autocast regions,
-  assignments; `build_model`.
-- `calls`: the walk's call and reference hooks (`CallRecorder`): training-step events, call sites,
-  deprecated uses; method calls classified once every binding is known.
-- `autocast`: `AutocastSpec` (device, dtype, enabled), `AutocastRegion`, `enabled_region`.
-- `events`: `EventKind`, `Event` (one training-step operation and where it sits), `Branch`.
-- `file_model`: `FileModel`, `Scope`, `TrainingStep`, `CallSite`, `AssignmentSite`, `ScalerBinding`,
+2. The file model (`build_model(module) -> FileModel`), assembled from them
+- `builder`: the tree walk (`ModelBuilder`): scopes, statements, branches, loops; `build_model`. Its
+  hooks: `calls` (`CallRecorder`: call sites, training-step events, deprecated uses; method calls
+  classified once every binding is known), `backward_calls` (which loss a backward runs on, which scaler
+  scaled it), `assignments` (scalers, optimizers, autocast bindings), `autocast_regions` (autocast `with`
+  items and decorators; `resolve_spec`).
+- `file_model`: `FileModel`, `TrainingStep`, `CallSite`, `AssignmentSite`, `ScalerBinding`,
   `DeprecatedUse`; `is_scaler` / `is_optimizer`.
 - `steps`: events grouped into iterations (`training_steps`), helpers' events inlined at their calls.
-- `single_pass_loops`: loops that do not repeat an iteration (retry loops, loops over optimizers).
+- `project_hooks`: what the model may ask of other modules of the project (`project()`, `SUMMARIES`,
+  `FOLLOWED_CALLS`), answered by the project layer's provider while a file is checked.
 
-Control flow and the scaler protocol
-- `cfg`: a control-flow graph per function and module body.
-- `conditions`: branch tests normalised into atoms, so that tests deciding the same thing agree.
-- `paths`: "is there a feasible path from A to B avoiding C", answered as no, proved or assumed.
-- `scaler_flow`: the paths of one iteration (`flow_of(model, step)`), and function summaries
-  (`Summary`, `SUMMARIES`).
+3. Project summaries: callers and callees across files
+- `project`: the index of the checked tree's modules; `summaries`: `ProjectSummaries`, the provider of
+  other modules' function summaries (through `project_hooks`), with `caller_search` (AMP013's callers),
+  `instance_calls`, `attribute_classes`, `callers`, `foreign_modules` (a module read on the file's behalf).
+- `project_factories`: project functions returning an autocast or a GradScaler; `scaler_classes`: project
+  classes a scaler name may hold; `scaler_reach`, `package_files`: where a scaler attribute can go.
+- `gradient_effects`: what a project function does to the gradients (`effects_of(model, scope) ->
+  GradientEffects`: reads, clips, zeroes, backward, steps, scaler methods, unknown), transitive through
+  the calls that resolve (same class, held objects, attributes bound to functions, literal getattr, other
+  modules); `calls_reading_gradients(model, step)`; `optimizer_holds_parameters_of`; `class_builds_scaler`.
+
+4. The protocol run over the paths of an iteration
+- `scaler_flow`: the paths of one iteration (`flow_of(model, step)`).
 - `protocol`: the GradScaler protocol written once, as data: per optimizer the scaler's stage
   (ready/unscaled/stepped), the gradients' scale (scaled, unscaled, unscaled twice, zeroed; accumulating
   or not), per scaler the inf checks; the violations each transition names and the rule that reports
   it. No LibCST: a runtime guard or the fix check can run the same table.
 - `typestate`: the engine that runs the table over an iteration's paths (`typestate.run(flow)`): the
   states before each event, the violations at it (with their cause), the states at the iteration's end.
-  The order rules are predicates over it.
+- `flow_queries`: path questions beyond the protocol's own; `accumulation`: the gradient-accumulation
+  boundary of an iteration (a loop body or a per-call step function) and which events run on every
+  micro-batch; `epochs`: epochs are iterations too: does a call or construction run on several epochs.
+
+5. Rule predicates
 - `order`: what an order rule asks, answered once: `Breach` (a condition, the event where it holds, the
   events it rests on, proved or assumed). The queries, by subject: `order_updates` (update() twice,
   before the inf checks, never: AMP021-023), `order_unscale` (unscale_ twice, after the step, left for
@@ -41,22 +67,7 @@ Control flow and the scaler protocol
   (scaled gradients read: AMP030), `order_accumulation` (what runs on every micro-batch: AMP040-042),
   `order_gradients` (zero_grad before the step, a closure to `scaler.step`, the scaler saved
   mid-iteration: AMP043, AMP025, AMP081). A rule turns breaches into messages and fixes.
-- `accumulation`: the gradient-accumulation boundary of an iteration (a loop body or a per-call step
-  function) and which events run on every micro-batch.
-- `epochs`: epochs are iterations too: does a call or construction run on several epochs.
-
-Values (on demand)
-- `values`: what device strings, dtypes and flags can be (`values.of(module).resolve(expr, scope_node)`).
-- `value_types`: `Value`, `Atom`, `Kind`, `Index`: what is known about a value.
-- `def_use`: the file's def-use index that the resolution reads.
-
-Across files
-- `project`: the index of the checked tree's modules; `summaries`: summaries of their functions,
-  plugged into `scaler_flow.SUMMARIES`.
-- `gradient_effects`: what a project function does to the gradients (`effects_of(model, scope) ->
-  GradientEffects`: reads, clips, zeroes, backward, steps, scaler methods, unknown), transitive through
-  the calls that resolve (same class, held objects, attributes bound to functions, literal getattr, other
-  modules); `calls_reading_gradients(model, step)`; `optimizer_holds_parameters_of`; `class_builds_scaler`.
+- `tensor_evidence`: is a name a tensor, by the evidence the code gives (the device rules).
 
 How a rule reads the analysis
 A rule's `check(model)` gets the `FileModel` and never walks the tree. It iterates what it is about:

@@ -3,8 +3,8 @@
 The tree walk (`builder`) makes an `AutocastRegion` for each `with` item and decorator that enters
 autocast, with the `AutocastSpec` read from its call (`autocast_spec`); an `AutocastBinding` remembers a
 name bound to an autocast instance or factory (`ctx = torch.autocast(...)`, `partial(autocast, ...)`).
-Once the walk has seen every assignment, `resolve_spec` turns a spec's device, dtype and `enabled`
-arguments into literals where the file's constants say what they are. Events and call sites carry the
+Once the walk has seen every assignment, `autocast_regions.resolve_spec` turns a spec's device, dtype and
+`enabled` arguments into literals where the file's constants say what they are. Events and call sites carry the
 regions around them; `enabled_region` says which one is in force.
 """
 
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.syntax import Loop, argument, literal_bool, literal_string, own_nodes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.file_model import Scope
+from amp_lint.analysis.syntax import argument, literal_bool, literal_string, own_nodes
 
 CUDA_LIKE_DEVICES = frozenset({"cuda", "xpu", "mps", "mtia"})
 BF16_DEFAULT_DEVICES = frozenset({"cpu", "hpu", "xla", "maia"})
@@ -42,7 +39,7 @@ class AutocastSpec:
     device_node: Optional[cst.BaseExpression] = None
     dtype_node: Optional[cst.BaseExpression] = None
     enabled_node: Optional[cst.BaseExpression] = None
-    device: Optional[str] = None  # literal device type ("cuda"), set by resolve_spec after the walk
+    device: Optional[str] = None  # literal device type ("cuda"), set by autocast_regions.resolve_spec after the walk
     dtype: DType = DType.UNKNOWN
     enabled: Optional[bool] = True  # False: literal enabled=False; None: decided at run time
 
@@ -83,22 +80,6 @@ def autocast_spec(qualified_name: str, call: Optional[cst.Call], extra_args: Seq
 
 
 @dataclass(eq=False)
-class AutocastRegion:
-    """Code that runs under autocast: the body of a `with` item, or a decorated function."""
-
-    node: Union[cst.With, cst.FunctionDef]
-    spec: AutocastSpec
-    item: Optional[cst.WithItem] = None  # the `with` item (None for a decorator)
-    scope: Optional["Scope"] = None
-    parent: Optional["AutocastRegion"] = None  # the lexically enclosing region, if any
-    loops: Tuple[Loop, ...] = ()  # loops around the region within its scope, outermost first
-
-    @property
-    def is_decorator(self) -> bool:
-        return isinstance(self.node, cst.FunctionDef)
-
-
-@dataclass(eq=False)
 class AutocastBinding:
     """`ctx = torch.autocast(...)` (an instance) or `amp_cm = autocast` / `partial(autocast, ...)` (a factory)."""
 
@@ -106,84 +87,6 @@ class AutocastBinding:
     call: Optional[cst.Call]  # the autocast call for an instance; the partial(...) call for a partial
     is_factory: bool
     partial_args: Tuple[cst.Arg, ...] = ()
-
-
-def enabled_region(regions: Sequence[AutocastRegion], off: Sequence[AutocastRegion] = ()) -> Optional[AutocastRegion]:
-    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`; `off`:
-    regions whose `enabled=` flag is known false where the question is asked (they switch autocast off)."""
-    disabled_devices = set()
-    for region in reversed(regions):
-        if not region.spec.is_enabled or any(region is other for other in off):
-            # autocast(enabled=False) only switches off its own device type (AMP053).
-            disabled_devices.add(region.spec.device or "*")
-            continue
-        if "*" in disabled_devices or region.spec.device in disabled_devices:
-            return None
-        if region.spec.device is None and disabled_devices:
-            return None
-        return region
-    return None
-
-
-# --- after the walk: the spec's arguments as literals -------------------------------------------------
-
-
-def _resolve_constant(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[cst.BaseExpression]:
-    """Follow a name to its single assignment in the scope chain (`amp_dtype = torch.float16`)."""
-    seen = 0
-    while isinstance(expr, cst.Name) and seen < 5:
-        seen += 1
-        for outer in scope.chain():
-            values = outer.assignments.get(expr.value)
-            if values:
-                if len(values) != 1:
-                    return None
-                expr = values[0][0]
-                break
-        else:
-            return expr
-    return expr
-
-
-def _device_literal(expr: Optional[cst.BaseExpression], scope: Scope, module_scope: Scope) -> Optional[str]:
-    expr = _resolve_constant(expr, scope, module_scope)
-    text = literal_string(expr)
-    if text is not None:
-        return text
-    # device.type where device = torch.device("cuda")
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
-        inner = _resolve_constant(expr.value, scope, module_scope)
-        if isinstance(inner, cst.Call) and scope.names.qualify(inner.func) == "torch.device" and inner.args:
-            literal = literal_string(inner.args[0].value)
-            if literal is not None:
-                return literal.split(":")[0]
-    return None
-
-
-def resolve_spec(spec: AutocastSpec, scope: Scope, module_scope: Scope) -> None:
-    implied = names.IMPLIED_DEVICE.get(spec.qualified_name)
-    spec.device = implied or _device_literal(spec.device_node, scope, module_scope)
-    dtype_expr = _resolve_constant(spec.dtype_node, scope, module_scope) if spec.dtype_node is not None else None
-    if spec.dtype_node is None:
-        device = (spec.device or "").split(":")[0]
-        if device in CUDA_LIKE_DEVICES:
-            spec.dtype = DType.FP16
-        elif device in BF16_DEFAULT_DEVICES:
-            spec.dtype = DType.BF16
-        else:
-            spec.dtype = DType.UNKNOWN
-    else:
-        qualified = scope.names.qualify(dtype_expr) if dtype_expr is not None else None
-        if qualified in names.FLOAT16:
-            spec.dtype = DType.FP16
-        elif qualified in names.BFLOAT16:
-            spec.dtype = DType.BF16
-        elif qualified in names.OTHER_FLOAT:
-            spec.dtype = DType.OTHER
-        else:
-            spec.dtype = DType.UNKNOWN
-    if spec.enabled_node is not None:
-        spec.enabled = literal_bool(_resolve_constant(spec.enabled_node, scope, module_scope))
 
 
 # --- a project's own autocast factory ------------------------------------------------------------------

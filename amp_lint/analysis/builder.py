@@ -1,11 +1,12 @@
 """The tree walk that builds a file's model: `build_model(module) -> FileModel`.
 
 One walk over the LibCST tree (`walk.Walker`, no metadata providers) in source order. `ModelBuilder`
-keeps the stacks of where the walk is (scope, class, statement, loops, `if` branches, autocast regions),
-makes a `Scope` per function, an `AutocastRegion` per autocast `with` item or decorator, and records
-assignments (scalers, optimizers, autocast contexts); the call hooks are in `calls.CallRecorder`. After
-the walk (`finish`), the method calls are classified (`calls`), autocast specs resolved
-(`autocast.resolve_spec`) and the events grouped into training steps (`steps`).
+keeps the stacks of where the walk is (scope, class, statement, loops, `if` branches, autocast regions)
+and makes a `Scope` per function; its hooks for calls are in `calls.CallRecorder`, for assignments
+(scalers, optimizers, autocast contexts) in `assignments.AssignmentRecorder`, for autocast `with` items
+and decorators in `autocast_regions.AutocastRecorder`. After the walk (`finish`), the method calls are
+classified (`calls`), autocast specs resolved (`autocast_regions.resolve_spec`) and the events grouped
+into training steps (`steps`).
 """
 
 from __future__ import annotations
@@ -14,31 +15,22 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from amp_lint.analysis import names
-from amp_lint.analysis.autocast import (
-    FRAMEWORK_AUTOCAST,
-    AutocastBinding,
-    AutocastRegion,
-    AutocastSpec,
-    autocast_spec,
-    is_framework_autocast,
-    not_a_library_function,
-    resolve_spec,
-    wrapper_spec,
-)
-from amp_lint.analysis.calls import CallRecorder, RawCall, is_grad
-from amp_lint.analysis.events import Branch, Event
+from amp_lint.analysis.assignments import AssignmentRecorder
+from amp_lint.analysis.autocast import AutocastBinding
+from amp_lint.analysis.autocast_regions import AutocastRecorder, resolve_spec
+from amp_lint.analysis.calls import CallRecorder, RawCall
+from amp_lint.analysis.events import AutocastRegion, Branch, Event
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, DeprecatedUse, FileModel, ScalerBinding, Scope
 from amp_lint.analysis.leaving_branches import LEAVES_FUNCTION, close_block, ends_with, pop_branch
-from amp_lint.analysis.names import NameTable, dotted_name
+from amp_lint.analysis.names import NameTable
 from amp_lint.analysis.parameter_loops import ParameterLoops
 from amp_lint.analysis.steps import training_steps
-from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_bool
+from amp_lint.analysis.syntax import Loop, Statement
 from amp_lint.analysis.walk import Walker
 
 
-class ModelBuilder(CallRecorder, ParameterLoops, Walker):
-    """The walk's state and its structural hooks: scopes, statements, branches, loops, with-items, assignments."""
+class ModelBuilder(CallRecorder, AssignmentRecorder, AutocastRecorder, ParameterLoops, Walker):
+    """The walk's state and its structural hooks: scopes, statements, branches, loops."""
 
     def __init__(self, module: cst.Module) -> None:
         super().__init__()
@@ -197,15 +189,6 @@ class ModelBuilder(CallRecorder, ParameterLoops, Walker):
         if params.star_kwarg is not None:
             yield params.star_kwarg
 
-    def _decorator_region(self, node: cst.FunctionDef) -> Optional[AutocastRegion]:
-        for decorator in node.decorators:
-            expr = decorator.decorator
-            call = expr if isinstance(expr, cst.Call) else None
-            qualified = self.qualify(call.func if call else expr)
-            if qualified in names.AUTOCAST:
-                return AutocastRegion(node=node, spec=autocast_spec(qualified, call))
-        return None
-
     # --- statements, blocks, branches, loops ---
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self.statement_stack.append(node)
@@ -237,34 +220,6 @@ class ModelBuilder(CallRecorder, ParameterLoops, Walker):
 
     def visit_Expr(self, node: cst.Expr) -> None:
         self.small_statement = node
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self.small_statement = node
-        self._note_factory_positions(node.value)
-        for target in node.targets:
-            self._record_assignment(target.target, node.value)
-            # `a, b = scaler.scale(x), scaler.scale(y)`: each name bound to its own element (issue 26, principle 4).
-            paired = _paired_elements(target.target, node.value)
-            for name, value in paired:
-                self._record_assignment(name, value)
-            if not paired and isinstance(target.target, (cst.Tuple, cst.List)):  # `model, opt = ipex.optimize(...)`
-                keys = (dotted_name(element.value) for element in target.target.elements)
-                self.unpacked_sites.extend(self._site(key, node.value) for key in keys if key is not None)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self.small_statement = node
-        if node.value is not None:
-            self._record_assignment(node.target, node.value)
-        key = dotted_name(node.target)
-        if key is not None and "Scaler" in code_of(node.annotation.annotation):
-            self._add_scaler(key, ScalerBinding(key=key, enabled=None), from_annotation=True)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self.small_statement = node
-        # `p.grad /= n` rescales linearly: whatever the scale, it does not read the values (issue 14, fairseq).
-        if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and is_grad(node.target):
-            self.skip_reference.add(node.target)
-            self.grad_rescales.append(self._site(dotted_name(node.target) or "", node.value))
 
     def visit_Return(self, node: cst.Return) -> None:
         self.small_statement = node
@@ -351,173 +306,6 @@ class ModelBuilder(CallRecorder, ParameterLoops, Walker):
     def leave_Try(self, original_node: cst.Try) -> None:
         self._leave_compound()
 
-    def visit_With(self, node: cst.With) -> None:
-        self._enter_compound(node)
-        regions = []
-        for item in node.items:
-            spec = self._autocast_of_with_item(item.item)
-            if spec is not None:
-                region = AutocastRegion(node=node, spec=spec, item=item, scope=self.scope, loops=tuple(self.loop_stack[-1]))
-                regions.append(region)
-            elif is_framework_autocast(item.item) and not_a_library_function(self.scope.names.qualify(item.item.func)):
-                spec = AutocastSpec(qualified_name=FRAMEWORK_AUTOCAST, call=item.item, enabled=None)
-                self.framework_regions.append(AutocastRegion(node=node, spec=spec, item=item, scope=self.scope))
-        self.with_regions[node] = regions
-
-    def visit_With_body(self, node: cst.With) -> None:
-        for region in self.with_regions.get(node, []):
-            stack = self.region_stack[-1]
-            region.parent = stack[-1] if stack else None
-            stack.append(region)
-            self.scope.regions.append(region)
-            self.regions.append(region)
-
-    def leave_With_body(self, node: cst.With) -> None:
-        for _ in self.with_regions.get(node, []):
-            self.region_stack[-1].pop()
-
-    def leave_With(self, original_node: cst.With) -> None:
-        self._leave_compound()
-
-    def _autocast_of_with_item(self, expr: cst.BaseExpression) -> Optional[AutocastSpec]:
-        if isinstance(expr, cst.Call):
-            qualified = self.qualify(expr.func)
-            if qualified in names.AUTOCAST:
-                return autocast_spec(qualified, expr)
-            binding = self._autocast_binding(expr.func)
-            if binding is not None and binding.is_factory:
-                return autocast_spec(binding.qualified_name, expr, binding.partial_args)
-            return self._autocast_wrapper(expr.func)
-        binding = self._autocast_binding(expr)
-        if binding is not None and not binding.is_factory:
-            return autocast_spec(binding.qualified_name, binding.call)
-        return None
-
-    def _autocast_wrapper(self, func: cst.BaseExpression) -> Optional[AutocastSpec]:
-        """`with autocast(self.amp):` where `autocast` is a top-level function of this file returning one."""
-        if isinstance(func, cst.Name) and self.qualify(func) is not None:
-            from amp_lint.analysis.summaries import autocast_factory  # another module of the project
-
-            found = autocast_factory(func.value)
-            if found is None:
-                return None
-            spec = AutocastSpec(qualified_name=found[0], call=None, device=found[1])
-            spec.enabled = found[2]
-            return spec
-        if not isinstance(func, cst.Name) or not names.binds_at_module_level(self.scope.names, func.value):
-            return None
-        defined = [s for s in self.module.body if isinstance(s, cst.FunctionDef) and s.name.value == func.value]
-        return wrapper_spec(defined[0], self.module_scope.names.qualify) if len(defined) == 1 else None
-
-    def _autocast_binding(self, expr: cst.BaseExpression) -> Optional[AutocastBinding]:
-        key = dotted_name(expr)
-        if key is None:
-            return None
-        for scope in self.scope.chain():
-            binding = self.autocast_bindings.get((id(scope), key))
-            if binding is not None:
-                return binding
-        if key.startswith("self.") and self.scope.class_name:
-            return self.autocast_bindings.get((0, f"{self.scope.class_name}.{key}"))
-        return None
-
-    # --- assignments: scalers, optimizers, autocast contexts, scaled losses, constants ---
-    def _binding_key(self, key: str) -> Tuple[int, str]:
-        if key.startswith("self.") and self.scope.class_name:
-            return (0, f"{self.scope.class_name}.{key}")
-        return (id(self.scope), key)
-
-    def _site(self, key: str, value: cst.BaseExpression) -> AssignmentSite:
-        """`key` set from `value` here: where it sits (statement, scope, loops, branches, autocast regions)."""
-        return AssignmentSite(
-            key,
-            value,
-            self.statement_stack[-1] if self.statement_stack else None,
-            self.scope,
-            tuple(self.loop_stack[-1]),
-            tuple(self.branch_stack[-1]),
-            tuple(self.region_stack[-1]),
-            self.counter,
-            len(self.call_sites) + len(self.assignment_sites),
-        )
-
-    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
-        key = dotted_name(target)
-        if key is None:
-            return
-        statement = self.statement_stack[-1] if self.statement_stack else None
-        self.scope.assignments.setdefault(key, []).append((value, statement))
-        self.assignment_sites.append(self._site(key, value))
-        if "." not in key:
-            self.scope.names.bind_local(key)
-        for candidate in alternatives(value):
-            if isinstance(candidate, cst.Call):
-                qualified = self.qualify(candidate.func) or self._class_alias(candidate.func)
-                if qualified in names.GRAD_SCALER:
-                    enabled_arg = argument(candidate, 4 if qualified in names.IMPLIED_DEVICE else 5, "enabled")
-                    enabled = True if enabled_arg is None else literal_bool(enabled_arg.value)
-                    self._add_scaler(
-                        key,
-                        ScalerBinding(
-                            key=key,
-                            call=candidate,
-                            qualified_name=qualified,
-                            enabled=enabled,
-                            maybe_none=candidate is not value,
-                            statement=statement,
-                            scope=self.scope,
-                            loops=tuple(self.loop_stack[-1]),
-                            branches=tuple(self.branch_stack[-1]),
-                        ),
-                    )
-                elif isinstance(candidate.func, cst.Name) and qualified is not None and self._scaler_factory(candidate.func.value):
-                    # a project function of another module returning a GradScaler on every path (issue 26)
-                    self._add_scaler(key, ScalerBinding(key=key, enabled=None, statement=statement, scope=self.scope, factory=candidate))
-                elif qualified is not None and names.is_optimizer_class(qualified):
-                    self.optimizer_keys.add(key)
-                elif qualified in names.AUTOCAST:
-                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, candidate, False)
-                elif qualified in ("functools.partial",) and candidate.args:
-                    inner = self.qualify(candidate.args[0].value)
-                    if inner in names.AUTOCAST:
-                        self.autocast_bindings[self._binding_key(key)] = AutocastBinding(
-                            inner, candidate, True, tuple(candidate.args[1:])
-                        )
-            else:
-                qualified = self.qualify(candidate)
-                if qualified in names.AUTOCAST:
-                    self.autocast_bindings[self._binding_key(key)] = AutocastBinding(qualified, None, True)
-
-    @staticmethod
-    def _scaler_factory(name: str) -> bool:
-        from amp_lint.analysis.scaler_factories import scaler_factory  # another module of the project
-
-        return scaler_factory(name) is not None
-
-    def _class_alias(self, func: cst.BaseExpression) -> Optional[str]:
-        """`scaler_type = GradScaler` (or `ShardedGradScaler` on another branch) earlier in this function, then
-        `scaler_type()`: the scaler class every assignment names (issue 26, principle 4: values followed)."""
-        if not isinstance(func, cst.Name):
-            return None
-        found = set()
-        for value, _ in self.scope.assignments.get(func.value, []):
-            qualified = self.scope.names.qualify(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
-            if qualified not in names.GRAD_SCALER:
-                return None
-            found.add(qualified)
-        return sorted(found)[0] if found else None
-
-    def _note_factory_positions(self, value: cst.BaseExpression) -> None:
-        """`amp_cm = torch.cuda.amp.autocast if amp else nullcontext`: a reference that will be called."""
-        for candidate in alternatives(value):
-            if isinstance(candidate, (cst.Name, cst.Attribute)):
-                self.factory_positions.add(candidate)
-
-    def _add_scaler(self, key: str, binding: ScalerBinding, from_annotation: bool = False) -> None:
-        binding.scope = binding.scope or self.scope
-        stored = f"{self.scope.class_name}.{key}" if key.startswith("self.") and self.scope.class_name else key
-        self.scalers.setdefault(stored, []).append(binding)
-
     # --- after the walk ---
     def finish(self) -> FileModel:
         model = FileModel(
@@ -575,14 +363,3 @@ def build_model(module: cst.Module, follow_every_call: bool = False) -> FileMode
     builder.follow_every_call = follow_every_call
     builder.walk(module)
     return builder.finish()
-
-
-def _paired_elements(target: cst.BaseExpression, value: cst.BaseExpression):
-    """(element target, element value) of a tuple or list assigned from one of the same length, no starred."""
-    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)):
-        return []
-    if len(target.elements) != len(value.elements):
-        return []
-    if any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
-        return []
-    return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]

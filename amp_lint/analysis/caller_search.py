@@ -13,17 +13,16 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis.callers import MAX_MODULE_BYTES, attribute_kept, caller_scan_files
+from amp_lint.analysis.foreign_modules import ForeignModule
+from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.project import ModuleInfo, qualified_in, source_root_of
 
 MAX_CALLER_MODULES = 4  # callers parsed for one checked file
-
-if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.summaries import _Foreign
 
 
 class CallerSearch:
@@ -152,13 +151,11 @@ class CallerSearch:
             values = [a.value for a in model.assignment_sites if a.scope is site.scope and a.target == parts[0]]
             if len(values) != 1 or not isinstance(values[0], cst.Call):
                 return False
-            from amp_lint.analysis.names import dotted_name
-
             built = dotted_name(values[0].func)
             return built is not None and self._is_ours(caller, built, checked, class_name)
         return False
 
-    def _load_caller(self, info: ModuleInfo) -> Optional["_Foreign"]:
+    def _load_caller(self, info: ModuleInfo) -> Optional[ForeignModule]:
         path = os.path.abspath(info.path)
         if path in self._building:
             return None

@@ -1,26 +1,26 @@
-"""Events: the training-step operations of a function, where they sit, and which way each branch went.
+"""The facts of one function: its `Scope`, the training-step `Event`s in it, and where each sits.
 
-The tree walk (`builder`) records an `Event` for each backward call (scaled or not),
-`scaler.scale/unscale_/step/update`, `optimizer.step`, gradient clipping, `zero_grad`, gradient read and
-call of a helper, in source order, with the loops, `if` branches (`Branch`) and autocast regions around
-it. `steps` groups a scope's events into iterations; `scaler_flow` places each event on the function's
-control-flow graph (`Event.flow_statement`) and asks the protocol's questions along its paths.
+The tree walk (`builder`) makes a `Scope` per function (and one for the module body) and records an
+`Event` for each backward call (scaled or not), `scaler.scale/unscale_/step/update`, `optimizer.step`,
+gradient clipping, `zero_grad`, gradient read and call of a helper, in source order, with the loops,
+`if` branches (`Branch`) and autocast regions (`AutocastRegion`, the code a `with` item or decorator runs
+under autocast) around it; `enabled_region` says which region is in force. `steps` groups a scope's events
+into iterations; `scaler_flow` places each event on the function's control-flow graph
+(`Event.flow_statement`) and asks the protocol's questions along its paths.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from amp_lint.analysis.autocast import AutocastRegion, enabled_region
+from amp_lint.analysis.autocast import AutocastSpec
 from amp_lint.analysis.conditions import atom_of
+from amp_lint.analysis.names import NameTable
 from amp_lint.analysis.syntax import Loop, Statement, code_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.file_model import Scope
 
 
 class EventKind(enum.Enum):
@@ -57,6 +57,66 @@ class Branch:
         the lexical checks (`Event.compatible`) and the path checks agree on which tests are one.
         """
         return atom_of(self.node.test, self.taken)
+
+
+@dataclass(eq=False)
+class AutocastRegion:
+    """Code that runs under autocast: the body of a `with` item, or a decorated function."""
+
+    node: Union[cst.With, cst.FunctionDef]
+    spec: AutocastSpec
+    item: Optional[cst.WithItem] = None  # the `with` item (None for a decorator)
+    scope: Optional["Scope"] = None
+    parent: Optional["AutocastRegion"] = None  # the lexically enclosing region, if any
+    loops: Tuple[Loop, ...] = ()  # loops around the region within its scope, outermost first
+
+    @property
+    def is_decorator(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+
+def enabled_region(regions: Sequence[AutocastRegion], off: Sequence[AutocastRegion] = ()) -> Optional[AutocastRegion]:
+    """The region in force among nested `regions` (outermost first), as `Event.in_enabled_autocast`; `off`:
+    regions whose `enabled=` flag is known false where the question is asked (they switch autocast off)."""
+    disabled_devices = set()
+    for region in reversed(regions):
+        if not region.spec.is_enabled or any(region is other for other in off):
+            # autocast(enabled=False) only switches off its own device type (AMP053).
+            disabled_devices.add(region.spec.device or "*")
+            continue
+        if "*" in disabled_devices or region.spec.device in disabled_devices:
+            return None
+        if region.spec.device is None and disabled_devices:
+            return None
+        return region
+    return None
+
+
+
+@dataclass(eq=False)
+class Scope:
+    """The module body, or one function (methods included)."""
+
+    node: Union[cst.Module, cst.FunctionDef]
+    name: str  # qualified: "Trainer.train_step"; "" for the module
+    parent: Optional["Scope"]
+    class_name: Optional[str] = None  # for methods, the enclosing class
+    names: NameTable = field(default_factory=NameTable)
+    params: Dict[str, Optional[cst.BaseExpression]] = field(default_factory=dict)  # name -> annotation
+    events: List[Event] = field(default_factory=list)
+    regions: List[AutocastRegion] = field(default_factory=list)
+    assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
+    decorator_region: Optional[AutocastRegion] = None
+
+    @property
+    def is_function(self) -> bool:
+        return isinstance(self.node, cst.FunctionDef)
+
+    def chain(self) -> Iterator["Scope"]:
+        scope: Optional[Scope] = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
 
 
 @dataclass(eq=False)

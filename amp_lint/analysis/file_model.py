@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastRegion, enabled_region
-from amp_lint.analysis.events import SCALER_KINDS, Branch, Event, EventKind
-from amp_lint.analysis.names import NameTable, declared_type, dotted_name
+from amp_lint.analysis.events import SCALER_KINDS, AutocastRegion, Branch, Event, EventKind, Scope, enabled_region
+from amp_lint.analysis.names import GRAD_SCALER, NameTable, declared_type, dotted_name
+from amp_lint.analysis.project_hooks import project
 from amp_lint.analysis.syntax import Loop, Statement, alternatives, argument, code_of, literal_string, own_nodes
 
 _SCALER_NAME = re.compile(r"(^|_)(grad|loss|amp|gradient)?_?scaler$", re.IGNORECASE)
@@ -60,32 +60,6 @@ class ScalerBinding:
         if arg is None:
             return "cuda"
         return literal_string(arg.value)
-
-
-@dataclass(eq=False)
-class Scope:
-    """The module body, or one function (methods included)."""
-
-    node: Union[cst.Module, cst.FunctionDef]
-    name: str  # qualified: "Trainer.train_step"; "" for the module
-    parent: Optional["Scope"]
-    class_name: Optional[str] = None  # for methods, the enclosing class
-    names: NameTable = field(default_factory=NameTable)
-    params: Dict[str, Optional[cst.BaseExpression]] = field(default_factory=dict)  # name -> annotation
-    events: List[Event] = field(default_factory=list)
-    regions: List[AutocastRegion] = field(default_factory=list)
-    assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
-    decorator_region: Optional[AutocastRegion] = None
-
-    @property
-    def is_function(self) -> bool:
-        return isinstance(self.node, cst.FunctionDef)
-
-    def chain(self) -> Iterator["Scope"]:
-        scope: Optional[Scope] = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
 
 
 @dataclass(eq=False)
@@ -365,10 +339,9 @@ def is_scaler(key: str, scope: Scope, model: FileModel) -> bool:
     if _built_by_someone_else(key, scope, model, imports_count=True):
         return False
     if key.startswith("self.") and key.count(".") == 1 and scope.class_name:
-        from amp_lint.analysis.scaler_factories import built_in_a_base, derives_from_torch_scaler
-
-        built = built_in_a_base(model, scope, key[len("self."):])
-        if built is not None and not derives_from_torch_scaler(built):
+        answers = project()
+        built = answers.built_in_a_base(model, scope, key[len("self."):])
+        if built is not None and not answers.derives_from_torch_scaler(built):
             return False
     return True
 
@@ -394,17 +367,13 @@ def _declared_a_protocol_of_its_own(key: str, scope: Scope, model: FileModel) ->
         qualified = outer.names.qualify(annotation)
         if qualified is None or qualified.startswith("torch."):
             return False
-        from amp_lint.analysis.scaler_factories import project_class_binds
-
-        return project_class_binds(model, qualified, _PROTOCOL_METHODS)
+        return project().project_class_binds(model, qualified, _PROTOCOL_METHODS)
     return False
 
 
 def _in_scaler_subclass(scope: Scope, model: FileModel) -> bool:
     """`self` in a method of a class whose base is torch's GradScaler (composer's `ClosureGradScaler`): the
     instance is a GradScaler, `self.unscale_(opt)` keeps torch's protocol (issue 26, principle 4)."""
-    from amp_lint.analysis.names import GRAD_SCALER
-
     cls = model.classes.get(scope.class_name or "")
     if cls is None or not any(scope.names.qualify(base.value) in GRAD_SCALER for base in cls.bases):
         return False

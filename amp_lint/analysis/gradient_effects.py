@@ -32,10 +32,14 @@ from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 import libcst as cst
 
 from amp_lint.analysis import names as torch_names
+from amp_lint.analysis.calls import is_grad
 from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.names import dotted_name
+from amp_lint.analysis.project_hooks import ACTIVE
+from amp_lint.analysis.steps import callee_scope
 from amp_lint.analysis.syntax import code_of
+from amp_lint.analysis.walk import visit_read_only
 
 _MAX_DEPTH = 4
 _ACCESSORS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "buffers", "named_buffers"})
@@ -125,11 +129,9 @@ def effects_of_function_named(model: FileModel, target: str) -> GradientEffects:
     """The gradient effects of the function of another project module that the dotted name `target` (a call
     the model records no event for: `utils.clip_gradients(model)` in a file that drives no scaler) calls, while
     a provider follows the file (`summaries.ProjectSummaries.following`); NONE when it cannot be resolved."""
-    from amp_lint.analysis import summaries
-
-    if not summaries._ACTIVE or not summaries._ACTIVE[-1].following_functions:
+    if not ACTIVE or not ACTIVE[-1].following_functions:
         return NONE
-    found = summaries._ACTIVE[-1].function_of(model, target)
+    found = ACTIVE[-1].function_of(model, target)
     if found is None:
         return NONE
     return _effects(found[0], found[1], _memo(found[0]), depth=1, active=frozenset())
@@ -144,9 +146,7 @@ def creates_graph(call: cst.Call) -> bool:
 def _model_of(model: FileModel, scope: Scope) -> Optional[FileModel]:
     if any(s is scope for s in model.scopes):
         return model
-    from amp_lint.analysis import summaries
-
-    for provider in summaries._ACTIVE:
+    for provider in ACTIVE:
         for foreign in list(provider._modules.values()):
             if foreign is not None and foreign.model is not None and any(s is scope for s in foreign.model.scopes):
                 return foreign.model
@@ -177,8 +177,6 @@ def _names_scale(expr: cst.BaseExpression) -> bool:
 # --- resolution ---
 def callee_of(model: FileModel, call: Event) -> Optional[Callee]:
     """What a CALL event calls: a scope of this file, a known leaf effect, or another module's events."""
-    from amp_lint.analysis.steps import callee_scope
-
     target = call.target or ""
     scope = callee_scope(model, call)
     if scope is not None:
@@ -285,21 +283,19 @@ def _methods_of(model: FileModel, class_name: str, method: str) -> List[Scope]:
 
 def _foreign(model: FileModel, call: Event):
     """Another project module's function, through the run's summary provider (its helpers inlined)."""
-    from amp_lint.analysis import summaries
-
-    if not summaries._ACTIVE:
+    if not ACTIVE:
         return None
-    if summaries._ACTIVE[-1].following_functions:  # a file that drives no scaler: its function, in its model
-        return summaries._ACTIVE[-1].function_of(model, call.target or "")
+    if ACTIVE[-1].following_functions:  # a file that drives no scaler: its function, in its model
+        return ACTIVE[-1].function_of(model, call.target or "")
     try:
-        summary = summaries._ACTIVE[-1].provide(model, call)
+        summary = ACTIVE[-1].provide(model, call)
     except (RecursionError, MemoryError):
         raise
     except Exception:
         return None
     if summary is None:
         return None
-    for foreign in list(summaries._ACTIVE[-1]._modules.values()):
+    for foreign in list(ACTIVE[-1]._modules.values()):
         if foreign is not None and foreign.model is not None and any(s is summary.scope for s in foreign.model.scopes):
             return foreign.model, summary.scope  # summarised in its own module, where its calls resolve
     text = code_of(summary.scope.node)
@@ -308,9 +304,7 @@ def _foreign(model: FileModel, call: Event):
 
 # --- effects ---
 def _memo(model: FileModel) -> Dict[int, GradientEffects]:
-    from amp_lint.analysis import summaries
-
-    following = bool(summaries._ACTIVE) and summaries._ACTIVE[-1].following_functions
+    following = bool(ACTIVE) and ACTIVE[-1].following_functions
     attribute = "_gradient_effects_followed" if following else "_gradient_effects"  # answers of that mode apart
     memo = getattr(model, attribute, None)
     if memo is None:
@@ -398,9 +392,6 @@ def _reads_grad_attribute(node: cst.CSTNode) -> bool:
     """Does the function read some `x.grad` in its own body (not `torch.autograd`, not an assignment target:
     `p.grad = None` clears, it does not read)? Wherever it sits: `for group in optimizer.param_groups:` loops
     are not parameter loops, so their reads are no GRAD_READ events."""
-    from amp_lint.analysis.calls import is_grad
-    from amp_lint.analysis.walk import visit_read_only
-
     found: List[bool] = []
 
     class Reads(cst.CSTVisitor):

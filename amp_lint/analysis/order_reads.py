@@ -19,7 +19,7 @@ from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_bu
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
 from amp_lint.analysis.scaler_flow import flow_of, skipped_in_helper
-from amp_lint.analysis.steps import call_params
+from amp_lint.analysis.function_summary import call_params
 from amp_lint.analysis.syntax import argument, code_of, literal_bool, names_in
 
 READ_SCALED = "read-scaled"  # `detail`: "clips" or "reads"

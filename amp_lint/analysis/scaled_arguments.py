@@ -16,7 +16,7 @@ import libcst as cst
 
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
-from amp_lint.analysis.steps import call_params
+from amp_lint.analysis.function_summary import call_params
 from amp_lint.analysis.syntax import alternatives, code_of, tensor_source
 
 

@@ -12,137 +12,20 @@ Each answer is a `Proof` (`amp_lint.analysis.paths`): no such path, a path whate
 conditions are (PROVED), or a path that needs an unknown condition to go one way (ASSUMED). A finding
 that rests on an ASSUMED path is reported with that assumption, at medium confidence.
 
-Calls: the events of a helper function of this file are *its summary*, applied at the call site
-(`Summary.applied_at`): they run where the call runs, with the callee's parameters renamed to the
-caller's arguments. A project-wide index can provide summaries for functions of other files through the
-same `Summary` type (`SUMMARIES` is where such a provider plugs in).
+Calls: the events of a helper function sit at its call, as its summary put them there
+(`function_summary.Summary`, applied when the file's steps are built); `skipped_in_helper` says when
+such an event runs on only some of the helper's paths.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from amp_lint.analysis import cfg
+from amp_lint.analysis.events import Event, Scope
+from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.paths import ASSUMED, PROVED, Paths, Proof, weakest
-
-if TYPE_CHECKING:  # pragma: no cover
-    from amp_lint.analysis.events import Event
-    from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
-
-
-# --- summaries ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What a function does to the scaler protocol: its events, in order, in terms of its parameters."""
-
-    scope: "Scope"
-    events: Tuple["Event", ...]
-    params: Tuple[str, ...]  # the callee's parameters, `self`/`cls` left out for methods
-    runs_loop: bool = False  # a helper with a loop of its own is a training loop, not a step part
-
-    def applied_at(self, call: "Event", depth: int, trail_of: Callable[["Event", "Event"], "Event"]) -> List["Event"]:
-        """The callee's events as they happen at `call`, renamed to the caller's arguments."""
-        names = self.argument_names(call)
-        scaled = self.scaled_arguments(call)
-        step = 10.0 ** (-3 * (depth + 1))
-        out = []
-        for position, event in enumerate(self.events, start=1):
-            if any(_is_none(_renamed(key, names)) for key in (event.receiver, event.scaled_by) if key is not None):
-                # `self._grad_clipping(..., scaler=None)` (coqui's trainer on its apex path): the helper's
-                # calls on that scaler cannot run at this call (they would raise), so they do not happen here.
-                continue
-            scaled_by, scale_call = _renamed(event.scaled_by, names), event.scale_call
-            if scaled_by is None and event.loss is not None and _head(event.loss) in scaled:
-                # `self._backward(scaler.scale(loss))` and `def _backward(self, loss): loss.backward()`
-                # (flair): the helper's backward runs on the scaled loss.
-                scaled_by, scale_call = scaled[_head(event.loss)]
-            out.append(
-                dataclasses.replace(
-                    event,
-                    index=call.index + position * step,
-                    loops=call.loops + event.loops,
-                    branches=call.branches + event.branches,
-                    regions=call.regions + event.regions,
-                    receiver=_renamed(event.receiver, names),
-                    target=_renamed(event.target, names),
-                    scaled_by=scaled_by,
-                    scale_call=scale_call,
-                    via=call if event.via is None else trail_of(event.via, call),
-                )
-            )
-        return out
-
-    def scaled_arguments(self, call: "Event") -> Dict[str, Tuple[str, object]]:
-        """Callee parameter -> (scaler, scale call) for arguments written `scaler.scale(x)`."""
-        import libcst as cst
-
-        from amp_lint.analysis.names import dotted_name
-
-        found: Dict[str, Tuple[str, object]] = {}
-        position = 0
-        for arg in call.call.args:
-            if arg.star:
-                break
-            value = arg.value
-            param = arg.keyword.value if arg.keyword is not None else (self.params[position] if position < len(self.params) else None)
-            if arg.keyword is None:
-                position += 1
-            if param is None:
-                continue
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "scale":
-                scaler = dotted_name(value.func.value)
-                if scaler is not None and value.args:
-                    found[param] = (scaler, value)
-        return found
-
-    def argument_names(self, call: "Event") -> Dict[str, str]:
-        """Callee parameter -> the caller's dotted argument, for plain names and attributes."""
-        from amp_lint.analysis.steps import argument_names
-
-        return argument_names(self.scope, call.call, self.params)
-
-
-def _head(expr) -> Optional[str]:
-    """The plain name an expression starts from (`loss` for `loss`, `loss.mean()`), else None."""
-    import libcst as cst
-
-    for _ in range(8):
-        if isinstance(expr, cst.Name):
-            return expr.value
-        if isinstance(expr, cst.Call):
-            expr = expr.func
-        elif isinstance(expr, cst.Attribute):
-            expr = expr.value
-        else:
-            return None
-    return None
-
-
-def _is_none(key: Optional[str]) -> bool:
-    """A key renamed to the literal `None` a caller passed for the parameter."""
-    return key == "None" or (key is not None and key.startswith("None."))
-
-
-def _renamed(key: Optional[str], names: Dict[str, str]) -> Optional[str]:
-    if key is None or not names:
-        return key
-    head, dot, rest = key.partition(".")
-    if head in names:
-        return names[head] + dot + rest
-    return key
-
-
-# A provider of summaries for callees this file does not define (the project index plugs in here):
-# called with (model, call event), returns a Summary or None.
-SUMMARIES: List[Callable[["FileModel", "Event"], Optional[Summary]]] = []
-# Dotted callees (`helpers.clip`, `self.callback.on_after_backward`) that such a provider can follow: the
-# model records a call event for those only (by default it records plain names and `self.method` calls).
-FOLLOWED_CALLS: List[Callable[[str], bool]] = []
 
 
 # --- one scope's flow --------------------------------------------------------------------------------
@@ -151,7 +34,7 @@ FOLLOWED_CALLS: List[Callable[[str], bool]] = []
 class ScopeFlow:
     """The flow graph of one scope, and where each event of it sits."""
 
-    def __init__(self, scope: "Scope") -> None:
+    def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self.graph = cfg.build(scope.node)
         self.paths = Paths(self.graph)
@@ -238,7 +121,7 @@ class ScopeFlow:
 class StepFlow:
     """The paths of one training step: a loop body (one iteration) or a step function's body."""
 
-    def __init__(self, flow: ScopeFlow, step: "TrainingStep") -> None:
+    def __init__(self, flow: ScopeFlow, step: TrainingStep) -> None:
         self.flow = flow
         self.step = step
         # What rules derive from this flow and several of them ask (the step's accumulation, say), by name.
@@ -275,7 +158,7 @@ class StepFlow:
             return None
         return weakest(self.to_end(first, avoid), self.from_start(second, avoid))
 
-    def before(self, event, events: Iterable) -> List[Tuple["Event", Proof]]:
+    def before(self, event, events: Iterable) -> List[Tuple[Event, Proof]]:
         """The events that can run before `event` in the iteration, each with how sure that is."""
         found = []
         for other in events:
@@ -286,7 +169,7 @@ class StepFlow:
                 found.append((other, proof))
         return found
 
-    def after(self, event, events: Iterable) -> List[Tuple["Event", Proof]]:
+    def after(self, event, events: Iterable) -> List[Tuple[Event, Proof]]:
         found = []
         for other in events:
             if other is event:
@@ -300,7 +183,7 @@ class StepFlow:
         return self.flow.in_handler(event)
 
 
-def flow_of(model: "FileModel", step: "TrainingStep") -> StepFlow:
+def flow_of(model: FileModel, step: TrainingStep) -> StepFlow:
     """The step's flow, its scope's graph built once per model."""
     cache = model.flows  # shared with `flow_queries.scope_flow` and `whole_scope_flow`
     scope_flow = cache.get(("scope", id(step.scope)))

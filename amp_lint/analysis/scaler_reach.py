@@ -39,6 +39,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tupl
 
 from amp_lint.analysis.package_files import ClassId, PackageFiles, member
 from amp_lint.analysis.project import ast_dotted_name
+from amp_lint.analysis.project_hooks import ACTIVE
 
 _READS_ONLY = frozenset({"isinstance", "type", "id", "hasattr", "callable", "str", "repr", "bool"})
 _TEST_PARENTS = (ast.If, ast.While, ast.Assert)
@@ -517,11 +518,9 @@ def package_drives_alone(
 def package_drives_alone_for(model, attribute: str, class_name: Optional[str] = None) -> bool:
     """For a rule: `package_drives_alone` over the checked file's project (its caller search set, the file
     itself included); False without a project or for a model that is not the checked file's."""
-    from amp_lint.analysis.summaries import _ACTIVE
-
-    if not _ACTIVE:
+    if not ACTIVE:
         return False
-    provider = _ACTIVE[-1]
+    provider = ACTIVE[-1]
     if id(model) in provider._model_paths or not provider._building:
         return False
     checked = provider._building[0]

@@ -3,22 +3,23 @@
 `training_steps` runs once the walk is done. An iteration (`TrainingStep`) is the innermost loop body
 around a backward call, or a whole function body when the function is itself the step (a
 `train_step()` helper). Before grouping, `with_helpers_inlined` puts the events of the file's helper
-functions and methods at their calls, through their `scaler_flow.Summary` (parameters renamed to the
-caller's arguments); a project index's summaries of other files' functions plug in at the same place
-(`scaler_flow.SUMMARIES`). `callee_scope` and `argument_names` say which function a call calls and
-what its parameters are bound to.
+functions and methods at their calls, through their `function_summary.Summary` (parameters renamed to
+the caller's arguments); a project index's summaries of other files' functions plug in at the same place
+(`project_hooks.SUMMARIES`). `callee_scope` and `function_called` say which function a call calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Callable, List, Optional, Sequence, Set
 
 import libcst as cst
 
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
+from amp_lint.analysis.function_summary import Summary, call_params
 from amp_lint.analysis.names import dotted_name, plain_target_names
+from amp_lint.analysis.project_hooks import SUMMARIES
 from amp_lint.analysis.single_pass_loops import repeating, single_pass_loops
 from amp_lint.analysis.syntax import Loop
 
@@ -177,15 +178,13 @@ def _in_training_loop(model: FileModel, event: Event) -> bool:
 def with_helpers_inlined(model: FileModel, scope: Scope, events: List[Event], depth: int, active: set) -> List[Event]:
     """Put the events of helper functions and methods (of this file) where the iteration calls them.
 
-    Each callee's effect is its `Summary` (`amp_lint.analysis.scaler_flow`): its events, helpers of its
+    Each callee's effect is its `Summary` (`amp_lint.analysis.function_summary`): its events, helpers of its
     own included, applied at the call with its parameters renamed to the caller's arguments.
     `self.backward(loss)` then `self.optimizer_step()` become one iteration with the helpers' backward,
     step and update in it. A helper that runs a loop of its own is a training loop, not a step part, and
     is not inlined (a retry loop or a loop over optimizers is not one: `runs_a_loop_of_its_own`); recursion
     is cut off.
     """
-    from amp_lint.analysis.scaler_flow import SUMMARIES, Summary
-
     out: List[Event] = []
     for event in events:
         out.append(event)
@@ -287,35 +286,6 @@ def handed_on(model: FileModel, site) -> Set[str]:
     if callee is not None and not any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) for e in callee.events):
         return set()
     return handed
-
-
-def call_params(callee: Scope, class_name: Optional[str] = None) -> List[str]:
-    """The parameters a call's positional arguments fill: `self`/`cls` left out for a method."""
-    params = list(callee.params)
-    if (class_name or callee.class_name) and params and params[0] in ("self", "cls"):
-        params = params[1:]
-    return params
-
-
-def argument_names(callee: Scope, call: cst.Call, params: Optional[Sequence[str]] = None) -> Dict[str, str]:
-    """Callee parameter -> the caller's dotted argument, for plain names and attributes. `params`: the
-    positional parameters when they are known already (`call_params`)."""
-    if params is None:
-        params = call_params(callee)
-    mapping: Dict[str, str] = {}
-    position = 0
-    for arg in call.args:
-        if arg.star:
-            break
-        value = dotted_name(arg.value)
-        if arg.keyword is not None:
-            if value is not None and arg.keyword.value in callee.params:
-                mapping[arg.keyword.value] = value
-            continue
-        if position < len(params) and value is not None:
-            mapping[params[position]] = value
-        position += 1
-    return mapping
 
 
 def _inside_any(event: Event, loops: List[Loop]) -> bool:

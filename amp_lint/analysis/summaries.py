@@ -1,6 +1,6 @@
 """Summaries of functions of other modules of the checked tree, applied where this file calls them.
 
-The analysis of one file puts the events of its own helpers at their call sites (`scaler_flow.Summary`).
+The analysis of one file puts the events of its own helpers at their call sites (`function_summary.Summary`).
 A call it cannot follow in the file (`clip_gradients(model)` imported from `pkg.utils`, `self.backward(...)`
 inherited from a base class of another module) is *unknown* to it. This provider answers some of those:
 
@@ -29,7 +29,6 @@ whatever the run was asked to check); `callers.caller_dependencies` lists those 
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import re
@@ -38,17 +37,23 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from amp_lint.analysis import project_factories, scaler_classes
+from amp_lint.analysis.attribute_classes import attribute_classes
+from amp_lint.analysis.builder import build_model
 from amp_lint.analysis.caller_search import CallerSearch
 from amp_lint.analysis.caller_search import defines_method as _defines_method
+from amp_lint.analysis.callers import MAX_MODULE_BYTES
+from amp_lint.analysis.events import EventKind
+from amp_lint.analysis.foreign_modules import ForeignModule
+from amp_lint.analysis.function_summary import Summary, call_params
 from amp_lint.analysis.instance_calls import InstanceCalls
 from amp_lint.analysis.instance_calls import held_by as _held_by
-from amp_lint.analysis.callers import MAX_MODULE_BYTES
-from amp_lint.analysis.attribute_classes import attribute_classes
-from amp_lint.analysis.calls import drives_a_scaler
-from amp_lint.analysis.project import ModuleInfo, ProjectIndex, ast_dotted_name
+from amp_lint.analysis.project import ModuleInfo, ProjectIndex
 from amp_lint.analysis.project import qualified_in as _qualified
-from amp_lint.analysis.steps import call_params
-from amp_lint.parse import python_ast
+from amp_lint.analysis.project_hooks import ACTIVE, FOLLOWED_CALLS, SUMMARIES, ProjectAnswers
+from amp_lint.analysis.scaler_scan import drives_a_scaler
+from amp_lint.analysis.single_pass_loops import single_pass_loops
+from amp_lint.analysis.steps import once_per_call, runs_a_loop_of_its_own, with_helpers_inlined
 from amp_lint.parse.cst_parse import parse_module
 
 # A module whose text has none of these cannot hold an event of the training-step protocol (a backward, a
@@ -58,48 +63,23 @@ _MAY_TOUCH_THE_PROTOCOL = re.compile(rb"backward|autograd|scale|clip_grad|\.grad
 _NAMES_A_SCALER = re.compile("scaler", re.IGNORECASE)
 _IMPORTS = re.compile(rb"^\s*(?:from|import)\s", re.M)  # a module that may call another one's gradient code
 MAX_MODULES_PER_FILE = 6  # other modules one checked file's analysis may read (each a LibCST parse)
-# The providers of the files being checked (innermost last): rules ask them about other modules.
-_ACTIVE: List["ProjectSummaries"] = []
 _MAX_BASE_DEPTH = 3
+_READS_AND_CLIPS = frozenset({EventKind.GRAD_READ, EventKind.CLIP})  # a loop of these is no training loop
 
 
-def _kinds():
-    from amp_lint.analysis.events import EventKind
-
-    return frozenset({EventKind.GRAD_READ, EventKind.CLIP})
-
-
-class _Foreign:
-    """One parsed project module: its LibCST module, model and (lazily) node positions."""
-
-    def __init__(self, path: str, digest: str, module: cst.Module, code: str) -> None:
-        self.path = path
-        self.digest = digest
-        self.module = module
-        self.code = code
-        self.model = None
-        self._locator = None
-
-    def range_of(self, node: cst.CSTNode):
-        if self._locator is None:
-            from amp_lint.parse.positions import NodeLocator
-
-            self._locator = NodeLocator(self.module, self.code)
-        return self._locator.range_of(id(node))
-
-
-class ProjectSummaries(CallerSearch, InstanceCalls):
-    """The cross-file summary provider of one run (one per worker process)."""
+class ProjectSummaries(CallerSearch, InstanceCalls, ProjectAnswers):
+    """The cross-file summary provider of one run (one per worker process); while a file is checked it is the
+    file model's `project_hooks.project()`."""
 
     def __init__(self, index: ProjectIndex) -> None:
         self.index = index
-        self._modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}
+        self._modules: Dict[Tuple[str, str], Optional[ForeignModule]] = {}
         self._model_paths: Dict[int, str] = {}  # id(model) -> path, for the foreign models built here
         self._building: List[str] = []  # paths whose model is being built (the checked file first)
         self._read_for_file: Dict[str, None] = {}  # foreign paths the current file's analysis read
         self._self_attrs: Dict[Tuple[str, str], Dict[str, Dict[str, str]]] = {}
         self._loadable_at: Dict[str, Tuple[Tuple[int, int], bool]] = {}  # path -> (stamp, worth a parse)
-        self._caller_modules: Dict[Tuple[str, str], Optional[_Foreign]] = {}  # callers read for AMP013
+        self._caller_modules: Dict[Tuple[str, str], Optional[ForeignModule]] = {}  # callers read for AMP013
         self._scan_sets: Dict[str, Optional[Tuple[str, ...]]] = {}
         self._reading_callers = False  # a caller's model needs its call sites only: no summaries for it
         self.following_functions = False  # `function_of` answers `gradient_effects` (a file that drives no scaler)
@@ -111,23 +91,21 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         """Follow the calls of the file at `path` while its analysis runs. A file whose text never names a
         scaler cannot drive one (only a scope with a scaler event asks for summaries, and a scaler is known
         by its name, its `GradScaler` construction or a `...Scaler` annotation): nothing is set up for it."""
-        from amp_lint.analysis import scaler_flow
-
         if source is not None and not _NAMES_A_SCALER.search(source):
             yield
             return
         self.index.add_file(Path(path))
         self._building = [os.path.abspath(path)]
         self._read_for_file = {}
-        scaler_flow.SUMMARIES.append(self.provide)
-        scaler_flow.FOLLOWED_CALLS.append(self.follows)
-        _ACTIVE.append(self)
+        SUMMARIES.append(self.provide)
+        FOLLOWED_CALLS.append(self.follows)
+        ACTIVE.append(self)
         try:
             yield
         finally:
-            _ACTIVE.remove(self)
-            scaler_flow.SUMMARIES.remove(self.provide)
-            scaler_flow.FOLLOWED_CALLS.remove(self.follows)
+            ACTIVE.remove(self)
+            SUMMARIES.remove(self.provide)
+            FOLLOWED_CALLS.remove(self.follows)
             self._building = []
 
     @contextlib.contextmanager
@@ -138,11 +116,11 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         self.index.add_file(Path(path))
         saved = (self._building, self._read_for_file, self.following_functions)
         self._building, self._read_for_file, self.following_functions = [os.path.abspath(path)], {}, True
-        _ACTIVE.append(self)
+        ACTIVE.append(self)
         try:
             yield
         finally:
-            _ACTIVE.remove(self)
+            ACTIVE.remove(self)
             self._building, self._read_for_file, self.following_functions = saved
 
     def function_of(self, model, target: str):
@@ -180,6 +158,22 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
     @property
     def files_read(self) -> List[str]:
         return list(self._read_for_file)
+
+    # --- what the file model asks about other modules (`project_hooks.ProjectAnswers`) ---
+    def scaler_factory(self, name: str) -> Optional[str]:
+        return project_factories.scaler_factory(self, name)
+
+    def autocast_factory(self, name: str) -> Optional[Tuple[str, Optional[str], Optional[bool]]]:
+        return project_factories.autocast_factory(self, name)
+
+    def built_in_a_base(self, model, scope, attribute: str) -> Optional[str]:
+        return scaler_classes.built_in_a_base(self, model, scope, attribute)
+
+    def derives_from_torch_scaler(self, qualified: str) -> bool:
+        return scaler_classes.derives_from_torch_scaler(self, qualified)
+
+    def project_class_binds(self, model, qualified: str, names: frozenset) -> bool:
+        return scaler_classes.project_class_binds(self, model, qualified, names)
 
     # --- the provider ---
     def follows(self, target: str) -> bool:
@@ -266,7 +260,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         holder = ".".join(parts[:2]) if parts[0] == "self" and len(parts) == 3 else self.instance_holder(target)
         return self._summary_of(foreign, class_name, function, holder)
 
-    def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[_Foreign, Optional[str], str]]:
+    def _callee(self, model, info: ModuleInfo, path: str, call, target: str) -> Optional[Tuple[ForeignModule, Optional[str], str]]:
         parts = target.split(".")
         if self.instance_holder(target) is not None:  # `Callback(...).on_backward(self)`
             return self.instance_method(info, target)
@@ -333,7 +327,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         return cached
 
     # --- modules and their models ---
-    def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[_Foreign]:
+    def _load(self, info: ModuleInfo, imports_too: bool = False) -> Optional[ForeignModule]:
         path = os.path.abspath(info.path)
         if path in self._building:
             return None  # a cycle of imports being analysed: unknown
@@ -353,9 +347,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
             self._read_for_file.setdefault(path)
         return foreign
 
-    def _parse(self, path: str, digest: str, any_text: bool = False, imports_too: bool = False) -> Optional[_Foreign]:
-        from amp_lint.analysis.builder import build_model
-
+    def _parse(self, path: str, digest: str, any_text: bool = False, imports_too: bool = False) -> Optional[ForeignModule]:
         try:
             if os.path.getsize(path) > MAX_MODULE_BYTES:
                 return None
@@ -367,7 +359,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
             module = parse_module(code)
         except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
             return None
-        foreign = _Foreign(path, digest, module, code)
+        foreign = ForeignModule(path, digest, module, code)
         self._building.append(path)
         try:
             foreign.model = build_model(module, follow_every_call=True)
@@ -378,14 +370,7 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         self._model_paths[id(foreign.model)] = path
         return foreign
 
-    def _summary_of(self, foreign: _Foreign, class_name: Optional[str], function: str, holder: Optional[str] = None):
-        from amp_lint.analysis.scaler_flow import Summary
-        from amp_lint.analysis.single_pass_loops import single_pass_loops
-        from amp_lint.analysis.steps import once_per_call, runs_a_loop_of_its_own
-        from amp_lint.analysis.steps import (
-            with_helpers_inlined as _with_helpers_inlined,
-        )
-
+    def _summary_of(self, foreign: ForeignModule, class_name: Optional[str], function: str, holder: Optional[str] = None):
         model = foreign.model
         candidates = [
             s
@@ -399,12 +384,12 @@ class ProjectSummaries(CallerSearch, InstanceCalls):
         if len(candidates) != 1:
             return None
         callee = candidates[0]
-        counts = lambda e: e.kind not in _kinds()  # noqa: E731
+        counts = lambda e: e.kind not in _READS_AND_CLIPS  # noqa: E731
         if runs_a_loop_of_its_own(callee.events, counts):
             return None  # a loop of its own: a training loop, not a step part (a loop over parameters is)
         self._building.append(foreign.path)
         try:
-            inner = _with_helpers_inlined(model, callee, callee.events, depth=1, active={callee})
+            inner = with_helpers_inlined(model, callee, callee.events, depth=1, active={callee})
             inner = once_per_call(inner, single_pass_loops(callee.events, counts))
         finally:
             self._building.pop()
@@ -433,8 +418,6 @@ def _order_unknown(model, callee, class_name: str, inner) -> bool:
     """Does another method of the callee's class drive the same scaler of its object (fastai's callbacks:
     `before_step` steps `self.learn.scaler`, `after_step` updates it)? Then the protocol's order depends on
     who calls those methods when, which this call does not show: unknown."""
-    from amp_lint.analysis.events import EventKind
-
     protocol = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE)
     mine = {e.receiver for e in inner if e.kind in protocol and (e.receiver or "").startswith("self.")}
     mine |= {e.scaled_by for e in inner if e.scaled_by and e.scaled_by.startswith("self.")}
@@ -451,96 +434,13 @@ def _order_unknown(model, callee, class_name: str, inner) -> bool:
     return False
 
 
-def autocast_factory(name: str) -> Optional[Tuple[str, Optional[str], Optional[bool]]]:
-    """A project function returning an autocast on every path: (qualified name, device, enabled) or None."""
-    return project_function_answer(name, _FACTORIES, lambda index, info, function: _read_factory(info, function))
-
-
-def project_function_answer(name: str, memo: dict, read):
-    """For the module being built: `read(index, module, function)` of the project function `name` resolves to,
-    memoised per module version in `memo`, recorded as a dependency; None when unresolved or unreadable."""
-    if not _ACTIVE or not _ACTIVE[-1]._building:
-        return None
-    provider = _ACTIVE[-1]
-    try:
-        info = provider.index.module_at(Path(provider._building[-1]))
-        qualified = _qualified(info, name) if info is not None else None
-        resolved = provider.index.resolve(qualified) if qualified is not None else None
-        if resolved is None or resolved[1] not in resolved[0].functions:
-            return None
-        module_info, function = resolved
-        key = (module_info.path, module_info.digest, function)
-        if key not in memo:
-            memo[key] = read(provider.index, module_info, function)
-        provider.index.note_read(module_info.path)
-        return memo[key]
-    except (RecursionError, MemoryError):
-        raise
-    except Exception:  # an unreadable corner of another module never costs this file its findings
-        return None
-
-
-_FACTORIES: Dict[Tuple[str, str, str], Optional[Tuple[str, Optional[str], Optional[bool]]]] = {}
-
-
-def _read_factory(info: ModuleInfo, function: str):
-    from amp_lint.analysis.names import AUTOCAST, IMPLIED_DEVICE
-
-    if os.path.getsize(info.path) > MAX_MODULE_BYTES:
-        return None
-    with open(info.path, "rb") as handle:
-        tree = python_ast.parse(handle.read().decode("utf-8-sig"))
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
-    if len(defs) != 1:
-        return None
-    returns, stack = [], list(defs[0].body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return None
-        if isinstance(node, ast.Return):
-            returns.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    found = []
-    for node in returns:
-        call = node.value
-        dotted = ast_dotted_name(call.func) if isinstance(call, ast.Call) else None
-        if dotted is None:
-            return None
-        qualified = _qualified(info, dotted) or dotted
-        if qualified not in AUTOCAST and not qualified.endswith(".amp.autocast"):
-            return None  # a path that returns something else (a nullcontext): not an autocast
-        device = enabled = None
-        first = call.args[0] if call.args and qualified not in IMPLIED_DEVICE else None
-        for candidate in [first] + [k.value for k in call.keywords if k.arg == "device_type"]:
-            if isinstance(candidate, ast.Constant) and isinstance(candidate.value, str):
-                device = candidate.value.split(":")[0]
-        for keyword in call.keywords:
-            if keyword.arg == "enabled" and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, bool):
-                enabled = keyword.value.value
-        if not call.args and not any(k.arg == "enabled" for k in call.keywords):
-            enabled = True
-        found.append((qualified, device or IMPLIED_DEVICE.get(qualified), enabled))
-    if not found:
-        return None
-    devices = {f[1] for f in found}
-    enabled_values = {f[2] for f in found}
-    return (
-        found[0][0],
-        devices.pop() if len(devices) == 1 else None,
-        enabled_values.pop() if len(enabled_values) == 1 else None,
-    )
-
-
 def callers_in_project(model, scope) -> List[Tuple[object, object]]:
     """For a rule: the calls of `scope` (a function or method of the checked file's `model`) made in other
     modules of the project, as (caller model, CallSite); empty without a project (stdin, the API without
     an index) or for a model that is not the checked file's."""
-    if not _ACTIVE:
+    if not ACTIVE:
         return []
-    provider = _ACTIVE[-1]
+    provider = ACTIVE[-1]
     if id(model) in provider._model_paths:
         return []  # a module read on the checked file's behalf: its callers are not this run's question
     try:
@@ -554,9 +454,9 @@ def callers_in_project(model, scope) -> List[Tuple[object, object]]:
 def attribute_kept_in_project(model, attribute: str) -> Optional[bool]:
     """For a rule: True when no file of the checked file's project updates the attribute `attribute` or hands
     it on (`callers.attribute_kept`); None without a project or for a model that is not the checked file's."""
-    if not _ACTIVE:
+    if not ACTIVE:
         return None
-    provider = _ACTIVE[-1]
+    provider = ACTIVE[-1]
     if id(model) in provider._model_paths:
         return None
     try:

@@ -11,7 +11,7 @@ from amp_lint.analysis.flow_queries import site_path, whole_scope_flow
 from amp_lint.analysis import names, values
 from amp_lint.analysis.accumulation import Accumulation, accumulation, assigned_names  # noqa: F401  (tests read it here)
 from amp_lint.diagnostics import one_line
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope, TrainingStep
 from amp_lint.analysis.syntax import code_of

@@ -18,7 +18,8 @@ from typing import FrozenSet, Optional, Set
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastRegion, DType
+from amp_lint.analysis.autocast import DType
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.conditions import Atom, atom_of, implied_atoms
 from amp_lint.analysis.file_model import FileModel, ScalerBinding, Scope
 from amp_lint.analysis.syntax import alternatives, argument, literal_bool

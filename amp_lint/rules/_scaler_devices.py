@@ -9,7 +9,7 @@ from typing import Iterator, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.syntax import code_of

@@ -8,7 +8,7 @@ import libcst as cst
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder
 from amp_lint.fixes.reindent import shifted
-from amp_lint.analysis.autocast import AutocastRegion, enabled_region
+from amp_lint.analysis.events import AutocastRegion, enabled_region
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of

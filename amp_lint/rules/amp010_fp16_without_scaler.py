@@ -5,7 +5,8 @@ from typing import Iterator, Optional, Set, Tuple
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, AutocastRegion, DType
+from amp_lint.analysis.autocast import CUDA_LIKE_DEVICES, DType
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.events import SCALER_KINDS, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
 from amp_lint.analysis.names import dotted_name

@@ -13,7 +13,8 @@ from amp_lint.analysis.paths import PROVED, Proof
 from amp_lint.analysis.scaled_arguments import called_with_a_scaled_value, parameter_behind
 from amp_lint.analysis.scaler_flow import assumption_text, flow_of
 from amp_lint.analysis.flow_queries import site_path
-from amp_lint.analysis.steps import argument_names, handed_on
+from amp_lint.analysis.function_summary import argument_names
+from amp_lint.analysis.steps import handed_on
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Dict, Iterator, List, Tuple
 
 from amp_lint.diagnostics import Severity
-from amp_lint.analysis.autocast import AutocastRegion, DType
+from amp_lint.analysis.autocast import DType
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding, TrainingStep
 from amp_lint.rules._helpers import forward_regions, short

@@ -7,7 +7,7 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
 from amp_lint.rules._helpers import argument, forward_regions, region_device, short, value_of
 from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses

@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional
 import libcst as cst
 
 from amp_lint.diagnostics import Confidence, Severity
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import AssignmentSite, CallSite, FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.rules._bce_calls import called_under, callees

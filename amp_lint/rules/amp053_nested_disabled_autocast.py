@@ -8,7 +8,7 @@ from amp_lint.analysis.flow_queries import reaching, whole_scope_flow
 
 from amp_lint.diagnostics import Applicability, Confidence, Severity
 from amp_lint.fixes.builder import FixBuilder
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.syntax import code_of
 from amp_lint.rules._helpers import LOWER_PRECISION_OPS, region_device, short

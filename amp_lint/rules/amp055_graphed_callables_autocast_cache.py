@@ -5,7 +5,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from amp_lint.analysis import names
-from amp_lint.analysis.autocast import AutocastRegion
+from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import FileModel
 from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, keyword_arg
