@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Issue 45, items 7 and 8: time and peak memory of one file's check as a scope grows.
 
-    python bench/faults_scaling.py [SHAPE ...] [--sizes 1000,2000,...] [--timeout 300]
+    python bench/faults_scaling.py [SHAPE ...] [--sizes 1000,2000,...] [--timeout 300] [--code CHECKOUT]
 
 Shapes (`SHAPES`): `blocks`, N `with torch.autocast('cuda'): y_i = m(x)` blocks in one function;
 `module-blocks`, the same at module level; `steps`, N `scaler.step(o_i)` calls in one training loop
 (scaled backward before them, one `update()` after). Each size is checked in a fresh process (the
 checker of a CLI run, default rules, no cache), which prints its CPU seconds, its peak RSS and its
 findings and notes; a process still running after `--timeout` seconds is killed and reported so.
+`--code`: another checkout (or an export of one) whose amp_lint the children import (they run in it).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ print(json.dumps({
 """
 
 
-def measure(shape: str, n: int, timeout: float) -> dict:
+def measure(shape: str, n: int, timeout: float, code: Path = REPO_ROOT) -> dict:
     source = SHAPES[shape](n)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, f"{shape}_{n}.py")
@@ -79,7 +80,7 @@ def measure(shape: str, n: int, timeout: float) -> dict:
         started = time.monotonic()
         try:
             done = subprocess.run(
-                [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+                [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, timeout=timeout, cwd=code
             )
         except subprocess.TimeoutExpired:
             return {"shape": shape, "n": n, "kb": len(source) // 1024, "killed_after_s": timeout}
@@ -95,10 +96,11 @@ def main() -> None:
     parser.add_argument("shapes", nargs="*", default=list(SHAPES))
     parser.add_argument("--sizes", default="1000,2000,4000,8000,16000")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--code", type=Path, default=REPO_ROOT)
     args = parser.parse_args()
     for shape in args.shapes:
         for n in (int(s) for s in args.sizes.split(",")):
-            print(json.dumps(measure(shape, n, args.timeout)), flush=True)
+            print(json.dumps(measure(shape, n, args.timeout, args.code.resolve())), flush=True)
 
 
 if __name__ == "__main__":
