@@ -108,14 +108,35 @@ class FileError:
     cell: Optional[int] = None  # Jupyter notebooks: the cell `location` counts rows in (the message names it)
 
 
+def _own_message(error: FileError) -> str:
+    """The message without a notebook's `cell N: ` in front."""
+    message = error.message
+    if error.cell is not None and message.startswith("cell ") and ": " in message:
+        message = message.split(": ", 1)[1]
+    return message
+
+
 def is_fix_refusal(error: FileError) -> bool:
     """A fix that was checked and refused (`not fixed: ...`): the file was checked, and the finding is reported
     without its fix. An ordinary outcome, as Ruff's unfixable findings: the run exits 1 for the finding left (0
     with `--fix-only` or `--exit-zero`), never 2, the code of a file that could not be read, parsed or written."""
-    message = error.message
-    if error.cell is not None and message.startswith("cell ") and ": " in message:
-        message = message.split(": ", 1)[1]
-    return message.startswith("not fixed")
+    return _own_message(error).startswith("not fixed")
+
+
+# A file checked with part of its analysis skipped (`engine.partial_analysis`): an iteration too large to analyse.
+PARTIAL_ANALYSIS = "not fully analysed"
+
+
+def is_partial_analysis(error: FileError) -> bool:
+    """A file checked with part of its analysis skipped (`not fully analysed: ...`): a warning, not an error."""
+    return _own_message(error).startswith(PARTIAL_ANALYSIS + ":")
+
+
+def is_note(error: FileError) -> bool:
+    """A note on a file that was checked, not a failure of the run (exit 2): a refused fix, or a part of the
+    analysis skipped (`not fully analysed: ...`; its findings elsewhere are reported, as Ruff reports a file
+    it checked with a warning)."""
+    return is_fix_refusal(error) or is_partial_analysis(error)
 
 
 @dataclass
@@ -131,8 +152,8 @@ class Report:
 
     @property
     def failures(self) -> list:
-        """The file errors that mean the tool could not do its job (exit 2): all but the refused fixes."""
-        return [error for error in self.errors if not is_fix_refusal(error)]
+        """The file errors that mean the tool could not do its job (exit 2): all but the notes (`is_note`)."""
+        return [error for error in self.errors if not is_note(error)]
 
     @property
     def fixed_count(self) -> int:

@@ -14,6 +14,7 @@ import libcst as cst
 from amp_lint.analysis.accumulation import accumulation, first_on_path
 from amp_lint.analysis.events import EventKind
 from amp_lint.analysis.file_model import FileModel
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.flow_queries import path_with
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.order import Breach
@@ -31,7 +32,7 @@ def steps_every_micro_batch(model: FileModel) -> Iterator[Breach]:
     protocol's "step-twice" on the second micro-batch); STEP_ON_PARTIAL_SUMS when the gradients are
     zeroed only at the boundary (the step applies partial sums). An update() every micro-batch with the
     step at the boundary is AMP022's "update-without-inf-checks", not this."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         acc = accumulation(model, step)
         if acc is None:
             continue
@@ -71,7 +72,7 @@ def unscales_every_micro_batch(model: FileModel) -> Iterator[Breach]:
     start on which the boundary condition does not hold, under a test of its own or none: `if clip_grad:
     scaler.unscale_(optimizer)` on every micro-batch, Swin-Transformer #311), while the step waits for the
     boundary. `related`: every such call of the iteration (what a fix moves into the boundary)."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         acc = accumulation(model, step)
         if acc is None:
             continue
@@ -97,7 +98,7 @@ _NORMALISED = re.compile(r"accum|accumulat|grad_acc|reduction", re.IGNORECASE)
 def losses_not_divided(model: FileModel) -> Iterator[Breach]:
     """The backward of an iteration that accumulates over `% n` micro-batches, whose loss (or what feeds it,
     two assignments deep) never mentions `n` or a normalisation (`node`: the divisor `n`)."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         acc = accumulation(model, step)
         if acc is None or acc.backward.loss is None:
             continue

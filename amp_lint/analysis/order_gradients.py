@@ -12,6 +12,7 @@ import libcst as cst
 from amp_lint.analysis import names
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.flow_queries import reaching, site_path, whole_scope_flow
 from amp_lint.analysis.gradient_effects import optimizer_holds_parameters_of
 from amp_lint.analysis.leaving_branches import ends_with
@@ -36,7 +37,7 @@ def zero_grads_before_step(model: FileModel) -> Iterator[Breach]:
     no path on. An `except RuntimeError` out-of-memory handler that drops the batch is not the normal
     path (fairseq's ddp_trainer): a breach there assumes the exception happens. Each call once."""
     reported: Set[int] = set()
-    for step in model.steps:
+    for step in analysed_steps(model):
         flow = flow_of(model, step)
         for consumer in step.of(EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
             scaler = consumer.receiver

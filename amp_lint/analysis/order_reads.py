@@ -15,6 +15,7 @@ from amp_lint.analysis.flow_queries import last_of, site_path
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.gradient_effects import calls_reading_gradients, class_builds_scaler
 from amp_lint.analysis.order import Breach
 from amp_lint.analysis.paths import PROVED
@@ -33,7 +34,7 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
     per-call step method), before a step of that scaler, or else a direct `optimizer.step()` (`related`: those steps). The scaled gradients
     survive inner micro-step loops and if/else merges (miles-credit #141, neural_sp). Not for a threshold
     that carries the scale (`max_norm * scaler.get_scale()`), and once per loop over the parameters."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         flow = flow_of(model, step)
         helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
         reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
@@ -227,7 +228,7 @@ def clips_raising_on_nonfinite(model: FileModel) -> Iterator[Breach]:
     pass through the iteration (before or after it; `related`: those steps, `node`: the argument): it
     raises on the inf/NaN gradients the scaler's step would skip. Not inside a `try` whose handler catches
     the RuntimeError (issue 26, principle 4: exceptions are paths, the raise is the skip branch)."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         for clip in step.of(EventKind.CLIP):
             if clip.target not in _NORM_CLIPS:
                 continue

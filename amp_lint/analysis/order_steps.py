@@ -14,6 +14,7 @@ from amp_lint.analysis import protocol as P
 from amp_lint.analysis import typestate
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep, known_not_a_scaler
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.conditions import FINITE, OPAQUE, finiteness, normalise
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.order import Breach
@@ -82,7 +83,7 @@ def _conjuncts(test: cst.BaseExpression) -> list:
 
 
 def _direct_steps(model: FileModel) -> Iterator[Breach]:
-    for step in model.steps:
+    for step in analysed_steps(model):
         flow = flow_of(model, step)
         for optimizer_step in step.of(EventKind.OPTIMIZER_STEP):
             optimizer = optimizer_step.target

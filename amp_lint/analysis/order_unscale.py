@@ -16,6 +16,7 @@ from amp_lint.analysis import typestate
 from amp_lint.analysis.accumulation import accumulation
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.flow_queries import last_of
 from amp_lint.analysis.names import plain_target_names
 from amp_lint.analysis.order import Breach
@@ -35,7 +36,7 @@ def unscales_twice(model: FileModel) -> Iterator[Breach]:
     "call"). An `unscale_` that asks the scaler's state first (allennlp) is not one. Each call once."""
     reported: Set[int] = set()
     yield from _twice_in_one_block(model, reported)
-    for step in model.steps:
+    for step in analysed_steps(model):
         for unscale in step.of(EventKind.SCALER_UNSCALE):
             if id(unscale.call) in reported or not unscale.call.args or _guarded_by_scaler_state(unscale, step):
                 continue

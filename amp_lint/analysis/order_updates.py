@@ -17,6 +17,7 @@ from amp_lint.analysis.accumulation import accumulation, target_names
 from amp_lint.analysis.single_pass_loops import per_pass_names
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, TrainingStep
+from amp_lint.analysis.iteration_limit import analysed_steps
 from amp_lint.analysis.names import GRAD_SCALER, dotted_name
 from amp_lint.analysis.steps import callee_scope, handed_on
 from amp_lint.analysis.syntax import code_of, ifs_in, loop_counters, tests_any
@@ -36,7 +37,7 @@ def updates_twice(model: FileModel) -> Iterator[Breach]:
     steps the scaler and can run again on the loop's next pass (one update per optimizer).
     `update(new_scale)` sets the scale (icefall, matcha): not a second per-iteration update; but
     `update(x)` where `x` is None on a path the code shows is `update()` there (`_bare_update`)."""
-    for step in model.steps:
+    for step in analysed_steps(model):
         updates = [u for u in step.of(EventKind.SCALER_UPDATE) if _bare_update(model, u, step)]
         flow = flow_of(model, step) if updates else None
         for update in updates:
@@ -157,7 +158,7 @@ def updates_before_inf_checks(model: FileModel) -> Iterator[Breach]:
     """
     stepped_anywhere = {e.receiver for e in model.events if e.kind in _INF_CHECKS}
     handed_on: List[set] = []  # asked once, and only for a scaler that nothing here steps
-    for step in model.steps:
+    for step in analysed_steps(model):
         for update in step.of(EventKind.SCALER_UPDATE):
             scaler = update.receiver
             if not model.scaler_enabled(scaler, step.scope):
@@ -293,7 +294,7 @@ def missing_updates(model: FileModel) -> Iterator[Breach]:
     A call that gets the scaler, or a function of this file that updates it, may be the update, unless
     nothing in the project updates the scaler.
     """
-    for step in model.steps:
+    for step in analysed_steps(model):
         for scaler in _scalers_stepped(step):
             if not model.scaler_enabled(scaler, step.scope):
                 continue

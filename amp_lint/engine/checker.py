@@ -37,6 +37,7 @@ from amp_lint.engine.related import _related_locations, _related_text, _short_co
 from amp_lint.engine.fix_check import FindingKey, finding_key, hazard_regression, regression
 from amp_lint.engine.fix_preview import drop_refused_fixes
 from amp_lint.engine.file_edits import OtherFiles, OtherTexts, file_edits, refused_files
+from amp_lint.engine.partial_analysis import fix_regression, iteration_notes
 from amp_lint.fixes.types import FileEdit
 from amp_lint.parse import python_ast
 from amp_lint.parse.cst_parse import parse_module
@@ -52,7 +53,6 @@ from amp_lint.parse.roundtrip import prepare
 from amp_lint.rules.base import Finding, Fix, Rule
 
 MAX_FIX_PASSES = 10
-
 
 
 @dataclass
@@ -191,6 +191,7 @@ class Checker:
             findings, positions = self._placed(found, locator, code)
         else:  # the last fix pass found nothing more to fix: its findings are those of the fixed file
             findings, positions, locator, model = final
+        result.errors += iteration_notes(model, locator, filename, self.rules)  # an iteration too large to analyse
         if not self.fix:
             # When the checking rules are the enabled ones, what they find here is this analysis: no second one.
             same = len(self.check_rules) == len(self.rules)
@@ -457,6 +458,7 @@ class Checker:
             fixed.other_files = other_texts
             fixed_keys = [found.key for fix in group for found in owners[id(fix)]]
             why = regression(before_keys, [found.key for found in fixed.findings], fixed_keys, rule_names)
+            why = why or fix_regression(current.model, fixed.model)
             return fixed if why is None else why
 
         def settle(group: List[Fix]) -> None:

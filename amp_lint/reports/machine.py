@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal, is_partial_analysis
 from amp_lint.files.locations import repository_path
 from amp_lint.reports import RenderOptions
 from amp_lint.reports.text import row_column, rule_statistics
@@ -77,6 +77,8 @@ def error_code(error: FileError) -> str:
         return "invalid-syntax"
     if is_fix_refusal(error) or message.startswith("fixes not"):
         return "not-fixed"
+    if is_partial_analysis(error):
+        return "not-fully-analysed"
     return "file-error"
 
 
@@ -170,7 +172,8 @@ def render_github(report: Report, options: RenderOptions) -> str:
         properties["title"] = "amp-lint (file error)"
         joined = ",".join(f"{key}={_escape_github_property(str(value))}" for key, value in properties.items())
         where = f":{error.location.row}:{error.location.column}" if error.location is not None else ""
-        lines.append(f"::error {joined}::{_escape_github_data(f'{error.filename}{where}: error: {error.message}')}")
+        level = "warning" if is_partial_analysis(error) else "error"
+        lines.append(f"::{level} {joined}::{_escape_github_data(f'{error.filename}{where}: {level}: {error.message}')}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -238,7 +241,8 @@ def render_junit(report: Report, options: RenderOptions) -> str:
         failure.text = f"{d.filename}:{where}: {d.code} {d.message}"
     for error in report.errors:
         case = ET.SubElement(suite_for(error.filename), "testcase", name="check", classname=error.filename)
-        ET.SubElement(case, "error", message=error.message)
+        # A file checked with part of its analysis skipped: that part is a skipped test, not an error.
+        ET.SubElement(case, "skipped" if is_partial_analysis(error) else "error", message=error.message)
     if not len(root):
         # Some CI readers reject a report without test cases; a clean run is one passing case.
         suite = ET.SubElement(root, "testsuite", name="amp-lint")
@@ -254,3 +258,6 @@ def _set_counts(element) -> None:
     element.set("tests", str(sum(1 for _ in element.iter("testcase"))))
     element.set("failures", str(sum(1 for _ in element.iter("failure"))))
     element.set("errors", str(sum(1 for _ in element.iter("error"))))
+    skipped = sum(1 for _ in element.iter("skipped"))
+    if skipped:
+        element.set("skipped", str(skipped))

@@ -7,7 +7,7 @@ import re
 from pathlib import PurePath
 from typing import Dict, List, Sequence
 
-from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_fix_refusal
+from amp_lint.diagnostics import Diagnostic, FileError, Location, Report, Severity, is_note
 from amp_lint.files.locations import file_uri, folder_uri
 from amp_lint.reports import RenderOptions
 
@@ -135,8 +135,8 @@ def _fix(diagnostic: Diagnostic) -> dict:
 
 
 def _invocation(errors: Sequence[FileError]) -> dict:
-    # A refused fix is a note on a file that was checked, not a failure of the run.
-    invocation = {"executionSuccessful": not any(not is_fix_refusal(error) for error in errors)}
+    # A refused fix, or an iteration too large to analyse, is a note on a file that was checked, not a failure.
+    invocation = {"executionSuccessful": all(is_note(error) for error in errors)}
     if errors:
         invocation["toolExecutionNotifications"] = [_notification(error) for error in errors]
     return invocation
@@ -147,7 +147,7 @@ def _notification(error: FileError) -> dict:
     if error.location is not None and error.cell is None:
         physical_location["region"] = _region(error.location, error.location)
     location = {"physicalLocation": physical_location}
-    level = "warning" if is_fix_refusal(error) else "error"
+    level = "warning" if is_note(error) else "error"
     return {"level": level, "message": {"text": error.message}, "locations": [location]}
 
 

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from amp_lint.diagnostics import Applicability, Diagnostic, FileError, Location, Report
+from amp_lint.diagnostics import Applicability, Diagnostic, FileError, Location, Report, is_partial_analysis
 from amp_lint.reports import RenderOptions
 
 
@@ -83,12 +83,12 @@ def _fix_marker(diagnostic: Diagnostic, options: RenderOptions) -> str:
 
 
 def error_line(error: FileError, options: RenderOptions) -> str:
-    """`path[:row:col]: error: message`."""
+    """`path[:row:col]: error: message` (`warning:` for a file checked with part of its analysis skipped)."""
     if error.location is None:
         where = error.filename
     else:
         where = f"{error.filename}:{row_column(error.location)}"
-    label = style("error", options, fg="red", bold=True)
+    label = style("warning", options, fg="yellow", bold=True) if is_partial_analysis(error) else style("error", options, fg="red", bold=True)
     return f"{style(where, options, bold=True)}: {label}: {error.message}"
 
 
