@@ -76,7 +76,7 @@ LAYERS = [
     ),
     (
         "the protocol run over the paths of an iteration",
-        {"protocol", "scaler_flow", "flow_queries", "typestate", "accumulation", "epochs"},
+        {"protocol", "scaler_flow", "flow_queries", "typestate", "accumulation", "epochs", "iteration_limit"},
     ),
     (
         "rule predicates",
