@@ -123,9 +123,34 @@ def has_star_args(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
 
 
-def forward_regions(step: TrainingStep, backward: Event) -> List[AutocastRegion]:
-    """The autocast regions of the iteration that may run the forward pass feeding `backward`."""
-    found: List[AutocastRegion] = list(backward.regions)
+def regions_feeding(backwards, per_call: bool = False) -> List[AutocastRegion]:
+    """The distinct autocast regions feeding a scaler's backwards ((step, backward) pairs); empty when one
+    backward has none (`per_call`: one backward call, whatever iteration it is reached in, once any of them
+    feeds it). Linear in the backwards and regions: a loop of N autocast blocks, each with its own scaled
+    backward, lists each region once, not N times (issue 45, item 7)."""
+    feeding: Dict[int, Dict[int, AutocastRegion]] = {}
+    of_step: Dict[int, List[AutocastRegion]] = {}  # the iteration's own regions, once per iteration
+    for step, backward in backwards:
+        if id(step) not in of_step:
+            of_step[id(step)] = forward_regions(step, None)
+        found = [*(r for r in backward.regions if r.spec.is_enabled), *of_step[id(step)]]
+        if not found and not per_call:
+            return []
+        here = feeding.setdefault(id(backward.call) if per_call else id(backward), {})
+        for region in found:
+            here.setdefault(id(region), region)
+    if not feeding or not all(feeding.values()):
+        return []
+    unique: Dict[int, AutocastRegion] = {}
+    for found in feeding.values():
+        unique.update(found)
+    return list(unique.values())
+
+
+def forward_regions(step: TrainingStep, backward: Optional[Event]) -> List[AutocastRegion]:
+    """The autocast regions of the iteration that may run the forward pass feeding `backward` (None: the
+    iteration's own regions, without those around a backward)."""
+    found: List[AutocastRegion] = list(backward.regions) if backward is not None else []
     for region in step.scope.regions:
         if region in found:
             continue

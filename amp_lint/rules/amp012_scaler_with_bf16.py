@@ -7,7 +7,7 @@ from amp_lint.analysis.autocast import DType
 from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.events import Event, EventKind
 from amp_lint.analysis.file_model import FileModel, ScalerBinding, TrainingStep
-from amp_lint.rules._helpers import forward_regions, short
+from amp_lint.rules._helpers import regions_feeding, short
 from amp_lint.rules._precision_switches import canonical, possible_dtypes, switch_of_region, switch_of_scaler
 from amp_lint.rules.base import Finding, Invalid, Rule
 
@@ -181,13 +181,7 @@ def train(model, loader, optimizer):
         for bindings, backwards in scaler_uses(model).values():
             # per backward call: the regions feeding it in any iteration that runs it (one reached through a
             # helper, `self.training_step(inputs)`, is fed in the helper's own iteration)
-            feeding: Dict[int, List[AutocastRegion]] = {}
-            for step, backward in backwards:
-                regions_here = feeding.setdefault(id(backward.call), [])
-                regions_here += [r for r in forward_regions(step, backward) if r not in regions_here]
-            if not feeding or not all(feeding.values()):
-                continue
-            regions = [r for found in feeding.values() for r in found]
+            regions = regions_feeding(backwards, per_call=True)
             call = bindings[0].call
             context = bindings[0].scope.name if bindings[0].scope else ""
             if all(b.enabled is True for b in bindings) and all(possible_dtypes(model, r) == {DType.BF16} for r in regions):

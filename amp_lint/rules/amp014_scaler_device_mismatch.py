@@ -9,7 +9,7 @@ from amp_lint.diagnostics import Applicability, Severity
 from amp_lint.fixes.builder import FixBuilder, with_call_args
 from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.file_model import FileModel, ScalerBinding
-from amp_lint.rules._helpers import argument, forward_regions, region_device, short, value_of
+from amp_lint.rules._helpers import argument, region_device, regions_feeding, short, value_of
 from amp_lint.rules.amp012_scaler_with_bf16 import scaler_uses
 from amp_lint.rules._scaler_devices import fixed_scaler_for_any_accelerator, other_device_variable, follows_current_accelerator
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
@@ -358,13 +358,7 @@ for x in loader:
         for bindings, backwards in scaler_uses(model).values():
             if not any(b.is_enabled for b in bindings):
                 continue
-            regions = []
-            for step, backward in backwards:
-                feeding = forward_regions(step, backward)
-                if not feeding:
-                    regions = []
-                    break
-                regions += feeding
+            regions = regions_feeding(backwards)
             devices = {_scaler_device(model, b) for b in bindings}
             if regions and (len(devices) != 1 or None in devices):
                 yield from other_device_variable(self, model, bindings, regions)
