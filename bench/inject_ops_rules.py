@@ -55,17 +55,18 @@ EXPECTED_MORE: Dict[str, Tuple[str, ...]] = {
     "half_model": ("AMP050",),
     "nested_other_device": ("AMP053",),
     "autocast_on_tensor": ("AMP056",),
+    "scaler_state_not_restored": ("AMP080",),
 }
 PRINCIPLE_MORE = {op: 6 for op in EXPECTED_MORE}
 PRINCIPLE_MORE.update({"closure_to_step": 1, "penalty_unscaled": 1, "step_every_microbatch": 1, "unscale_every_microbatch": 1,
-                       "zero_grad_every_microbatch": 1, "autocast_on_tensor": 4})
+                       "zero_grad_every_microbatch": 1, "autocast_on_tensor": 4, "scaler_state_not_restored": 2})
 # AMP050 reports where the file shows the cast and the step, not always in the optimizer's function.
-WHOLE_FILE_MORE = ("half_model",)
+WHOLE_FILE_MORE = ("half_model", "scaler_state_not_restored")
 # Their fix is not the original: AMP010/025/032/050/056/093 have no fix; the accumulation fixes move the
 # statement to its place in the boundary, not necessarily where the author had it.
 MANY_ANSWERS_MORE = ("scaler_removed", "scaler_disabled", "bf16_default_dtype", "closure_to_step", "penalty_unscaled",
                      "step_every_microbatch", "unscale_every_microbatch", "zero_grad_every_microbatch", "half_model",
-                     "autocast_on_tensor")
+                     "autocast_on_tensor", "scaler_state_not_restored")
 
 _AUTOCASTS = {"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast", "torch.cuda.amp.autocast",
               "torch.cuda.amp.autocast_mode.autocast", "torch.cpu.amp.autocast"}
@@ -428,6 +429,21 @@ def op_autocast_on_tensor(module: Module) -> Iterator[Site]:
         targets = " = ".join(_text(t) for t in only.targets)
         new = f"{module.indent(node)}{targets} = {_text(node.items[0].context_expr)}({_text(only.value)})"
         yield node.lineno, node.lineno, f"`with {_text(node.items[0].context_expr)}: {targets} = ...` -> the autocast called on the value", _edit(module, {node: [new]})
+
+
+# --- AMP080: the scaler's state on resume ------------------------------------------------------------------
+
+
+def op_scaler_state_not_restored(module: Module) -> Iterator[Site]:
+    """`S.load_state_dict(...)` deleted where the file also restores an optimizer's state: the resumed run
+    restarts the loss scale (AMP080 reports the optimizer's restore)."""
+    if "load_state_dict" not in module.text:
+        return
+    restores = [c for c in module.calls() if _method(c) == "load_state_dict"]
+    if not any(not module.is_scaler(c) and "optim" in _text(c.func.value).lower() for c in restores):
+        return
+    for call, stmt in _stmt_calls(module, "load_state_dict"):
+        yield stmt.lineno, stmt.lineno, f"deleted `{_text(call)}` (the optimizer's state is still restored)", _edit(module, {stmt: None})
 
 
 OPERATORS_MORE: Dict[str, Callable[[Module], Iterator[Site]]] = {

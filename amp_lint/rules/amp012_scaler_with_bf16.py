@@ -182,6 +182,8 @@ def train(model, loader, optimizer):
             # per backward call: the regions feeding it in any iteration that runs it (one reached through a
             # helper, `self.training_step(inputs)`, is fed in the helper's own iteration)
             regions = regions_feeding(backwards, per_call=True)
+            if not regions:
+                continue
             call = bindings[0].call
             context = bindings[0].scope.name if bindings[0].scope else ""
             if all(b.enabled is True for b in bindings) and all(possible_dtypes(model, r) == {DType.BF16} for r in regions):

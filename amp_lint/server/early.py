@@ -153,15 +153,20 @@ def _check_opened(params, initialize: dict, encoding: str):
     path = _document_path(uri)
     if path is None:
         return None
-    from amp_lint.server.document_check import check_document, config_uri, is_python, units_of
     from amp_lint.server.documents import TextView
+    from amp_lint.server.first_look import first_look
     from amp_lint.server.settings import WATCHED_NAMES, ServerSettings, parse_options
 
-    if not is_python(uri, language if isinstance(language, str) else None) or config_uri(uri, WATCHED_NAMES):
-        return None
     init_params = initialize.get("params") if isinstance(initialize.get("params"), dict) else {}
     overrides, _ = parse_options(init_params.get("initializationOptions"))  # (the problems: pygls shows them)
     settings = ServerSettings(overrides)
+    if first_look(TextView(uri, path, text, version), settings.for_path) is not None:
+        return None  # a syntax error, or nothing to find: the server's first look says so without LibCST
+
+    from amp_lint.server.document_check import check_document, config_uri, is_python, units_of
+
+    if not is_python(uri, language if isinstance(language, str) else None) or config_uri(uri, WATCHED_NAMES):
+        return None
     early = Early()
     # Whole, not unit by unit: splitting a trainer into units costs a third of its check, and the server does
     # it once it has taken over (`lsp.AmpLintServer._adopt`), before the first edit.

@@ -73,6 +73,7 @@ class AmpLintServer(CodeActions, LanguageServer):
         self.settings = ServerSettings()
         self.debounce = DEFAULT_DEBOUNCE
         self.results: Dict[str, Checked] = {}
+        self.republish: set = set()  # keys whose next check is published even if unchanged (a save)
         self.pending: Dict[str, asyncio.Task] = {}
         self.last_change: Dict[str, float] = {}  # document key -> when its last change came (loop time)
         self.checking = 0  # checks running in the check thread
@@ -270,8 +271,9 @@ class AmpLintServer(CodeActions, LanguageServer):
                     self.log(f"amp-lint: {message}", types.MessageType.Error)
                 else:  # a broken configuration file, a document too large: the user must see it
                     self.show(f"amp-lint: {message}", kind)
-        if not send or self._published_already(previous, checked):
+        if not send or (key not in self.republish and self._published_already(previous, checked)):
             return
+        self.republish.discard(key)
         stale = set(previous.published) - set(checked.published) if previous is not None else set()
         for uri in stale:  # a cell that was removed
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -398,7 +400,9 @@ def create_server() -> AmpLintServer:
             ls.shown_errors.clear()
             ls.recheck_all()
             return
-        ls.schedule(ls.key_of(params.text_document.uri), 0)
+        key = ls.key_of(params.text_document.uri)
+        ls.republish.add(key)  # a save is answered with a publish, even of the same diagnostics
+        ls.schedule(key, 0)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: AmpLintServer, params: types.DidCloseTextDocumentParams) -> None:
