@@ -213,7 +213,10 @@ CASES = {
 }
 # Mutants amp-lint does not report yet (bench/results/inject-results-rules.md names the principle): the test
 # flips to a failure (strict) when the tool learns them, so that this list stays true.
-MISSED: dict = {}
+MISSED = {
+    "scaler_state_not_restored": "AMP080's findings rest on an assumption (the scaler may be saved elsewhere): "
+    "shown with --show-assumed, not among the default findings this test counts",
+}
 
 
 def test_every_default_rule_has_an_operator():

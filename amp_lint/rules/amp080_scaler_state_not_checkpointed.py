@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from amp_lint.diagnostics import Severity
+from amp_lint.diagnostics import Confidence, Severity
 from amp_lint.analysis.file_model import CallSite, FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.rules._helpers import short
@@ -43,10 +43,11 @@ class ScalerStateNotCheckpointed(Rule):
     ```
 
     ## Fix safety
-    No automatic fix. The scaler state may be saved by another file: a file that hands its
-    scaler to a call (a checkpoint helper that may save it) is left alone. On by default since issue 46:
-    nine reported bugs (transformers, detectron2, ultralytics, torchtitan, ...) had this shape, and every
-    finding on the judged corpora was true.
+    No automatic fix. Medium confidence: the scaler state may be saved by another file (a file that hands its
+    scaler to a call, a checkpoint helper that may save it, is left alone). Enabled by default, its findings
+    shown with `--show-assumed` or when AMP080 is selected by name: nine reported bugs (transformers,
+    detectron2, ultralytics, torchtitan, ...) had this shape and every finding on the judged corpora was true,
+    but AMP100's conversion does not yet write the scaler's restore beside every optimizer restore.
 
     ## References
     - [AMP recipe: Saving/Resuming](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
@@ -174,6 +175,7 @@ class Trainer:
                         site.call,
                         f"`{short(site.call, 50)}` saves `{optimizer}.state_dict()` but not the GradScaler's: "
                         f"a resumed run restarts the loss scale; add \"scaler\": {scaler}.state_dict()",
+                        confidence=Confidence.MEDIUM,
                         context=site.scope.name,
                     )
             elif site.method == "load_state_dict" and not loads_scaler and site.receiver is not None:
@@ -185,6 +187,7 @@ class Trainer:
                         f"`{short(site.call, 50)}` restores the optimizer but nothing restores the GradScaler; "
                         f"add `{scaler}.load_state_dict({checkpoint}[\"scaler\"])` "
                         f"(guarded by `if \"scaler\" in {checkpoint}`)",
+                        confidence=Confidence.MEDIUM,
                         context=site.scope.name,
                     )
 
