@@ -258,24 +258,23 @@ def test_principle_2_scalers_that_do_not_restart_stay_silent(build, target, coun
 SCALED_THROUGH_A_PARAMETER = """
 import torch
 
-class Trainer:
-    def __init__(self, model, optimizer, amp):
-        self.model, self.optimizer = model, optimizer
-        self.scaler = torch.amp.GradScaler("cuda") if amp else None
+class Runner:
+    def __init__(self, net, opt, use_fp16):
+        self.net, self.opt = net, opt
+        self.grad_scaler = torch.amp.GradScaler("cuda") if use_fp16 else None
 
-    def _backward(self, loss):
-        self.optimizer.zero_grad()
-        loss.backward()
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+    def apply_gradients(self, objective):
+        objective.backward()
+        if self.grad_scaler is None:
+            self.opt.step()
+            return
+        self.grad_scaler.step(self.opt)
+        self.grad_scaler.update()
 
-    def train(self, loader):
-        for batch in loader:
-            with torch.autocast("cuda", enabled=self.scaler is not None):
-                loss = self.model(batch).mean()
+    def fit(self, batches):
+        for inputs in batches:
+            with torch.autocast("cuda", enabled=self.grad_scaler is not None):
+                objective = self.net(inputs).mean()
             {hand}
 """
 
@@ -283,25 +282,25 @@ class Trainer:
 @pytest.mark.parametrize(
     "hand",
     [
-        # the name bound to the scaled loss on one branch of a conditional (fairchem's trainer)
-        "loss = self.scaler.scale(loss) if self.scaler else loss\n            self._backward(loss)",
+        # the name bound to the scaled loss on one branch of a conditional
+        "objective = self.grad_scaler.scale(objective) if self.grad_scaler else objective\n            self.apply_gradients(objective)",
         # by keyword, under another name
-        "scaled = self.scaler.scale(loss)\n            self._backward(loss=scaled)",
+        "scaled = self.grad_scaler.scale(objective)\n            self.apply_gradients(objective=scaled)",
         # written as the argument
-        "self._backward(self.scaler.scale(loss))",
+        "self.apply_gradients(self.grad_scaler.scale(objective))",
     ],
 )
 def test_principle_1_a_parameter_is_what_the_callers_hand_it(hand):
-    # The backward in `_backward` runs on whatever its caller hands it: here a scaled loss, so the step
+    # The backward in `apply_gradients` runs on whatever its caller hands it: here a scaled loss, so the step
     # next to it is right. A safe fix would have scaled it twice.
     source = SCALED_THROUGH_A_PARAMETER.format(hand=hand)
     assert _codes(source, "AMP011") == []
 
 
 def test_principle_1_a_parameter_handed_an_unscaled_loss_is_still_reported():
-    source = SCALED_THROUGH_A_PARAMETER.format(hand="self._backward(loss)")
+    source = SCALED_THROUGH_A_PARAMETER.format(hand="self.apply_gradients(objective)")
     (finding,) = _findings(source, "AMP011")
-    assert finding.code == "AMP011" and "loss.backward()" in finding.message
+    assert finding.code == "AMP011" and "objective.backward()" in finding.message
 
 
 # --- Principle 6: correlated flags ---------------------------------------------------------------------------

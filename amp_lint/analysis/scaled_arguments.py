@@ -10,14 +10,14 @@ the caller's scope binds (on any branch) to one.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import libcst as cst
 
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.function_summary import call_params
-from amp_lint.analysis.syntax import alternatives, code_of, tensor_source
+from amp_lint.analysis.syntax import alternatives, argument, code_of, tensor_source
 
 
 def scale_call_in(value: cst.BaseExpression, scope: Scope) -> Optional[Tuple[str, cst.Call]]:
@@ -52,10 +52,10 @@ def called_with_a_scaled_value(model: FileModel, callee: Scope, param: Optional[
         if param is None:
             arguments = [arg.value for arg in site.call.args]
         else:
-            argument = _argument_for(site.call.args, params, param)
-            arguments = [argument] if argument is not None else []
-        for argument in arguments:
-            if ".scale(" in code_of(argument) or scale_call_in(argument, site.scope) is not None:
+            bound = argument(site.call, params.index(param) if param in params else None, param)
+            arguments = [bound.value] if bound is not None else []
+        for value in arguments:
+            if ".scale(" in code_of(value) or scale_call_in(value, site.scope) is not None:
                 return True
     return False
 
@@ -76,19 +76,4 @@ def _direct_scale_call(value: cst.BaseExpression) -> Optional[Tuple[str, cst.Cal
                 scaler = dotted_name(candidate.func.value)
                 if scaler is not None:
                     return scaler, candidate
-    return None
-
-
-def _argument_for(args: Sequence[cst.Arg], params: Sequence[str], param: str) -> Optional[cst.BaseExpression]:
-    position = 0
-    for arg in args:
-        if arg.star:
-            return None
-        if arg.keyword is not None:
-            if arg.keyword.value == param:
-                return arg.value
-            continue
-        if position < len(params) and params[position] == param:
-            return arg.value
-        position += 1
     return None

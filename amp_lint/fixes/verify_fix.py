@@ -89,8 +89,8 @@ def hazards(code: str) -> Tuple[Hazard, ...]:
     if not scalers:
         return ()
     found: List[Hazard] = []
-    helpers = _protocol_helpers(tree, scalers)
-    helpers = helpers | _unscaling_first(tree, scalers, helpers)
+    names = _protocol_helpers(tree, scalers)
+    helpers = _Helpers(names, _unscaling_first(tree, scalers, _Helpers(names)))
     # A function's hazards depend on its text, its name and the file's scalers and helpers alone: a fix's
     # code is checked against the code before it, and only the functions the fix changed are followed again.
     lines = code.split("\n") if "\r" not in code else None  # (`ast`'s rows are these lines without a CR)
@@ -117,6 +117,15 @@ _FUNCTION_HAZARDS: "OrderedDict[tuple, Tuple[Tuple[str, str, str, Optional[int]]
 _FUNCTIONS_KEPT = 4096
 
 
+@dataclass(frozen=True)
+class _Helpers:
+    """The file's functions that call a scaler's protocol themselves (`names`), and (helper, scaler, optimizer)
+    for those that may unscale that optimizer before anything else of its protocol (`unscale_first`)."""
+
+    names: FrozenSet[str] = frozenset()
+    unscale_first: FrozenSet[Tuple[str, str, str]] = frozenset()
+
+
 def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
     """Names of the file's functions and methods that call a scaler's unscale_, step or update themselves: a
     call to one (`self.optimizer_step()`) may move the protocol on, so the caller's path forgets what it knew
@@ -134,14 +143,14 @@ def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
     return frozenset(names)
 
 
-def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: FrozenSet[str]) -> FrozenSet[str]:
-    """`name:scaler:optimizer` for each helper that may call `scaler.unscale_(optimizer)` before anything else
+def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: "_Helpers") -> FrozenSet[Tuple[str, str, str]]:
+    """(name, scaler, optimizer) for each helper that may call `scaler.unscale_(optimizer)` before anything else
     of that optimizer's protocol: a caller that unscaled it first makes that call raise. Found by running the
     helper with the optimizer already unscaled and keeping the unscale_ calls that then fail (an unscale_
     inserted before `self.clip_gradients()`, whose body unscales: issue 46, the fix check follows callees)."""
     found = set()
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name not in helpers:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name not in helpers.names:
             continue
         pairs = {
             (_code(inner.func.value), _code(inner.args[0]))
@@ -154,7 +163,7 @@ def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: FrozenSet[
         hazards_found: List[Hazard] = []
         check = _FunctionCheck(node.name, scalers, hazards_found, helpers)
         check.block(node.body, {_State(frozenset((s, o, UNSCALED) for s, o in pairs))})
-        found |= {f"{node.name}:{h.scaler}:{h.optimizer}" for h in hazards_found if h.kind == "unscale-twice"}
+        found |= {(node.name, h.scaler, h.optimizer) for h in hazards_found if h.kind == "unscale-twice"}
     return frozenset(found)
 
 
@@ -211,7 +220,7 @@ class _Loop:
 class _FunctionCheck:
     """Follows one function's body along every path; a set of states stands for the paths that reach a point."""
 
-    def __init__(self, function: str, scalers: FrozenSet[str], found: List[Hazard], helpers: FrozenSet[str] = frozenset()) -> None:
+    def __init__(self, function: str, scalers: FrozenSet[str], found: List[Hazard], helpers: _Helpers = _Helpers()) -> None:
         self.function = function
         self.scalers = scalers
         self.helpers = helpers
@@ -376,13 +385,13 @@ class _FunctionCheck:
             isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "cls")
         )
         name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
-        if own and name in self.helpers:
+        if own and name in self.helpers.names:
             gone = set(self.scalers)
             # a helper that unscales first, called on an optimizer already unscaled (not a call of the same
             # name inside it: `clip(p)` in a method `clip` is most likely another function)
             for state in states if name != self.function.rpartition(".")[2] else ():
                 for scaler, optimizer, stage in state.stages:
-                    if stage == UNSCALED and f"{name}:{scaler}:{optimizer}" in self.helpers:
+                    if stage == UNSCALED and (name, scaler, optimizer) in self.helpers.unscale_first:
                         self.report(node, "unscale-twice", scaler, optimizer)
         else:
             passed = {_code(a.value if isinstance(a, ast.Starred) else a) for a in node.args} | {_code(k.value) for k in node.keywords}
