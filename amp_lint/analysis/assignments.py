@@ -19,7 +19,7 @@ from amp_lint.analysis.calls import is_grad
 from amp_lint.analysis.file_model import AssignmentSite, ScalerBinding
 from amp_lint.analysis.names import dotted_name
 from amp_lint.analysis.project_hooks import project
-from amp_lint.analysis.syntax import alternatives, argument, code_of, literal_bool
+from amp_lint.analysis.syntax import alternatives, argument, code_of, guarded_alternatives, literal_bool
 
 
 class AssignmentRecorder:
@@ -82,7 +82,7 @@ class AssignmentRecorder:
         self.assignment_sites.append(self._site(key, value))
         if "." not in key:
             self.scope.names.bind_local(key)
-        for candidate in alternatives(value):
+        for candidate, chosen_when in guarded_alternatives(value):
             if isinstance(candidate, cst.Call):
                 qualified = self.qualify(candidate.func) or self._class_alias(candidate.func)
                 if qualified in names.GRAD_SCALER:
@@ -96,6 +96,7 @@ class AssignmentRecorder:
                             qualified_name=qualified,
                             enabled=enabled,
                             maybe_none=candidate is not value,
+                            chosen_when=chosen_when,
                             statement=statement,
                             scope=self.scope,
                             loops=tuple(self.loop_stack[-1]),

@@ -38,6 +38,7 @@ class ScalerBinding:
     qualified_name: Optional[str] = None
     enabled: Optional[bool] = True  # False: literal enabled=False; None: an expression
     maybe_none: bool = False  # `GradScaler() if amp else None`
+    chosen_when: Tuple[Tuple[cst.BaseExpression, bool], ...] = ()  # those conditional values' (test, outcome)
     statement: Optional[Statement] = None
     scope: Optional["Scope"] = None
     loops: Tuple[Loop, ...] = ()  # loops around the construction, in its scope

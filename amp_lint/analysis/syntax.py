@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -91,6 +91,20 @@ def alternatives(value: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
             pending += (node.right, node.left)
         else:
             yield node
+
+
+def guarded_alternatives(value: cst.BaseExpression) -> Iterator[Tuple[cst.BaseExpression, Tuple[Tuple[cst.BaseExpression, bool], ...]]]:
+    """`alternatives`, each with the tests of the conditional values that choose it: `GradScaler() if amp else
+    None` gives (`GradScaler()`, ((amp, True),)) and (`None`, ((amp, False),))."""
+    pending = [(value, ())]
+    while pending:
+        node, tests = pending.pop()
+        if isinstance(node, cst.IfExp):
+            pending += ((node.orelse, tests + ((node.test, False),)), (node.body, tests + ((node.test, True),)))
+        elif isinstance(node, cst.BooleanOperation):
+            pending += ((node.right, tests), (node.left, tests))
+        else:
+            yield node, tests
 
 
 def own_nodes(body: cst.CSTNode):

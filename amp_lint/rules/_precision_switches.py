@@ -22,7 +22,7 @@ from amp_lint.analysis.autocast import DType
 from amp_lint.analysis.events import AutocastRegion
 from amp_lint.analysis.conditions import Atom, atom_of, implied_atoms
 from amp_lint.analysis.file_model import FileModel, ScalerBinding, Scope
-from amp_lint.analysis.syntax import alternatives, argument, literal_bool
+from amp_lint.analysis.syntax import alternatives, argument
 
 _DEPTH = 6  # names followed through names
 
@@ -91,22 +91,16 @@ def _self_attribute(node: cst.BaseExpression) -> bool:
 def switch_of_scaler(binding: ScalerBinding) -> Optional[FrozenSet[Atom]]:
     """The tests that must hold for the scaler to be built and on: its `enabled=` expression, the test of
     `GradScaler() if amp else None`, the `if`s around its construction. None when it is never on."""
-    atoms: Set[Atom] = set()
     call = binding.call
-    if call is None:
+    if call is None or binding.enabled is False:
         return None
-    enabled = argument(call, 99, "enabled")
-    if enabled is not None:
-        literal = literal_bool(enabled.value)
-        if literal is False:
-            return None
-        if literal is None:
+    atoms: Set[Atom] = set()
+    if binding.enabled is None:  # an expression: what it implies when true
+        enabled = argument(call, 4 if binding.qualified_name in names.IMPLIED_DEVICE else 5, "enabled")
+        if enabled is not None:
             atoms.update(implied_atoms(enabled.value, True))
-    for node in _conditional_values(binding):
-        if _holds(node.body, call):
-            atoms.update(implied_atoms(node.test, True))
-        elif _holds(node.orelse, call):
-            atoms.update(implied_atoms(node.test, False))
+    for test, outcome in binding.chosen_when:
+        atoms.update(implied_atoms(test, outcome))
     atoms.update(Atom(*branch.condition) for branch in binding.branches)
     return frozenset(atoms)
 
@@ -137,27 +131,3 @@ def canonical(model: FileModel, atoms: FrozenSet[Atom], class_name: Optional[str
             atom = atom_of(sites[0].value, atom.holds)
         out.add(atom)
     return frozenset(out)
-
-
-def _conditional_values(binding: ScalerBinding):
-    statement = binding.statement
-    if statement is None:
-        return
-    stack = [statement]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.IfExp):
-            yield node
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.IndentedBlock)):
-            continue
-        stack.extend(node.children)
-
-
-def _holds(tree: cst.CSTNode, call: cst.Call) -> bool:
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if node is call:
-            return True
-        stack.extend(node.children)
-    return False
