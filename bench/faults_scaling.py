@@ -5,7 +5,9 @@
 
 Shapes (`SHAPES`): `blocks`, N `with torch.autocast('cuda'): y_i = m(x)` blocks in one function;
 `module-blocks`, the same at module level; `steps`, N `scaler.step(o_i)` calls in one training loop
-(scaled backward before them, one `update()` after). Each size is checked in a fresh process (the
+(scaled backward before them, one `update()` after); `loops`, N complete training loops in one function;
+`scaled-blocks`, N autocast blocks in one loop, each followed by its scaled backward; `clips`, N
+`clip_grad_norm_` calls on scaled gradients in one loop (N findings with fixes). Each size is checked in a fresh process (the
 checker of a CLI run, default rules, no cache), which prints its CPU seconds, its peak RSS and its
 findings and notes; a process still running after `--timeout` seconds is killed and reported so.
 `--code`: another checkout (or an export of one) whose amp_lint the children import (they run in it).
@@ -49,7 +51,51 @@ def steps(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHAPES = {"blocks": blocks, "module-blocks": lambda n: blocks(n, in_function=False), "steps": steps}
+def loops(n: int) -> str:
+    """N training loops in one function, each a complete small step."""
+    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')"]
+    for i in range(n):
+        lines += [
+            f"    for x_{i}, y_{i} in data:",
+            "        with torch.autocast('cuda'):",
+            f"            loss_{i} = loss_fn(model(x_{i}), y_{i})",
+            f"        scaler.scale(loss_{i}).backward()",
+            "        scaler.step(opt)",
+            "        scaler.update()",
+            "        opt.zero_grad()",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def scaled_blocks(n: int) -> str:
+    """N autocast blocks in one training loop, each with its own scaled backward."""
+    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')",
+             "    for x, y in data:"]  # fmt: skip
+    for i in range(n):
+        lines += ["        with torch.autocast('cuda'):", f"            loss_{i} = loss_fn(model(x), y)",
+                  f"        scaler.scale(loss_{i}).backward()"]  # fmt: skip
+    lines += ["        scaler.step(opt)", "        scaler.update()", "        opt.zero_grad()"]
+    return "\n".join(lines) + "\n"
+
+
+def clips(n: int) -> str:
+    """N clips of scaled gradients in one training loop (N findings, each with a fix)."""
+    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')",
+             "    for x, y in data:", "        with torch.autocast('cuda'):", "            loss = loss_fn(model(x), y)",
+             "        scaler.scale(loss).backward()"]  # fmt: skip
+    lines += [f"        torch.nn.utils.clip_grad_norm_(model.parameters(), {i + 1}.0)" for i in range(n)]
+    lines += ["        scaler.step(opt)", "        scaler.update()", "        opt.zero_grad()"]
+    return "\n".join(lines) + "\n"
+
+
+SHAPES = {
+    "blocks": blocks,
+    "module-blocks": lambda n: blocks(n, in_function=False),
+    "steps": steps,
+    "loops": loops,
+    "scaled-blocks": scaled_blocks,
+    "clips": clips,
+}
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -65,7 +111,7 @@ seconds = time.process_time() - start
 print(json.dumps({
     "cpu_s": round(seconds, 2),
     "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-    "findings": [d.code for d in result.diagnostics],
+    "findings": {code: [d.code for d in result.diagnostics].count(code) for code in sorted({d.code for d in result.diagnostics})},
     "notes": [e.message for e in result.errors],
 }))
 """

@@ -107,10 +107,33 @@ class Scope:
     regions: List[AutocastRegion] = field(default_factory=list)
     assignments: Dict[str, List[Tuple[cst.BaseExpression, Statement]]] = field(default_factory=dict)
     decorator_region: Optional[AutocastRegion] = None
+    # `regions_in_iteration`'s index: (position of each region, decorator regions, regions by enclosing loop)
+    _region_index: Optional[Tuple[Dict[int, int], List[AutocastRegion], Dict[int, List[AutocastRegion]]]] = field(
+        default=None, repr=False
+    )
 
     @property
     def is_function(self) -> bool:
         return isinstance(self.node, cst.FunctionDef)
+
+    def regions_in_iteration(self, loop: Optional[Loop]) -> List[AutocastRegion]:
+        """The scope's regions that an iteration of `loop` (None: the whole scope) may run, in source order:
+        those inside the loop, and decorator regions. Indexed once per scope (after the model is built), so
+        that N loops of one function cost N, not N * N (issue 45)."""
+        if loop is None:
+            return self.regions
+        if self._region_index is None:
+            by_loop: Dict[int, List[AutocastRegion]] = {}
+            for region in self.regions:
+                for around in region.loops:
+                    by_loop.setdefault(id(around), []).append(region)
+            position = {id(region): i for i, region in enumerate(self.regions)}
+            self._region_index = (position, [r for r in self.regions if r.item is None], by_loop)
+        position, decorators, by_loop = self._region_index
+        inside = by_loop.get(id(loop), [])
+        if not decorators:
+            return inside
+        return sorted(decorators + inside, key=lambda region: position[id(region)])
 
     def chain(self) -> Iterator["Scope"]:
         scope: Optional[Scope] = self

@@ -38,12 +38,15 @@ def scaled_gradient_reads(model: FileModel) -> Iterator[Breach]:
         flow = flow_of(model, step)
         helpers = {id(call): effects for call, effects in calls_reading_gradients(model, step)}
         reads = [e for e in step.events if e.kind in (EventKind.CLIP, EventKind.GRAD_READ) or id(e) in helpers]
+        by_hand: dict = {}  # scaler -> unscaled_by_hand, asked once per iteration, not once per read
         for clip in reads:
             reached = _scaled_reaching(model, step, flow, clip) or _scaled_on_entry(model, step, flow, clip)
             if reached is None:
                 continue
             backward, scaler, proof = reached
-            if _threshold_carries_scale(clip) or unscaled_by_hand(model, step, scaler):
+            if scaler not in by_hand:
+                by_hand[scaler] = unscaled_by_hand(model, step, scaler)
+            if _threshold_carries_scale(clip) or by_hand[scaler]:
                 continue
             if clip.kind is EventKind.GRAD_READ and not _first_read_of_its_loop(flow, step, clip):
                 continue

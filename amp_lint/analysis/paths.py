@@ -62,7 +62,7 @@ class Paths:
             if any(is_varying(k) for k in keys):
                 continue
             self.unknown_branch[node] = True
-        self._cache: Dict[tuple, List[bool]] = {}
+        self._cache: Dict[tuple, object] = {}
         # Where each enumerated key decides a branch: a query only enumerates the keys between its ends.
         self._key_nodes: Dict[str, List[int]] = {}
         for node, edges in enumerate(graph.succ):
@@ -72,7 +72,7 @@ class Paths:
                     if not nodes or nodes[-1] != node:
                         nodes.append(node)
 
-    # --- one pass per (target, avoided nodes, assignment, mode) ---
+    # --- one pass per (target, avoided nodes, assignment, mode), computed only as far as it is asked ---
     def _successors(self, node: int, assignment: Dict[str, bool], exceptions: bool) -> Iterable[int]:
         for target, atom in self.graph.succ[node]:
             if atom is EXCEPTION:
@@ -85,42 +85,62 @@ class Paths:
                     continue
             yield target
 
-    def _reach(self, dst: int, avoid: FrozenSet[int], assignment: Assignment, exceptions: bool) -> List[bool]:
+    def _reach(self, dst: int, avoid: FrozenSet[int], assignment: Assignment, exceptions: bool) -> "_Pass":
+        """Which nodes reach `dst` passing no node of `avoid` (the ends excepted)."""
         key = ("reach", dst, avoid, assignment, exceptions)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
         values = dict(assignment)
-        reach = [False] * len(self.graph)
-        for node in range(dst, len(self.graph)):
+
+        def value(node: int, reach: _Pass) -> bool:
             if node == dst:
-                reach[node] = True
-            elif node in avoid:
-                continue
-            else:
-                reach[node] = any(reach[m] for m in self._successors(node, values, exceptions))
-        self._cache[key] = reach
+                return True
+            if node in avoid:
+                return False
+            return any(reach[m] for m in self._successors(node, values, exceptions))
+
+        reach = self._cache[key] = _Pass(dst, value)
         return reach
 
-    def _must(self, dst: int, avoid: FrozenSet[int], assignment: Assignment) -> List[bool]:
+    def _runs(self, node: int, origin: int, assignment: Assignment) -> bool:
+        """Can `node` run after `origin` under `assignment`? From the scope's entry, one forward pass per
+        assignment answers it for every node (each of N loops of one function asks it: issue 45)."""
+        if origin != self.graph.entry:
+            return self._reach(node, frozenset(), assignment, True)[origin]
+        key = ("from entry", assignment)
+        reached = self._cache.get(key)
+        if reached is None:
+            values = dict(assignment)
+            reached = [False] * len(self.graph)
+            reached[origin] = True
+            for at in range(origin, -1, -1):
+                if reached[at]:
+                    for m in self._successors(at, values, True):
+                        reached[m] = True
+            self._cache[key] = reached
+        return reached[node]
+
+    def _must(self, dst: int, avoid: FrozenSet[int], assignment: Assignment) -> "_Pass":
+        """Which nodes reach `dst` whichever way each unknown branch on the way goes."""
         key = ("must", dst, avoid, assignment)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
         values = dict(assignment)
         live = self._reach(dst, frozenset(), assignment, False)
-        must = [False] * len(self.graph)
-        for node in range(dst, len(self.graph)):
+
+        def value(node: int, must: _Pass) -> bool:
             if node == dst:
-                must[node] = True
-            elif node in avoid:
-                continue
-            elif self.unknown_branch[node]:
+                return True
+            if node in avoid:
+                return False
+            if self.unknown_branch[node]:
                 alive = [m for m in self._successors(node, values, False) if live[m]]
-                must[node] = bool(alive) and all(must[m] for m in alive)
-            else:
-                must[node] = any(must[m] for m in self._successors(node, values, False))
-        self._cache[key] = must
+                return bool(alive) and all(must[m] for m in alive)
+            return any(must[m] for m in self._successors(node, values, False))
+
+        must = self._cache[key] = _Pass(dst, value)
         return must
 
     def _assignments(self, low: int, high: int) -> Iterable[Tuple[Assignment, Assignment]]:
@@ -153,7 +173,7 @@ class Paths:
             every = True
             for unknown in unknowns:  # type: ignore[attr-defined]
                 assignment = tuple(holding) + varying + tuple(kv for kv in unknown if kv[0] not in fixed)
-                if not self._reach(src, frozenset(), assignment, True)[origin]:
+                if not self._runs(src, origin, assignment):
                     continue  # src cannot run under this assignment
                 if not self._reach(dst, frozenset(), assignment, True)[src]:
                     continue
@@ -169,6 +189,30 @@ class Paths:
 
     def reachable(self, src: int, dst: int) -> bool:
         return self.query(src, dst) is not None
+
+
+class _Pass:
+    """The values of one backward pass towards node `dst`, computed in node order as far as they are asked.
+
+    Forward edges go from larger node numbers to smaller ones, so a node's value needs only the values of
+    nodes below it; no node below `dst` reaches it. A query about a loop's iteration asks no node above the
+    iteration's start: it costs the size of the iteration, not of the function around it (issue 45)."""
+
+    __slots__ = ("dst", "values", "value")
+
+    def __init__(self, dst: int, value) -> None:
+        self.dst = dst
+        self.values: List[bool] = []
+        self.value = value  # (node, this pass) -> the node's value, from the values of the nodes below it
+
+    def __getitem__(self, node: int) -> bool:
+        index = node - self.dst
+        if index < 0:
+            return False
+        values = self.values
+        while len(values) <= index:
+            values.append(self.value(self.dst + len(values), self))
+        return values[index]
 
 
 def weakest(*proofs: Optional[Proof]) -> Optional[Proof]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import builtins
 
-from typing import Callable, Dict, FrozenSet, Iterable, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -60,10 +60,12 @@ def single_pass_loops(events: Sequence[Event], may_train: Callable[[Event], bool
     """The loops around `events` (one function's) that do not repeat an iteration: retry loops and loops
     over optimizers. `may_train(event)`: whether a call event may run a training step (a project function)."""
     loops: Dict[int, Loop] = {}
+    members: Dict[int, List[Event]] = {}  # each loop's events, in order: one pass, whatever the number of loops
     for event in events:
         for loop in event.loops:
             loops.setdefault(id(loop), loop)
-    return {loop for loop in loops.values() if is_retry_loop(loop) or _over_optimizers(loop, events, may_train)}
+            members.setdefault(id(loop), []).append(event)
+    return {loop for loop in loops.values() if is_retry_loop(loop) or _over_optimizers(loop, members[id(loop)], may_train)}
 
 
 def repeating(loops: Iterable[Loop], once: Set[Loop]) -> Tuple[Loop, ...]:
@@ -71,13 +73,13 @@ def repeating(loops: Iterable[Loop], once: Set[Loop]) -> Tuple[Loop, ...]:
     return tuple(loop for loop in loops if loop not in once)
 
 
-def _over_optimizers(loop: Loop, events: Sequence[Event], may_train: Callable[[Event], bool]) -> bool:
+def _over_optimizers(loop: Loop, members: Sequence[Event], may_train: Callable[[Event], bool]) -> bool:
+    """`members`: the events inside `loop`."""
     if not isinstance(loop, cst.For) or loop.orelse is not None:
         return False
     names = per_pass_names(loop)
     if not names:
         return False
-    members = [e for e in events if loop in e.loops]
     steps = [
         e
         for e in members

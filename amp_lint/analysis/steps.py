@@ -11,7 +11,7 @@ the caller's arguments); a project index's summaries of other files' functions p
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -44,7 +44,9 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
                     steps.append(TrainingStep(scope, None, events))
             continue
         loops: List[Optional[Loop]] = []
+        seen: Set[int] = set()
         steppers = [e for e in events if e.kind in (EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP)]
+        stepping_loops = {id(loop) for e in steppers for loop in e.loops}
         # A retry loop around the backward runs it once per call, not once per iteration (single_pass_loops).
         once = single_pass_loops(events, lambda e: _in_training_loop(model, e))
         for anchor in anchors:
@@ -52,25 +54,32 @@ def training_steps(model: FileModel) -> List[TrainingStep]:
             loop = around[-1] if around else None
             # A micro-step loop (`for m in range(k): scaler.scale(loss).backward()`) inside the loop that
             # steps is part of that loop's iteration (miles-credit PR #141).
-            if loop is not None and steppers and not any(loop in e.loops for e in steppers):
-                outer = [l for l in around[:-1] if any(l in e.loops for e in steppers)]
+            if loop is not None and steppers and id(loop) not in stepping_loops:
+                outer = [l for l in around[:-1] if id(l) in stepping_loops]
                 if outer:
                     loop = outer[-1]
-            if loop not in loops:
+            if id(loop) not in seen:
+                seen.add(id(loop))
                 loops.append(loop)
         # A loop nested in another anchor loop belongs to the outer iteration only if it holds no backward itself.
+        # (By identity, and each loop's events found in one pass: a function of N loops costs N, not N * N.)
+        anchor_loops = {id(loop) for loop in loops if loop is not None}
+        inside: Dict[int, List[Event]] = {}
+        for event in events:
+            for around_event in event.loops:
+                if id(around_event) in anchor_loops:
+                    inside.setdefault(id(around_event), []).append(event)
         for loop in loops:
             if loop is None:
-                members = [e for e in events if not _inside_any(e, [l for l in loops if l is not None])]
+                members = [e for e in events if not any(id(l) in anchor_loops for l in e.loops)]
                 if not scope.is_function:
                     members = [e for e in members if not e.loops]
                 steps.append(TrainingStep(scope, None, members))
             else:
-                inner_loops = [l for l in loops if l is not None and l is not loop]
                 members = [
                     e
-                    for e in events
-                    if loop in e.loops and not any(l in e.loops[e.loops.index(loop) + 1 :] for l in inner_loops)
+                    for e in inside.get(id(loop), ())
+                    if not any(id(l) in anchor_loops for l in e.loops[_position(e.loops, loop) + 1 :])
                 ]
                 steps.append(TrainingStep(scope, loop, members))
     return steps
@@ -288,5 +297,5 @@ def handed_on(model: FileModel, site) -> Set[str]:
     return handed
 
 
-def _inside_any(event: Event, loops: List[Loop]) -> bool:
-    return any(loop in event.loops for loop in loops)
+def _position(loops: Sequence[Loop], loop: Loop) -> int:
+    return next(i for i, around in enumerate(loops) if around is loop)

@@ -252,11 +252,15 @@ def run(flow: "StepFlow") -> Typestate:
     found: Dict[int, Dict[Violation, None]] = {}
     end_states: set = set()
     start, end = flow.start, flow.end
-    for varying, unknowns in paths._assignments(0, start):
+    # Below the iteration's last event and its end, no node has an event or is the end: the walk stops
+    # there, and only the conditions deciding a branch in between are enumerated (a loop of a function
+    # of N loops costs its own size, issue 45).
+    low = min([end] + list(at_node))
+    for varying, unknowns in paths._assignments(low, start):
         for unknown in unknowns:  # type: ignore[attr-defined]
             values = dict(varying + unknown)
             incoming: Dict[int, set] = {start: {ProtocolState()}}
-            for node in range(start, -1, -1):
+            for node in range(start, low - 1, -1):
                 states = incoming.pop(node, None)
                 if not states:
                     continue

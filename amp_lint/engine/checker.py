@@ -426,11 +426,14 @@ class Checker:
         file_ignored: FrozenSet[str],
         rejected: Dict[FindingKey, "_Rejected"],
         others: OtherFiles,
+        settled: Optional[List[Fix]] = None,
     ) -> Tuple[List[Fix], Optional["_Analysed"]]:
         """The fixes of `chosen` that pass the check together, and the analysed code with them applied.
 
         All of them are tried first; when that fails, the group is split in halves and each half tried
         on top of what was accepted, down to single fixes, which are dropped with the reason.
+        `settled`: when given, a fix whose findings the kept fixes already removed is not tried but put
+        there (the check's preview: N fixes of which one fixes every finding cost a few analyses, not N).
         """
         accepted: List[Fix] = []
         best: List[Optional[_Analysed]] = [None]
@@ -462,6 +465,13 @@ class Checker:
             return fixed if why is None else why
 
         def settle(group: List[Fix]) -> None:
+            if settled is not None and best[0] is not None:
+                left = {found.key for found in best[0].findings}
+                done = [fix for fix in group if not any(found.key in left for found in owners[id(fix)])]
+                settled.extend(done)
+                group = [fix for fix in group if not any(fix is d for d in done)]
+                if not group:
+                    return
             outcome = attempt(accepted + group)
             if isinstance(outcome, _Analysed):
                 accepted.extend(group)
@@ -470,6 +480,9 @@ class Checker:
                 for found in owners[id(group[0])]:
                     position = current.positions[current.findings.index(found)]
                     rejected[found.key] = _Rejected(found.finding.rule.code, position[0], outcome, current.code)
+            elif settled is not None:  # one at a time: the first kept fix may settle all the others
+                for fix in group:
+                    settle([fix])
             else:
                 half = len(group) // 2
                 settle(group[:half])

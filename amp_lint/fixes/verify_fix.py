@@ -89,11 +89,11 @@ def hazards(code: str) -> Tuple[Hazard, ...]:
     if not scalers:
         return ()
     found: List[Hazard] = []
+    lines = code.split("\n") if "\r" not in code else None  # (`ast`'s rows are these lines without a CR)
     names = _protocol_helpers(tree, scalers)
-    helpers = _Helpers(names, _unscaling_first(tree, scalers, _Helpers(names)))
+    helpers = _Helpers(names, _unscaling_first(tree, scalers, _Helpers(names), lines))
     # A function's hazards depend on its text, its name and the file's scalers and helpers alone: a fix's
     # code is checked against the code before it, and only the functions the fix changed are followed again.
-    lines = code.split("\n") if "\r" not in code else None  # (`ast`'s rows are these lines without a CR)
     for function, node, body in _functions(tree):
         if node is None or lines is None:
             _FunctionCheck(function, scalers, found, helpers).run(body)
@@ -143,7 +143,7 @@ def _protocol_helpers(tree: ast.AST, scalers: FrozenSet[str]) -> FrozenSet[str]:
     return frozenset(names)
 
 
-def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: "_Helpers") -> FrozenSet[Tuple[str, str, str]]:
+def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: "_Helpers", lines: Optional[List[str]] = None) -> FrozenSet[Tuple[str, str, str]]:
     """(name, scaler, optimizer) for each helper that may call `scaler.unscale_(optimizer)` before anything else
     of that optimizer's protocol: a caller that unscaled it first makes that call raise. Found by running the
     helper with the optimizer already unscaled and keeping the unscale_ calls that then fail (an unscale_
@@ -160,11 +160,24 @@ def _unscaling_first(tree: ast.AST, scalers: FrozenSet[str], helpers: "_Helpers"
         }
         if not pairs:
             continue
-        hazards_found: List[Hazard] = []
-        check = _FunctionCheck(node.name, scalers, hazards_found, helpers)
-        check.block(node.body, {_State(frozenset((s, o, UNSCALED) for s, o in pairs))})
-        found |= {(node.name, h.scaler, h.optimizer) for h in hazards_found if h.kind == "unscale-twice"}
+        # A function's answer depends on its text and the file's scalers and helper names alone: kept, so
+        # that the code a fix changed is not run again for the helpers the fix did not touch.
+        key = (node.name, ast.dump(node) if lines is None else "\n".join(lines[node.lineno - 1 : node.end_lineno]), scalers, helpers)
+        answer = _UNSCALING_FIRST.get(key)
+        if answer is None:
+            hazards_found: List[Hazard] = []
+            check = _FunctionCheck(node.name, scalers, hazards_found, helpers)
+            check.block(node.body, {_State(frozenset((s, o, UNSCALED) for s, o in pairs))})
+            answer = _UNSCALING_FIRST[key] = frozenset((node.name, h.scaler, h.optimizer) for h in hazards_found if h.kind == "unscale-twice")
+            if len(_UNSCALING_FIRST) > _FUNCTIONS_KEPT:
+                _UNSCALING_FIRST.popitem(last=False)
+        else:
+            _UNSCALING_FIRST.move_to_end(key)
+        found |= answer
     return frozenset(found)
+
+
+_UNSCALING_FIRST: "OrderedDict[tuple, FrozenSet[Tuple[str, str, str]]]" = OrderedDict()
 
 
 def _scaler_receivers(tree: ast.AST) -> FrozenSet[str]:

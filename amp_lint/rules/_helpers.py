@@ -128,22 +128,33 @@ def regions_feeding(backwards, per_call: bool = False) -> List[AutocastRegion]:
     backward has none (`per_call`: one backward call, whatever iteration it is reached in, once any of them
     feeds it). Linear in the backwards and regions: a loop of N autocast blocks, each with its own scaled
     backward, lists each region once, not N times (issue 45, item 7)."""
-    feeding: Dict[int, Dict[int, AutocastRegion]] = {}
+    # Per backward (or backward call): its own regions, and the iterations whose regions feed it, in order.
+    # An iteration's regions are listed once, however many of its backwards they feed: N backwards of one
+    # loop of N blocks cost N, in time and in memory.
+    feeding: Dict[int, List[object]] = {}
     of_step: Dict[int, List[AutocastRegion]] = {}  # the iteration's own regions, once per iteration
     for step, backward in backwards:
         if id(step) not in of_step:
             of_step[id(step)] = forward_regions(step, None)
-        found = [*(r for r in backward.regions if r.spec.is_enabled), *of_step[id(step)]]
-        if not found and not per_call:
+        own = [r for r in backward.regions if r.spec.is_enabled]
+        if not own and not of_step[id(step)] and not per_call:
             return []
-        here = feeding.setdefault(id(backward.call) if per_call else id(backward), {})
-        for region in found:
-            here.setdefault(id(region), region)
+        here = feeding.setdefault(id(backward.call) if per_call else id(backward), [])
+        here.extend(own)
+        if of_step[id(step)]:
+            here.append(step)
     if not feeding or not all(feeding.values()):
         return []
     unique: Dict[int, AutocastRegion] = {}
+    merged: Set[int] = set()  # iterations whose regions are all in `unique` already
     for found in feeding.values():
-        unique.update(found)
+        for item in found:
+            if isinstance(item, AutocastRegion):
+                unique.setdefault(id(item), item)
+            elif id(item) not in merged:
+                merged.add(id(item))
+                for region in of_step[id(item)]:
+                    unique.setdefault(id(region), region)
     return list(unique.values())
 
 
@@ -151,12 +162,11 @@ def forward_regions(step: TrainingStep, backward: Optional[Event]) -> List[Autoc
     """The autocast regions of the iteration that may run the forward pass feeding `backward` (None: the
     iteration's own regions, without those around a backward)."""
     found: List[AutocastRegion] = list(backward.regions) if backward is not None else []
-    for region in step.scope.regions:
-        if region in found:
-            continue
-        if step.loop is not None and region.item is not None and step.loop not in region.loops:
-            continue
-        found.append(region)
+    seen = {id(region) for region in found}
+    for region in step.scope.regions_in_iteration(step.loop):
+        if id(region) not in seen:
+            seen.add(id(region))
+            found.append(region)
     return [r for r in found if r.spec.is_enabled]
 
 
