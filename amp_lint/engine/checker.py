@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
@@ -45,7 +44,7 @@ from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.guard import check_parse_cost
 from amp_lint.parse.node_memo import NodeMemo
 from amp_lint.parse.noqa_comments import file_level_noqa, suppressing_row
-from amp_lint.parse.syntax_errors import python_syntax_error
+from amp_lint.parse.syntax_errors import parse_failure
 from amp_lint.parse.positions import NodeLocator
 from amp_lint.parse.prefilter import Prefilter
 from amp_lint.parse.relevant import relevant_text
@@ -166,7 +165,7 @@ class Checker:
         try:
             module = parse_module(prepared.text)
         except cst.ParserSyntaxError as error:
-            result.errors.append(_parse_failure(filename, prepared.text, error))
+            result.errors.append(parse_failure(filename, prepared.text, error))
             return result
         except cst.CSTValidationError as error:  # LibCST's parser builds a node it then refuses (`for x in*a:`)
             result.errors.append(FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({error})"))
@@ -567,32 +566,6 @@ class _Rejected:
     location: Location
     reason: str
     on_code: str = ""  # the text it failed on: tried again once other fixes changed it
-
-
-def _parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:
-    """A syntax error as Python states it, at Python's position (`'(' was never closed` at the bracket, not
-    LibCST's list of expected tokens at the end of the file); or LibCST's limit on valid Python, said so."""
-    python_error = python_syntax_error(source, filename)
-    if python_error is not None:
-        return FileError(filename, f"syntax error: {python_error.message}", python_error.start)
-    if python_ast.parse_quietly(source) is None:  # Python cannot say where (too deep, a null byte): LibCST's word
-        return FileError(filename, _syntax_message(error), _syntax_location(error))
-    return FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({_syntax_message(error)})")
-
-
-def _syntax_location(error: cst.ParserSyntaxError) -> Location:
-    # The native parser names the offending token's position in its message; prefer it.
-    match = re.search(r"error at (\d+):(\d+)", error.message)
-    if match:
-        return Location(int(match.group(1)), int(match.group(2)) + 1)
-    return Location(error.editor_line, error.editor_column)
-
-
-def _syntax_message(error: cst.ParserSyntaxError) -> str:
-    message = re.sub(r"^(parser error: )?error at \d+:\d+: ", "", error.message)
-    if len(message) > 120:
-        message = message[:117] + "..."
-    return f"syntax error: {message}"
 
 
 def _confidence_policy(findings: List[Finding], show_assumed: bool, shown_for: FrozenSet[str] = frozenset()) -> List[Finding]:

@@ -9,12 +9,17 @@ text so that an editor can show it.
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from amp_lint.diagnostics import Location
+from amp_lint.diagnostics import FileError, Location
+from amp_lint.parse import python_ast
 from amp_lint.files.lines import LINE_BREAK
+
+if TYPE_CHECKING:  # pragma: no cover (LibCST is not imported where only Python's word is wanted)
+    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,29 @@ def _inside(source: str, row: int, column: int) -> Location:
         return Location(len(lines), len(lines[-1]) + 1)
     row = max(row, 1)
     return Location(row, max(1, min(column, len(lines[row - 1]) + 1)))
+
+
+def parse_failure(filename: str, source: str, error: cst.ParserSyntaxError) -> FileError:
+    """A syntax error as Python states it, at Python's position (`'(' was never closed` at the bracket, not
+    LibCST's list of expected tokens at the end of the file); or LibCST's limit on valid Python, said so."""
+    python_error = python_syntax_error(source, filename)
+    if python_error is not None:
+        return FileError(filename, f"syntax error: {python_error.message}", python_error.start)
+    if python_ast.parse_quietly(source) is None:  # Python cannot say where (too deep, a null byte): LibCST's word
+        return FileError(filename, libcst_message(error), libcst_location(error))
+    return FileError(filename, f"not analysed: valid Python that LibCST cannot parse ({libcst_message(error)})")
+
+
+def libcst_location(error: cst.ParserSyntaxError) -> Location:
+    # The native parser names the offending token's position in its message; prefer it.
+    match = re.search(r"error at (\d+):(\d+)", error.message)
+    if match:
+        return Location(int(match.group(1)), int(match.group(2)) + 1)
+    return Location(error.editor_line, error.editor_column)
+
+
+def libcst_message(error: cst.ParserSyntaxError) -> str:
+    message = re.sub(r"^(parser error: )?error at \d+:\d+: ", "", error.message)
+    if len(message) > 120:
+        message = message[:117] + "..."
+    return f"syntax error: {message}"
