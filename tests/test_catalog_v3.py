@@ -262,7 +262,7 @@ def test_amp003_message_follows_the_targeted_torch(tmp_path):
 
 def test_every_rule_selected_by_code_shows_its_documented_examples():
     # Issue 30, item 6: with the rule selected by its code (what `assumed_shown_for` carries), each invalid
-    # example is reported without --show-assumed, including AMP042, AMP051, AMP060 and AMP080's.
+    # example is reported without --show-assumed, including AMP042, AMP051 and AMP060's.
     from amp_lint.engine.checker import Checker
     from amp_lint.rules import ALL_RULES
 

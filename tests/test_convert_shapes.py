@@ -15,6 +15,7 @@ import libcst as cst
 import pytest
 from torch_scripts import run_script
 
+from amp_lint.engine.checker import Checker
 from amp_lint.engine.convert import convert_source
 
 torch = pytest.importorskip("torch")
@@ -26,6 +27,9 @@ def convert(source: str):
         cst.parse_module(result.code)
         again = convert_source(result.code)
         assert again.code == result.code, "a second conversion changed the code"
+        # The converted file checkpoints the scaler it adds wherever the optimizer is (issue 46).
+        checked = Checker(frozenset({"AMP080"}), show_assumed=True).check(result.code, "<converted>")
+        assert [d.message for d in checked.diagnostics] == []
     return result
 
 
@@ -282,14 +286,57 @@ def test_the_scaler_is_saved_and_loaded_where_the_optimizer_is(tmp_path: Path):
     assert "scaler" in torch.load(tmp_path / "ck.pt")
 
 
-def test_a_load_without_a_save_gets_neither():
+SAVES_NO_OPTIMIZER = SAVE_AND_LOAD.replace(
+    "state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=epoch + 1)",
+    "state = model.state_dict()",
+)
+
+
+def test_a_load_without_a_save_gets_the_guarded_restore_and_no_save(tmp_path: Path):
+    # The file resumes from a checkpoint another script saved. AMP080 (on by default) reports an optimizer
+    # restored with no scaler restored beside it, and a converted file must pass the rules the tool ships: the
+    # restore is written, guarded, since that checkpoint may predate the conversion and hold no scaler entry.
+    # Nothing in this file saves the optimizer, so nothing new is saved either.
+    result = convert(SAVES_NO_OPTIMIZER)
+    assert result.converted, result.reasons
+    lines = [line.strip() for line in result.code.splitlines()]
+    after = lines.index('optimizer.load_state_dict(checkpoint["optimizer"])') + 1
+    assert lines[after : after + 2] == ['if "scaler" in checkpoint:', 'scaler.load_state_dict(checkpoint["scaler"])']
+    assert "scaler.state_dict()" not in result.code
+    # Resuming from a checkpoint written before the conversion (no "scaler" entry) still works.
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 1}, tmp_path / "old.pt")
+    run(result.code, tmp_path, "old.pt")
+
+
+def test_a_save_without_a_load_gets_the_scaler_saved():
+    # Another script resumes from what this one saves: the scaler's state is saved beside the optimizer's
+    # (AMP080 would report the save otherwise), and no restore is invented.
     source = SAVE_AND_LOAD.replace(
-        'state = dict(model=model.state_dict(), optimizer=optimizer.state_dict(), epoch=epoch + 1)',
-        'state = model.state_dict()',
+        'checkpoint = torch.load(resume)\n        model.load_state_dict(checkpoint["model"])\n'
+        '        optimizer.load_state_dict(checkpoint["optimizer"])\n        start = checkpoint["epoch"]',
+        "start = int(resume)",
     )
+    assert "optimizer.load_state_dict" not in source
     result = convert(source)
-    assert result.converted
-    assert "scaler.load_state_dict" not in result.code and "scaler.state_dict()" not in result.code
+    assert result.converted, result.reasons
+    assert "scaler=scaler.state_dict()" in result.code and "scaler.load_state_dict" not in result.code
+
+
+def test_a_restore_from_a_checkpoint_with_no_name_is_left_to_amp080():
+    # `torch.load(resume)["optimizer"]`: the scaler's restore could only load the file a second time, so the
+    # conversion writes none, and the fix check asks AMP080 about the result. AMP080's finding there is true (a
+    # resumed run restarts the loss scale), so the file is not written and the reason says what to add.
+    source = SAVES_NO_OPTIMIZER.replace(
+        'checkpoint = torch.load(resume)\n        model.load_state_dict(checkpoint["model"])\n'
+        '        optimizer.load_state_dict(checkpoint["optimizer"])',
+        'optimizer.load_state_dict(torch.load(resume)["optimizer"])',
+    )
+    assert 'torch.load(resume)["optimizer"]' in source
+    result = convert(source)
+    assert not result.converted
+    assert any("new AMP080" in reason and "scaler.load_state_dict" in reason for reason in result.reasons)
 
 
 def test_a_subscript_save_gets_the_scaler_beside_the_optimizer():

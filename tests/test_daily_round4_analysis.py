@@ -152,6 +152,31 @@ def test_3_amp080_names_the_scaler_and_the_checkpoint_as_the_code_spells_them(tm
     assert 'add `self.scaler.load_state_dict(state["scaler"])` (guarded by `if "scaler" in state`)' in found[1]
 
 
+
+def test_3_amp080_is_shown_among_the_defaults_and_a_guarded_restore_counts(tmp_path):
+    # Issue 46: AMP080's findings are proved (shown without --show-assumed or --select).
+    with_scaler = TRAINER.replace(
+        "        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        '        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n        self.scaler = torch.amp.GradScaler("cuda")\n',
+    )
+    write(tmp_path, {"trainer.py": with_scaler})
+    assert [line.split()[1] for line in _concise(tmp_path, "trainer.py")].count("AMP080") == 2
+    # A restore guarded by `if "scaler" in state` is a restore, in a file that saves nothing as in one that does.
+    restores_only = with_scaler.replace(
+        '        self.optimizer.load_state_dict(state["optimizer"])\n',
+        '        self.optimizer.load_state_dict(state["optimizer"])\n'
+        '        if "scaler" in state:\n            self.scaler.load_state_dict(state["scaler"])\n',
+    ).replace(
+        '        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)\n',
+        '        torch.save({"model": self.model.state_dict()}, path)\n',
+    )
+    write(tmp_path, {"trainer.py": restores_only})
+    assert _concise(tmp_path, "--select", "AMP080", "trainer.py") == []
+    # A file that hands its scaler to a call (a checkpoint helper may save it) is left alone.
+    handed_on = with_scaler.replace("    def save(self, path):\n", "    def save(self, path):\n        keep(self.scaler)\n")
+    write(tmp_path, {"trainer.py": handed_on})
+    assert _concise(tmp_path, "--select", "AMP080", "trainer.py") == []
+
 # --- 4: a GradScaler built and never used is no scaler for the loss ----------------------------------------
 
 UNUSED_SCALER = '''import torch

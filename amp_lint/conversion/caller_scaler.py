@@ -8,8 +8,8 @@ trainer's file, all or none):
 - `scaler = torch.amp.GradScaler(<device>)` right after the one statement that creates the optimizer passed in
   (`optimizer = torch.optim.AdamW(...)`), in the scope that holds the calls;
 - `scaler=scaler` added to every call of the trainer (the trainer gets a `scaler` parameter);
-- the scaler's state saved where the optimizer's is (`"optimizer": optimizer.state_dict()`) and loaded after
-  `optimizer.load_state_dict(checkpoint["optimizer"])` when the checkpoint has it: both, or neither.
+- the scaler's state saved where the optimizer's is (`"optimizer": optimizer.state_dict()`), and loaded after
+  every `optimizer.load_state_dict(checkpoint["optimizer"])` when the checkpoint has it.
 
 The device is the trainer's own device expression with the caller's argument for its device parameter in it
 (`device.type` with `device` passed), or its literal. Anything less plain (the trainer called from several
@@ -30,7 +30,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from amp_lint.analysis.names import dotted_name
 from amp_lint.conversion.call_sites import argument_for
 from amp_lint.conversion.refusals import Refusal
-from amp_lint.conversion.syntax import add_keyword, append_with_comma
+from amp_lint.conversion.syntax import add_keyword, append_with_comma, guarded_scaler_restore, restored_checkpoint
 from amp_lint.diagnostics import Applicability
 from amp_lint.fixes.apply import add_imports, apply_fixes
 from amp_lint.fixes.builder import FixBuilder
@@ -186,7 +186,9 @@ def code_of_statement(statement: cst.CSTNode) -> str:
 
 
 def _checkpoint(builder: FixBuilder, scope: cst.CSTNode, optimizer: str, scaler: str) -> None:
-    """The scaler's state beside the optimizer's in `scope`'s checkpoints: saved and loaded, or neither."""
+    """The scaler's state beside the optimizer's in `scope`'s checkpoints: saved wherever the optimizer's is saved,
+    and restored (guarded: an older checkpoint has no scaler entry) wherever it is restored, each on its own, as
+    in the trainer's own file (`scaler_placement`): the caller's file must pass AMP080 too."""
     saves: List[Tuple[cst.Dict, cst.DictElement]] = []
     loads: List[Tuple[cst.SimpleStatementLine, str]] = []
 
@@ -205,15 +207,11 @@ def _checkpoint(builder: FixBuilder, scope: cst.CSTNode, optimizer: str, scaler:
             saves.extend((node, e) for e in node.elements if isinstance(e, cst.DictElement) and is_state_dict(e.value))
 
         def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-            call = node.body[0].value if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) else None
-            if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "load_state_dict"
-                    and dotted_name(call.func.value) == optimizer and len(call.args) == 1
-                    and isinstance(call.args[0].value, cst.Subscript)):  # fmt: skip
-                loads.append((node, cst.Module([]).code_for_node(call.args[0].value.value)))
+            checkpoint = restored_checkpoint(node, optimizer)
+            if checkpoint is not None:
+                loads.append((node, checkpoint))
 
     scope.visit(Find())
-    if not saves or not loads:
-        return
     key = builder.string("scaler")
     by_dict: Dict[int, Tuple[cst.Dict, List[cst.DictElement]]] = {}
     for node, element in saves:
@@ -231,5 +229,4 @@ def _checkpoint(builder: FixBuilder, scope: cst.CSTNode, optimizer: str, scaler:
 
         builder.replace(node, add)
     for statement, checkpoint in loads:
-        builder.insert_after(statement, builder.statement(
-            f"if {key} in {checkpoint}:\n    {scaler}.load_state_dict({checkpoint}[{key}])\n"))  # fmt: skip
+        builder.insert_after(statement, builder.statement(guarded_scaler_restore(scaler, checkpoint, key)))

@@ -13,8 +13,10 @@ live as long as the optimizer it steps. So it is created where the optimizer is:
   trainer factory, called per iteration by the engine): the scaler is created next to it, in that scope;
 - never in a function that runs once per epoch or per iteration.
 
-Where the optimizer's state is checkpointed (`"optimizer": optimizer.state_dict()`), the scaler's state is saved
-beside it, and loaded beside `optimizer.load_state_dict(checkpoint["optimizer"])` when the checkpoint has it.
+Where the optimizer's state is saved (`"optimizer": optimizer.state_dict()`), the scaler's state is saved beside
+it; beside every `optimizer.load_state_dict(checkpoint["optimizer"])` the scaler's state is loaded when the
+checkpoint has it (`if "scaler" in checkpoint:`), whether or not this file saves it: the converted file must pass
+AMP080 (the optimizer's state checkpointed and the scaler's not).
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from amp_lint.conversion.call_sites import argument_for, references
 from amp_lint.conversion.caller_scaler import scaler_in_caller
 from amp_lint.conversion.project_callers import project_calls
 from amp_lint.conversion.refusals import Refusal
-from amp_lint.conversion.syntax import add_keyword, add_parameter, append_with_comma
+from amp_lint.conversion.syntax import (
+    add_keyword,
+    add_parameter,
+    append_with_comma,
+    guarded_scaler_restore,
+    restored_checkpoint,
+)
 from amp_lint.conversion.training_steps import amp_in_reach
 
 if TYPE_CHECKING:
@@ -431,13 +439,9 @@ class ScalerPlacement:
                     target = small.targets[0].target
                     if isinstance(target, cst.Subscript) and dotted_name(target.value) is not None:
                         found.assigned.append(node)  # `state["optimizer"] = optimizer.state_dict()`
-                if isinstance(small, cst.Expr):
-                    call = small.value
-                    if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-                            and call.func.attr.value == "load_state_dict"
-                            and dotted_name(call.func.value) == optimizer):
-                        if len(call.args) == 1 and isinstance(call.args[0].value, cst.Subscript):
-                            found.loads.append(node)
+                checkpoint = restored_checkpoint(node, optimizer)
+                if checkpoint is not None:
+                    found.loads.append((node, checkpoint))  # `optimizer.load_state_dict(checkpoint["optimizer"])`
         # fmt: skip
 
         visit_read_only(root, Find())
@@ -448,13 +452,13 @@ class ScalerPlacement:
         if creation.after or not creation.optimizer:
             return
         loads = self._state_calls(creation.scope, creation.optimizer).loads
-        if not loads or min(self.tree.position(load) for load in loads) > self.tree.position(creation.anchor):
+        if not loads or min(self.tree.position(load) for load, _ in loads) > self.tree.position(creation.anchor):
             return
         values = creation.scope.assignments.get(creation.optimizer, [])
         block = self.tree.block_of(creation.anchor)
         statement = values[0][1] if len(values) == 1 else None
         top = self.tree.child_in(statement, block) if statement is not None and block is not None else None
-        if top is None or any(self.tree.position(load) < self.tree.position(top) for load in loads):
+        if top is None or any(self.tree.position(load) < self.tree.position(top) for load, _ in loads):
             raise Refusal(
                 f"`{creation.optimizer}`'s state is loaded from a checkpoint before the GradScaler can be created "
                 "beside it; create the optimizer in the same block as the training loop"
@@ -470,8 +474,12 @@ class ScalerPlacement:
         return [s for s in self.model.scopes if s.is_function and s.class_name == scope.class_name]
 
     def _checkpoint_edits(self, creation: _Creation, target: str) -> None:
-        """The scaler's state goes where the optimizer's is saved and loaded: both, or neither (a load with no save
-        of the scaler could never run; a save that nothing loads would be a new format for nothing)."""
+        """The scaler's state goes wherever the optimizer's is saved, and is restored, guarded, wherever the
+        optimizer's is restored, each on its own: the converted file must pass AMP080, which the tool ships (a
+        checkpoint saved here may be resumed by another script; one restored here may have been saved by
+        another, before or after the conversion, so the restore reads the scaler's entry only when it is
+        there). A restore from a checkpoint with no name (`torch.load(path)["optimizer"]`) gets nothing: the fix
+        check then decides, by AMP080's finding, whether the conversion may be written."""
         assert creation.optimizer is not None
         calls = _StateCalls()
         for scope in self._checkpointing_scopes(creation):
@@ -479,8 +487,6 @@ class ScalerPlacement:
             calls.saves += found.saves
             calls.assigned += found.assigned
             calls.loads += found.loads
-        if not calls.loads or not (calls.saves or calls.assigned):
-            return
         key = self.builder.string("scaler")
         for element in calls.saves:
             def add(node: cst.CSTNode, element: cst.CSTNode = element) -> cst.CSTNode:
@@ -509,19 +515,15 @@ class ScalerPlacement:
             subscript = statement.body[0].targets[0].target  # type: ignore[attr-defined]
             holder = code_of(subscript.value)
             self.builder.insert_after(statement, self.builder.statement(f"{holder}[{key}] = {target}.state_dict()\n"))
-        for load in calls.loads:
-            call = load.body[0].value  # type: ignore[attr-defined]
-            checkpoint = code_of(call.args[0].value.value)
-            self.builder.insert_after(load, self.builder.statement(
-                f"if {key} in {checkpoint}:\n    {target}.load_state_dict({checkpoint}[{key}])\n"
-            ))  # fmt: skip
+        for load, checkpoint in calls.loads:
+            self.builder.insert_after(load, self.builder.statement(guarded_scaler_restore(target, checkpoint, key)))
 
 
 @dataclass
 class _StateCalls:
     saves: List[cst.CSTNode] = field(default_factory=list)  # dict entries / `dict(...)` keywords
     assigned: List[cst.SimpleStatementLine] = field(default_factory=list)  # `state["optimizer"] = ...state_dict()`
-    loads: List[cst.SimpleStatementLine] = field(default_factory=list)
+    loads: List[Tuple[cst.SimpleStatementLine, str]] = field(default_factory=list)  # (statement, its checkpoint)
     state_dict_calls: int = 0
 
 

@@ -291,3 +291,38 @@ def add_keyword(node: cst.CSTNode, name: str) -> cst.CSTNode:
     return node.with_changes(args=append_with_comma(list(node.args), new))
 
 
+
+
+# --- the optimizer's checkpoint -------------------------------------------------------------------------
+
+
+def restored_checkpoint(statement: cst.CSTNode, optimizer: str) -> Optional[str]:
+    """`checkpoint` for the statement `optimizer.load_state_dict(checkpoint["optimizer"])`: the checkpoint the
+    optimizer's state is restored from, where the scaler's restore beside it can read it again (a name or an
+    attribute: `ckpt`, `state`, `self.resume_state`). None for any other statement, and for a checkpoint that
+    is not a name: `torch.load(path)["optimizer"]` would be loaded a second time, and a whole state dict
+    (`optimizer.load_state_dict(torch.load("optimizer.pt"))`) holds no scaler entry to read."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    call = small.value if isinstance(small, cst.Expr) else None
+    if not (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "load_state_dict"
+        and dotted_name(call.func.value) == optimizer
+        and len(call.args) == 1
+        and call.args[0].keyword is None
+        and isinstance(call.args[0].value, cst.Subscript)
+    ):
+        return None
+    checkpoint = call.args[0].value.value
+    if dotted_name(checkpoint) is None:
+        return None
+    return cst.Module([]).code_for_node(checkpoint)
+
+
+def guarded_scaler_restore(scaler: str, checkpoint: str, key: str) -> str:
+    """`if "scaler" in checkpoint: scaler.load_state_dict(checkpoint["scaler"])`: a checkpoint written before
+    the conversion has no scaler entry, and resuming from it must still work (the scaler starts afresh)."""
+    return f"if {key} in {checkpoint}:\n    {scaler}.load_state_dict({checkpoint}[{key}])\n"

@@ -43,11 +43,12 @@ class ScalerStateNotCheckpointed(Rule):
     ```
 
     ## Fix safety
-    No automatic fix. Medium confidence: the scaler state may be saved by another file (a file that hands its
-    scaler to a call, a checkpoint helper that may save it, is left alone). Enabled by default, its findings
-    shown with `--show-assumed` or when AMP080 is selected by name: nine reported bugs (transformers,
-    detectron2, ultralytics, torchtitan, ...) had this shape and every finding on the judged corpora was true,
-    but AMP100's conversion does not yet write the scaler's restore beside every optimizer restore.
+    No automatic fix. Enabled by default and shown by default: nine reported bugs (transformers, detectron2,
+    ultralytics, torchtitan, ...) had this shape, every finding on the judged corpora was true, and nothing
+    was reported on fresh projects. Where the scaler's state may be checkpointed out of sight, the file is
+    left alone: a file that hands its scaler to a call (a checkpoint helper such as timm's `CheckpointSaver`)
+    gets no finding. AMP100's conversion obeys it: the scaler it adds is saved wherever the optimizer's state
+    is saved, and restored (guarded by `if "scaler" in checkpoint`) beside every optimizer restore it can name.
 
     ## References
     - [AMP recipe: Saving/Resuming](https://docs.pytorch.org/tutorials/recipes/recipes/amp_recipe.html)
@@ -91,6 +92,15 @@ torch.save(state, path)
 """,
     ]
     valid += [
+        # A file that only resumes (another script saves): the guarded restore is a restore.
+        """
+import torch
+scaler = torch.amp.GradScaler("cuda")
+ckpt = torch.load(path)
+optimizer.load_state_dict(ckpt["optimizer"])
+if "scaler" in ckpt:
+    scaler.load_state_dict(ckpt["scaler"])
+""",
         # The scaler is handed to a checkpoint helper, which may save it (timm's `CheckpointSaver`).
         """
 import torch
@@ -175,7 +185,7 @@ class Trainer:
                         site.call,
                         f"`{short(site.call, 50)}` saves `{optimizer}.state_dict()` but not the GradScaler's: "
                         f"a resumed run restarts the loss scale; add \"scaler\": {scaler}.state_dict()",
-                        confidence=Confidence.MEDIUM,
+                        confidence=Confidence.HIGH,
                         context=site.scope.name,
                     )
             elif site.method == "load_state_dict" and not loads_scaler and site.receiver is not None:
@@ -187,7 +197,7 @@ class Trainer:
                         f"`{short(site.call, 50)}` restores the optimizer but nothing restores the GradScaler; "
                         f"add `{scaler}.load_state_dict({checkpoint}[\"scaler\"])` "
                         f"(guarded by `if \"scaler\" in {checkpoint}`)",
-                        confidence=Confidence.MEDIUM,
+                        confidence=Confidence.HIGH,
                         context=site.scope.name,
                     )
 

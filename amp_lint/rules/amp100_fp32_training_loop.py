@@ -67,8 +67,9 @@ class Fp32TrainingLoop(Rule):
     scaler as a parameter from the caller, which creates it next to its optimizer (through several
     callers if needed); `self.optimizer` gets `self.scaler` right after it; a global optimizer, or one
     of an enclosing factory (`_update(engine, batch)` called per iteration), gets the scaler beside it.
-    Where the optimizer's state is checkpointed (`"optimizer": optimizer.state_dict()`), the scaler's
-    state is saved beside it and loaded after `optimizer.load_state_dict(...)` when present. The device
+    Where the optimizer's state is saved (`"optimizer": optimizer.state_dict()`), the scaler's state is
+    saved beside it; after every `optimizer.load_state_dict(checkpoint["optimizer"])` it is loaded when
+    the checkpoint has it (`if "scaler" in checkpoint:`), so the converted file passes AMP080. The device
     follows the script's own expression: `device.type` for a `torch.device` (including
     `torch.accelerator.current_accelerator()` with a CPU fallback), `torch.device(device).type` where
     `device` may be a string (also a `device` parameter that the function only hands on to a helper),
@@ -90,8 +91,10 @@ class Fp32TrainingLoop(Rule):
     its state beside the optimizer's checkpoint. Both files are written or neither; when the caller's file is
     not among the checked files (or is excluded), nothing is written and the reason names it. A loop that
     builds an optimizer per run (a hyperparameter sweep) gets its scaler right after that optimizer. The
-    scaler's state is checkpointed only where the optimizer's is both saved (`{...}`, `dict(...)`,
-    `state["optimizer"] = ...`) and loaded, or not at all. A Gram-like product (`torch.mm(f, f.t())`,
+    scaler's state is saved wherever the optimizer's is (`{...}`, `dict(...)`, `state["optimizer"] = ...`)
+    and restored, guarded, wherever it is restored from a named checkpoint, whether or not the file also
+    saves; a restore from a checkpoint with no name (`torch.load(path)["optimizer"]`) gets none, and the
+    conversion is then not written while AMP080 reports the result. A Gram-like product (`torch.mm(f, f.t())`,
     `x.bmm(x_t)` with `x_t = x.transpose(1, 2)`) in a helper of the forward pass is kept in float32
     (`with torch.amp.autocast(f.device.type, enabled=False):` and `.float()` inputs); written inline in the
     loop, the conversion is refused with that reason. `.double()` on accuracy bookkeeping and a
