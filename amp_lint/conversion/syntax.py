@@ -291,8 +291,6 @@ def add_keyword(node: cst.CSTNode, name: str) -> cst.CSTNode:
     return node.with_changes(args=append_with_comma(list(node.args), new))
 
 
-
-
 # --- the optimizer's checkpoint -------------------------------------------------------------------------
 
 
