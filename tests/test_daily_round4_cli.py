@@ -115,6 +115,20 @@ def test_10_preview_rules_need_preview_and_a_selection_of_one_says_so(tmp_path):
     assert "warning" not in amp_lint("-n", "--extend-select", "AMP034", "-s", "train.py", cwd=tmp_path).stderr
 
 
+def test_10_the_rule_list_says_preview_not_on_for_a_preview_rule(tmp_path):
+    # `amp-lint rules` listed AMP034 and AMP095 as "on": a user reading it expects them to run by default.
+    from amp_lint.rules import preview_codes
+
+    listing = amp_lint("rules", cwd=tmp_path).stdout.splitlines()
+    status = {line.split()[0]: line.split()[2] for line in listing[1:] if line.strip()}
+    assert all(status[code] == "preview" for code in preview_codes()), status
+    assert status["AMP001"] == "on"
+    records = {r["code"]: r for r in json.loads(amp_lint("rules", "--output-format", "json", cwd=tmp_path).stdout)}
+    assert records["AMP034"]["preview"] is True and records["AMP034"]["default_enabled"] is False
+    assert records["AMP001"]["preview"] is False and records["AMP001"]["default_enabled"] is True
+    assert "runs only with --preview" in amp_lint("rule", "AMP034", cwd=tmp_path).stdout
+
+
 # --- 9: a refused fix is an ordinary finding, not a failure of the tool ----------------------------------
 
 

@@ -22,7 +22,8 @@ def rule_record(rule) -> dict:
         "name": rule.name,
         "summary": rule.summary,
         "severity": rule.severity.value,
-        "default_enabled": rule.default_enabled,
+        "default_enabled": rule.default_enabled and not rule.preview,
+        "preview": rule.preview,
         "fix": rule.fix_label(),
         "url": rule_url(rule.code),
         "explanation": rule.explanation(),
@@ -30,7 +31,10 @@ def rule_record(rule) -> dict:
 
 
 def rule_text(rule) -> str:
-    default = "yes" if rule.default_enabled else "no (select it with --select " + rule.code + ")"
+    if rule.preview:
+        default = "no: a preview rule, it runs only with --preview (or `preview = true`)"
+    else:
+        default = "yes" if rule.default_enabled else "no (select it with --select " + rule.code + ")"
     return (
         f"# {rule.name} ({rule.code})\n\n{rule.summary}.\n\nSeverity: {rule.severity.value}\n"
         f"On by default: {default}\nFix: {_fix_words(rule)}\n\n{rule.explanation()}\n"
@@ -45,10 +49,18 @@ def rules_text(rules: Iterable) -> str:
     rows = [("code", "name", "default", "fix", "severity", "summary")]
     for rule in rules:
         rows.append(
-            (rule.code, rule.name, "on" if rule.default_enabled else "off", rule.fix_label(), rule.severity.value, rule.summary)
+            (rule.code, rule.name, _default_word(rule), rule.fix_label(), rule.severity.value, rule.summary)
         )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return "".join("  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths)) + "  " + row[5] + "\n" for row in rows)
+
+
+def _default_word(rule) -> str:
+    """"on", "off", or "preview": a preview rule runs only with `--preview`, whatever the default selection
+    says (as `--show-settings` lists it, issue 44 item 10)."""
+    if rule.preview:
+        return "preview"
+    return "on" if rule.default_enabled else "off"
 
 
 def rules_json(rules: Iterable) -> str:
