@@ -580,3 +580,68 @@ def test_principle_6_a_float16_loop_through_a_disabled_scaler_has_no_scaler():
 @pytest.mark.parametrize("enabled", ["True", "use_amp", "args.fp16"])
 def test_principle_6_a_scaler_that_may_be_on_is_a_scaler(enabled):
     assert _codes(DISABLED_SCALER.format(enabled=enabled), "AMP010") == []
+
+
+# --- principle 6: an Accelerator that may run fp16 owns a GradScaler ---------------------------------------
+
+_ACCELERATE_LOOP = """
+from accelerate import Accelerator
+
+def train(args, model, optimizer, loader):
+    accelerator = Accelerator({arguments})
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        loss = model(x, y)
+        {backward}
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("arguments", ["", "mixed_precision=args.mixed_precision", 'mixed_precision="fp16"', "**kwargs"])
+def test_a_plain_backward_before_a_prepared_step_skips_the_accelerators_scaling(arguments):
+    # Under fp16 the prepared optimizer's step is the Accelerator's GradScaler's: it unscales gradients that
+    # `loss.backward()` never scaled ("Attempted step but _scale is None"). The precision may come from an
+    # argument or the accelerate config; `accelerator.backward(loss)` is right whatever it is.
+    source = _ACCELERATE_LOOP.format(arguments=arguments, backward="loss.backward()")
+    (finding,) = _findings(source, "AMP011")
+    assert finding.location.row == 9 and "accelerator.backward(loss)" in finding.message
+
+
+def test_the_same_on_an_accelerator_kept_on_the_trainer():
+    source = """
+from accelerate import Accelerator
+
+class Solver:
+    def __init__(self, model, optimizer, loader):
+        self.accelerator = Accelerator()
+        self.model, self.optimizer, self.loader = self.accelerator.prepare(model, optimizer, loader)
+
+    def run_epoch(self, loss_fn):
+        for x, y in self.loader:
+            loss = loss_fn(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+    assert [(f.code, f.location.row) for f in _findings(source, "AMP011")] == [("AMP011", 13)]
+
+
+@pytest.mark.parametrize(
+    "arguments, backward",
+    [
+        ('mixed_precision="no"', "loss.backward()"),  # no scaler: plain backward is what accelerate would run
+        ('mixed_precision="bf16"', "loss.backward()"),
+        ("", "accelerator.backward(loss)"),
+        ("mixed_precision=args.mixed_precision", "accelerator.backward(loss)"),
+    ],
+)
+def test_no_finding_where_the_accelerator_builds_no_scaler_or_scales_itself(arguments, backward):
+    assert _codes(_ACCELERATE_LOOP.format(arguments=arguments, backward=backward), "AMP011") == []
+
+
+def test_an_optimizer_the_accelerator_did_not_prepare_is_not_its_scalers():
+    source = _ACCELERATE_LOOP.format(arguments="", backward="loss.backward()").replace(
+        "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)", "model, loader = accelerator.prepare(model, loader)"
+    )
+    assert _codes(source, "AMP011") == []

@@ -20,7 +20,7 @@ RULES: Tuple[RuleEntry, ...] = (
     RuleEntry('AMP002', 'amp002_loss_outside_autocast', 'LossOutsideAutocast', False, ('\\bautocast\\b', '\\bbackward\\b'), ()),
     RuleEntry('AMP003', 'amp003_compile_backward_autocast', 'CompileBackwardAutocast', False, ('\\bautocast\\b', '\\bcompile\\b', '\\bbackward\\b'), ()),
     RuleEntry('AMP010', 'amp010_fp16_without_scaler', 'Fp16WithoutScaler', True, ('\\bautocast\\b', '\\bbackward\\b'), ()),
-    RuleEntry('AMP011', 'amp011_unscaled_backward', 'UnscaledBackward', True, ('[Ss]caler', '\\bbackward\\b'), ()),
+    RuleEntry('AMP011', 'amp011_unscaled_backward', 'UnscaledBackward', True, ('[Ss]caler|\\bAccelerator\\b', '\\bbackward\\b'), ()),
     RuleEntry('AMP012', 'amp012_scaler_with_bf16', 'ScalerWithBf16', True, ('Scaler', 'bfloat16|autocast'), ()),
     RuleEntry('AMP013', 'amp013_scaler_in_loop', 'ScalerBuiltInLoop', True, ('Scaler',), ()),
     RuleEntry('AMP014', 'amp014_scaler_device_mismatch', 'ScalerDeviceMismatch', True, ('Scaler', 'autocast'), ()),

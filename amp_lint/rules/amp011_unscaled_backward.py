@@ -16,6 +16,7 @@ from amp_lint.analysis.flow_queries import site_path
 from amp_lint.analysis.function_summary import argument_names
 from amp_lint.analysis.steps import handed_on
 from amp_lint.analysis.syntax import code_of
+from amp_lint.rules._accelerate import unscaled_backwards
 from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 
 
@@ -25,7 +26,8 @@ class UnscaledBackward(Rule):
     Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales
     the optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)`
     whose result is thrown away. A `backward()` method run once per batch counts too when its class builds
-    the GradScaler and steps it in a sibling method under the same condition (`if self.activated:`).
+    the GradScaler and steps it in a sibling method under the same condition (`if self.activated:`). So does
+    `loss.backward()` before the step of an optimizer that an `Accelerator` which may run fp16 prepared.
 
     ## Why is this bad?
     `scaler.step(optimizer)` always divides the gradients by the current scale. If backward ran on the
@@ -65,7 +67,7 @@ class UnscaledBackward(Rule):
     summary = "GradScaler in use, but backward runs on the unscaled loss"
     severity = Severity.ERROR
     fix_applicability = Applicability.SAFE
-    needs = (r"[Ss]caler", r"\bbackward\b")
+    needs = (r"[Ss]caler|\bAccelerator\b", r"\bbackward\b")
 
     valid = [
         # The loss scaled by a method of the class that returns `self.scaler.scale(loss)` (ColossalAI's
@@ -424,7 +426,6 @@ for x in loader:
                     assumption=assumption_text(proof),
                 )
 
-
         for backward, stepped in _per_call_backwards(model):
             if id(backward.call) in reported:
                 continue
@@ -439,6 +440,9 @@ for x in loader:
                 context=backward.scope.name,
                 related=(("the scaler's unscale_" if stepped.kind is EventKind.SCALER_UNSCALE else "the scaler's step", stepped.call),),
             )
+        for backward, stepped, message in unscaled_backwards(model):  # the scaler an Accelerator owns (issue 46)
+            if id(backward.call) not in reported:
+                yield self.finding(backward.call, message, context=backward.scope.name, related=(("the prepared optimizer's step", stepped.call),))
 
 
 def _per_call_backwards(model: FileModel):
@@ -501,11 +505,7 @@ def _handed_a_scaled_loss(model: FileModel, backward: Event) -> bool:
 def _consumer(scaler: str, event: Event) -> str:
     if event.kind is EventKind.SCALER_UPDATE:  # `_update_after_a_hidden_step`
         return f"a call handed `{scaler}` steps it before `{scaler}.update()` (which raises otherwise), unscaling"
-    return f"`{scaler}.{_verb(event)}` unscales"
-
-
-def _verb(event: Event) -> str:
-    return "step(...)" if event.kind is EventKind.SCALER_STEP else "unscale_(...)"
+    return f"`{scaler}.{'step(...)' if event.kind is EventKind.SCALER_STEP else 'unscale_(...)'}` unscales"
 
 
 def _consuming_scaler_event(model: FileModel, step: TrainingStep, backward: Event) -> Tuple[Optional[Event], Optional[Proof]]:

@@ -1,18 +1,17 @@
 from __future__ import annotations
 
-from typing import Iterator, List, NamedTuple, Sequence
+from typing import Iterator
 
 import libcst as cst
 
 from amp_lint.analysis.autocast import DType
-from amp_lint.analysis.file_model import FileModel, Scope
+from amp_lint.analysis.file_model import FileModel
 from amp_lint.analysis.names import dotted_name
 from amp_lint.diagnostics import Severity
-from amp_lint.rules._helpers import argument, literal_string, same_binding, short
+from amp_lint.rules._accelerate import accelerators_of, prepared_by, reaching
+from amp_lint.rules._helpers import short
 from amp_lint.rules.base import Finding, Invalid, Rule
 
-_ACCELERATOR = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
-_MIXED = {"fp16": DType.FP16, "bf16": DType.BF16}
 
 
 class AccelerateManualAmp(Rule):
@@ -154,17 +153,17 @@ with torch.autocast("cuda", dtype=torch.float16):
     ]
 
     def check(self, model: FileModel) -> Iterator[Finding]:
-        accelerators = list(_accelerators(model))
+        accelerators = list(accelerators_of(model))
         if not accelerators:
             return
-        prepared = _prepared(model, accelerators)
+        prepared = prepared_by(model, accelerators)
         if not prepared:
             return
         for site in model.call_sites:
             func = dotted_name(site.call.func)
             receiver = dotted_name(site.receiver) if site.receiver is not None else None
             if site.method == "backward" and receiver is not None:
-                accelerator = _reaching(model, accelerators, receiver, site.scope)
+                accelerator = reaching(model, accelerators, receiver, site.scope)
                 if accelerator is None:
                     continue
                 arg = site.call.args[0].value if site.call.args else None
@@ -180,7 +179,7 @@ with torch.autocast("cuda", dtype=torch.float16):
                 continue
             if site.method in ("step", "unscale_") and site.call.args and receiver is not None:
                 target = dotted_name(site.call.args[0].value)
-                if target and _reaching(model, prepared, target, site.scope) and model.is_scaler(receiver, site.scope):
+                if target and reaching(model, prepared, target, site.scope) and model.is_scaler(receiver, site.scope):
                     yield self.finding(
                         site.call,
                         f"`{short(site.call, 50)}`: `{target}` was prepared by an Accelerator with mixed precision, which "
@@ -190,7 +189,7 @@ with torch.autocast("cuda", dtype=torch.float16):
                 continue
             if func is None:
                 continue
-            entry = _reaching(model, prepared, func, site.scope)
+            entry = reaching(model, prepared, func, site.scope)
             if entry is None:
                 continue
             region = site.in_enabled_autocast()
@@ -206,57 +205,3 @@ with torch.autocast("cuda", dtype=torch.float16):
                     f"{entry.accelerator.dtype.value} autocast, which wins inside the model: set the dtype on the Accelerator only",
                     context=site.scope.name,
                 )
-
-
-class _Accelerator(NamedTuple):
-    key: str  # "accelerator", "self.accelerator"
-    scope: Scope
-    mixed: str  # "fp16"
-    dtype: DType
-
-
-class _Prepared(NamedTuple):
-    key: str  # "model"
-    scope: Scope
-    accelerator: _Accelerator
-
-
-def _reaching(model: FileModel, bindings: Sequence, key: str, scope: Scope):
-    """The binding of `key` (an `_Accelerator` or `_Prepared`) that reaches a use in `scope`, if exactly one does
-    (the same function, an enclosing one, or `self.x` of the same class), or the first of several that agree."""
-    found = [b for b in bindings if b.key == key and same_binding(model, key, b.scope, scope)]
-    precisions = {b.mixed if isinstance(b, _Accelerator) else b.accelerator.mixed for b in found}
-    return found[0] if len(precisions) == 1 else None  # none, or two that disagree: nothing is proved
-
-
-def _accelerators(model: FileModel) -> Iterator[_Accelerator]:
-    for assignment in model.assignment_sites:
-        value = assignment.value
-        if not isinstance(value, cst.Call) or assignment.scope.names.qualify(value.func) not in _ACCELERATOR:
-            continue
-        arg = argument(value, None, "mixed_precision")
-        mixed = literal_string(arg.value) if arg is not None else None
-        if mixed in _MIXED:
-            yield _Accelerator(assignment.target, assignment.scope, mixed, _MIXED[mixed])
-
-
-def _prepared(model: FileModel, accelerators: List[_Accelerator]) -> List[_Prepared]:
-    found: List[_Prepared] = []
-    for site in model.call_sites:
-        if site.method != "prepare" or site.receiver is None:
-            continue
-        key = dotted_name(site.receiver)
-        accelerator = _reaching(model, accelerators, key, site.scope) if key else None
-        if accelerator is None:
-            continue
-        statement = site.small_statement
-        if not isinstance(statement, cst.Assign) or statement.value is not site.call:
-            continue
-        for target in statement.targets:
-            node = target.target
-            elements = node.elements if isinstance(node, (cst.Tuple, cst.List)) else [node]
-            for element in elements:
-                name = dotted_name(element.value if isinstance(element, cst.Element) else element)
-                if name:
-                    found.append(_Prepared(name, site.scope, accelerator))
-    return found
