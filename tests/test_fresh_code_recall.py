@@ -645,3 +645,14 @@ def test_an_optimizer_the_accelerator_did_not_prepare_is_not_its_scalers():
         "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)", "model, loader = accelerator.prepare(model, loader)"
     )
     assert _codes(source, "AMP011") == []
+
+
+def test_the_fix_backpropagates_through_the_accelerator_and_is_unsafe():
+    # Unsafe: without fp16, accelerate's backward divides the loss by the accumulation steps, so the numbers of
+    # an accumulating run change (to what the prepared optimizer expects). Keywords go along.
+    source = textwrap.dedent(_ACCELERATE_LOOP.format(arguments="", backward="loss.backward(retain_graph=True)"))
+    assert Checker(frozenset({"AMP011"}), fix=True).check(source, "example.py").fixed_source is None
+    fixed = Checker(frozenset({"AMP011"}), fix=True, unsafe_fixes=True).check(source, "example.py")
+    assert "accelerator.backward(loss, retain_graph=True)" in fixed.fixed_source and ".backward()" not in fixed.fixed_source
+    again = Checker(frozenset({"AMP011"}), fix=True, unsafe_fixes=True).check(fixed.fixed_source, "example.py")
+    assert again.fixed_source is None and again.diagnostics == []

@@ -13,6 +13,9 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 import libcst as cst
 
 from amp_lint.analysis.autocast import DType
+from amp_lint.diagnostics import Applicability
+from amp_lint.fixes.builder import FixBuilder
+from amp_lint.fixes.types import Fix
 from amp_lint.analysis.events import SCALER_KINDS, Event, EventKind
 from amp_lint.analysis.file_model import FileModel, Scope
 from amp_lint.analysis.names import dotted_name
@@ -83,8 +86,8 @@ def prepared_by(model: FileModel, accelerators: List[Accelerator]) -> List[Prepa
     return found
 
 
-def unscaled_backwards(model: FileModel) -> Iterator[Tuple[Event, Event, str]]:
-    """(backward, step, message): a plain `loss.backward()` whose gradients the `step()` of an optimizer
+def unscaled_backwards(model: FileModel) -> Iterator[Tuple[Event, Event, str, Optional[Fix]]]:
+    """(backward, step, message, fix): a plain `loss.backward()` whose gradients the `step()` of an optimizer
     prepared by an Accelerator that may run fp16 (literal "fp16", or a precision this file does not say) then
     unscales, in an iteration that calls no `accelerator.backward(...)` and no scaler of its own (AMP093's
     shape). Under fp16 that step raises "Attempted step but _scale is None"; `accelerator.backward(loss)` is
@@ -106,8 +109,25 @@ def unscaled_backwards(model: FileModel) -> Iterator[Tuple[Event, Event, str]]:
         for backward in step.of(EventKind.BACKWARD):
             for event, entry in stepped:
                 if flow.path(backward, event) is not None:
-                    yield backward, event, _message(backward, event, entry.accelerator)
+                    yield backward, event, _message(backward, event, entry.accelerator), _backward_fix(model, backward, entry.accelerator.key)
                     break
+
+
+def _backward_fix(model: FileModel, backward: Event, accelerator: str) -> Optional[Fix]:
+    """`loss.backward(**kwargs)` -> `accelerator.backward(loss, **kwargs)`. Unsafe: without fp16 it changes what a
+    gradient-accumulation run computes (accelerate divides the loss by the accumulation steps), which is what
+    the prepared optimizer expects, but the numbers differ from the run before the fix."""
+    call = backward.call
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward") or any(a.keyword is None for a in call.args):
+        return None  # `torch.autograd.backward(loss)`, or a positional `gradient`
+    builder = FixBuilder(model.module)
+
+    def through(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call) and isinstance(updated.func, cst.Attribute)
+        return updated.with_changes(func=builder.expression(f"{accelerator}.backward"), args=(cst.Arg(value=updated.func.value), *updated.args))
+
+    builder.replace(call, through)
+    return builder.build(f"Call `{accelerator}.backward(...)`", Applicability.UNSAFE)
 
 
 def _message(backward: Event, stepped: Event, accelerator: Accelerator) -> str:

@@ -23,11 +23,12 @@ from amp_lint.rules.base import Finding, Fix, Invalid, Rule
 class UnscaledBackward(Rule):
     """
     ## What it does
-    Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales
-    the optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)`
-    whose result is thrown away. A `backward()` method run once per batch counts too when its class builds
-    the GradScaler and steps it in a sibling method under the same condition (`if self.activated:`). So does
-    `loss.backward()` before the step of an optimizer that an `Accelerator` which may run fp16 prepared.
+    Finds a backward pass on the unscaled loss in an iteration where a `GradScaler` steps or unscales the
+    optimizer: `loss.backward()` next to `scaler.step(optimizer)`, including a `scaler.scale(loss)` whose
+    result is thrown away. A `backward()` method run once per batch counts too when its class builds the
+    GradScaler and steps it in a sibling method under the same condition (`if self.activated:`). So does
+    `loss.backward()` before the step of an optimizer prepared by an `Accelerator` that may run fp16 (unsafe
+    fix: `accelerator.backward(loss)`, which also divides by the accumulation steps).
 
     ## Why is this bad?
     `scaler.step(optimizer)` always divides the gradients by the current scale. If backward ran on the
@@ -425,7 +426,6 @@ for x in loader:
                     related=self.through_helpers(backward) + self.through_helpers(scaler_event),
                     assumption=assumption_text(proof),
                 )
-
         for backward, stepped in _per_call_backwards(model):
             if id(backward.call) in reported:
                 continue
@@ -440,9 +440,9 @@ for x in loader:
                 context=backward.scope.name,
                 related=(("the scaler's unscale_" if stepped.kind is EventKind.SCALER_UNSCALE else "the scaler's step", stepped.call),),
             )
-        for backward, stepped, message in unscaled_backwards(model):  # the scaler an Accelerator owns (issue 46)
+        for backward, stepped, message, fix in unscaled_backwards(model):  # the scaler an Accelerator owns (issue 46)
             if id(backward.call) not in reported:
-                yield self.finding(backward.call, message, context=backward.scope.name, related=(("the prepared optimizer's step", stepped.call),))
+                yield self.finding(backward.call, message, fix=fix, context=backward.scope.name, related=(("the prepared optimizer's step", stepped.call),))
 
 
 def _per_call_backwards(model: FileModel):
