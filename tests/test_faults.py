@@ -515,4 +515,6 @@ def test_check_time_grows_linearly_with_the_number_of_training_functions():
 
     small = min(seconds(100) for _ in range(2))
     large = seconds(800)
+    if large / small > bench.SCALING_LIMIT:  # a busy moment of a shared machine; a superlinear cost stays above
+        large = min(large, seconds(800))
     assert large / small <= bench.SCALING_LIMIT, (small, large)

@@ -74,34 +74,15 @@ class Paths:
 
     # --- one pass per (target, avoided nodes, assignment, mode), computed only as far as it is asked ---
     def _successors(self, node: int, assignment: Dict[str, bool], exceptions: bool) -> Iterable[int]:
-        for target, atom in self.graph.succ[node]:
-            if atom is EXCEPTION:
-                if exceptions:
-                    yield target
-                continue
-            if atom is not None:
-                wanted = assignment.get(atom.key)
-                if wanted is not None and wanted != atom.holds:
-                    continue
-            yield target
+        return _successors(self.graph, node, assignment, exceptions)
 
     def _reach(self, dst: int, avoid: FrozenSet[int], assignment: Assignment, exceptions: bool) -> "_Pass":
         """Which nodes reach `dst` passing no node of `avoid` (the ends excepted)."""
         key = ("reach", dst, avoid, assignment, exceptions)
         cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        values = dict(assignment)
-
-        def value(node: int, reach: _Pass) -> bool:
-            if node == dst:
-                return True
-            if node in avoid:
-                return False
-            return any(reach[m] for m in self._successors(node, values, exceptions))
-
-        reach = self._cache[key] = _Pass(dst, value)
-        return reach
+        if cached is None:
+            cached = self._cache[key] = _Pass(self.graph, dst, avoid, dict(assignment), exceptions)
+        return cached
 
     def _runs(self, node: int, origin: int, assignment: Assignment) -> bool:
         """Can `node` run after `origin` under `assignment`? From the scope's entry, one forward pass per
@@ -125,23 +106,10 @@ class Paths:
         """Which nodes reach `dst` whichever way each unknown branch on the way goes."""
         key = ("must", dst, avoid, assignment)
         cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        values = dict(assignment)
-        live = self._reach(dst, frozenset(), assignment, False)
-
-        def value(node: int, must: _Pass) -> bool:
-            if node == dst:
-                return True
-            if node in avoid:
-                return False
-            if self.unknown_branch[node]:
-                alive = [m for m in self._successors(node, values, False) if live[m]]
-                return bool(alive) and all(must[m] for m in alive)
-            return any(must[m] for m in self._successors(node, values, False))
-
-        must = self._cache[key] = _Pass(dst, value)
-        return must
+        if cached is None:
+            live = self._reach(dst, frozenset(), assignment, False)
+            cached = self._cache[key] = _Pass(self.graph, dst, avoid, dict(assignment), False, (self.unknown_branch, live))
+        return cached
 
     def _assignments(self, low: int, high: int) -> Iterable[Tuple[Assignment, Assignment]]:
         """Assignments of the correlated keys deciding some branch with a node number in [low, high]."""
@@ -191,19 +159,36 @@ class Paths:
         return self.query(src, dst) is not None
 
 
+def _successors(graph: Graph, node: int, assignment: Dict[str, bool], exceptions: bool) -> Iterable[int]:
+    for target, atom in graph.succ[node]:
+        if atom is EXCEPTION:
+            if exceptions:
+                yield target
+            continue
+        if atom is not None:
+            wanted = assignment.get(atom.key)
+            if wanted is not None and wanted != atom.holds:
+                continue
+        yield target
+
+
 class _Pass:
     """The values of one backward pass towards node `dst`, computed in node order as far as they are asked.
 
     Forward edges go from larger node numbers to smaller ones, so a node's value needs only the values of
     nodes below it; no node below `dst` reaches it. A query about a loop's iteration asks no node above the
-    iteration's start: it costs the size of the iteration, not of the function around it (issue 45)."""
+    iteration's start: it costs the size of the iteration, not of the function around it (issue 45).
+    Reach: some successor reaches `dst`. Must (`must`: the unknown branches and the reach pass of the same
+    target): at an unknown branch every live successor must. Plain data only (no reference back to `Paths`,
+    whose cache holds the pass): the graph's model is freed by refcounting, not by the cyclic collector."""
 
-    __slots__ = ("dst", "values", "value")
+    __slots__ = ("graph", "dst", "avoid", "assignment", "exceptions", "must", "values")
 
-    def __init__(self, dst: int, value) -> None:
-        self.dst = dst
+    def __init__(self, graph: Graph, dst: int, avoid: FrozenSet[int], assignment: Dict[str, bool], exceptions: bool,
+                 must: Optional[Tuple[List[bool], "_Pass"]] = None) -> None:  # fmt: skip
+        self.graph, self.dst, self.avoid, self.assignment, self.exceptions = graph, dst, avoid, assignment, exceptions
+        self.must = must
         self.values: List[bool] = []
-        self.value = value  # (node, this pass) -> the node's value, from the values of the nodes below it
 
     def __getitem__(self, node: int) -> bool:
         index = node - self.dst
@@ -211,8 +196,20 @@ class _Pass:
             return False
         values = self.values
         while len(values) <= index:
-            values.append(self.value(self.dst + len(values), self))
+            values.append(self._value(self.dst + len(values)))
         return values[index]
+
+    def _value(self, node: int) -> bool:
+        if node == self.dst:
+            return True
+        if node in self.avoid:
+            return False
+        successors = _successors(self.graph, node, self.assignment, self.exceptions)
+        if self.must is not None and self.must[0][node]:  # an unknown branch
+            live = self.must[1]
+            alive = [m for m in successors if live[m]]
+            return bool(alive) and all(self[m] for m in alive)
+        return any(self[m] for m in successors)
 
 
 def weakest(*proofs: Optional[Proof]) -> Optional[Proof]:
