@@ -56,7 +56,7 @@ def _growth(make, n: int, repeats: int = 3) -> float:
     return _retried(lambda: _analysis_seconds(large, repeats) / _analysis_seconds(small, repeats))
 
 
-def _retried(measure, attempts: int = 3) -> float:
+def _retried(measure, attempts: int = 5) -> float:
     """The least of up to `attempts` measurements of a ratio, measured again only while above the limit
     and below twice the limit: a busy machine can slow one measurement down, never a quadratic cost to
     below the limit."""

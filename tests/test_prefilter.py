@@ -267,7 +267,8 @@ def test_the_default_gate_is_a_few_words():
 
     config = runner.CheckConfig(enabled=frozenset(default_codes()), fix=False, unsafe_fixes=False, with_edits=False, write=False)
     gate = runner._prefilter(config)._gate
-    assert gate is not None and len(gate) <= 8 and "caler" in gate and "autocast" in gate
+    # Nine since AMP011 reads files that build an `Accelerator` with no word of a scaler: it owns one (issue 46).
+    assert gate is not None and len(gate) <= 9 and "caler" in gate and "autocast" in gate and "Accelerator" in gate
 
 
 def test_a_text_without_the_rules_words_compiles_no_pattern():
