@@ -7,7 +7,9 @@ Growth tests (no absolute timings): the analysis of a shape at 2N takes less tha
 from __future__ import annotations
 
 import functools
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,9 @@ from amp_lint.parse.gc_pause import no_cyclic_gc
 from amp_lint.parse.cst_parse import parse_module
 
 GROWTH_LIMIT = 2.5
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import faults_scaling  # noqa: E402  (the shapes the bench measures up to 16,000)
 
 
 def _autocast_blocks(n: int, call: str = "m(x)", in_function: bool = True) -> str:
@@ -273,59 +278,22 @@ def test_a_fix_that_makes_an_iteration_too_large_to_analyse_is_not_kept(monkeypa
 # --- item 7's neighbours: shapes the iteration limit does not bound ----------------------------------------
 
 
-def _training_loops(n: int) -> str:
-    """N complete training loops in one function: each is its own iteration of 7 events, far below the limit,
-    so nothing is skipped; each iteration's questions must cost its own size, not the function's."""
-    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')"]
-    for i in range(n):
-        lines += [
-            f"    for x_{i}, y_{i} in data:",
-            "        with torch.autocast('cuda'):",
-            f"            loss_{i} = loss_fn(model(x_{i}), y_{i})",
-            f"        scaler.scale(loss_{i}).backward()",
-            "        scaler.step(opt)",
-            "        scaler.update()",
-            "        opt.zero_grad()",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def test_many_training_loops_in_one_function_grow_linearly():
     # Path questions walked from each loop to the function's entry, the protocol engine walked every node
     # below each loop, and each loop's events, regions and steppers were found by scanning the function's:
     # 200 loops took 3.7 s, 400 about 13 s.
-    ratio = _growth(_training_loops, 200)
+    ratio = _growth(faults_scaling.loops, 200)
     assert ratio < GROWTH_LIMIT, ratio
-
-
-def _scaled_blocks(n: int) -> str:
-    """N autocast blocks in one training loop, each followed by its own scaled backward."""
-    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')",
-             "    for x, y in data:"]  # fmt: skip
-    for i in range(n):
-        lines += ["        with torch.autocast('cuda'):", f"            loss_{i} = loss_fn(model(x), y)",
-                  f"        scaler.scale(loss_{i}).backward()"]  # fmt: skip
-    return "\n".join(lines + ["        scaler.step(opt)", "        scaler.update()"]) + "\n"
 
 
 def test_autocast_blocks_each_with_a_scaled_backward_grow_linearly():
     # Past the iteration limit the order rules skip the loop, but AMP012 and AMP014 still list the regions
     # feeding each backward: every block's region for every backward, N * N (4.3 GB at 8,000 blocks).
-    ratio = _growth(_scaled_blocks, 600)
+    ratio = _growth(faults_scaling.scaled_blocks, 600)
     assert ratio < GROWTH_LIMIT, ratio
-    _analysis_peak_bytes(_scaled_blocks(100))
-    small = _analysis_peak_bytes(_scaled_blocks(600))
-    assert _analysis_peak_bytes(_scaled_blocks(1200)) / small < GROWTH_LIMIT
-
-
-def _clips(n: int) -> str:
-    """N clips of scaled gradients in one training loop: N AMP030 findings, each with a fix that inserts
-    `scaler.unscale_(opt)` before its own clip; the first one's fixes them all."""
-    lines = ["import torch", "", "def train(model, data, loss_fn, opt):", "    scaler = torch.amp.GradScaler('cuda')",
-             "    for x, y in data:", "        with torch.autocast('cuda'):", "            loss = loss_fn(model(x), y)",
-             "        scaler.scale(loss).backward()"]  # fmt: skip
-    lines += [f"        torch.nn.utils.clip_grad_norm_(model.parameters(), {i + 1}.0)" for i in range(n)]
-    return "\n".join(lines + ["        scaler.step(opt)", "        scaler.update()", "        opt.zero_grad()"]) + "\n"
+    _analysis_peak_bytes(faults_scaling.scaled_blocks(100))
+    small = _analysis_peak_bytes(faults_scaling.scaled_blocks(600))
+    assert _analysis_peak_bytes(faults_scaling.scaled_blocks(1200)) / small < GROWTH_LIMIT
 
 
 def test_the_check_previews_many_fixes_with_a_bounded_number_of_analyses(monkeypatch):
@@ -342,9 +310,9 @@ def test_the_check_previews_many_fixes_with_a_bounded_number_of_analyses(monkeyp
     monkeypatch.setattr(Checker, "_analysed", counted)
     for n in (10, 40):
         analyses.clear()
-        result = _check(_clips(n))
+        result = _check(faults_scaling.clips(n))
         assert [d.code for d in result.diagnostics] == ["AMP030"] * n
         assert all(d.fix is not None for d in result.diagnostics)
         assert len(analyses) <= 3, (n, len(analyses))
-    fixed = _check(_clips(40), fix=True)
+    fixed = _check(faults_scaling.clips(40), fix=True)
     assert fixed.fixed == {"AMP030": 40} and fixed.fixed_source.count("scaler.unscale_(opt)") == 1
